@@ -1,0 +1,179 @@
+# rowshift build.
+#
+#   make            build everything into build/ (binaries in build/bin/)
+#   make test       build and run every test (what CI runs)
+#   make demo       the main job on one machine
+#   make asan       unit tests under AddressSanitizer + UBSan
+#   make fuzz       every fuzz target for FUZZ_SECONDS each (libFuzzer, clang)
+#   make bench      benchmarks, each figure beside its reference
+#   make test-gpu   GPU tests (needs a CUDA device)
+#
+# Sources are found by directory, so adding a module is adding its files:
+#   common/ kernels/ worker/ coordinator/ *.c  -> build/lib/librowshift.a
+#   kernels/cuda/*.cu                           -> build/lib/librowshift_cuda.a (when nvcc exists)
+#   tests/unit/test_NAME.c                      -> one cmocka binary per module
+#   tests/unit/*.c not named test_*             -> support code linked into every unit test
+#   tests/gpu/test_NAME.c                       -> GPU test binaries
+#   tests/fuzz/fuzz_NAME.c                      -> libFuzzer targets, corpus in tests/fuzz/corpus/NAME/
+#   tests/bench/bench_NAME.c                    -> benchmark binaries
+#   tests/integration/NAME.sh                   -> multi-process tests, run after the unit tests
+
+BUILD ?= build
+CC ?= cc
+OPT ?= -O2
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+WERROR ?=
+
+CPPFLAGS += -I. -D_GNU_SOURCE
+CFLAGS += -std=c11 -g $(OPT) -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral $(WERROR) -MMD -MP
+LDLIBS += -lwebsockets -lcurl -ljansson -lpthread -lm
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCHS) -Xcompiler -Wall,-fPIC -I.
+
+MAINS := coordinator/main.c worker/main.c ctl/rowshiftctl.c
+LIB_SRCS := $(filter-out $(MAINS),$(wildcard common/*.c kernels/*.c worker/*.c coordinator/*.c))
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+LIB := $(BUILD)/lib/librowshift.a
+
+BINS := $(BUILD)/bin/rowshift-coordinator $(BUILD)/bin/rowshift-worker $(BUILD)/bin/rowshiftctl
+
+UNIT_SRCS := $(wildcard tests/unit/test_*.c)
+UNIT_SUPPORT := $(filter-out $(UNIT_SRCS),$(wildcard tests/unit/*.c))
+UNIT_SUPPORT_OBJS := $(UNIT_SUPPORT:%.c=$(BUILD)/obj/%.o)
+UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/unit/%)
+
+BENCH_SRCS := $(wildcard tests/bench/bench_*.c)
+BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/tests/bench/%)
+
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_NAMES := $(FUZZ_SRCS:tests/fuzz/fuzz_%.c=%)
+
+ifneq ($(NVCC),)
+CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
+CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.o)
+CUDA_LIB := $(BUILD)/lib/librowshift_cuda.a
+GPU_SRCS := $(wildcard tests/gpu/*.c)
+GPU_BINS := $(GPU_SRCS:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
+GPU_TESTS := $(filter $(BUILD)/tests/gpu/test_%,$(GPU_BINS))
+GPU_BENCHES := $(filter $(BUILD)/tests/gpu/bench_%,$(GPU_BINS))
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib -lcublas -lcudart -lnccl -lstdc++
+endif
+
+.PHONY: all deps test unit fuzz-build integration asan ubsan fuzz fuzz-smoke bench bench-gpu test-gpu demo clean
+.DEFAULT_GOAL := all
+.DELETE_ON_ERROR:
+.SECONDARY:
+
+all: deps $(BINS) $(UNIT_BINS) $(BENCH_BINS) $(GPU_BINS)
+
+deps:
+	@sh scripts/deps.sh
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(CUDA_LIB): $(CUDA_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/bin/rowshift-coordinator: $(BUILD)/obj/coordinator/main.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/bin/rowshift-worker: $(BUILD)/obj/worker/main.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/bin/rowshiftctl: $(BUILD)/obj/ctl/rowshiftctl.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(UNIT_SUPPORT_OBJS) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ -lcmocka $(LDLIBS) -o $@
+
+$(BUILD)/tests/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(CUDA_LIB) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(CUDA_LDLIBS) -lcmocka $(LDLIBS) -o $@
+
+# --- tests -------------------------------------------------------------------
+
+# Every test binary and script, run with a timeout each; prints one summary
+# line ("N passed, N failed, N skipped") and fails when any test failed.
+test: all
+	@rm -f $(BUILD)/test-results
+	@BUILD=$(BUILD) bash tests/run.sh unit $(UNIT_BINS)
+	@BUILD=$(BUILD) bash tests/run.sh gpu $(GPU_TESTS)
+	@$(MAKE) --no-print-directory fuzz-smoke
+	@BUILD=$(BUILD) bash tests/run.sh integration $(wildcard tests/integration/*.sh)
+	@BUILD=$(BUILD) bash tests/run.sh --summary
+
+unit: deps $(UNIT_BINS)
+	@rm -f $(BUILD)/test-results
+	@BUILD=$(BUILD) bash tests/run.sh unit $(UNIT_BINS)
+	@BUILD=$(BUILD) bash tests/run.sh --summary
+
+integration: deps $(BINS)
+	@rm -f $(BUILD)/test-results
+	@BUILD=$(BUILD) bash tests/run.sh integration $(wildcard tests/integration/*.sh)
+	@BUILD=$(BUILD) bash tests/run.sh --summary
+
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+asan ubsan:
+	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan OPT="-O1 $(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)" NVCC= unit
+
+# libFuzzer needs clang; the whole library is rebuilt with it under build/fuzz.
+FUZZ_BUILD := $(BUILD)/fuzz
+FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 8
+
+fuzz-build: deps
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang OPT="-O1 $(FUZZ_FLAGS)" NVCC= $(FUZZ_BUILD)/lib/librowshift.a
+	@mkdir -p $(FUZZ_BUILD)/bin
+	@for n in $(FUZZ_NAMES); do \
+	  clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
+	    tests/fuzz/fuzz_$$n.c $(FUZZ_BUILD)/lib/librowshift.a $(LDLIBS) \
+	    -o $(FUZZ_BUILD)/bin/fuzz_$$n || exit 1; done
+
+# Each target replays its seed corpus and explores for a few seconds.
+fuzz-smoke: fuzz-build
+	@BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS) bash tests/run.sh fuzz $(FUZZ_NAMES:%=$(FUZZ_BUILD)/bin/fuzz_%)
+
+fuzz: fuzz-build
+	@rm -f $(BUILD)/test-results
+	@BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/run.sh fuzz $(FUZZ_NAMES:%=$(FUZZ_BUILD)/bin/fuzz_%)
+	@BUILD=$(BUILD) bash tests/run.sh --summary
+
+bench: all
+	@BUILD=$(BUILD) bash tests/bench/run.sh $(BENCH_BINS)
+
+test-gpu: all
+	@rm -f $(BUILD)/test-results
+	@BUILD=$(BUILD) RS_REQUIRE_GPU=1 bash tests/run.sh gpu $(GPU_TESTS)
+	@BUILD=$(BUILD) bash tests/run.sh --summary
+
+bench-gpu: all
+	@BUILD=$(BUILD) RS_REQUIRE_GPU=1 bash tests/bench/run.sh $(GPU_BENCHES)
+
+demo: all
+	@BUILD=$(BUILD) bash scripts/demo.sh
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

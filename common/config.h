@@ -1,0 +1,161 @@
+/*
+ * config.h - the model config: embedding tables, optimizer, dense network,
+ * data source and training settings, read from one JSON file.
+ *
+ * Every field but "tables" has a documented default (see README, "Model
+ * config"), so a file holding only "tables" is a valid config. The loader
+ * rejects bad input with one message naming the file, the table and the
+ * field; it never aborts. Checks that depend on the world (a pin to a rank
+ * >= world size, a table too big for any rank) are the planner's, because
+ * only it knows the world.
+ *
+ * Ownership: rs_config_load() returns a config the caller frees with
+ * rs_config_free(). Every string and array inside belongs to the config.
+ */
+#ifndef RS_CONFIG_H
+#define RS_CONFIG_H
+
+#include "common/status.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum rs_pooling { RS_POOL_SUM = 0, RS_POOL_MEAN } rs_pooling;
+
+typedef enum rs_dtype { RS_DTYPE_FP32 = 0, RS_DTYPE_FP16, RS_DTYPE_BF16 } rs_dtype;
+
+typedef enum rs_sharding {
+	RS_SHARD_AUTO = 0,
+	RS_SHARD_TW,   /* table_wise */
+	RS_SHARD_RW,   /* row_wise */
+	RS_SHARD_CW,   /* column_wise */
+	RS_SHARD_TWRW, /* table_row_wise */
+	RS_SHARD_GRID, /* grid */
+	RS_SHARD_DP,   /* data_parallel */
+	RS_SHARD_COUNT
+} rs_sharding;
+
+typedef enum rs_optimizer {
+	RS_OPT_SGD = 0,
+	RS_OPT_ROWWISE_ADAGRAD,
+	RS_OPT_ADAM,
+} rs_optimizer;
+
+typedef enum rs_eviction { RS_EVICT_LRU = 0, RS_EVICT_LFU } rs_eviction;
+
+typedef enum rs_interaction {
+	RS_INTERACTION_AUTO = 0, /* dot when every table dim == bottom MLP output, else cat */
+	RS_INTERACTION_DOT,
+	RS_INTERACTION_CAT,
+} rs_interaction;
+
+typedef enum rs_data_kind { RS_DATA_SYNTHETIC = 0, RS_DATA_CRITEO } rs_data_kind;
+
+/* Zero-collision hashing settings of one table ("zch": {...}). */
+typedef struct rs_zch_config {
+	uint32_t buckets;       /* default 768; >= 1 */
+	uint64_t slots;         /* rows of the table; a multiple of buckets */
+	rs_eviction eviction;   /* default lru */
+	uint32_t lfu_decay_steps; /* LFU counts halve every this many steps; default 1000 */
+} rs_zch_config;
+
+typedef struct rs_table_config {
+	char *name;
+	int64_t rows;           /* > 0; for a ZCH table equals zch.slots */
+	int32_t dim;            /* > 0; a multiple of 4 for column_wise and grid */
+	char **features;        /* >= 1 feature names, unique across all tables */
+	int nfeatures;
+	rs_pooling pooling;     /* default sum */
+	double pooling_factor;  /* mean IDs per sample per feature; default 1 */
+	rs_dtype dtype;         /* default fp32 */
+	rs_sharding sharding;   /* default auto */
+	int32_t rank;           /* pinned rank, or -1 (default) */
+	char *colocate;         /* co-location group name, or NULL */
+	bool has_zch;
+	rs_zch_config zch;      /* valid when has_zch */
+} rs_table_config;
+
+typedef struct rs_optimizer_config {
+	rs_optimizer kind;      /* default rowwise_adagrad */
+	float lr;               /* default 0.05 */
+	float eps;              /* default 1e-8 */
+	float beta1, beta2;     /* adam; default 0.9, 0.999 */
+} rs_optimizer_config;
+
+typedef struct rs_dense_config {
+	int32_t *bottom_mlp;    /* layer widths after the 13 dense inputs; default {64, D} */
+	int nbottom;
+	int32_t *top_mlp;       /* layer widths before the final logit; default {64, 32} */
+	int ntop;
+	rs_interaction interaction; /* default auto */
+	float lr;               /* dense SGD learning rate; default 0.05 */
+} rs_dense_config;
+
+typedef struct rs_data_config {
+	rs_data_kind kind;      /* default synthetic */
+	char **paths;           /* criteo: TSV files, read in order */
+	int npaths;
+	uint64_t seed;          /* synthetic data and teacher; default 1 */
+	double zipf_alpha;      /* synthetic ID skew; default 1.05 */
+	int64_t eval_samples;   /* held-out samples for AUC; default 16384 */
+	int64_t eval_every;     /* steps between evaluations; default 50 */
+} rs_data_config;
+
+typedef struct rs_train_config {
+	int64_t global_batch;   /* samples per step across all workers; default 1024 */
+	int64_t steps;          /* default 200; the coordinator's --steps overrides */
+	uint64_t seed;          /* weight initialization; default 42 */
+} rs_train_config;
+
+/* Defaults for the world, used when the command line does not say. */
+typedef struct rs_cluster_config {
+	int32_t ranks_per_node;     /* default 8 */
+	uint64_t memory_per_rank;   /* bytes for embeddings + optimizer state; default 16 GiB */
+} rs_cluster_config;
+
+typedef struct rs_config {
+	char *path;             /* the file it came from (for messages), or "<memory>" */
+	rs_table_config *tables;
+	int ntables;            /* >= 1 */
+	rs_optimizer_config optimizer;
+	rs_dense_config dense;
+	rs_data_config data;
+	rs_train_config train;
+	rs_cluster_config cluster;
+} rs_config;
+
+/*
+ * Read and validate the config in `path`. On success *out owns a new config.
+ * On failure returns RS_EINVAL (bad content), RS_EIO (unreadable file) or
+ * RS_ENOMEM, leaves *out NULL, and writes err.
+ */
+rs_status rs_config_load(const char *path, rs_config **out, rs_err *err);
+
+/* Same, from a buffer (need not be NUL-terminated); `name` is used in messages. */
+rs_status rs_config_parse(const char *buf, size_t len, const char *name,
+			  rs_config **out, rs_err *err);
+
+void rs_config_free(rs_config *cfg);
+
+/* Index of the table named `name`, or -1. */
+int rs_config_find_table(const rs_config *cfg, const char *name);
+
+/* Bytes per element of a dtype (4 or 2). */
+int rs_dtype_size(rs_dtype d);
+
+/*
+ * Optimizer state bytes per row of a table of width `dim` (stored in fp32):
+ * sgd 0, rowwise_adagrad 4 (one accumulator), adam 8 * dim (two moments).
+ */
+uint64_t rs_optimizer_row_state_bytes(rs_optimizer kind, int32_t dim);
+
+/* Bytes one row of table t takes with its optimizer state. */
+uint64_t rs_table_row_bytes(const rs_config *cfg, const rs_table_config *t);
+
+/* Names as they appear in the config and the plan JSON. */
+const char *rs_sharding_name(rs_sharding s);   /* "table_wise", ... */
+int rs_sharding_from_name(const char *name);   /* -1 when unknown */
+const char *rs_dtype_name(rs_dtype d);
+const char *rs_optimizer_name(rs_optimizer o);
+
+#endif

@@ -1,0 +1,35 @@
+#!/bin/sh
+# deps.sh - make sure the libraries and tools the build needs are here.
+# Installs what is missing with apt-get when run as root; otherwise prints the
+# command to run and fails. Called by `make` before anything is compiled.
+set -eu
+
+pkgs=""
+need() { pkgs="$pkgs $1"; }
+
+for mod in libcurl:libcurl4-openssl-dev jansson:libjansson-dev \
+           libwebsockets:libwebsockets-dev cmocka:libcmocka-dev; do
+	pc=${mod%%:*}; deb=${mod#*:}
+	pkg-config --exists "$pc" 2>/dev/null || need "$deb"
+done
+command -v pkg-config >/dev/null 2>&1 || need pkg-config
+command -v clang >/dev/null 2>&1 || need clang
+# libFuzzer and the sanitizer runtimes for clang (make fuzz).
+if command -v clang >/dev/null 2>&1; then
+	rt=$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null || true)
+	[ -f "$rt" ] || need libclang-rt-14-dev
+fi
+
+[ -z "$pkgs" ] && exit 0
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+	echo "deps: installing$pkgs"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq >/dev/null
+	# shellcheck disable=SC2086
+	apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
+	exit 0
+fi
+echo "deps: missing packages; run as root:" >&2
+echo "  apt-get install$pkgs" >&2
+exit 1
