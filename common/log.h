@@ -64,19 +64,4 @@ void rs_log(rs_log_level level, const char *file, int line, const char *fmt, ...
 		}                                                        \
 	} while (0)
 
-/* Propagate a non-OK rs_status from a rowshift call. */
-#define RSCHECK(call)                          \
-	do {                                   \
-		rs_status rs__st = (call);     \
-		if (rs__st != RS_OK)           \
-			return rs__st;         \
-	} while (0)
-
-#define RSCHECKGOTO(call, st, label)           \
-	do {                                   \
-		(st) = (call);                 \
-		if ((st) != RS_OK)             \
-			goto label;            \
-	} while (0)
-
 #endif

@@ -54,4 +54,20 @@ rs_status rs_err_set(rs_err *err, rs_status st, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 rs_status rs_err_vset(rs_err *err, rs_status st, const char *fmt, va_list ap);
 
+/* Propagate a non-OK rs_status from a rowshift call. */
+#define RSCHECK(call)                          \
+	do {                                   \
+		rs_status rs__st = (call);     \
+		if (rs__st != RS_OK)           \
+			return rs__st;         \
+	} while (0)
+
+#define RSCHECKGOTO(call, st, label)           \
+	do {                                   \
+		(st) = (call);                 \
+		if ((st) != RS_OK)             \
+			goto label;            \
+	} while (0)
+
+
 #endif
