@@ -1,0 +1,47 @@
+/*
+ * crc32c.c - see crc32c.h. Tables are built once, on first use, thread-safely.
+ */
+#include "common/crc32c.h"
+
+#include <pthread.h>
+#include <string.h>
+
+static uint32_t table[8][256];
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+static void build_tables(void)
+{
+	for (uint32_t i = 0; i < 256; i++) {
+		uint32_t c = i;
+		for (int k = 0; k < 8; k++)
+			c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1)));
+		table[0][i] = c;
+	}
+	for (uint32_t i = 0; i < 256; i++)
+		for (int s = 1; s < 8; s++)
+			table[s][i] = (table[s - 1][i] >> 8) ^ table[0][table[s - 1][i] & 0xff];
+}
+
+uint32_t rs_crc32c(uint32_t crc, const void *data, size_t len)
+{
+	const unsigned char *p = data;
+	pthread_once(&table_once, build_tables);
+	crc = ~crc;
+	while (len && ((uintptr_t)p & 7)) {
+		crc = (crc >> 8) ^ table[0][(crc ^ *p++) & 0xff];
+		len--;
+	}
+	while (len >= 8) {
+		uint64_t v;
+		memcpy(&v, p, 8);
+		v ^= crc;
+		crc = table[7][v & 0xff] ^ table[6][(v >> 8) & 0xff] ^ table[5][(v >> 16) & 0xff] ^
+		      table[4][(v >> 24) & 0xff] ^ table[3][(v >> 32) & 0xff] ^ table[2][(v >> 40) & 0xff] ^
+		      table[1][(v >> 48) & 0xff] ^ table[0][v >> 56];
+		p += 8;
+		len -= 8;
+	}
+	while (len--)
+		crc = (crc >> 8) ^ table[0][(crc ^ *p++) & 0xff];
+	return ~crc;
+}
