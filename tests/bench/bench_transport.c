@@ -1,0 +1,166 @@
+/*
+ * bench_transport.c - the TCP transport's throughput beside raw loopback
+ * TCP measured in the same run (two processes, one socket, large writes):
+ * point-to-point (what migration uses; target >= 80% of raw), a 2-rank
+ * all-to-all and the all-reduce. Received data is checked; a mismatch fails
+ * the benchmark.
+ */
+#include "common/rng.h"
+#include "worker/transport_tcp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Raw loopback: one connected TCP pair across two processes, GB/s. */
+static double raw_loopback(size_t total)
+{
+	int lfd, port;
+	rs_err err = {0};
+	if (rs_tcp_listen("127.0.0.1", 0, &lfd, &port, &err) != RS_OK)
+		return -1;
+	size_t chunk = 1 << 20;
+	char *buf = calloc(1, chunk);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+					.sin_addr.s_addr = htonl(0x7f000001)};
+		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+			_exit(1);
+		for (size_t done = 0; done < total;) {
+			ssize_t n = send(fd, buf, chunk, 0);
+			if (n <= 0)
+				_exit(1);
+			done += (size_t)n;
+		}
+		close(fd);
+		_exit(0);
+	}
+	int fd = accept(lfd, NULL, NULL);
+	double t0 = now();
+	size_t got = 0;
+	for (;;) {
+		ssize_t n = recv(fd, buf, chunk, 0);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	double t = now() - t0;
+	close(fd);
+	close(lfd);
+	waitpid(pid, NULL, 0);
+	free(buf);
+	return got == total ? (double)total / t / 1e9 : -1;
+}
+
+typedef struct result {
+	double p2p_gbs, a2a_gbs, ar_gbs;
+	int wrong;
+} result;
+
+static void run_rank(int32_t rank, int lfd, const char **addrs, size_t total, int fd_out)
+{
+	rs_tcp_config cfg = {.rank = rank, .world = 2, .addrs = addrs, .listen_fd = lfd, .token = "bench",
+			     .generation = 1, .timeout_ms = 30000};
+	rs_transport *t;
+	rs_err err = {0};
+	result r = {0};
+	if (rs_tcp_transport_create(&cfg, &t, &err) != RS_OK) {
+		fprintf(stderr, "%s\n", err.msg);
+		_exit(1);
+	}
+	size_t msg = (size_t)64 << 20;
+	unsigned char *buf = malloc(msg);
+	for (size_t i = 0; i < msg; i++)
+		buf[i] = (unsigned char)(i * 7 + (size_t)rank);
+	/* point to point, rank 0 -> rank 1 */
+	double t0 = now();
+	for (size_t done = 0; done < total; done += msg) {
+		rs_xfer x = {1 - rank, buf, msg};
+		rs_transport_exchange(t, rank == 0 ? &x : NULL, rank == 0, rank == 1 ? &x : NULL, rank == 1);
+	}
+	r.p2p_gbs = (double)total / (now() - t0) / 1e9;
+	if (rank == 1)
+		for (size_t i = 0; i < msg; i += 4093)
+			r.wrong += buf[i] != (unsigned char)(i * 7);
+	/* all-to-all: both directions at once */
+	size_t half = msg / 2, counts[2] = {half, half};
+	unsigned char *rb = malloc(msg);
+	t0 = now();
+	for (size_t done = 0; done < total; done += msg)
+		rs_transport_alltoallv(t, buf, counts, rb, counts);
+	r.a2a_gbs = (double)total / (now() - t0) / 1e9;
+	/* all-reduce of 16 MiB: algorithm bandwidth = bytes reduced per second */
+	size_t nf = (size_t)4 << 20;
+	float *f = malloc(sizeof(float) * nf);
+	t0 = now();
+	int reps = 8;
+	for (int k = 0; k < reps; k++) {
+		for (size_t i = 0; i < nf; i++)
+			f[i] = (float)(i % 100);
+		rs_transport_allreduce_sum(t, f, nf);
+	}
+	r.ar_gbs = (double)reps * (double)nf * 4 / (now() - t0) / 1e9;
+	for (size_t i = 0; i < nf; i += 997)
+		r.wrong += f[i] != 2.0f * (float)(i % 100);
+	if (write(fd_out, &r, sizeof(r)) != sizeof(r))
+		_exit(1);
+	rs_transport_destroy(t);
+	_exit(0);
+}
+
+int main(int argc, char **argv)
+{
+	int quick = argc > 1 && !strcmp(argv[1], "--quick");
+	size_t total = (size_t)(quick ? 256 : 2048) << 20;
+	double raw = raw_loopback(total);
+	int lfd[2], port[2], pipes[2][2];
+	char ab[2][32];
+	const char *addrs[2];
+	rs_err err = {0};
+	for (int r = 0; r < 2; r++) {
+		if (rs_tcp_listen("127.0.0.1", 0, &lfd[r], &port[r], &err) != RS_OK || pipe(pipes[r]) != 0)
+			return 1;
+		snprintf(ab[r], sizeof(ab[r]), "127.0.0.1:%d", port[r]);
+		addrs[r] = ab[r];
+	}
+	for (int r = 0; r < 2; r++)
+		if (fork() == 0) {
+			close(lfd[1 - r]);
+			run_rank(r, lfd[r], addrs, total, pipes[r][1]);
+		}
+	close(lfd[0]);
+	close(lfd[1]);
+	result res[2];
+	int wrong = 0;
+	for (int r = 0; r < 2; r++) {
+		if (read(pipes[r][0], &res[r], sizeof(result)) != sizeof(result))
+			wrong++;
+		wrong += res[r].wrong;
+	}
+	while (wait(NULL) > 0)
+		;
+	printf("bench transport_p2p: %.2f GB/s | raw loopback TCP %.2f GB/s | ratio %.2f | target >= 0.80 %s\n",
+	       res[1].p2p_gbs, raw, res[1].p2p_gbs / raw, res[1].p2p_gbs >= 0.8 * raw ? "MET" : "MISSED");
+	printf("bench transport_alltoall_2: %.2f GB/s per rank sent | raw loopback TCP %.2f GB/s | ratio %.2f\n",
+	       res[0].a2a_gbs, raw, res[0].a2a_gbs / raw);
+	printf("bench transport_allreduce_2x16MiB: %.2f GB/s reduced | raw loopback TCP %.2f GB/s | ratio %.2f\n",
+	       res[0].ar_gbs, raw, res[0].ar_gbs / raw);
+	if (wrong)
+		fprintf(stderr, "bench transport: %d wrong results\n", wrong);
+	return wrong ? 1 : 0;
+}

@@ -1,0 +1,552 @@
+/*
+ * transport_tcp.c - see transport_tcp.h.
+ */
+#include "worker/transport_tcp.h"
+#include "common/log.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HELLO_MAGIC 0x48545352u /* "RSTH" */
+#define ACK_MAGIC 0x41545352u   /* "RSTA" */
+#define FRAME_MAGIC 0x46545352u /* "RSTF" */
+#define PROTO_VERSION 1u
+#define MAX_TOKEN 1024
+#define SOCKET_BUFFER (4 << 20)
+
+typedef struct hello {
+	uint32_t magic, version;
+	uint64_t generation;
+	int32_t rank, world;
+	uint32_t token_len, pad;
+} hello;
+
+typedef struct frame {
+	uint32_t magic, pad;
+	uint64_t seq;
+	uint64_t len;
+} frame;
+
+/* Progress of one direction of one exchange with one peer. */
+typedef struct flow {
+	const rs_xfer **msgs; /* this peer's messages, in posting order */
+	int n, cur;
+	frame hdr;            /* the header being sent or received */
+	size_t hdr_done, body_done;
+} flow;
+
+typedef struct tcp {
+	rs_transport base;
+	int *fd;              /* per peer; -1 for self */
+	int wake[2];          /* abort writes here to interrupt poll */
+	atomic_int aborted;
+	int broken;           /* a failed call leaves the mesh unusable */
+	int timeout_ms;
+	uint64_t seq;         /* exchanges so far: both ends count the same */
+} tcp;
+
+static rs_status fail(tcp *t, rs_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static rs_status fail(tcp *t, rs_status st, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(t->base.error, sizeof(t->base.error), fmt, ap);
+	va_end(ap);
+	t->broken = 1;
+	return st;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int left_ms(int64_t deadline)
+{
+	int64_t l = deadline - now_ms();
+	return l < 0 ? 0 : l > 1000000 ? 1000000 : (int)l;
+}
+
+static rs_status set_nonblocking(int fd)
+{
+	int fl;
+	SYSCHECK(fl = fcntl(fd, F_GETFL));
+	SYSCHECK(fcntl(fd, F_SETFL, fl | O_NONBLOCK));
+	return RS_OK;
+}
+
+static void tune_socket(int fd)
+{
+	int one = 1, buf = SOCKET_BUFFER;
+	/* best effort: a socket without these still works, only slower */
+	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf)) != 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf)) != 0)
+		RS_DEBUG("setsockopt on fd %d: %s", fd, strerror(errno));
+}
+
+/* Split "host:port" or "[v6]:port". */
+static rs_status split_addr(const char *addr, char *host, size_t hcap, char *port, size_t pcap)
+{
+	const char *colon = strrchr(addr, ':');
+	if (!colon || colon == addr || !colon[1])
+		return RS_EINVAL;
+	const char *h = addr, *he = colon;
+	if (*h == '[') {
+		if (he[-1] != ']')
+			return RS_EINVAL;
+		h++;
+		he--;
+	}
+	if ((size_t)(he - h) >= hcap || strlen(colon + 1) >= pcap)
+		return RS_EINVAL;
+	memcpy(host, h, (size_t)(he - h));
+	host[he - h] = 0;
+	strcpy(port, colon + 1);
+	return RS_OK;
+}
+
+rs_status rs_tcp_listen(const char *host, int port, int *fd_out, int *bound_port, rs_err *err)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
+	char ps[16];
+	int fd = -1, one = 1, rc;
+	rs_status st = RS_OK;
+
+	snprintf(ps, sizeof(ps), "%d", port);
+	if ((rc = getaddrinfo(host, ps, &hints, &ai)) != 0)
+		return rs_err_set(err, RS_EINVAL, "listen on %s:%d: %s", host, port, gai_strerror(rc));
+	SYSCHECKGOTO(fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), st, out);
+	SYSCHECKGOTO(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), st, out);
+	if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+		st = rs_err_set(err, RS_ESYS, "bind %s:%d: %s", host, port, strerror(errno));
+		goto out;
+	}
+	SYSCHECKGOTO(listen(fd, 256), st, out);
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	SYSCHECKGOTO(getsockname(fd, (struct sockaddr *)&ss, &sl), st, out);
+	*bound_port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+						   : ((struct sockaddr_in6 *)&ss)->sin6_port);
+	*fd_out = fd;
+	fd = -1;
+out:
+	if (fd >= 0)
+		close(fd);
+	freeaddrinfo(ai);
+	if (st != RS_OK && err && !err->msg[0])
+		rs_err_set(err, st, "listen on %s:%d: %s", host, port, strerror(errno));
+	return st;
+}
+
+/* Write or read exactly len bytes on a blocking-mode exchange, bounded by deadline. */
+static rs_status io_full(int fd, void *buf, size_t len, int writing, int64_t deadline)
+{
+	size_t done = 0;
+	while (done < len) {
+		struct pollfd p = {.fd = fd, .events = writing ? POLLOUT : POLLIN};
+		int rc = poll(&p, 1, left_ms(deadline));
+		if (rc < 0 && errno == EINTR)
+			continue;
+		if (rc < 0)
+			return RS_ESYS;
+		if (rc == 0)
+			return RS_ETIMEDOUT;
+		ssize_t n = writing ? send(fd, (char *)buf + done, len - done, MSG_NOSIGNAL)
+				    : recv(fd, (char *)buf + done, len - done, 0);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+			continue;
+		if (n <= 0)
+			return RS_EPEER;
+		done += (size_t)n;
+	}
+	return RS_OK;
+}
+
+static int token_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+	unsigned char diff = alen != blen;
+	for (size_t i = 0; i < alen && i < blen; i++)
+		diff |= (unsigned char)(a[i] ^ b[i]);
+	return diff == 0;
+}
+
+/* Connect to peer j and introduce ourselves, retrying while it is not up yet. */
+static rs_status connect_peer(tcp *t, const rs_tcp_config *cfg, int32_t j, int64_t deadline, rs_err *err)
+{
+	char host[256], port[16];
+	if (split_addr(cfg->addrs[j], host, sizeof(host), port, sizeof(port)) != RS_OK)
+		return rs_err_set(err, RS_EINVAL, "transport: bad address '%s' for rank %d", cfg->addrs[j], j);
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
+	int rc = getaddrinfo(host, port, &hints, &ai);
+	if (rc != 0)
+		return rs_err_set(err, RS_EINVAL, "transport: rank %d at %s: %s", j, cfg->addrs[j], gai_strerror(rc));
+	rs_status st = RS_ETIMEDOUT;
+	int last_errno = 0;
+	while (left_ms(deadline) > 0 && !atomic_load(&t->aborted)) {
+		int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			st = RS_ESYS;
+			last_errno = errno;
+			break;
+		}
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+			last_errno = errno;
+			close(fd);
+			struct timespec ts = {0, 20 * 1000000};
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		tune_socket(fd);
+		size_t tl = strlen(cfg->token);
+		hello h = {HELLO_MAGIC, PROTO_VERSION, cfg->generation, cfg->rank, cfg->world, (uint32_t)tl, 0};
+		uint32_t ack[2];
+		if ((st = io_full(fd, &h, sizeof(h), 1, deadline)) == RS_OK &&
+		    (st = io_full(fd, (void *)cfg->token, tl, 1, deadline)) == RS_OK &&
+		    (st = io_full(fd, ack, sizeof(ack), 0, deadline)) == RS_OK) {
+			if (ack[0] != ACK_MAGIC || (int32_t)ack[1] != j) {
+				close(fd);
+				st = RS_EPEER;
+				break;
+			}
+			t->fd[j] = fd;
+			break;
+		}
+		close(fd); /* refused (closed on us) or timed out */
+		break;
+	}
+	freeaddrinfo(ai);
+	if (st == RS_OK)
+		return RS_OK;
+	return rs_err_set(err, st, "transport: rank %d could not join rank %d at %s: %s%s%s", cfg->rank, j,
+			  cfg->addrs[j], st == RS_EPEER ? "refused (wrong generation or join token?)" : rs_status_str(st),
+			  last_errno ? ", last error: " : "", last_errno ? strerror(last_errno) : "");
+}
+
+/* Accept every higher rank; refuse strangers and keep waiting for the real peers. */
+static rs_status accept_peers(tcp *t, const rs_tcp_config *cfg, int lfd, int64_t deadline, rs_err *err)
+{
+	int32_t missing = cfg->world - 1 - cfg->rank;
+	char refused[160] = "";
+	while (missing > 0) {
+		struct pollfd p = {.fd = lfd, .events = POLLIN};
+		int rc = poll(&p, 1, left_ms(deadline));
+		if (rc < 0 && errno == EINTR)
+			continue;
+		if (rc < 0)
+			return rs_err_set(err, RS_ESYS, "transport: poll: %s", strerror(errno));
+		if (rc == 0 || atomic_load(&t->aborted)) {
+			int32_t first = -1;
+			for (int32_t j = cfg->rank + 1; j < cfg->world && first < 0; j++)
+				if (t->fd[j] < 0)
+					first = j;
+			return rs_err_set(err, atomic_load(&t->aborted) ? RS_EABORTED : RS_ETIMEDOUT,
+					  "transport: rank %d timed out waiting for %d peer(s), first rank %d%s%s",
+					  cfg->rank, missing, first, refused[0] ? "; " : "", refused);
+		}
+		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0)
+			continue;
+		hello h;
+		char tok[MAX_TOKEN];
+		rs_status st = io_full(fd, &h, sizeof(h), 0, deadline);
+		const char *why = NULL;
+		if (st != RS_OK)
+			why = "no handshake";
+		else if (h.magic != HELLO_MAGIC || h.version != PROTO_VERSION)
+			why = "not a rowshift transport peer";
+		else if (h.generation != cfg->generation)
+			why = "from another generation";
+		else if (h.world != cfg->world || h.rank <= cfg->rank || h.rank >= cfg->world || t->fd[h.rank] >= 0)
+			why = "unexpected rank";
+		else if (h.token_len > MAX_TOKEN || io_full(fd, tok, h.token_len, 0, deadline) != RS_OK)
+			why = "bad token length";
+		else if (!token_equal(tok, h.token_len, cfg->token, strlen(cfg->token)))
+			why = "wrong join token";
+		if (why) {
+			RS_WARN("transport: rank %d refused a connection: %s", cfg->rank, why);
+			snprintf(refused, sizeof(refused), "refused a connection: %s", why);
+			close(fd);
+			continue;
+		}
+		uint32_t ack[2] = {ACK_MAGIC, (uint32_t)cfg->rank};
+		if (io_full(fd, ack, sizeof(ack), 1, deadline) != RS_OK) {
+			close(fd);
+			continue;
+		}
+		tune_socket(fd);
+		t->fd[h.rank] = fd;
+		missing--;
+	}
+	return RS_OK;
+}
+
+/* ---- the data path ------------------------------------------------------------ */
+
+/* Send as much of the current messages as the socket takes. Returns RS_OK or a failure. */
+static rs_status pump_send(tcp *t, int32_t p, flow *f)
+{
+	while (f->cur < f->n) {
+		const rs_xfer *m = f->msgs[f->cur];
+		if (f->hdr_done < sizeof(frame)) {
+			f->hdr = (frame){FRAME_MAGIC, 0, t->seq, m->len};
+			ssize_t n = send(t->fd[p], (char *)&f->hdr + f->hdr_done, sizeof(frame) - f->hdr_done, MSG_NOSIGNAL);
+			if (n < 0)
+				goto io_error;
+			f->hdr_done += (size_t)n;
+			continue;
+		}
+		if (f->body_done < m->len) {
+			ssize_t n = send(t->fd[p], (char *)m->buf + f->body_done, m->len - f->body_done, MSG_NOSIGNAL);
+			if (n < 0)
+				goto io_error;
+			f->body_done += (size_t)n;
+			continue;
+		}
+		f->cur++;
+		f->hdr_done = f->body_done = 0;
+	}
+	return RS_OK;
+io_error:
+	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+		return RS_OK;
+	return fail(t, RS_EPEER, "transport: rank %d: sending to rank %d: %s", t->base.rank, p, strerror(errno));
+}
+
+static rs_status pump_recv(tcp *t, int32_t p, flow *f)
+{
+	ssize_t n = 0;
+	while (f->cur < f->n) {
+		const rs_xfer *m = f->msgs[f->cur];
+		if (f->hdr_done < sizeof(frame)) {
+			n = recv(t->fd[p], (char *)&f->hdr + f->hdr_done, sizeof(frame) - f->hdr_done, 0);
+			if (n <= 0)
+				goto io_end;
+			f->hdr_done += (size_t)n;
+			if (f->hdr_done == sizeof(frame) &&
+			    (f->hdr.magic != FRAME_MAGIC || f->hdr.seq != t->seq || f->hdr.len != m->len))
+				return fail(t, RS_ECORRUPT,
+					    "transport: rank %d: from rank %d: message of %llu bytes in exchange %llu, expected %zu bytes in exchange %llu",
+					    t->base.rank, p, (unsigned long long)f->hdr.len, (unsigned long long)f->hdr.seq,
+					    m->len, (unsigned long long)t->seq);
+			continue;
+		}
+		if (f->body_done < m->len) {
+			n = recv(t->fd[p], (char *)m->buf + f->body_done, m->len - f->body_done, 0);
+			if (n <= 0)
+				goto io_end;
+			f->body_done += (size_t)n;
+			continue;
+		}
+		f->cur++;
+		f->hdr_done = f->body_done = 0;
+	}
+	return RS_OK;
+io_end:
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return RS_OK;
+	return fail(t, RS_EPEER, "transport: rank %d: rank %d %s%s", t->base.rank, p, n == 0 ? "" : "failed: ",
+		    n == 0 ? "closed the connection (gone?)" : strerror(errno));
+}
+
+static rs_status tcp_exchange(rs_transport *base, const rs_xfer *sends, int nsends, const rs_xfer *recvs, int nrecvs)
+{
+	tcp *t = (tcp *)base;
+	int32_t w = base->world, me = base->rank;
+	rs_status st = RS_OK;
+
+	if (atomic_load(&t->aborted))
+		return fail(t, RS_EABORTED, "transport: aborted");
+	if (t->broken)
+		return RS_EABORTED;
+	flow *out = calloc((size_t)w, sizeof(flow)), *in = calloc((size_t)w, sizeof(flow));
+	const rs_xfer **slots = malloc(sizeof(rs_xfer *) * (size_t)(nsends + nrecvs + 1));
+	struct pollfd *pfd = malloc(sizeof(struct pollfd) * (size_t)(w + 1));
+	int32_t *pfd_peer = malloc(sizeof(int32_t) * (size_t)(w + 1));
+	if (!out || !in || !slots || !pfd || !pfd_peer) {
+		st = RS_ENOMEM;
+		goto done;
+	}
+	/* group messages by peer, keeping posting order */
+	const rs_xfer **next = slots;
+	for (int32_t p = 0; p < w; p++) {
+		out[p].msgs = next;
+		for (int i = 0; i < nsends; i++)
+			if (sends[i].peer == p)
+				out[p].msgs[out[p].n++] = &sends[i];
+		next += out[p].n;
+		in[p].msgs = next;
+		for (int i = 0; i < nrecvs; i++)
+			if (recvs[i].peer == p)
+				in[p].msgs[in[p].n++] = &recvs[i];
+		next += in[p].n;
+	}
+	for (int i = 0; i < nsends + nrecvs; i++) {
+		int32_t p = i < nsends ? sends[i].peer : recvs[i - nsends].peer;
+		if (p < 0 || p >= w) {
+			st = fail(t, RS_EINVAL, "transport: message for rank %d, world has %d", p, w);
+			goto done;
+		}
+	}
+	/* to self: copies, matched in order */
+	if (out[me].n != in[me].n) {
+		st = fail(t, RS_EINVAL, "transport: %d sends but %d receives to self", out[me].n, in[me].n);
+		goto done;
+	}
+	for (int i = 0; i < out[me].n; i++) {
+		if (out[me].msgs[i]->len != in[me].msgs[i]->len) {
+			st = fail(t, RS_EINVAL, "transport: self message %d: %zu bytes sent, %zu expected", i,
+				  out[me].msgs[i]->len, in[me].msgs[i]->len);
+			goto done;
+		}
+		memmove(in[me].msgs[i]->buf, out[me].msgs[i]->buf, out[me].msgs[i]->len);
+	}
+	out[me].cur = out[me].n;
+	in[me].cur = in[me].n;
+
+	int64_t deadline = now_ms() + t->timeout_ms;
+	for (;;) {
+		int np = 0;
+		for (int32_t p = 0; p < w; p++) {
+			short ev = (short)((out[p].cur < out[p].n ? POLLOUT : 0) | (in[p].cur < in[p].n ? POLLIN : 0));
+			if (ev) {
+				pfd[np] = (struct pollfd){.fd = t->fd[p], .events = ev};
+				pfd_peer[np++] = p;
+			}
+		}
+		if (np == 0)
+			break;
+		pfd[np] = (struct pollfd){.fd = t->wake[0], .events = POLLIN};
+		int rc = poll(pfd, (nfds_t)np + 1, left_ms(deadline));
+		if (rc < 0 && errno == EINTR)
+			continue;
+		if (rc < 0) {
+			st = fail(t, RS_ESYS, "transport: poll: %s", strerror(errno));
+			goto done;
+		}
+		if (atomic_load(&t->aborted)) {
+			st = fail(t, RS_EABORTED, "transport: aborted");
+			goto done;
+		}
+		if (rc == 0) {
+			st = fail(t, RS_ETIMEDOUT, "transport: rank %d: exchange %llu timed out after %d ms waiting for rank %d",
+				  me, (unsigned long long)t->seq, t->timeout_ms, pfd_peer[0]);
+			goto done;
+		}
+		for (int k = 0; k < np; k++) {
+			int32_t p = pfd_peer[k];
+			if (pfd[k].revents & (POLLIN | POLLHUP | POLLERR))
+				RSCHECKGOTO(pump_recv(t, p, &in[p]), st, done);
+			if (pfd[k].revents & (POLLOUT | POLLERR))
+				RSCHECKGOTO(pump_send(t, p, &out[p]), st, done);
+			if ((pfd[k].revents & (POLLHUP | POLLERR)) && in[p].cur == in[p].n && out[p].cur < out[p].n) {
+				st = fail(t, RS_EPEER, "transport: rank %d: rank %d hung up", me, p);
+				goto done;
+			}
+		}
+	}
+	t->seq++;
+done:
+	free(pfd_peer);
+	free(pfd);
+	free(slots);
+	free(in);
+	free(out);
+	return st;
+}
+
+static void tcp_abort(rs_transport *base)
+{
+	tcp *t = (tcp *)base;
+	atomic_store(&t->aborted, 1);
+	char c = 1;
+	ssize_t n = write(t->wake[1], &c, 1); /* async-signal-safe; a full pipe is already a wake-up */
+	(void)n;
+}
+
+static void tcp_destroy(rs_transport *base)
+{
+	tcp *t = (tcp *)base;
+	for (int32_t p = 0; t->fd && p < base->world; p++)
+		if (t->fd[p] >= 0)
+			close(t->fd[p]);
+	if (t->wake[0] >= 0)
+		close(t->wake[0]);
+	if (t->wake[1] >= 0)
+		close(t->wake[1]);
+	free(t->fd);
+	free(t);
+}
+
+static const rs_transport_ops tcp_ops = {
+	.name = "tcp",
+	.exchange = tcp_exchange,
+	.abort = tcp_abort,
+	.destroy = tcp_destroy,
+};
+
+rs_status rs_tcp_transport_create(const rs_tcp_config *cfg, rs_transport **out, rs_err *err)
+{
+	rs_status st = RS_OK;
+	int lfd = cfg->listen_fd;
+	*out = NULL;
+	if (cfg->world < 1 || cfg->rank < 0 || cfg->rank >= cfg->world || !cfg->addrs || !cfg->token ||
+	    strlen(cfg->token) > MAX_TOKEN) {
+		if (lfd >= 0)
+			close(lfd);
+		return rs_err_set(err, RS_EINVAL, "transport: bad config (rank %d of %d)", cfg->rank, cfg->world);
+	}
+	tcp *t = calloc(1, sizeof(*t));
+	if (!t || !(t->fd = malloc(sizeof(int) * (size_t)cfg->world))) {
+		free(t);
+		if (lfd >= 0)
+			close(lfd);
+		return RS_ENOMEM;
+	}
+	t->base = (rs_transport){.ops = &tcp_ops, .rank = cfg->rank, .world = cfg->world};
+	t->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 30000;
+	t->wake[0] = t->wake[1] = -1;
+	for (int32_t p = 0; p < cfg->world; p++)
+		t->fd[p] = -1;
+	SYSCHECKGOTO(pipe2(t->wake, O_CLOEXEC | O_NONBLOCK), st, fail_out);
+	if (lfd < 0 && cfg->rank < cfg->world - 1) {
+		char host[256], port[16];
+		int bound;
+		if (split_addr(cfg->addrs[cfg->rank], host, sizeof(host), port, sizeof(port)) != RS_OK) {
+			st = rs_err_set(err, RS_EINVAL, "transport: bad address '%s'", cfg->addrs[cfg->rank]);
+			goto fail_out;
+		}
+		RSCHECKGOTO(rs_tcp_listen(host, atoi(port), &lfd, &bound, err), st, fail_out);
+	}
+	int64_t deadline = now_ms() + t->timeout_ms;
+	for (int32_t j = 0; j < cfg->rank; j++)
+		RSCHECKGOTO(connect_peer(t, cfg, j, deadline, err), st, fail_out);
+	if (cfg->rank < cfg->world - 1)
+		RSCHECKGOTO(accept_peers(t, cfg, lfd, deadline, err), st, fail_out);
+	for (int32_t p = 0; p < cfg->world; p++)
+		if (t->fd[p] >= 0)
+			RSCHECKGOTO(set_nonblocking(t->fd[p]), st, fail_out);
+	if (lfd >= 0)
+		close(lfd);
+	*out = &t->base;
+	return RS_OK;
+fail_out:
+	if (lfd >= 0)
+		close(lfd);
+	tcp_destroy(&t->base);
+	return st;
+}
