@@ -13,6 +13,8 @@
 #ifndef RS_BATCH_H
 #define RS_BATCH_H
 
+#include "common/status.h"
+
 #include <stdint.h>
 
 #define RS_NUM_DENSE 13 /* Criteo's integer features, DLRM's bottom-MLP input */
@@ -26,6 +28,15 @@ typedef struct rs_batch {
 	int32_t **offsets;      /* nfeatures arrays of size + 1 entries, offsets[f][0] == 0 */
 	int64_t **ids;          /* nfeatures arrays of offsets[f][size] entries */
 	int64_t *ids_cap;       /* allocated capacity of ids[f] (owner's bookkeeping) */
+	int32_t cap;            /* allocated samples */
 } rs_batch;
+
+/* An empty batch for nfeatures features; rs_batch_free releases it. */
+rs_status rs_batch_init(rs_batch *b, int32_t nfeatures);
+void rs_batch_free(rs_batch *b);
+
+/* Room for `size` samples (dense, labels, offsets); ids grow with rs_batch_reserve_ids. */
+rs_status rs_batch_reserve(rs_batch *b, int32_t size);
+rs_status rs_batch_reserve_ids(rs_batch *b, int32_t feature, int64_t n);
 
 #endif
