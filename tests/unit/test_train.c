@@ -1,0 +1,311 @@
+/*
+ * test_train.c - tests worker/train.c with worker processes on loopback:
+ *   - world-size invariance: the same config trained with 1, 2, 3 and 4
+ *     workers, tables of every sharding type, ends with the same weights
+ *     (bounded relative difference) and the same loss curve;
+ *   - learning: held-out AUC climbs well above 0.5 toward the teacher's;
+ *   - a worker killed mid-training makes the others stop with an error.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "common/plan.h"
+#include "common/planner.h"
+#include "tests/unit/world_harness.h"
+#include "worker/data.h"
+#include "worker/metrics.h"
+#include "worker/train.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STEPS 30
+
+static const char *config_json =
+	"{\"tables\": ["
+	"{\"name\": \"tw\", \"rows\": 300, \"dim\": 8, \"features\": [\"a\"], \"sharding\": \"table_wise\", \"pooling_factor\": 2},"
+	"{\"name\": \"rw\", \"rows\": 2000, \"dim\": 8, \"features\": [\"b\", \"b2\"], \"sharding\": \"row_wise\", \"pooling_factor\": 3},"
+	"{\"name\": \"cw\", \"rows\": 500, \"dim\": 8, \"features\": [\"c\"], \"sharding\": \"column_wise\", \"pooling\": \"mean\", \"pooling_factor\": 4},"
+	"{\"name\": \"twrw\", \"rows\": 800, \"dim\": 8, \"features\": [\"d\"], \"sharding\": \"table_row_wise\"},"
+	"{\"name\": \"grid\", \"rows\": 900, \"dim\": 8, \"features\": [\"e\"], \"sharding\": \"grid\", \"pooling_factor\": 2},"
+	"{\"name\": \"dp\", \"rows\": 50, \"dim\": 8, \"features\": [\"f\"], \"sharding\": \"data_parallel\"},"
+	"{\"name\": \"auto\", \"rows\": 700, \"dim\": 8, \"features\": [\"g\"], \"dtype\": \"fp32\"}],"
+	"\"dense\": {\"bottom_mlp\": [16, 8], \"top_mlp\": [16], \"lr\": 0.1},"
+	"\"optimizer\": {\"type\": \"rowwise_adagrad\", \"lr\": 0.1},"
+	"\"train\": {\"global_batch\": 256, \"seed\": 5},"
+	"\"data\": {\"seed\": 3},"
+	"\"cluster\": {\"ranks_per_node\": 2}}";
+
+static rs_config *cfg;
+static rs_plan *plan;
+static char dir[64];
+static int64_t steps;
+
+static int setup(void **state)
+{
+	(void)state;
+	rs_err err = {0};
+	snprintf(dir, sizeof(dir), "/tmp/rs-test-train-%d", (int)getpid());
+	if (mkdir(dir, 0700) != 0)
+		return -1;
+	return rs_config_parse(config_json, strlen(config_json), "train.json", &cfg, &err) == RS_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd) != 0)
+		return -1;
+	rs_config_free(cfg);
+	return 0;
+}
+
+/* Train `steps` steps; dump weights and (rank 0) the loss curve. */
+static int train_body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
+{
+	rs_trainer *tr;
+	rs_err err = {0};
+	char path[128];
+	if (st != RS_OK) {
+		fprintf(stderr, "rank %d: transport: %s\n", rank, msg);
+		return 100;
+	}
+	if (rs_trainer_create(cfg, plan, t, &tr, &err) != RS_OK) {
+		fprintf(stderr, "rank %d: trainer: %s\n", rank, err.msg);
+		return 101;
+	}
+	snprintf(path, sizeof(path), "%s/w%d-loss", dir, t->world);
+	FILE *lf = rank == 0 ? fopen(path, "w") : NULL;
+	for (int64_t s = 0; s < steps; s++) {
+		rs_step_stats stats;
+		rs_status r = rs_trainer_step(tr, s, &stats);
+		if (r != RS_OK) {
+			fprintf(stderr, "rank %d step %lld: %s: %s\n", rank, (long long)s, rs_status_str(r),
+				rs_transport_error(t));
+			rs_trainer_destroy(tr);
+			return r == RS_EPEER ? 42 : 102;
+		}
+		if (lf)
+			fprintf(lf, "%.9g\n", stats.loss);
+	}
+	if (lf)
+		fclose(lf);
+	snprintf(path, sizeof(path), "%s/w%d-r%d", dir, t->world, rank);
+	int rc = rs_trainer_dump(tr, path) == RS_OK ? 0 : 103;
+	rs_trainer_destroy(tr);
+	return rc;
+}
+
+/* Every table assembled from the dumps of a world, plus the dense parameters (index ntables). */
+static float **assemble(int32_t w, size_t *dense_n)
+{
+	float **t = calloc((size_t)cfg->ntables + 1, sizeof(float *));
+	for (int i = 0; i < cfg->ntables; i++)
+		t[i] = calloc((size_t)(cfg->tables[i].rows * cfg->tables[i].dim), sizeof(float));
+	for (int32_t r = 0; r < w; r++) {
+		char path[128];
+		snprintf(path, sizeof(path), "%s/w%d-r%d", dir, w, r);
+		FILE *f = fopen(path, "rb");
+		assert_non_null(f);
+		int32_t h32[2], cols;
+		int64_t h64[2];
+		while (fread(h32, sizeof(h32), 1, f) == 1) {
+			assert_int_equal(fread(h64, sizeof(h64), 1, f), 1);
+			assert_int_equal(fread(&cols, sizeof(cols), 1, f), 1);
+			float *v = malloc(sizeof(float) * (size_t)(h64[1] * cols));
+			assert_int_equal(fread(v, sizeof(float), (size_t)(h64[1] * cols), f), (size_t)(h64[1] * cols));
+			if (h32[0] < 0) {
+				t[cfg->ntables] = v;
+				*dense_n = (size_t)cols;
+				continue;
+			}
+			int32_t dim = cfg->tables[h32[0]].dim;
+			for (int64_t row = 0; row < h64[1]; row++)
+				memcpy(t[h32[0]] + (h64[0] + row) * dim + h32[1], v + row * cols, sizeof(float) * (size_t)cols);
+			free(v);
+		}
+		fclose(f);
+	}
+	return t;
+}
+
+static double max_rel_diff(const float *a, const float *b, size_t n)
+{
+	double diff = 0, mag = 1e-30;
+	for (size_t i = 0; i < n; i++) {
+		diff = fmax(diff, fabs((double)a[i] - b[i]));
+		mag = fmax(mag, fabs((double)a[i]));
+	}
+	return diff / mag;
+}
+
+static void run(int32_t w)
+{
+	rs_world wd = rs_world_make(cfg, w, 0, 0, 0);
+	rs_err err = {0};
+	assert_int_equal(rs_planner_plan(cfg, &wd, NULL, NULL, &plan, &err), RS_OK);
+	world wo = {.n = w, .timeout_ms = 20000, .absent = -1, .bad_token = -1, .bad_generation = -1, .reap_last = -1,
+		    .body = train_body};
+	world_run(&wo);
+	for (int32_t r = 0; r < w; r++)
+		if (wo.exit_code[r] != 0)
+			fail_msg("world %d: rank %d exited %d", w, r, wo.exit_code[r]);
+	rs_plan_free(plan);
+	plan = NULL;
+}
+
+static void test_world_size_invariance(void **state)
+{
+	(void)state;
+	steps = STEPS;
+	size_t nd = 0;
+	run(1);
+	float **ref = assemble(1, &nd);
+	for (int32_t w = 2; w <= 4; w++) {
+		run(w);
+		size_t n2 = 0;
+		float **got = assemble(w, &n2);
+		assert_true(n2 == nd);
+		double worst = 0;
+		for (int i = 0; i <= cfg->ntables; i++) {
+			size_t n = i < cfg->ntables ? (size_t)(cfg->tables[i].rows * cfg->tables[i].dim) : nd;
+			double d = max_rel_diff(ref[i], got[i], n);
+			worst = fmax(worst, d);
+			if (d > 1e-5)
+				fail_msg("world %d: %s differs from 1 worker by %.3g (relative)", w,
+					 i < cfg->ntables ? cfg->tables[i].name : "dense", d);
+		}
+		/* the loss curves agree too */
+		char pa[128], pb[128];
+		snprintf(pa, sizeof(pa), "%s/w1-loss", dir);
+		snprintf(pb, sizeof(pb), "%s/w%d-loss", dir, w);
+		FILE *a = fopen(pa, "r"), *b = fopen(pb, "r");
+		double la, lb, worst_loss = 0;
+		int lines = 0;
+		while (fscanf(a, "%lf", &la) == 1 && fscanf(b, "%lf", &lb) == 1) {
+			worst_loss = fmax(worst_loss, fabs(la - lb) / la);
+			lines++;
+		}
+		fclose(a);
+		fclose(b);
+		assert_int_equal(lines, STEPS);
+		assert_true(worst_loss < 1e-5);
+		print_message("world %d vs 1: max relative weight difference %.3g, loss %.3g\n", w, worst, worst_loss);
+		for (int i = 0; i <= cfg->ntables; i++)
+			free(got[i]);
+		free(got);
+	}
+	for (int i = 0; i <= cfg->ntables; i++)
+		free(ref[i]);
+	free(ref);
+}
+
+static double learned_auc;
+
+static int learn_body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
+{
+	(void)msg;
+	rs_trainer *tr;
+	rs_err err = {0};
+	if (st != RS_OK || rs_trainer_create(cfg, plan, t, &tr, &err) != RS_OK)
+		return 100;
+	double auc0, auc, ll;
+	if (rs_trainer_evaluate(tr, 8192, &auc0, &ll) != RS_OK)
+		return 101;
+	for (int64_t s = 0; s < 300; s++)
+		if (rs_trainer_step(tr, s, NULL) != RS_OK)
+			return 102;
+	if (rs_trainer_evaluate(tr, 8192, &auc, &ll) != RS_OK)
+		return 103;
+	rs_trainer_destroy(tr);
+	if (rank == 0)
+		fprintf(stderr, "AUC before %.4f, after 300 steps %.4f (log loss %.4f)\n", auc0, auc, ll);
+	return auc > 0.68 && auc > auc0 + 0.1 ? 0 : 50;
+}
+
+static void test_learns_toward_the_teacher(void **state)
+{
+	(void)state;
+	rs_data *d;
+	rs_err err = {0};
+	assert_int_equal(rs_data_open(cfg, &d, &err), RS_OK);
+	rs_batch b;
+	assert_int_equal(rs_batch_init(&b, d->nfeatures), RS_OK);
+	assert_int_equal(rs_data_fill(d, RS_EVAL_BASE, 8192, &b), RS_OK);
+	float *p = malloc(sizeof(float) * 8192);
+	for (int i = 0; i < 8192; i++)
+		p[i] = (float)d->ops->teacher_prob(d, RS_EVAL_BASE + i);
+	double teacher = rs_auc(p, b.labels, 8192);
+	print_message("teacher AUC (the ceiling): %.4f\n", teacher);
+	free(p);
+	rs_batch_free(&b);
+	rs_data_close(d);
+	rs_world wd = rs_world_make(cfg, 2, 0, 0, 0);
+	assert_int_equal(rs_planner_plan(cfg, &wd, NULL, NULL, &plan, &err), RS_OK);
+	world wo = {.n = 2, .timeout_ms = 20000, .absent = -1, .bad_token = -1, .bad_generation = -1, .reap_last = -1,
+		    .body = learn_body};
+	world_run(&wo);
+	rs_plan_free(plan);
+	plan = NULL;
+	assert_int_equal(wo.exit_code[0], 0);
+	assert_int_equal(wo.exit_code[1], 0);
+	(void)learned_auc;
+}
+
+static int dying_body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
+{
+	(void)msg;
+	rs_trainer *tr;
+	rs_err err = {0};
+	if (st != RS_OK || rs_trainer_create(cfg, plan, t, &tr, &err) != RS_OK)
+		return 100;
+	for (int64_t s = 0; s < 1000; s++) {
+		if (rank == 2 && s == 5)
+			raise(SIGKILL);
+		rs_status r = rs_trainer_step(tr, s, NULL);
+		if (r != RS_OK) {
+			fprintf(stderr, "rank %d stopped at step %lld: %s\n", rank, (long long)s, rs_transport_error(t));
+			rs_trainer_destroy(tr);
+			return r == RS_EPEER ? 42 : 43;
+		}
+	}
+	return 44;
+}
+
+static void test_killed_worker_stops_the_others(void **state)
+{
+	(void)state;
+	rs_world wd = rs_world_make(cfg, 3, 0, 0, 0);
+	rs_err err = {0};
+	assert_int_equal(rs_planner_plan(cfg, &wd, NULL, NULL, &plan, &err), RS_OK);
+	world wo = {.n = 3, .timeout_ms = 20000, .absent = -1, .bad_token = -1, .bad_generation = -1, .reap_last = -1,
+		    .body = dying_body};
+	double t0 = world_now();
+	world_run(&wo);
+	rs_plan_free(plan);
+	plan = NULL;
+	assert_int_equal(wo.exit_code[2], -SIGKILL);
+	assert_int_equal(wo.exit_code[0], 42);
+	assert_int_equal(wo.exit_code[1], 42);
+	print_message("the others stopped %.2f s after the kill\n", world_now() - t0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_world_size_invariance),
+		cmocka_unit_test(test_learns_toward_the_teacher),
+		cmocka_unit_test(test_killed_worker_stops_the_others),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

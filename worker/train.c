@@ -1,0 +1,721 @@
+/*
+ * train.c - see train.h.
+ *
+ * Requests travel as int64 records [feature, block, sample, n, id_1..id_n],
+ * packed per owner; answers and gradients travel as `cols` floats per
+ * record, in the same order, so neither side needs to send sizes twice.
+ */
+#include "worker/train.h"
+#include "common/batch.h"
+#include "common/rng.h"
+#include "kernels/embedding.h"
+#include "worker/data.h"
+#include "worker/dense.h"
+#include "worker/metrics.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct lshard {
+	int table;
+	rs_shard s;
+	rs_emb_shard emb;
+	rs_emb_workspace ws;
+	rs_emb_grad grad;
+} lshard;
+
+/* One column block of a table: its row ranges, who owns each, which are here. */
+typedef struct block {
+	int32_t col_offset, cols;
+	int n;
+	int64_t *row_start; /* sorted */
+	int32_t *owner;
+	int32_t *local;     /* index into trainer.shards, or -1 */
+} block;
+
+typedef struct tinfo {
+	int nblocks;
+	block *blocks;
+	int dp_shard;       /* data-parallel: the local full copy, else -1 */
+} tinfo;
+
+typedef struct i64vec {
+	int64_t *v;
+	size_t n, cap;
+} i64vec;
+
+typedef struct fvec {
+	float *v;
+	size_t n, cap;
+} fvec;
+
+/* A request this rank sent: where its answer goes. */
+typedef struct sent {
+	int32_t f, c, i, cols;
+} sent;
+
+typedef struct sentvec {
+	sent *v;
+	size_t n, cap;
+} sentvec;
+
+struct rs_trainer {
+	const rs_config *cfg;
+	const rs_plan *plan;
+	rs_transport *t;
+	int32_t rank, world;
+	lshard *shards;
+	int nshards;
+	tinfo *tables;
+	int32_t nfeat, emb_width;
+	int *feat_table;
+	int32_t *feat_off;
+	rs_data *data;
+	rs_dense *dense;
+	rs_batch batch;
+	float *pooled, *dpooled;
+	int32_t pooled_cap;
+	int64_t updates;
+	/* per peer, for the step in flight */
+	i64vec *req;
+	sentvec *sent;
+	size_t *scount, *rcount;
+	i64vec in;          /* requests received, all peers, rank order */
+	size_t *in_off;     /* per peer: start of its requests in `in` (in int64 words) */
+	fvec out;           /* answers or gradients to send */
+	fvec back;          /* answers or gradients received */
+};
+
+/* ---- growable arrays ---------------------------------------------------------- */
+
+static rs_status i64_push(i64vec *a, int64_t x)
+{
+	if (a->n == a->cap) {
+		size_t cap = a->cap ? a->cap * 2 : 256;
+		int64_t *v = realloc(a->v, sizeof(int64_t) * cap);
+		if (!v)
+			return RS_ENOMEM;
+		a->v = v;
+		a->cap = cap;
+	}
+	a->v[a->n++] = x;
+	return RS_OK;
+}
+
+static rs_status i64_reserve(i64vec *a, size_t n)
+{
+	if (n <= a->cap)
+		return RS_OK;
+	int64_t *v = realloc(a->v, sizeof(int64_t) * n);
+	if (!v)
+		return RS_ENOMEM;
+	a->v = v;
+	a->cap = n;
+	return RS_OK;
+}
+
+static rs_status f_reserve(fvec *a, size_t n)
+{
+	if (n <= a->cap)
+		return RS_OK;
+	float *v = realloc(a->v, sizeof(float) * n);
+	if (!v)
+		return RS_ENOMEM;
+	a->v = v;
+	a->cap = n;
+	return RS_OK;
+}
+
+static rs_status sent_push(sentvec *a, sent x)
+{
+	if (a->n == a->cap) {
+		size_t cap = a->cap ? a->cap * 2 : 256;
+		sent *v = realloc(a->v, sizeof(sent) * cap);
+		if (!v)
+			return RS_ENOMEM;
+		a->v = v;
+		a->cap = cap;
+	}
+	a->v[a->n++] = x;
+	return RS_OK;
+}
+
+/* ---- set-up -------------------------------------------------------------------- */
+
+/* Initial value of a cell: a function of (seed, table, global row, global column) only. */
+static float init_value(uint64_t seed, int table, int64_t row, int32_t col, int64_t rows)
+{
+	uint64_t h = rs_mix64(rs_mix64(seed * 0x9E3779B97F4A7C15ull + (uint64_t)table) ^
+			      ((uint64_t)row * 0x100000001B3ull + (uint64_t)col));
+	double u = (double)(h >> 11) / 9007199254740992.0;
+	return (float)((u * 2 - 1) / sqrt((double)rows));
+}
+
+static int cmp_shard_row(const void *a, const void *b)
+{
+	const rs_shard *x = *(const rs_shard *const *)a, *y = *(const rs_shard *const *)b;
+	if (x->col_offset != y->col_offset)
+		return x->col_offset < y->col_offset ? -1 : 1;
+	return (x->row_offset > y->row_offset) - (x->row_offset < y->row_offset);
+}
+
+static rs_status build_tables(rs_trainer *tr)
+{
+	const rs_config *cfg = tr->cfg;
+	tr->tables = calloc((size_t)cfg->ntables, sizeof(tinfo));
+	tr->shards = calloc((size_t)cfg->ntables * (size_t)tr->world + 1, sizeof(lshard));
+	if (!tr->tables || !tr->shards)
+		return RS_ENOMEM;
+	for (int t = 0; t < cfg->ntables; t++) {
+		const rs_table_plan *tp = &tr->plan->tables[t];
+		const rs_table_config *tc = &cfg->tables[t];
+		tinfo *ti = &tr->tables[t];
+		ti->dp_shard = -1;
+		/* this rank's shards */
+		for (int k = 0; k < tp->nshards; k++) {
+			const rs_shard *s = &tp->shards[k];
+			if (s->rank != tr->rank || s->replica != 0)
+				continue;
+			int si = tr->nshards;
+			if (si >= cfg->ntables * tr->world) {
+				lshard *v = realloc(tr->shards, sizeof(lshard) * (size_t)(si * 2 + 1));
+				if (!v)
+					return RS_ENOMEM;
+				tr->shards = v;
+			}
+			lshard *ls = &tr->shards[tr->nshards++];
+			*ls = (lshard){.table = t, .s = *s};
+			int64_t sf = rs_emb_state_floats(cfg->optimizer.kind, s->cols);
+			ls->emb = (rs_emb_shard){.dtype = tc->dtype, .nrows = s->rows, .dim = s->cols};
+			ls->emb.weights = malloc((size_t)s->rows * (size_t)s->cols * (size_t)rs_dtype_size(tc->dtype));
+			ls->emb.state = sf ? calloc((size_t)(s->rows * sf), sizeof(float)) : NULL;
+			if (!ls->emb.weights || (sf && !ls->emb.state))
+				return RS_ENOMEM;
+			RSCHECK(rs_emb_workspace_init(&ls->ws, s->rows));
+			for (int64_t r = 0; r < s->rows; r++)
+				for (int32_t c = 0; c < s->cols; c++)
+					rs_emb_set(ls->emb.weights, tc->dtype, r * s->cols + c,
+						   init_value(cfg->train.seed, t, s->row_offset + r, s->col_offset + c, tc->rows));
+			if (tp->sharding == RS_SHARD_DP)
+				ti->dp_shard = si;
+		}
+		if (tp->sharding == RS_SHARD_DP)
+			continue;
+		/* routing: column blocks of replica 0, row ranges sorted */
+		const rs_shard **v = malloc(sizeof(rs_shard *) * (size_t)tp->nshards);
+		int nv = 0;
+		if (!v)
+			return RS_ENOMEM;
+		for (int k = 0; k < tp->nshards; k++)
+			if (tp->shards[k].replica == 0)
+				v[nv++] = &tp->shards[k];
+		qsort(v, (size_t)nv, sizeof(*v), cmp_shard_row);
+		ti->blocks = calloc((size_t)nv, sizeof(block));
+		if (!ti->blocks) {
+			free(v);
+			return RS_ENOMEM;
+		}
+		for (int k = 0; k < nv;) {
+			int e = k;
+			while (e < nv && v[e]->col_offset == v[k]->col_offset)
+				e++;
+			block *b = &ti->blocks[ti->nblocks++];
+			b->col_offset = v[k]->col_offset;
+			b->cols = v[k]->cols;
+			b->n = e - k;
+			b->row_start = malloc(sizeof(int64_t) * (size_t)b->n);
+			b->owner = malloc(sizeof(int32_t) * (size_t)b->n);
+			b->local = malloc(sizeof(int32_t) * (size_t)b->n);
+			if (!b->row_start || !b->owner || !b->local) {
+				free(v);
+				return RS_ENOMEM;
+			}
+			for (int j = 0; j < b->n; j++) {
+				b->row_start[j] = v[k + j]->row_offset;
+				b->owner[j] = v[k + j]->rank;
+				b->local[j] = -1;
+				for (int si = 0; si < tr->nshards; si++)
+					if (tr->shards[si].table == t && tr->shards[si].s.row_offset == v[k + j]->row_offset &&
+					    tr->shards[si].s.col_offset == b->col_offset)
+						b->local[j] = si;
+			}
+			k = e;
+		}
+		free(v);
+	}
+	return RS_OK;
+}
+
+/* Index of the row range of b holding `row`. */
+static int range_of(const block *b, int64_t row)
+{
+	int lo = 0, hi = b->n - 1;
+	while (lo < hi) {
+		int mid = (lo + hi + 1) / 2;
+		if (b->row_start[mid] <= row)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+rs_status rs_trainer_create(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_trainer **out,
+			    rs_err *err)
+{
+	rs_trainer *tr = calloc(1, sizeof(*tr));
+	rs_status st;
+	*out = NULL;
+	if (!tr)
+		return RS_ENOMEM;
+	tr->cfg = cfg;
+	tr->plan = plan;
+	tr->t = t;
+	tr->rank = t->rank;
+	tr->world = t->world;
+	if (plan->world.ranks != t->world || plan->world.sharding_group != plan->world.ranks) {
+		free(tr);
+		return rs_err_set(err, RS_EINVAL, "trainer: the plan's world (%d ranks, group %d) is not the transport's (%d)",
+				  plan->world.ranks, plan->world.sharding_group, t->world);
+	}
+	for (int i = 0; i < cfg->ntables; i++)
+		if (cfg->tables[i].has_zch) {
+			free(tr);
+			return rs_err_set(err, RS_EUNSUPPORTED, "trainer: table '%s': ZCH tables are not trained yet",
+					  cfg->tables[i].name);
+		}
+	for (int i = 0; i < cfg->ntables; i++)
+		tr->nfeat += cfg->tables[i].nfeatures;
+	tr->feat_table = malloc(sizeof(int) * (size_t)tr->nfeat);
+	tr->feat_off = malloc(sizeof(int32_t) * (size_t)tr->nfeat);
+	tr->req = calloc((size_t)tr->world, sizeof(i64vec));
+	tr->sent = calloc((size_t)tr->world, sizeof(sentvec));
+	tr->scount = calloc((size_t)tr->world, sizeof(size_t));
+	tr->rcount = calloc((size_t)tr->world, sizeof(size_t));
+	tr->in_off = calloc((size_t)tr->world + 1, sizeof(size_t));
+	if (!tr->feat_table || !tr->feat_off || !tr->req || !tr->sent || !tr->scount || !tr->rcount || !tr->in_off) {
+		st = RS_ENOMEM;
+		goto fail;
+	}
+	int32_t f = 0;
+	for (int i = 0; i < cfg->ntables; i++)
+		for (int k = 0; k < cfg->tables[i].nfeatures; k++, f++) {
+			tr->feat_table[f] = i;
+			tr->feat_off[f] = tr->emb_width;
+			tr->emb_width += cfg->tables[i].dim;
+		}
+	RSCHECKGOTO(build_tables(tr), st, fail);
+	RSCHECKGOTO(rs_data_open(cfg, &tr->data, err), st, fail);
+	RSCHECKGOTO(rs_dense_create(cfg, cfg->train.seed, &tr->dense, err), st, fail);
+	RSCHECKGOTO(rs_batch_init(&tr->batch, tr->nfeat), st, fail);
+	*out = tr;
+	return RS_OK;
+fail:
+	rs_trainer_destroy(tr);
+	if (st == RS_ENOMEM)
+		rs_err_set(err, st, "trainer: out of memory");
+	return st;
+}
+
+void rs_trainer_destroy(rs_trainer *tr)
+{
+	if (!tr)
+		return;
+	for (int i = 0; i < tr->nshards; i++) {
+		free(tr->shards[i].emb.weights);
+		free(tr->shards[i].emb.state);
+		rs_emb_workspace_free(&tr->shards[i].ws);
+		rs_emb_grad_free(&tr->shards[i].grad);
+	}
+	for (int t = 0; tr->tables && t < tr->cfg->ntables; t++) {
+		for (int b = 0; b < tr->tables[t].nblocks; b++) {
+			free(tr->tables[t].blocks[b].row_start);
+			free(tr->tables[t].blocks[b].owner);
+			free(tr->tables[t].blocks[b].local);
+		}
+		free(tr->tables[t].blocks);
+	}
+	for (int32_t p = 0; tr->req && p < tr->world; p++) {
+		free(tr->req[p].v);
+		free(tr->sent[p].v);
+	}
+	free(tr->req);
+	free(tr->sent);
+	free(tr->scount);
+	free(tr->rcount);
+	free(tr->in_off);
+	free(tr->in.v);
+	free(tr->out.v);
+	free(tr->back.v);
+	free(tr->tables);
+	free(tr->shards);
+	free(tr->feat_table);
+	free(tr->feat_off);
+	free(tr->pooled);
+	free(tr->dpooled);
+	rs_batch_free(&tr->batch);
+	rs_dense_destroy(tr->dense);
+	rs_data_close(tr->data);
+	free(tr);
+}
+
+/* ---- the step ------------------------------------------------------------------- */
+
+/* Send every bag's IDs to their owners, pool, and gather the partial sums into tr->pooled. */
+static rs_status lookup(rs_trainer *tr)
+{
+	const rs_batch *b = &tr->batch;
+	int32_t n = b->size, w = tr->world;
+	int32_t *open = malloc(sizeof(int32_t) * (size_t)w);
+	int32_t *touched = malloc(sizeof(int32_t) * (size_t)w);
+	rs_status st = RS_ENOMEM;
+	if (!open || !touched)
+		goto out;
+	if (n > tr->pooled_cap) {
+		float *p = realloc(tr->pooled, sizeof(float) * (size_t)n * (size_t)tr->emb_width);
+		if (!p)
+			goto out;
+		tr->pooled = p;
+		if (!(p = realloc(tr->dpooled, sizeof(float) * (size_t)n * (size_t)tr->emb_width)))
+			goto out;
+		tr->dpooled = p;
+		tr->pooled_cap = n;
+	}
+	memset(tr->pooled, 0, sizeof(float) * (size_t)n * (size_t)tr->emb_width);
+	for (int32_t p = 0; p < w; p++) {
+		tr->req[p].n = 0;
+		tr->sent[p].n = 0;
+		open[p] = -1;
+	}
+	/* requests: one record per (feature, block, sample, owner) */
+	for (int32_t f = 0; f < tr->nfeat; f++) {
+		const tinfo *ti = &tr->tables[tr->feat_table[f]];
+		const int32_t *off = b->offsets[f];
+		const int64_t *ids = b->ids[f];
+		for (int c = 0; c < ti->nblocks; c++) {
+			const block *bl = &ti->blocks[c];
+			for (int32_t i = 0; i < n; i++) {
+				int nt = 0;
+				for (int32_t j = off[i]; j < off[i + 1]; j++) {
+					int32_t p = bl->owner[range_of(bl, ids[j])];
+					if (open[p] < 0) {
+						open[p] = (int32_t)tr->req[p].n;
+						touched[nt++] = p;
+						if (i64_push(&tr->req[p], f) || i64_push(&tr->req[p], c) ||
+						    i64_push(&tr->req[p], i) || i64_push(&tr->req[p], 0) ||
+						    sent_push(&tr->sent[p], (sent){f, c, i, bl->cols}))
+							goto out;
+					}
+					if (i64_push(&tr->req[p], ids[j]))
+						goto out;
+					tr->req[p].v[open[p] + 3]++;
+				}
+				for (int k = 0; k < nt; k++)
+					open[touched[k]] = -1;
+			}
+		}
+	}
+	for (int32_t p = 0; p < w; p++)
+		tr->scount[p] = tr->req[p].n * sizeof(int64_t);
+	RSCHECKGOTO(rs_transport_alltoall_counts(tr->t, tr->scount, tr->rcount), st, out);
+	size_t total = 0;
+	for (int32_t p = 0; p < w; p++) {
+		tr->in_off[p] = total;
+		total += tr->rcount[p] / sizeof(int64_t);
+	}
+	tr->in_off[w] = total;
+	if (i64_reserve(&tr->in, total + 1) != RS_OK)
+		goto out;
+	/* pack the requests contiguously, in rank order */
+	i64vec packed = {0};
+	size_t all = 0;
+	for (int32_t p = 0; p < w; p++)
+		all += tr->req[p].n;
+	if (i64_reserve(&packed, all + 1) != RS_OK)
+		goto out;
+	for (int32_t p = 0, o = 0; p < w; o += (int32_t)tr->req[p].n, p++)
+		memcpy(packed.v + o, tr->req[p].v, sizeof(int64_t) * tr->req[p].n);
+	st = rs_transport_alltoallv(tr->t, packed.v, tr->scount, tr->in.v, tr->rcount);
+	free(packed.v);
+	if (st != RS_OK)
+		goto out;
+	/* answer: the partial pooled sum of each record over the rows held here */
+	size_t floats = 0;
+	for (size_t q = 0; q < total;) {
+		const block *bl = &tr->tables[tr->feat_table[tr->in.v[q]]].blocks[tr->in.v[q + 1]];
+		floats += (size_t)bl->cols;
+		q += 4 + (size_t)tr->in.v[q + 3];
+	}
+	if (f_reserve(&tr->out, floats + 1) != RS_OK)
+		goto out;
+	float *o = tr->out.v;
+	for (int32_t p = 0; p < w; p++) {
+		size_t sent_bytes = 0;
+		for (size_t q = tr->in_off[p]; q < tr->in_off[p + 1];) {
+			int32_t f = (int32_t)tr->in.v[q];
+			int t = tr->feat_table[f];
+			const block *bl = &tr->tables[t].blocks[tr->in.v[q + 1]];
+			int64_t cnt = tr->in.v[q + 3];
+			memset(o, 0, sizeof(float) * (size_t)bl->cols);
+			for (int64_t j = 0; j < cnt; j++) {
+				int64_t row = tr->in.v[q + 4 + j];
+				int r = range_of(bl, row);
+				const lshard *ls = &tr->shards[bl->local[r]];
+				int64_t local = row - ls->s.row_offset;
+				for (int32_t c = 0; c < bl->cols; c++)
+					o[c] += rs_emb_get(ls->emb.weights, ls->emb.dtype, local * bl->cols + c);
+			}
+			o += bl->cols;
+			sent_bytes += sizeof(float) * (size_t)bl->cols;
+			q += 4 + (size_t)cnt;
+		}
+		tr->scount[p] = sent_bytes;
+	}
+	for (int32_t p = 0; p < w; p++)
+		tr->rcount[p] = 0;
+	for (int32_t p = 0; p < w; p++)
+		for (size_t k = 0; k < tr->sent[p].n; k++)
+			tr->rcount[p] += sizeof(float) * (size_t)tr->sent[p].v[k].cols;
+	size_t back = 0;
+	for (int32_t p = 0; p < w; p++)
+		back += tr->rcount[p] / sizeof(float);
+	if (f_reserve(&tr->back, back + 1) != RS_OK)
+		goto out;
+	RSCHECKGOTO(rs_transport_alltoallv(tr->t, tr->out.v, tr->scount, tr->back.v, tr->rcount), st, out);
+	/* add the partials into pooled, in rank order */
+	const float *in = tr->back.v;
+	for (int32_t p = 0; p < w; p++)
+		for (size_t k = 0; k < tr->sent[p].n; k++) {
+			const sent *s = &tr->sent[p].v[k];
+			const block *bl = &tr->tables[tr->feat_table[s->f]].blocks[s->c];
+			float *dst = tr->pooled + (size_t)s->i * (size_t)tr->emb_width + (size_t)(tr->feat_off[s->f] + bl->col_offset);
+			for (int32_t c = 0; c < s->cols; c++)
+				dst[c] += in[c];
+			in += s->cols;
+		}
+	/* mean pooling; data-parallel tables locally */
+	for (int32_t f = 0; f < tr->nfeat; f++) {
+		const rs_table_config *tc = &tr->cfg->tables[tr->feat_table[f]];
+		const tinfo *ti = &tr->tables[tr->feat_table[f]];
+		float *base = tr->pooled + tr->feat_off[f];
+		if (ti->dp_shard >= 0) {
+			RSCHECKGOTO(rs_emb_forward(&tr->shards[ti->dp_shard].emb, b->offsets[f], n, b->ids[f], tc->pooling,
+						   base, tr->emb_width), st, out);
+		} else if (tc->pooling == RS_POOL_MEAN) {
+			for (int32_t i = 0; i < n; i++) {
+				int32_t len = b->offsets[f][i + 1] - b->offsets[f][i];
+				for (int32_t c = 0; len > 1 && c < tc->dim; c++)
+					base[(size_t)i * (size_t)tr->emb_width + (size_t)c] /= (float)len;
+			}
+		}
+	}
+	st = RS_OK;
+out:
+	free(touched);
+	free(open);
+	return st;
+}
+
+/* Data-parallel gradients: all-reduce a dense (rows x dim + touch count) buffer, apply everywhere. */
+static rs_status dp_update(rs_trainer *tr, lshard *ls, const rs_optimizer_config *opt)
+{
+	int64_t rows = ls->emb.nrows;
+	int32_t dim = ls->emb.dim;
+	float *buf = calloc((size_t)(rows * (dim + 1)), sizeof(float));
+	rs_emb_grad all = {.rows = malloc(sizeof(int64_t) * (size_t)rows), .dim = dim, .cap = rows};
+	rs_status st = RS_ENOMEM;
+	if (!buf || !all.rows)
+		goto out;
+	for (int64_t k = 0; k < ls->grad.n; k++) {
+		int64_t r = ls->grad.rows[k];
+		memcpy(buf + r * dim, ls->grad.grad + k * dim, sizeof(float) * (size_t)dim);
+		buf[rows * dim + r] = 1;
+	}
+	rs_emb_grad_clear(&ls->ws, &ls->grad);
+	RSCHECKGOTO(rs_transport_allreduce_sum(tr->t, buf, (size_t)(rows * (dim + 1))), st, out);
+	/* rows touched anywhere, in row order; their gradients compacted in place */
+	all.grad = buf;
+	for (int64_t r = 0; r < rows; r++)
+		if (buf[rows * dim + r] > 0) {
+			memmove(buf + all.n * dim, buf + r * dim, sizeof(float) * (size_t)dim);
+			all.rows[all.n++] = r;
+		}
+	rs_emb_apply(&ls->emb, &all, opt, tr->updates);
+	st = RS_OK;
+out:
+	free(all.rows);
+	free(buf);
+	return st;
+}
+
+rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats)
+{
+	const rs_config *cfg = tr->cfg;
+	int64_t g = cfg->train.global_batch;
+	int64_t lo = g * tr->rank / tr->world, hi = g * (tr->rank + 1) / tr->world;
+	double loss = 0;
+
+	RSCHECK(rs_data_fill(tr->data, step * g + lo, (int32_t)(hi - lo), &tr->batch));
+	RSCHECK(lookup(tr));
+	int32_t n = tr->batch.size;
+	RSCHECK(rs_dense_forward_backward(tr->dense, tr->batch.dense, tr->pooled, tr->batch.labels, n, tr->dpooled,
+					  &loss));
+	/* gradients of the mean loss over the global batch */
+	float inv = 1.0f / (float)g;
+	for (size_t k = 0; k < (size_t)n * (size_t)tr->emb_width; k++)
+		tr->dpooled[k] *= inv;
+	RSCHECK(rs_transport_allreduce_sum(tr->t, rs_dense_grads(tr->dense), rs_dense_nparams(tr->dense)));
+	float l = (float)loss;
+	RSCHECK(rs_transport_allreduce_sum(tr->t, &l, 1));
+	rs_dense_sgd(tr->dense, cfg->dense.lr, inv);
+	tr->updates++;
+
+	/* embedding gradients back along the requests */
+	float *o = tr->back.v; /* reuse: same sizes as the answers, the other way */
+	for (int32_t p = 0; p < tr->world; p++)
+		for (size_t k = 0; k < tr->sent[p].n; k++) {
+			const sent *s = &tr->sent[p].v[k];
+			const rs_table_config *tc = &cfg->tables[tr->feat_table[s->f]];
+			const block *bl = &tr->tables[tr->feat_table[s->f]].blocks[s->c];
+			const float *src = tr->dpooled + (size_t)s->i * (size_t)tr->emb_width +
+					   (size_t)(tr->feat_off[s->f] + bl->col_offset);
+			int32_t len = tr->batch.offsets[s->f][s->i + 1] - tr->batch.offsets[s->f][s->i];
+			float scale = tc->pooling == RS_POOL_MEAN ? 1.0f / (float)len : 1.0f;
+			for (int32_t c = 0; c < s->cols; c++)
+				o[c] = src[c] * scale;
+			o += s->cols;
+		}
+	RSCHECK(rs_transport_alltoallv(tr->t, tr->back.v, tr->rcount, tr->out.v, tr->scount));
+	/* owners: accumulate per row (records in rank order), then one update per row */
+	const float *gin = tr->out.v;
+	for (size_t q = 0; q < tr->in_off[tr->world];) {
+		int32_t f = (int32_t)tr->in.v[q];
+		const block *bl = &tr->tables[tr->feat_table[f]].blocks[tr->in.v[q + 1]];
+		int64_t cnt = tr->in.v[q + 3];
+		for (int64_t j = 0; j < cnt; j++) {
+			int64_t row = tr->in.v[q + 4 + j];
+			lshard *ls = &tr->shards[bl->local[range_of(bl, row)]];
+			int32_t one[2] = {0, 1};
+			int64_t local = row - ls->s.row_offset;
+			RSCHECK(rs_emb_grad_accumulate(&ls->ws, &ls->grad, bl->cols, one, 1, &local, RS_POOL_SUM, gin,
+						       bl->cols));
+		}
+		gin += bl->cols;
+		q += 4 + (size_t)cnt;
+	}
+	for (int f = 0; f < tr->nfeat; f++) {
+		const tinfo *ti = &tr->tables[tr->feat_table[f]];
+		if (ti->dp_shard < 0)
+			continue;
+		lshard *ls = &tr->shards[ti->dp_shard];
+		RSCHECK(rs_emb_grad_accumulate(&ls->ws, &ls->grad, ls->emb.dim, tr->batch.offsets[f], n,
+					       tr->batch.ids[f], cfg->tables[tr->feat_table[f]].pooling,
+					       tr->dpooled + tr->feat_off[f], tr->emb_width));
+	}
+	for (int i = 0; i < tr->nshards; i++) {
+		lshard *ls = &tr->shards[i];
+		if (tr->tables[ls->table].dp_shard == i) {
+			RSCHECK(dp_update(tr, ls, &cfg->optimizer));
+		} else if (ls->grad.n) {
+			rs_emb_apply(&ls->emb, &ls->grad, &cfg->optimizer, tr->updates);
+			rs_emb_grad_clear(&ls->ws, &ls->grad);
+		}
+	}
+	if (stats)
+		*stats = (rs_step_stats){.step = step, .loss = (double)l / (double)g, .auc = -1};
+	return RS_OK;
+}
+
+rs_status rs_trainer_evaluate(rs_trainer *tr, int64_t n, double *auc, double *logloss)
+{
+	int64_t lo = n * tr->rank / tr->world, hi = n * (tr->rank + 1) / tr->world;
+	int32_t w = tr->world, m = (int32_t)(hi - lo);
+	rs_status st = RS_ENOMEM;
+	RSCHECK(rs_data_fill(tr->data, RS_EVAL_BASE + lo, m, &tr->batch));
+	RSCHECK(lookup(tr));
+	float *mine = malloc(sizeof(float) * 2 * (size_t)(m + 1)), *all = malloc(sizeof(float) * 2 * (size_t)(n + 1));
+	size_t *sc = malloc(sizeof(size_t) * (size_t)w), *rc = malloc(sizeof(size_t) * (size_t)w);
+	float *packed = NULL;
+	if (!mine || !all || !sc || !rc)
+		goto out;
+	RSCHECKGOTO(rs_dense_predict(tr->dense, tr->batch.dense, tr->pooled, m, mine), st, out);
+	memcpy(mine + m, tr->batch.labels, sizeof(float) * (size_t)m);
+	/* every rank gets every rank's (probabilities, labels) */
+	packed = malloc(sizeof(float) * 2 * (size_t)(m + 1) * (size_t)w);
+	if (!packed) {
+		st = RS_ENOMEM;
+		goto out;
+	}
+	for (int32_t p = 0; p < w; p++) {
+		memcpy(packed + (size_t)p * 2 * (size_t)m, mine, sizeof(float) * 2 * (size_t)m);
+		sc[p] = sizeof(float) * 2 * (size_t)m;
+		rc[p] = sizeof(float) * 2 * (size_t)(n * (p + 1) / w - n * p / w);
+	}
+	RSCHECKGOTO(rs_transport_alltoallv(tr->t, packed, sc, all, rc), st, out);
+	/* regroup: probabilities then labels per rank, into two arrays */
+	float *probs = malloc(sizeof(float) * (size_t)(n + 1));
+	float *labels = malloc(sizeof(float) * (size_t)(n + 1));
+	if (!probs || !labels) {
+		free(probs);
+		free(labels);
+		st = RS_ENOMEM;
+		goto out;
+	}
+	size_t o = 0, k = 0;
+	for (int32_t p = 0; p < w; p++) {
+		size_t cnt = (size_t)(n * (p + 1) / w - n * p / w);
+		memcpy(probs + k, all + o, sizeof(float) * cnt);
+		memcpy(labels + k, all + o + cnt, sizeof(float) * cnt);
+		o += 2 * cnt;
+		k += cnt;
+	}
+	*auc = rs_auc(probs, labels, (size_t)n);
+	*logloss = rs_logloss(probs, labels, (size_t)n);
+	free(probs);
+	free(labels);
+	st = RS_OK;
+out:
+	free(packed);
+	free(rc);
+	free(sc);
+	free(all);
+	free(mine);
+	return st;
+}
+
+rs_status rs_trainer_dump(const rs_trainer *tr, const char *path)
+{
+	FILE *f = fopen(path, "wb");
+	rs_status st = RS_OK;
+	if (!f)
+		return RS_EIO;
+	for (int i = 0; i < tr->nshards && st == RS_OK; i++) {
+		const lshard *ls = &tr->shards[i];
+		int32_t hdr32[2] = {ls->table, ls->s.col_offset};
+		/* record: int32 table, int32 col_offset, int64 row_offset, int64 rows, int32 cols, floats */
+		int64_t hdr64[2] = {ls->s.row_offset, ls->s.rows};
+		int32_t cols = ls->s.cols;
+		if (fwrite(hdr32, sizeof(hdr32), 1, f) != 1 || fwrite(hdr64, sizeof(hdr64), 1, f) != 1 ||
+		    fwrite(&cols, sizeof(cols), 1, f) != 1)
+			st = RS_EIO;
+		for (int64_t k = 0; st == RS_OK && k < ls->s.rows * cols; k++) {
+			float v = rs_emb_get(ls->emb.weights, ls->emb.dtype, k);
+			if (fwrite(&v, sizeof(v), 1, f) != 1)
+				st = RS_EIO;
+		}
+	}
+	if (st == RS_OK && tr->rank == 0) {
+		int32_t hdr32[2] = {-1, 0};
+		int64_t hdr64[2] = {0, 1};
+		int32_t cols = (int32_t)rs_dense_nparams(tr->dense);
+		if (fwrite(hdr32, sizeof(hdr32), 1, f) != 1 || fwrite(hdr64, sizeof(hdr64), 1, f) != 1 ||
+		    fwrite(&cols, sizeof(cols), 1, f) != 1 ||
+		    fwrite(rs_dense_params(tr->dense), sizeof(float), (size_t)cols, f) != (size_t)cols)
+			st = RS_EIO;
+	}
+	if (fclose(f) != 0)
+		st = RS_EIO;
+	return st;
+}

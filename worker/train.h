@@ -1,0 +1,63 @@
+/*
+ * train.h - one worker's part of synchronous training: its shards, the
+ * step, evaluation.
+ *
+ * A step of global batch G on a world of W ranks: rank r takes samples
+ * [step*G + r*G/W, step*G + (r+1)*G/W). For every bag, the IDs go to the
+ * ranks that own their rows (one request per column block and owner, an
+ * all-to-all), owners pool what they hold and send the partial sums back
+ * (a second all-to-all), the requester adds the partials (divided by the
+ * bag length for mean pooling); data-parallel tables are looked up locally.
+ * The dense network runs on the local samples; its gradient is all-reduced.
+ * Embedding gradients travel back along the requests (a third all-to-all)
+ * and each owner applies one fused optimizer update per distinct row;
+ * data-parallel gradients are all-reduced and applied everywhere. Losses and
+ * gradients are sums divided by G, so the result does not depend on W (up
+ * to float rounding: sums are grouped differently).
+ *
+ * Weights start from a function of (seed, table, global row, global column),
+ * so a cell has the same initial value whichever rank and shard holds it.
+ * ZCH tables are not trained here yet (RS_EUNSUPPORTED).
+ */
+#ifndef RS_TRAIN_H
+#define RS_TRAIN_H
+
+#include "common/config.h"
+#include "common/plan.h"
+#include "worker/transport.h"
+
+typedef struct rs_trainer rs_trainer;
+
+typedef struct rs_step_stats {
+	int64_t step;
+	double loss;            /* mean log loss over the global batch */
+	double auc;             /* on the evaluation samples, or -1 when not evaluated */
+} rs_step_stats;
+
+/*
+ * A trainer for `rank` of plan's world, talking over t (borrowed; its world
+ * must be the plan's). Allocates and initializes this rank's shards.
+ */
+rs_status rs_trainer_create(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_trainer **out,
+			    rs_err *err);
+void rs_trainer_destroy(rs_trainer *tr);
+
+/* Train one step (collective: every rank calls it with the same step). */
+rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats);
+
+/*
+ * AUC and mean log loss of the current model on evaluation samples
+ * [0, n) (collective). Every rank gets the same figures.
+ */
+rs_status rs_trainer_evaluate(rs_trainer *tr, int64_t n, double *auc, double *logloss);
+
+/*
+ * Write this rank's shards (fp32 values) and, on rank 0, the dense
+ * parameters to `path`: records of {int32 table (-1 for the dense
+ * parameters), int32 col_offset, int64 row_offset, int64 rows, int32 cols}
+ * followed by rows * cols floats.
+ * For tests and tools that compare models across world sizes.
+ */
+rs_status rs_trainer_dump(const rs_trainer *tr, const char *path);
+
+#endif
