@@ -1,14 +1,216 @@
 /*
- * rowshift-worker - one per pod (per GPU): holds shards, trains, moves rows.
- * Not built yet: the binary exists so the layout and build are in place.
+ * rowshift-worker - one per pod (per GPU; a CPU process in local mode):
+ * joins the coordinator with the join token, waits for its rank, the plan
+ * and its peers' addresses, connects the transport, trains, and reports
+ * progress. It exits when training is done, when the coordinator says stop,
+ * or when the coordinator goes away.
  */
+#include "common/config.h"
 #include "common/log.h"
+#include "common/param.h"
+#include "common/plan.h"
+#include "worker/control.h"
+#include "worker/train.h"
+#include "worker/transport_tcp.h"
 
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
-int main(void)
+static double now(void)
 {
-	rs_log_init("worker", -1);
-	fprintf(stderr, "rowshift-worker: not implemented yet\n");
-	return 2;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct start {
+	int64_t generation, rank, world, first_step, steps, eval_every, eval_samples;
+	json_t *peers, *plan; /* borrowed from the message */
+} start;
+
+static rs_status parse_start(json_t *msg, start *s, rs_err *err)
+{
+	json_error_t jerr;
+	const char *type;
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:I, s:o, s:o, s:I, s:I, s:I, s:I}", "type", &type,
+			   "generation", &s->generation, "rank", &s->rank, "world", &s->world, "peers", &s->peers,
+			   "plan", &s->plan, "first_step", &s->first_step, "steps", &s->steps, "eval_every",
+			   &s->eval_every, "eval_samples", &s->eval_samples) != 0)
+		return rs_err_set(err, RS_EINVAL, "start message: %s", jerr.text);
+	if (s->world < 1 || s->rank < 0 || s->rank >= s->world || !json_is_array(s->peers) ||
+	    (int64_t)json_array_size(s->peers) != s->world || s->eval_every < 0 || s->steps < s->first_step)
+		return rs_err_set(err, RS_EINVAL, "start message: inconsistent rank %lld of %lld", (long long)s->rank,
+				  (long long)s->world);
+	for (size_t i = 0; i < json_array_size(s->peers); i++)
+		if (!json_is_string(json_array_get(s->peers, i)))
+			return rs_err_set(err, RS_EINVAL, "start message: peers[%zu] is not an address", i);
+	return RS_OK;
+}
+
+static rs_status report(rs_control *c, const start *s, int64_t step, double loss, double sps, double auc)
+{
+	json_t *j = json_pack("{s:s, s:I, s:I, s:f, s:f}", "type", "progress", "rank", (json_int_t)s->rank, "step",
+			      (json_int_t)step, "loss", loss, "samples_per_s", sps);
+	if (!j)
+		return RS_ENOMEM;
+	if (auc >= 0)
+		json_object_set_new(j, "auc", json_real(auc));
+	rs_status st = rs_control_send(c, j);
+	json_decref(j);
+	return st;
+}
+
+int main(int argc, char **argv)
+{
+	const char *url = NULL, *config = NULL, *name = NULL, *host = NULL;
+	int64_t timeout_ms = 30000;
+	bool help = false;
+	rs_param params[] = {
+		RS_PARAM("--coordinator", "ROWSHIFT_COORDINATOR", RS_PARAM_STR, NULL, "URL", "the coordinator's control channel, ws://HOST:PORT", &url),
+		RS_PARAM("--config", "ROWSHIFT_CONFIG", RS_PARAM_STR, NULL, "FILE", "model config (JSON)", &config),
+		RS_PARAM("--name", "POD_NAME", RS_PARAM_STR, NULL, "NAME", "this worker's name (the pod name)", &name),
+		RS_PARAM("--host", "POD_IP", RS_PARAM_STR, "127.0.0.1", "ADDR", "address peers reach this worker's transport on", &host),
+		RS_PARAM("--timeout-ms", "ROWSHIFT_TIMEOUT_MS", RS_PARAM_INT, "30000", "MS", "bound on every wait", &timeout_ms),
+		RS_PARAM("--help", NULL, RS_PARAM_FLAG, NULL, NULL, "show this help", &help),
+	};
+	const int np = (int)(sizeof(params) / sizeof(params[0]));
+	const char *usage = "usage: rowshift-worker --coordinator ws://HOST:PORT --config FILE [--name NAME]\n"
+			    "  the join token comes from ROWSHIFT_JOIN_TOKEN";
+	rs_err err = {0};
+	const char *pos[1];
+	int npos, rc = 1;
+	char buf[64], addr[300];
+	rs_config *cfg = NULL;
+	rs_plan *plan = NULL;
+	rs_control *ctl = NULL;
+	rs_transport *t = NULL;
+	rs_trainer *tr = NULL;
+	json_t *msg = NULL;
+	int lfd = -1, port;
+	rs_status st;
+
+	if (rs_params_parse(params, np, argc, argv, 1, pos, 0, &npos, &err) != RS_OK) {
+		fprintf(stderr, "rowshift-worker: %s\n", err.msg);
+		return 2;
+	}
+	if (help) {
+		rs_params_usage(stdout, usage, params, np);
+		return 0;
+	}
+	const char *token = getenv("ROWSHIFT_JOIN_TOKEN");
+	if (!url || !config || !token || !*token) {
+		fprintf(stderr, "rowshift-worker: --coordinator, --config and ROWSHIFT_JOIN_TOKEN are required\n%s\n", usage);
+		return 2;
+	}
+	if (!name) {
+		snprintf(buf, sizeof(buf), "worker-%d", (int)getpid());
+		name = buf;
+	}
+	rs_log_init(name, -1);
+	int tmo = (int)(timeout_ms > 0 && timeout_ms < 3600000 ? timeout_ms : 30000);
+
+	RSCHECKGOTO(rs_config_load(config, &cfg, &err), st, fail);
+	RSCHECKGOTO(rs_tcp_listen(host, 0, &lfd, &port, &err), st, fail);
+	snprintf(addr, sizeof(addr), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+	RSCHECKGOTO(rs_control_connect(url, token, name, addr, tmo, &ctl, &err), st, fail);
+	RS_INFO("joined %s; transport on %s", url, addr);
+
+	/* wait for the start of a generation (or stop) */
+	start s;
+	for (;;) {
+		st = rs_control_recv(ctl, 4 * tmo, &msg);
+		if (st != RS_OK) {
+			rs_err_set(&err, st, "waiting for the start: %s", st == RS_EPEER ? "the coordinator went away" : rs_status_str(st));
+			goto fail;
+		}
+		const char *type = json_string_value(json_object_get(msg, "type"));
+		if (type && !strcmp(type, "stop")) {
+			RS_INFO("stopped by the coordinator before training");
+			rc = 0;
+			goto out;
+		}
+		if (type && !strcmp(type, "start"))
+			break;
+		RS_WARN("ignoring a '%s' message while waiting for the start", type ? type : "(untyped)");
+		json_decref(msg);
+		msg = NULL;
+	}
+	RSCHECKGOTO(parse_start(msg, &s, &err), st, fail);
+	RSCHECKGOTO(rs_plan_from_json(s.plan, cfg, "start message plan", &plan, &err), st, fail);
+	const char **addrs = malloc(sizeof(char *) * (size_t)s.world);
+	if (!addrs) {
+		st = RS_ENOMEM;
+		goto fail;
+	}
+	for (int64_t i = 0; i < s.world; i++)
+		addrs[i] = json_string_value(json_array_get(s.peers, (size_t)i));
+	rs_tcp_config tc = {.rank = (int32_t)s.rank, .world = (int32_t)s.world, .addrs = addrs, .listen_fd = lfd,
+			    .token = token, .generation = (uint64_t)s.generation, .timeout_ms = tmo};
+	st = rs_tcp_transport_create(&tc, &t, &err);
+	lfd = -1; /* the transport owns it now */
+	free(addrs);
+	if (st != RS_OK)
+		goto fail;
+	RSCHECKGOTO(rs_trainer_create(cfg, plan, t, &tr, &err), st, fail);
+	RS_INFO("rank %lld of %lld, generation %lld: training steps %lld..%lld", (long long)s.rank, (long long)s.world,
+		(long long)s.generation, (long long)s.first_step, (long long)s.steps - 1);
+
+	double t0 = now();
+	int64_t since = s.first_step;
+	for (int64_t step = s.first_step; step < s.steps; step++) {
+		rs_step_stats stats;
+		st = rs_trainer_step(tr, step, &stats);
+		if (st != RS_OK) {
+			rs_err_set(&err, st, "step %lld: %s", (long long)step, rs_transport_error(t));
+			goto fail;
+		}
+		int last = step + 1 == s.steps, eval = s.eval_every > 0 && ((step + 1) % s.eval_every == 0 || last);
+		double auc = -1, ll;
+		if (eval && (st = rs_trainer_evaluate(tr, s.eval_samples, &auc, &ll)) != RS_OK) {
+			rs_err_set(&err, st, "evaluation at step %lld: %s", (long long)step, rs_transport_error(t));
+			goto fail;
+		}
+		double t1 = now();
+		if (eval || step % 10 == 9 || last) {
+			double sps = (double)cfg->train.global_batch * (double)(step + 1 - since) / (t1 - t0);
+			RSCHECKGOTO(report(ctl, &s, step, stats.loss, sps, auc), st, fail);
+			t0 = t1;
+			since = step + 1;
+		}
+		if (rs_control_poll(ctl) != RS_OK) {
+			rs_err_set(&err, RS_EPEER, "the coordinator went away at step %lld", (long long)step);
+			st = RS_EPEER;
+			goto fail;
+		}
+	}
+	json_t *done = json_pack("{s:s, s:I, s:I}", "type", "done", "rank", (json_int_t)s.rank, "step", (json_int_t)s.steps);
+	st = done ? rs_control_send(ctl, done) : RS_ENOMEM;
+	json_decref(done);
+	if (st == RS_OK)
+		st = rs_control_flush(ctl, tmo);
+	if (st != RS_OK) {
+		rs_err_set(&err, st, "reporting the end of training");
+		goto fail;
+	}
+	RS_INFO("done");
+	rc = 0;
+	goto out;
+fail:
+	RS_ERROR("%s", err.msg[0] ? err.msg : rs_status_str(st));
+	if (t)
+		rs_transport_abort(t);
+out:
+	json_decref(msg);
+	rs_trainer_destroy(tr);
+	rs_transport_destroy(t);
+	if (lfd >= 0)
+		close(lfd);
+	rs_control_close(ctl);
+	rs_plan_free(plan);
+	rs_config_free(cfg);
+	return rc;
 }

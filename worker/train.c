@@ -9,6 +9,7 @@
 #include "common/batch.h"
 #include "common/rng.h"
 #include "kernels/embedding.h"
+#include "kernels/zch.h"
 #include "worker/data.h"
 #include "worker/dense.h"
 #include "worker/metrics.h"
@@ -39,6 +40,8 @@ typedef struct tinfo {
 	int nblocks;
 	block *blocks;
 	int dp_shard;       /* data-parallel: the local full copy, else -1 */
+	rs_zch_table *zch;  /* ZCH tables: identities of the buckets held here */
+	int64_t spb;        /* ZCH slots per bucket */
 } tinfo;
 
 typedef struct i64vec {
@@ -83,6 +86,7 @@ struct rs_trainer {
 	sentvec *sent;
 	size_t *scount, *rcount;
 	i64vec in;          /* requests received, all peers, rank order */
+	i64vec in_row;      /* per received id: the row it resolved to (a ZCH slot), -1 for none */
 	size_t *in_off;     /* per peer: start of its requests in `in` (in int64 words) */
 	fvec out;           /* answers or gradients to send */
 	fvec back;          /* answers or gradients received */
@@ -201,6 +205,13 @@ static rs_status build_tables(rs_trainer *tr)
 			if (tp->sharding == RS_SHARD_DP)
 				ti->dp_shard = si;
 		}
+		if (tc->has_zch) {
+			RSCHECK(rs_zch_create(&tc->zch, &ti->zch, NULL));
+			ti->spb = (int64_t)(tc->zch.slots / tc->zch.buckets);
+			for (int i = 0; i < tr->nshards; i++)
+				for (uint32_t b = 0; tr->shards[i].table == t && b < tr->shards[i].s.buckets; b++)
+					RSCHECK(rs_zch_add_bucket(ti->zch, tr->shards[i].s.bucket_offset + b));
+		}
 		if (tp->sharding == RS_SHARD_DP)
 			continue;
 		/* routing: column blocks of replica 0, row ranges sorted */
@@ -281,12 +292,6 @@ rs_status rs_trainer_create(const rs_config *cfg, const rs_plan *plan, rs_transp
 				  plan->world.ranks, plan->world.sharding_group, t->world);
 	}
 	for (int i = 0; i < cfg->ntables; i++)
-		if (cfg->tables[i].has_zch) {
-			free(tr);
-			return rs_err_set(err, RS_EUNSUPPORTED, "trainer: table '%s': ZCH tables are not trained yet",
-					  cfg->tables[i].name);
-		}
-	for (int i = 0; i < cfg->ntables; i++)
 		tr->nfeat += cfg->tables[i].nfeatures;
 	tr->feat_table = malloc(sizeof(int) * (size_t)tr->nfeat);
 	tr->feat_off = malloc(sizeof(int32_t) * (size_t)tr->nfeat);
@@ -336,6 +341,7 @@ void rs_trainer_destroy(rs_trainer *tr)
 			free(tr->tables[t].blocks[b].local);
 		}
 		free(tr->tables[t].blocks);
+		rs_zch_destroy(tr->tables[t].zch);
 	}
 	for (int32_t p = 0; tr->req && p < tr->world; p++) {
 		free(tr->req[p].v);
@@ -347,6 +353,7 @@ void rs_trainer_destroy(rs_trainer *tr)
 	free(tr->rcount);
 	free(tr->in_off);
 	free(tr->in.v);
+	free(tr->in_row.v);
 	free(tr->out.v);
 	free(tr->back.v);
 	free(tr->tables);
@@ -363,8 +370,41 @@ void rs_trainer_destroy(rs_trainer *tr)
 
 /* ---- the step ------------------------------------------------------------------- */
 
+/*
+ * The row of a requested id at its owner: the id itself, or for a ZCH table
+ * its slot (inserted when training; -1 for an unknown id when evaluating or
+ * an overflow). A slot given to a new id gets fresh values: a function of
+ * (seed, table, id), so that whichever slot an id lands in, it starts the same.
+ */
+static int64_t resolve(rs_trainer *tr, int t, int64_t id, int64_t step, int training)
+{
+	tinfo *ti = &tr->tables[t];
+	if (!ti->zch)
+		return id;
+	uint64_t raw = (uint64_t)id;
+	int64_t slot, fresh;
+	size_t nfresh = 0;
+	if (!training) {
+		rs_zch_find(ti->zch, &raw, 1, &slot);
+		return slot;
+	}
+	rs_zch_find_or_insert(ti->zch, &raw, 1, (uint32_t)step, &slot, &fresh, &nfresh);
+	if (nfresh && slot >= 0) {
+		const block *bl = &ti->blocks[0];
+		lshard *ls = &tr->shards[bl->local[range_of(bl, slot)]];
+		int64_t local = slot - ls->s.row_offset;
+		int64_t sf = rs_emb_state_floats(tr->cfg->optimizer.kind, ls->s.cols);
+		for (int32_t c = 0; c < ls->s.cols; c++)
+			rs_emb_set(ls->emb.weights, ls->emb.dtype, local * ls->s.cols + c,
+				   init_value(tr->cfg->train.seed, t, id, ls->s.col_offset + c, tr->cfg->tables[t].rows));
+		if (sf)
+			memset(ls->emb.state + local * sf, 0, sizeof(float) * (size_t)sf);
+	}
+	return slot;
+}
+
 /* Send every bag's IDs to their owners, pool, and gather the partial sums into tr->pooled. */
-static rs_status lookup(rs_trainer *tr)
+static rs_status lookup(rs_trainer *tr, int64_t step, int training)
 {
 	const rs_batch *b = &tr->batch;
 	int32_t n = b->size, w = tr->world;
@@ -399,7 +439,9 @@ static rs_status lookup(rs_trainer *tr)
 			for (int32_t i = 0; i < n; i++) {
 				int nt = 0;
 				for (int32_t j = off[i]; j < off[i + 1]; j++) {
-					int32_t p = bl->owner[range_of(bl, ids[j])];
+					int64_t route = ti->zch ? (int64_t)rs_zch_bucket_of((uint64_t)ids[j], rs_zch_buckets(ti->zch)) * ti->spb
+								: ids[j];
+					int32_t p = bl->owner[range_of(bl, route)];
 					if (open[p] < 0) {
 						open[p] = (int32_t)tr->req[p].n;
 						touched[nt++] = p;
@@ -426,7 +468,7 @@ static rs_status lookup(rs_trainer *tr)
 		total += tr->rcount[p] / sizeof(int64_t);
 	}
 	tr->in_off[w] = total;
-	if (i64_reserve(&tr->in, total + 1) != RS_OK)
+	if (i64_reserve(&tr->in, total + 1) != RS_OK || i64_reserve(&tr->in_row, total + 1) != RS_OK)
 		goto out;
 	/* pack the requests contiguously, in rank order */
 	i64vec packed = {0};
@@ -460,7 +502,10 @@ static rs_status lookup(rs_trainer *tr)
 			int64_t cnt = tr->in.v[q + 3];
 			memset(o, 0, sizeof(float) * (size_t)bl->cols);
 			for (int64_t j = 0; j < cnt; j++) {
-				int64_t row = tr->in.v[q + 4 + j];
+				int64_t row = resolve(tr, t, tr->in.v[q + 4 + j], step, training);
+				tr->in_row.v[q + 4 + j] = row;
+				if (row < 0)
+					continue;
 				int r = range_of(bl, row);
 				const lshard *ls = &tr->shards[bl->local[r]];
 				int64_t local = row - ls->s.row_offset;
@@ -558,7 +603,7 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats)
 	double loss = 0;
 
 	RSCHECK(rs_data_fill(tr->data, step * g + lo, (int32_t)(hi - lo), &tr->batch));
-	RSCHECK(lookup(tr));
+	RSCHECK(lookup(tr, step, 1));
 	int32_t n = tr->batch.size;
 	RSCHECK(rs_dense_forward_backward(tr->dense, tr->batch.dense, tr->pooled, tr->batch.labels, n, tr->dpooled,
 					  &loss));
@@ -595,7 +640,9 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats)
 		const block *bl = &tr->tables[tr->feat_table[f]].blocks[tr->in.v[q + 1]];
 		int64_t cnt = tr->in.v[q + 3];
 		for (int64_t j = 0; j < cnt; j++) {
-			int64_t row = tr->in.v[q + 4 + j];
+			int64_t row = tr->in_row.v[q + 4 + j];
+			if (row < 0)
+				continue;
 			lshard *ls = &tr->shards[bl->local[range_of(bl, row)]];
 			int32_t one[2] = {0, 1};
 			int64_t local = row - ls->s.row_offset;
@@ -634,7 +681,7 @@ rs_status rs_trainer_evaluate(rs_trainer *tr, int64_t n, double *auc, double *lo
 	int32_t w = tr->world, m = (int32_t)(hi - lo);
 	rs_status st = RS_ENOMEM;
 	RSCHECK(rs_data_fill(tr->data, RS_EVAL_BASE + lo, m, &tr->batch));
-	RSCHECK(lookup(tr));
+	RSCHECK(lookup(tr, 0, 0));
 	float *mine = malloc(sizeof(float) * 2 * (size_t)(m + 1)), *all = malloc(sizeof(float) * 2 * (size_t)(n + 1));
 	size_t *sc = malloc(sizeof(size_t) * (size_t)w), *rc = malloc(sizeof(size_t) * (size_t)w);
 	float *packed = NULL;

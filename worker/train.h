@@ -17,7 +17,9 @@
  *
  * Weights start from a function of (seed, table, global row, global column),
  * so a cell has the same initial value whichever rank and shard holds it.
- * ZCH tables are not trained here yet (RS_EUNSUPPORTED).
+ * ZCH tables receive raw IDs: the requester routes an ID to the owner of its
+ * bucket, the owner maps it to a slot (inserting it while training, evicting
+ * when full) and a row given to a new ID starts from a function of the ID.
  */
 #ifndef RS_TRAIN_H
 #define RS_TRAIN_H

@@ -1,0 +1,119 @@
+/*
+ * wsmsg.c - see wsmsg.h.
+ */
+#include "common/wsmsg.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void rs_wsmsg_init(rs_wsmsg *m, size_t rx_max, size_t queue_max)
+{
+	memset(m, 0, sizeof(*m));
+	m->rx_max = rx_max;
+	m->queue_max = queue_max;
+}
+
+void rs_wsmsg_free(rs_wsmsg *m)
+{
+	while (m->head) {
+		rs_wsmsg_out *o = m->head;
+		m->head = o->next;
+		free(o->buf);
+		free(o);
+	}
+	free(m->rx);
+	memset(m, 0, sizeof(*m));
+}
+
+int rs_wsmsg_rx(rs_wsmsg *m, const void *in, size_t len, int first, int final, const char **msg, size_t *msg_len)
+{
+	if (first) {
+		m->rx_len = 0;
+		m->rx_overflow = 0;
+	}
+	if (!m->rx_overflow) {
+		if (m->rx_len + len > m->rx_max) {
+			m->rx_overflow = 1;
+		} else {
+			if (m->rx_len + len + 1 > m->rx_cap) {
+				size_t cap = m->rx_cap ? m->rx_cap : 4096;
+				while (cap < m->rx_len + len + 1)
+					cap *= 2;
+				char *b = realloc(m->rx, cap);
+				if (!b) {
+					m->rx_overflow = 1;
+				} else {
+					m->rx = b;
+					m->rx_cap = cap;
+				}
+			}
+			if (!m->rx_overflow) {
+				memcpy(m->rx + m->rx_len, in, len);
+				m->rx_len += len;
+			}
+		}
+	}
+	if (!final)
+		return 0;
+	if (m->rx_overflow)
+		return -1;
+	m->rx[m->rx_len] = 0;
+	*msg = m->rx;
+	*msg_len = m->rx_len;
+	return 1;
+}
+
+rs_status rs_wsmsg_push(rs_wsmsg *m, const json_t *j)
+{
+	if (m->queued >= m->queue_max)
+		return RS_ENOSPACE;
+	size_t len = json_dumpb(j, NULL, 0, JSON_COMPACT);
+	rs_wsmsg_out *o = calloc(1, sizeof(*o));
+	if (!o || len == 0 || !(o->buf = malloc(LWS_PRE + len + 1))) {
+		free(o);
+		return RS_ENOMEM;
+	}
+	o->len = json_dumpb(j, o->buf + LWS_PRE, len, JSON_COMPACT);
+	if (m->tail)
+		m->tail->next = o;
+	else
+		m->head = o;
+	m->tail = o;
+	m->queued++;
+	return RS_OK;
+}
+
+int rs_wsmsg_write(rs_wsmsg *m, struct lws *wsi)
+{
+	rs_wsmsg_out *o = m->head;
+	if (!o)
+		return 0;
+	int n = lws_write(wsi, (unsigned char *)o->buf + LWS_PRE, o->len, LWS_WRITE_TEXT);
+	m->head = o->next;
+	if (!m->head)
+		m->tail = NULL;
+	m->queued--;
+	free(o->buf);
+	free(o);
+	if (n < 0)
+		return -1;
+	return (int)m->queued;
+}
+
+static void wake_up(lws_sorted_usec_list_t *sul)
+{
+	(void)sul; /* its only job is to end lws_service's wait */
+}
+
+void rs_ws_service(struct lws_context *ctx, int timeout_ms)
+{
+	if (timeout_ms <= 0) {
+		lws_service(ctx, -1);
+		return;
+	}
+	lws_sorted_usec_list_t sul;
+	memset(&sul, 0, sizeof(sul));
+	lws_sul_schedule(ctx, 0, &sul, wake_up, (lws_usec_t)timeout_ms * 1000);
+	lws_service(ctx, 0);
+	lws_sul_cancel(&sul);
+}

@@ -1,0 +1,56 @@
+/*
+ * wsmsg.h - whole JSON messages over one libwebsockets connection: reassembly
+ * of fragmented frames into messages (with a size limit), and a bounded
+ * queue of outgoing messages written one per WRITEABLE callback (lws allows
+ * writing only from there). Used by both ends of the control channel.
+ *
+ * Not thread-safe: owned by the thread that services the lws context.
+ */
+#ifndef RS_WSMSG_H
+#define RS_WSMSG_H
+
+#include "common/status.h"
+
+#include <jansson.h>
+#include <libwebsockets.h>
+#include <stddef.h>
+
+typedef struct rs_wsmsg_out {
+	char *buf;                 /* LWS_PRE bytes of headroom, then the message */
+	size_t len;
+	struct rs_wsmsg_out *next;
+} rs_wsmsg_out;
+
+typedef struct rs_wsmsg {
+	char *rx;                  /* the message being reassembled */
+	size_t rx_len, rx_cap, rx_max;
+	int rx_overflow;           /* the current message went past rx_max: it is dropped */
+	rs_wsmsg_out *head, *tail;
+	size_t queued, queue_max;  /* messages waiting, and the most allowed */
+} rs_wsmsg;
+
+void rs_wsmsg_init(rs_wsmsg *m, size_t rx_max, size_t queue_max);
+void rs_wsmsg_free(rs_wsmsg *m);
+
+/*
+ * Add a received fragment. Returns 1 with *msg (NUL-terminated, owned by m,
+ * valid until the next call) when a whole message is complete, 0 while more
+ * fragments are due, -1 when a complete message was over the size limit
+ * (dropped).
+ */
+int rs_wsmsg_rx(rs_wsmsg *m, const void *in, size_t len, int first, int final, const char **msg, size_t *msg_len);
+
+/* Queue j's compact JSON text for sending (steals nothing: j stays the caller's). RS_ENOSPACE when the queue is full. */
+rs_status rs_wsmsg_push(rs_wsmsg *m, const json_t *j);
+
+/* From a WRITEABLE callback: write the oldest queued message. Returns -1 on a write error, else the messages left. */
+int rs_wsmsg_write(rs_wsmsg *m, struct lws *wsi);
+
+/*
+ * Service ctx for at most timeout_ms (0: handle what is pending and return).
+ * lws 4 ignores lws_service's own timeout and may sleep until its next
+ * event; a scheduled wake-up bounds the wait.
+ */
+void rs_ws_service(struct lws_context *ctx, int timeout_ms);
+
+#endif

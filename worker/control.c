@@ -1,0 +1,231 @@
+/*
+ * control.c - see control.h.
+ */
+#include "worker/control.h"
+#include "common/log.h"
+#include "common/wsmsg.h"
+
+#include <libwebsockets.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CONTROL_MAX_MESSAGE (64u << 20)
+#define CONTROL_MAX_QUEUED 4096
+
+typedef struct inbox {
+	json_t *msg;
+	struct inbox *next;
+} inbox;
+
+struct rs_control {
+	struct lws_context *ctx;
+	struct lws *wsi;
+	rs_wsmsg io;
+	inbox *head, *tail;
+	int connected, closed;
+	char why[128];
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
+{
+	(void)user;
+	rs_control *c = lws_context_user(lws_get_context(wsi));
+	const char *msg;
+	size_t mlen;
+
+	if (!c)
+		return 0;
+	switch (reason) {
+	case LWS_CALLBACK_CLIENT_ESTABLISHED:
+		c->connected = 1;
+		if (c->io.head)
+			lws_callback_on_writable(wsi);
+		break;
+	case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
+		snprintf(c->why, sizeof(c->why), "cannot connect: %s", in ? (const char *)in : "unknown error");
+		c->closed = 1;
+		c->wsi = NULL;
+		break;
+	case LWS_CALLBACK_CLIENT_RECEIVE:
+		switch (rs_wsmsg_rx(&c->io, in, len, lws_is_first_fragment(wsi), lws_is_final_fragment(wsi), &msg, &mlen)) {
+		case 1: {
+			json_error_t jerr;
+			json_t *j = json_loadb(msg, mlen, 0, &jerr);
+			inbox *b = j && json_is_object(j) ? malloc(sizeof(*b)) : NULL;
+			if (!b) {
+				RS_WARN("control: dropped a malformed message from the coordinator");
+				json_decref(j);
+				break;
+			}
+			*b = (inbox){j, NULL};
+			if (c->tail)
+				c->tail->next = b;
+			else
+				c->head = b;
+			c->tail = b;
+			break;
+		}
+		case -1:
+			RS_WARN("control: dropped an oversized message from the coordinator");
+			break;
+		}
+		break;
+	case LWS_CALLBACK_CLIENT_WRITEABLE:
+		if (rs_wsmsg_write(&c->io, wsi) < 0)
+			return -1;
+		if (c->io.head)
+			lws_callback_on_writable(wsi);
+		break;
+	case LWS_CALLBACK_CLIENT_CLOSED:
+		snprintf(c->why, sizeof(c->why), "the coordinator closed the connection");
+		c->closed = 1;
+		c->wsi = NULL;
+		break;
+	default:
+		break;
+	}
+	return 0;
+}
+
+static struct lws_protocols protocols[] = {
+	{"rowshift-control", callback, 0, 65536, 0, NULL, 0},
+	{NULL, NULL, 0, 0, 0, NULL, 0},
+};
+
+rs_status rs_control_send(rs_control *c, const json_t *msg)
+{
+	if (c->closed)
+		return RS_EPEER;
+	rs_status st = rs_wsmsg_push(&c->io, msg);
+	if (st == RS_OK && c->connected && c->wsi)
+		lws_callback_on_writable(c->wsi);
+	return st;
+}
+
+rs_status rs_control_poll(rs_control *c)
+{
+	if (!c->closed)
+		rs_ws_service(c->ctx, 0);
+	return c->closed && !c->head ? RS_EPEER : RS_OK;
+}
+
+rs_status rs_control_recv(rs_control *c, int timeout_ms, json_t **msg)
+{
+	int64_t deadline = now_ms() + timeout_ms;
+	*msg = NULL;
+	while (!c->head) {
+		if (c->closed)
+			return RS_EPEER;
+		int64_t left = deadline - now_ms();
+		if (left <= 0)
+			return RS_ETIMEDOUT;
+		rs_ws_service(c->ctx, left > 50 ? 50 : (int)left);
+	}
+	inbox *b = c->head;
+	c->head = b->next;
+	if (!c->head)
+		c->tail = NULL;
+	*msg = b->msg;
+	free(b);
+	return RS_OK;
+}
+
+rs_status rs_control_flush(rs_control *c, int timeout_ms)
+{
+	int64_t deadline = now_ms() + timeout_ms;
+	while (c->io.head) {
+		if (c->closed)
+			return RS_EPEER;
+		if (now_ms() >= deadline)
+			return RS_ETIMEDOUT;
+		rs_ws_service(c->ctx, 20);
+	}
+	return RS_OK;
+}
+
+rs_status rs_control_connect(const char *url, const char *token, const char *worker, const char *addr,
+			     int timeout_ms, rs_control **out, rs_err *err)
+{
+	char host[256];
+	int port;
+	*out = NULL;
+	if (sscanf(url, "ws://%255[^:/]:%d", host, &port) != 2 || port <= 0 || port > 65535)
+		return rs_err_set(err, RS_EINVAL, "coordinator URL '%s' is not ws://HOST:PORT", url);
+	rs_control *c = calloc(1, sizeof(*c));
+	if (!c)
+		return RS_ENOMEM;
+	rs_wsmsg_init(&c->io, CONTROL_MAX_MESSAGE, CONTROL_MAX_QUEUED);
+	lws_set_log_level(LLL_ERR, NULL);
+	struct lws_context_creation_info info;
+	memset(&info, 0, sizeof(info));
+	info.port = CONTEXT_PORT_NO_LISTEN;
+	info.protocols = protocols;
+	info.user = c;
+	c->ctx = lws_create_context(&info);
+	if (!c->ctx) {
+		rs_control_close(c);
+		return rs_err_set(err, RS_ELWS, "control: cannot create the client context");
+	}
+	struct lws_client_connect_info ci;
+	memset(&ci, 0, sizeof(ci));
+	ci.context = c->ctx;
+	ci.address = host;
+	ci.port = port;
+	ci.path = "/";
+	ci.host = host;
+	ci.origin = host;
+	ci.protocol = "rowshift-control";
+	ci.pwsi = &c->wsi;
+	if (!lws_client_connect_via_info(&ci)) {
+		rs_control_close(c);
+		return rs_err_set(err, RS_ELWS, "control: cannot start connecting to %s", url);
+	}
+	json_t *join = json_pack("{s:s, s:s, s:s, s:s, s:I}", "type", "join", "token", token, "worker", worker,
+				 "addr", addr, "pid", (json_int_t)getpid());
+	rs_status st = join ? rs_control_send(c, join) : RS_ENOMEM;
+	json_decref(join);
+	json_t *reply = NULL;
+	if (st == RS_OK)
+		st = rs_control_recv(c, timeout_ms, &reply);
+	if (st != RS_OK) {
+		rs_err_set(err, st, "control: joining %s: %s", url, c->why[0] ? c->why : rs_status_str(st));
+		rs_control_close(c);
+		return st;
+	}
+	const char *type = json_string_value(json_object_get(reply, "type"));
+	if (!type || strcmp(type, "welcome") != 0) {
+		const char *why = json_string_value(json_object_get(reply, "reason"));
+		rs_err_set(err, RS_EINVAL, "control: %s refused the join: %s", url, why ? why : "no reason given");
+		json_decref(reply);
+		rs_control_close(c);
+		return RS_EINVAL;
+	}
+	json_decref(reply);
+	*out = c;
+	return RS_OK;
+}
+
+void rs_control_close(rs_control *c)
+{
+	if (!c)
+		return;
+	if (c->ctx)
+		lws_context_destroy(c->ctx);
+	while (c->head) {
+		inbox *b = c->head;
+		c->head = b->next;
+		json_decref(b->msg);
+		free(b);
+	}
+	rs_wsmsg_free(&c->io);
+	free(c);
+}

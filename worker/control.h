@@ -1,0 +1,39 @@
+/*
+ * control.h - the worker's end of the control channel: a libwebsockets
+ * client serviced from the worker's own thread between training steps
+ * (rs_control_poll) or while it waits for a message (rs_control_recv).
+ * Every wait is bounded; a closed connection is RS_EPEER, so a worker whose
+ * coordinator went away notices and exits.
+ */
+#ifndef RS_CONTROL_H
+#define RS_CONTROL_H
+
+#include "common/status.h"
+
+#include <jansson.h>
+
+typedef struct rs_control rs_control;
+
+/*
+ * Connect to url ("ws://host:port"), join with the token, the worker's name
+ * and its transport address, and wait for the welcome. RS_EINVAL (with the
+ * coordinator's reason) when refused, RS_ETIMEDOUT / RS_EPEER when the
+ * coordinator cannot be reached.
+ */
+rs_status rs_control_connect(const char *url, const char *token, const char *worker, const char *addr,
+			     int timeout_ms, rs_control **out, rs_err *err);
+void rs_control_close(rs_control *c);
+
+/* Queue a message (msg stays the caller's). */
+rs_status rs_control_send(rs_control *c, const json_t *msg);
+
+/* The next message (a new reference for the caller), waiting at most timeout_ms. */
+rs_status rs_control_recv(rs_control *c, int timeout_ms, json_t **msg);
+
+/* Service the connection without blocking: RS_EPEER once it closed. */
+rs_status rs_control_poll(rs_control *c);
+
+/* Wait until every queued message is written (at most timeout_ms). */
+rs_status rs_control_flush(rs_control *c, int timeout_ms);
+
+#endif
