@@ -47,7 +47,8 @@ typedef struct job {
 	member m[MAX_WORKERS];
 	int32_t joined, done;
 	int failed;
-	char why[256];
+	char why[256];          /* what the coordinator saw first */
+	char root[128];         /* a worker killed by a signal: the likely root cause */
 	FILE *log_json;
 	double last_progress;
 } job;
@@ -187,6 +188,9 @@ static void reap(job *j)
 			if (j->m[i].pid == pid) {
 				j->m[i].pid = 0;
 				int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+				if (WIFSIGNALED(status) && !j->root[0])
+					snprintf(j->root, sizeof(j->root), "%s was killed (signal %d)", j->m[i].name,
+						 WTERMSIG(status));
 				if (!j->m[i].done || !ok)
 					fail_job(j, "%s exited (%s %d) at step %lld", j->m[i].name,
 						 WIFEXITED(status) ? "status" : "signal",
@@ -312,7 +316,15 @@ int main(int argc, char **argv)
 			fail_job(&j, "no progress for %lld ms", (long long)timeout_ms);
 	}
 	if (j.failed) {
-		st = rs_err_set(&err, RS_EABORTED, "%s", j.why);
+		/* a dead worker's peers fail right after it: give the cause a moment to surface */
+		for (double until = now() + 0.5; now() < until && !j.root[0];) {
+			rs_server_service(srv, 20);
+			reap(&j);
+		}
+		if (j.root[0])
+			st = rs_err_set(&err, RS_EABORTED, "%s; first seen: %s", j.root, j.why);
+		else
+			st = rs_err_set(&err, RS_EABORTED, "%s", j.why);
 		goto fail;
 	}
 	printf("training done: %d workers, %lld steps\n", j.n, (long long)steps);

@@ -63,9 +63,10 @@ rs_status rs_dense_create(const rs_config *cfg, uint64_t seed, rs_dense **out, r
 	m->inter = d->interaction == RS_INTERACTION_AUTO ? (all_equal ? RS_INTERACTION_DOT : RS_INTERACTION_CAT)
 							 : d->interaction;
 	if (m->inter == RS_INTERACTION_DOT && !all_equal) {
+		int32_t out_width = m->bottom_out;
 		rs_dense_destroy(m);
 		return rs_err_set(err, RS_EINVAL, "%s: interaction 'dot' needs every table dim equal to the bottom MLP output (%d)",
-				  cfg->path, m->bottom_out);
+				  cfg->path, out_width);
 	}
 	m->inter_width = m->inter == RS_INTERACTION_DOT ? m->bottom_out + (m->nfeat + 1) * m->nfeat / 2
 							: m->bottom_out + m->emb_width;

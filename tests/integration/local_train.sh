@@ -1,0 +1,73 @@
+#!/bin/bash
+# local_train.sh - the coordinator's local mode end to end, with the real
+# binaries: a run trains and learns; a worker with the wrong join token is
+# refused; a killed worker stops the job with a clear error; workers exit
+# when the coordinator dies. Every wait here is bounded.
+set -u
+BUILD=${BUILD:-build}
+bin=$BUILD/bin
+tmp=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+fails=0
+check() { # check DESCRIPTION COMMAND...
+	local what=$1; shift
+	if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fails=$((fails + 1)); fi
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# 1. three workers train and the held-out AUC climbs
+timeout 120 "$bin/rowshift-coordinator" --local --workers 3 --config examples/dlrm-small.json --steps 150 \
+	--log-json "$tmp/log.json" >"$tmp/run.out" 2>"$tmp/run.err"
+rc=$?
+check "a 3-worker local run finishes" test "$rc" = 0
+check "it reports every step count it reached" grep -q '"step":150' "$tmp/log.json"
+check "the held-out AUC climbs above 0.6" python3 -c "
+import json, sys
+aucs = [json.loads(l)['auc'] for l in open('$tmp/log.json') if 'auc' in l]
+print('AUC over the run:', ' '.join('%.3f' % a for a in aucs))
+sys.exit(0 if aucs and aucs[-1] > 0.6 and aucs[-1] > aucs[0] else 1)"
+
+# 2. a worker with the wrong join token is refused
+port=$(free_port)
+# (no `timeout` wrapper in front: $! must be the coordinator itself; the trap cleans up)
+"$bin/rowshift-coordinator" --local --workers 1 --config examples/dlrm-small.json --steps 100000 \
+	--listen 127.0.0.1:$port >"$tmp/c2.out" 2>"$tmp/c2.err" &
+coord=$!
+sleep 1
+ROWSHIFT_JOIN_TOKEN=not-the-token timeout 20 "$bin/rowshift-worker" --coordinator ws://127.0.0.1:$port \
+	--config examples/dlrm-small.json --name intruder >"$tmp/intruder.out" 2>&1
+rc=$?
+check "the intruder exits with an error" test "$rc" != 0 -a "$rc" != 124
+check "it was refused for its token" grep -q "bad join token" "$tmp/intruder.out"
+check "the coordinator logged the refusal" grep -q "refused worker 'intruder'" "$tmp/c2.err"
+
+# 3. coordinator killed: its workers notice and exit
+kill -9 $coord
+wait $coord 2>/dev/null
+gone=0
+for _ in $(seq 1 100); do
+	if ! pgrep -f "[r]owshift-worker --coordinator ws://127.0.0.1:$port" >/dev/null; then gone=1; break; fi
+	sleep 0.1
+done
+check "workers exit within 10 s of the coordinator's death" test "$gone" = 1
+
+# 4. a worker killed mid-run stops the job with a clear error
+"$bin/rowshift-coordinator" --local --workers 3 --config examples/dlrm-small.json --steps 100000 \
+	>"$tmp/c4.out" 2>"$tmp/c4.err" &
+coord=$!
+for _ in $(seq 1 100); do grep -q "step " "$tmp/c4.out" && break; sleep 0.1; done
+pkill -9 -f "rowshift-worker .*--name worker-1\$"
+start=$(date +%s)
+wait $coord
+rc=$?
+took=$(( $(date +%s) - start ))
+check "the coordinator fails the job (exit $rc)" test "$rc" = 1
+check "it names the dead worker as the cause" grep -q "worker-1 was killed (signal 9)" "$tmp/c4.err"
+check "the survivors stop on their own (rc $rc after ${took}s)" test "$took" -lt 40
+sleep 0.5
+url=$(sed -n 's/.*control channel on \(ws:[^;]*\);.*/\1/p' "$tmp/c4.err")
+check "no worker of that job is left behind" bash -c "! pgrep -f '[r]owshift-worker --coordinator $url ' >/dev/null"
+
+[ "$fails" = 0 ] || { echo "--- c4.err"; cat "$tmp/c4.err"; pgrep -af rowshift; }
+echo "local_train: $fails failed"
+[ "$fails" = 0 ]
