@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -50,6 +51,7 @@ typedef struct job {
 	char why[256];          /* what the coordinator saw first */
 	char root[128];         /* a worker killed by a signal: the likely root cause */
 	FILE *log_json;
+	const char *save;       /* checkpoint directory, or NULL */
 	double last_progress;
 } job;
 
@@ -208,6 +210,8 @@ static rs_status send_start(job *j, rs_conn *c, int32_t rank, const rs_plan *pla
 				"rank", rank, "world", j->n, "peers", peers, "plan", rs_plan_to_json(plan), "first_step", 0,
 				"steps", (json_int_t)steps, "eval_every", (json_int_t)cfg->data.eval_every, "eval_samples",
 				(json_int_t)cfg->data.eval_samples);
+	if (msg && j->save)
+		json_object_set_new(msg, "save", json_string(j->save));
 	rs_status st = msg ? rs_server_send(c, msg) : RS_ENOMEM;
 	json_decref(msg);
 	return st;
@@ -215,7 +219,7 @@ static rs_status send_start(job *j, rs_conn *c, int32_t rank, const rs_plan *pla
 
 int main(int argc, char **argv)
 {
-	const char *config = NULL, *listen = "127.0.0.1:0", *log_json = NULL, *worker_bin = NULL;
+	const char *config = NULL, *listen = "127.0.0.1:0", *log_json = NULL, *worker_bin = NULL, *save = NULL;
 	int64_t workers = 2, steps = -1, timeout_ms = 60000;
 	bool local = false, help = false;
 	rs_param params[] = {
@@ -225,6 +229,7 @@ int main(int argc, char **argv)
 		RS_PARAM("--steps", "ROWSHIFT_STEPS", RS_PARAM_INT, "-1", "S", "steps to train (-1: the config's train.steps)", &steps),
 		RS_PARAM("--listen", "ROWSHIFT_LISTEN", RS_PARAM_STR, "127.0.0.1:0", "HOST:PORT", "where the control channel listens (port 0: any)", &listen),
 		RS_PARAM("--log-json", NULL, RS_PARAM_STR, NULL, "FILE", "write one JSON line per progress report", &log_json),
+		RS_PARAM("--save", "ROWSHIFT_SAVE", RS_PARAM_STR, NULL, "DIR", "write a checkpoint (safetensors) here at the end", &save),
 		RS_PARAM("--worker-bin", "ROWSHIFT_WORKER_BIN", RS_PARAM_STR, NULL, "PATH", "the worker binary (default: beside this one)", &worker_bin),
 		RS_PARAM("--timeout-ms", "ROWSHIFT_TIMEOUT_MS", RS_PARAM_INT, "60000", "MS", "longest wait for workers to join or make progress", &timeout_ms),
 		RS_PARAM("--help", NULL, RS_PARAM_FLAG, NULL, NULL, "show this help", &help),
@@ -273,6 +278,13 @@ int main(int argc, char **argv)
 	RSCHECKGOTO(rs_config_load(config, &cfg, &err), st, fail);
 	j.cfg = cfg;
 	j.n = (int32_t)workers;
+	if (save) {
+		if (mkdir(save, 0755) != 0 && errno != EEXIST) {
+			st = rs_err_set(&err, RS_EIO, "--save %s: %s", save, strerror(errno));
+			goto fail;
+		}
+		j.save = save;
+	}
 	if (steps < 0)
 		steps = cfg->train.steps;
 	if (log_json && !(j.log_json = fopen(log_json, "w"))) {

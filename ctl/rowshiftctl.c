@@ -4,6 +4,7 @@
  *            incrementally from a previous plan) and print it
  * Later issues add scale, status and checkpoint.
  */
+#include "common/checkpoint.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/param.h"
@@ -247,11 +248,68 @@ out:
 	return rc;
 }
 
+/* rowshiftctl checkpoint diff A B [--json] [--max-rel X] */
+static int cmd_checkpoint(int argc, char **argv)
+{
+	bool json = false, help = false;
+	const char *max_rel_s = NULL;
+	rs_param params[] = {
+		RS_PARAM("--json", NULL, RS_PARAM_FLAG, NULL, NULL, "print the result as JSON", &json),
+		RS_PARAM("--max-rel", NULL, RS_PARAM_STR, NULL, "X", "fail (exit 1) when the relative difference exceeds X", &max_rel_s),
+		RS_PARAM("--help", NULL, RS_PARAM_FLAG, NULL, NULL, "show this help", &help),
+	};
+	const int np = (int)(sizeof(params) / sizeof(params[0]));
+	const char *usage = "usage: rowshiftctl checkpoint diff DIR_A DIR_B [--json] [--max-rel X]";
+	const char *pos[3];
+	int npos;
+	rs_err err = {0};
+	if (rs_params_parse(params, np, argc, argv, 2, pos, 3, &npos, &err) != RS_OK) {
+		fprintf(stderr, "rowshiftctl checkpoint: %s\n", err.msg);
+		return 2;
+	}
+	if (help) {
+		rs_params_usage(stdout, usage, params, np);
+		return 0;
+	}
+	if (npos != 3 || strcmp(pos[0], "diff") != 0) {
+		fprintf(stderr, "%s\n", usage);
+		return 2;
+	}
+	json_t *res;
+	if (rs_checkpoint_diff(pos[1], pos[2], &res, &err) != RS_OK) {
+		fprintf(stderr, "rowshiftctl checkpoint diff: %s\n", err.msg);
+		return 1;
+	}
+	double max_rel = json_real_value(json_object_get(res, "max_rel"));
+	if (json) {
+		json_dumpf(res, stdout, JSON_INDENT(1) | JSON_REAL_PRECISION(6));
+		putchar('\n');
+	} else {
+		const char *name;
+		json_t *t;
+		printf("%-24s %14s %14s\n", "table", "max_abs", "max_rel");
+		json_object_foreach(json_object_get(res, "tables"), name, t)
+			printf("%-24s %14.6g %14.6g\n", name, json_real_value(json_object_get(t, "max_abs")),
+			       json_real_value(json_object_get(t, "max_rel")));
+		printf("%-24s %14.6g %14.6g\n", "overall", json_real_value(json_object_get(res, "max_abs")), max_rel);
+	}
+	json_decref(res);
+	if (max_rel_s) {
+		double limit = atof(max_rel_s);
+		if (!(max_rel <= limit)) {
+			fprintf(stderr, "rowshiftctl checkpoint diff: relative difference %.3g exceeds %s\n", max_rel, max_rel_s);
+			return 1;
+		}
+	}
+	return 0;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: rowshiftctl COMMAND [options]\n\n"
 		   "commands:\n"
-		   "  plan    compute a sharding plan (rowshiftctl plan --help)\n");
+		   "  plan        compute a sharding plan (rowshiftctl plan --help)\n"
+		   "  checkpoint  compare checkpoints: rowshiftctl checkpoint diff A B [--json]\n");
 }
 
 int main(int argc, char **argv)
@@ -263,6 +321,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "plan"))
 		return cmd_plan(argc, argv);
+	if (!strcmp(argv[1], "checkpoint"))
+		return cmd_checkpoint(argc, argv);
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
 		usage(stdout);
 		return 0;

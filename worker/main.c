@@ -30,16 +30,18 @@ static double now(void)
 typedef struct start {
 	int64_t generation, rank, world, first_step, steps, eval_every, eval_samples;
 	json_t *peers, *plan; /* borrowed from the message */
+	const char *save;     /* checkpoint directory at the end, or NULL */
 } start;
 
 static rs_status parse_start(json_t *msg, start *s, rs_err *err)
 {
 	json_error_t jerr;
 	const char *type;
-	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:I, s:o, s:o, s:I, s:I, s:I, s:I}", "type", &type,
-			   "generation", &s->generation, "rank", &s->rank, "world", &s->world, "peers", &s->peers,
+	s->save = NULL;
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:I, s:o, s:o, s:I, s:I, s:I, s:I, s?s}", "type",
+			   &type, "generation", &s->generation, "rank", &s->rank, "world", &s->world, "peers", &s->peers,
 			   "plan", &s->plan, "first_step", &s->first_step, "steps", &s->steps, "eval_every",
-			   &s->eval_every, "eval_samples", &s->eval_samples) != 0)
+			   &s->eval_every, "eval_samples", &s->eval_samples, "save", &s->save) != 0)
 		return rs_err_set(err, RS_EINVAL, "start message: %s", jerr.text);
 	if (s->world < 1 || s->rank < 0 || s->rank >= s->world || !json_is_array(s->peers) ||
 	    (int64_t)json_array_size(s->peers) != s->world || s->eval_every < 0 || s->steps < s->first_step)
@@ -186,6 +188,10 @@ int main(int argc, char **argv)
 			st = RS_EPEER;
 			goto fail;
 		}
+	}
+	if (s.save) {
+		RSCHECKGOTO(rs_trainer_save(tr, s.save, s.steps, &err), st, fail);
+		RS_INFO("checkpoint written to %s", s.save);
 	}
 	json_t *done = json_pack("{s:s, s:I, s:I}", "type", "done", "rank", (json_int_t)s.rank, "step", (json_int_t)s.steps);
 	st = done ? rs_control_send(ctl, done) : RS_ENOMEM;

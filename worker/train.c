@@ -7,6 +7,8 @@
  */
 #include "worker/train.h"
 #include "common/batch.h"
+#include "common/checkpoint.h"
+#include "common/safetensors.h"
 #include "common/rng.h"
 #include "kernels/embedding.h"
 #include "kernels/zch.h"
@@ -765,4 +767,93 @@ rs_status rs_trainer_dump(const rs_trainer *tr, const char *path)
 	if (fclose(f) != 0)
 		st = RS_EIO;
 	return st;
+}
+
+/* ---- checkpoints -------------------------------------------------------------------- */
+
+static rs_st_dtype st_dtype(rs_dtype d)
+{
+	return d == RS_DTYPE_FP16 ? RS_ST_F16 : d == RS_DTYPE_BF16 ? RS_ST_BF16 : RS_ST_F32;
+}
+
+static rs_status save_shard(const rs_trainer *tr, const lshard *ls, const char *dir, rs_err *err)
+{
+	const rs_config *cfg = tr->cfg;
+	const rs_table_config *tc = &cfg->tables[ls->table];
+	const tinfo *ti = &tr->tables[ls->table];
+	int64_t rows = ls->s.rows, cols = ls->s.cols;
+	rs_st_tensor_in t[4];
+	int n = 0;
+	float *m = NULL, *v = NULL;
+	int64_t *ids = NULL;
+	rs_status st = RS_ENOMEM;
+	char file[512], path[4096];
+
+	t[n++] = (rs_st_tensor_in){"weight", st_dtype(tc->dtype), 2, {rows, cols}, ls->emb.weights};
+	if (cfg->optimizer.kind == RS_OPT_ROWWISE_ADAGRAD) {
+		t[n++] = (rs_st_tensor_in){"momentum1", RS_ST_F32, 1, {rows}, ls->emb.state};
+	} else if (cfg->optimizer.kind == RS_OPT_ADAM) {
+		/* the state interleaves m and v per row; the file keeps them apart, as PyTorch names them */
+		m = malloc(sizeof(float) * (size_t)(rows * cols + 1));
+		v = malloc(sizeof(float) * (size_t)(rows * cols + 1));
+		if (!m || !v)
+			goto out;
+		for (int64_t r = 0; r < rows; r++) {
+			memcpy(m + r * cols, ls->emb.state + r * 2 * cols, sizeof(float) * (size_t)cols);
+			memcpy(v + r * cols, ls->emb.state + r * 2 * cols + cols, sizeof(float) * (size_t)cols);
+		}
+		t[n++] = (rs_st_tensor_in){"exp_avg", RS_ST_F32, 2, {rows, cols}, m};
+		t[n++] = (rs_st_tensor_in){"exp_avg_sq", RS_ST_F32, 2, {rows, cols}, v};
+	}
+	if (ti->zch) {
+		ids = malloc(sizeof(int64_t) * (size_t)(rows + 1));
+		if (!ids)
+			goto out;
+		for (int64_t r = 0; r < rows; r++) {
+			int live;
+			uint64_t id = rs_zch_slot_id(ti->zch, ls->s.row_offset + r, &live);
+			ids[r] = live ? (int64_t)id : -1;
+		}
+		t[n++] = (rs_st_tensor_in){"zch_ids", RS_ST_I64, 1, {rows}, ids};
+	}
+	json_t *meta = json_pack("{s:s, s:s, s:s, s:s}", "table", tc->name, "sharding",
+				 rs_sharding_name(tr->plan->tables[ls->table].sharding), "row_offset", "", "col_offset", "");
+	if (!meta)
+		goto out;
+	char buf[32];
+	snprintf(buf, sizeof(buf), "%lld", (long long)ls->s.row_offset);
+	json_object_set_new(meta, "row_offset", json_string(buf));
+	snprintf(buf, sizeof(buf), "%d", ls->s.col_offset);
+	json_object_set_new(meta, "col_offset", json_string(buf));
+	rs_checkpoint_shard_file(tc, &ls->s, file, sizeof(file));
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	st = rs_st_write(path, t, n, meta, err);
+	json_decref(meta);
+out:
+	free(ids);
+	free(v);
+	free(m);
+	return st;
+}
+
+rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err *err)
+{
+	rs_status st = RS_OK;
+	for (int i = 0; i < tr->nshards && st == RS_OK; i++) {
+		const lshard *ls = &tr->shards[i];
+		if (tr->tables[ls->table].dp_shard == i && tr->rank != 0)
+			continue; /* one copy of a data-parallel table is enough */
+		st = save_shard(tr, ls, dir, err);
+	}
+	if (st == RS_OK && tr->rank == 0) {
+		char path[4096];
+		rs_st_tensor_in d = {"params", RS_ST_F32, 1, {(int64_t)rs_dense_nparams(tr->dense)}, rs_dense_params(tr->dense)};
+		snprintf(path, sizeof(path), "%s/dense.safetensors", dir);
+		st = rs_st_write(path, &d, 1, NULL, err);
+		if (st == RS_OK)
+			st = rs_checkpoint_write_index(dir, tr->cfg, tr->plan, step, rs_dense_nparams(tr->dense), err);
+	}
+	/* everyone's files exist before anyone reports the checkpoint done */
+	rs_status bst = rs_transport_barrier(tr->t);
+	return st != RS_OK ? st : bst;
 }

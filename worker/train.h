@@ -62,4 +62,11 @@ rs_status rs_trainer_evaluate(rs_trainer *tr, int64_t n, double *auc, double *lo
  */
 rs_status rs_trainer_dump(const rs_trainer *tr, const char *path);
 
+/*
+ * Write a checkpoint of the current model into the existing directory `dir`
+ * (see common/checkpoint.h): this rank's shards, and on rank 0 the dense
+ * network and the index. Collective: returns once every rank has written.
+ */
+rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err *err);
+
 #endif
