@@ -160,7 +160,7 @@ fuzz: fuzz-build
 	@BUILD=$(BUILD) bash tests/run.sh --summary
 
 bench: all
-	@BUILD=$(BUILD) bash tests/bench/run.sh $(BENCH_BINS)
+	@BUILD=$(BUILD) bash tests/bench/run.sh $(BENCH_BINS) $(wildcard tests/bench/bench_*.sh)
 
 test-gpu: all
 	@rm -f $(BUILD)/test-results

@@ -24,6 +24,7 @@
 #define POOL 20
 
 static int wrong;
+static const char *torch_python; /* a python3 that imports torch (Debian's python3-torch lives in /usr/bin/python3) */
 
 static double now(void)
 {
@@ -56,7 +57,7 @@ static double stream_copy_gbs(void)
 static double torch_seconds(int32_t dim, int iters)
 {
 	char cmd[512];
-	snprintf(cmd, sizeof(cmd), "python3 tests/bench/torch_embedding_bag.py %d %d %d %d %d 2>/dev/null",
+	snprintf(cmd, sizeof(cmd), "%s tests/bench/torch_embedding_bag.py %d %d %d %d %d 2>/dev/null", torch_python,
 		 NROWS, dim, BATCH, POOL, iters);
 	FILE *p = popen(cmd, "r");
 	double s = -1;
@@ -143,7 +144,16 @@ static void bench_dim(int32_t dim, int iters, double mem_gbs, int have_torch)
 int main(int argc, char **argv)
 {
 	int quick = argc > 1 && !strcmp(argv[1], "--quick");
-	int have_torch = system("python3 -c 'import torch' >/dev/null 2>&1") == 0;
+	static const char *const pythons[] = {"/usr/bin/python3", "python3"};
+	int have_torch = 0;
+	for (size_t i = 0; i < 2 && !have_torch; i++) {
+		char probe[256];
+		snprintf(probe, sizeof(probe), "%s -c 'import torch' >/dev/null 2>&1", pythons[i]);
+		if (system(probe) == 0) {
+			torch_python = pythons[i];
+			have_torch = 1;
+		}
+	}
 	double mem = stream_copy_gbs();
 	int32_t dims[] = {16, 64, 128};
 	for (int i = 0; i < 3; i++)

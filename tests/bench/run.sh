@@ -8,9 +8,12 @@ BUILD=${BUILD:-build}
 mkdir -p "$BUILD/bench"
 failed=0
 for b in "$@"; do
-	name=$(basename "$b")
+	name=$(basename "$b" .sh)
 	echo "== $name"
-	"$b" ${BENCH_ARGS:-} 2>&1 | tee "$BUILD/bench/$name.txt"
+	case $b in
+	*.sh) BUILD=$BUILD bash "$b" ${BENCH_ARGS:-} 2>&1 | tee "$BUILD/bench/$name.txt" ;;
+	*) "$b" ${BENCH_ARGS:-} 2>&1 | tee "$BUILD/bench/$name.txt" ;;
+	esac
 	rc=${PIPESTATUS[0]}
 	if [ "$rc" = 77 ]; then echo "SKIP $name"; continue; fi
 	[ "$rc" = 0 ] || { echo "FAIL $name: exit $rc (wrong results)"; failed=$((failed + 1)); }

@@ -27,7 +27,22 @@ aucs = [json.loads(l)['auc'] for l in open('$tmp/log.json') if 'auc' in l]
 print('AUC over the run:', ' '.join('%.3f' % a for a in aucs))
 sys.exit(0 if aucs and aucs[-1] > 0.6 and aucs[-1] > aucs[0] else 1)"
 
-# 2. a worker with the wrong join token is refused
+# 2. checkpoints: 1 and 3 workers reach the same model; the files are plain safetensors
+for w in 1 3; do
+	timeout 120 "$bin/rowshift-coordinator" --local --workers $w --config examples/dlrm-small.json --steps 40 \
+		--save "$tmp/ckpt$w" >"$tmp/save$w.out" 2>&1
+	check "a $w-worker run saves a checkpoint" test -f "$tmp/ckpt$w/index.json"
+done
+check "1 and 3 workers end with the same weights (max_rel <= 1e-5)" \
+	"$bin/rowshiftctl" checkpoint diff "$tmp/ckpt1" "$tmp/ckpt3" --max-rel 1e-5
+check "every checkpoint file reads as safetensors in Python" bash -c \
+	"for f in $tmp/ckpt3/*.safetensors; do python3 tests/integration/safetensors_check.py \$f >/dev/null || exit 1; done"
+sed 's/"rows": 1000,/"rows": 999,/' examples/dlrm-small.json > "$tmp/other.json"
+timeout 60 "$bin/rowshift-coordinator" --local --workers 1 --config "$tmp/other.json" --steps 2 --save "$tmp/ckpt_other" >/dev/null 2>&1
+"$bin/rowshiftctl" checkpoint diff "$tmp/ckpt1" "$tmp/ckpt_other" >"$tmp/diff_other.out" 2>&1
+check "checkpoints of different shapes are refused, naming the table" grep -q "table 'category'" "$tmp/diff_other.out"
+
+# 3. a worker with the wrong join token is refused
 port=$(free_port)
 # (no `timeout` wrapper in front: $! must be the coordinator itself; the trap cleans up)
 "$bin/rowshift-coordinator" --local --workers 1 --config examples/dlrm-small.json --steps 100000 \
@@ -41,7 +56,7 @@ check "the intruder exits with an error" test "$rc" != 0 -a "$rc" != 124
 check "it was refused for its token" grep -q "bad join token" "$tmp/intruder.out"
 check "the coordinator logged the refusal" grep -q "refused worker 'intruder'" "$tmp/c2.err"
 
-# 3. coordinator killed: its workers notice and exit
+# 4. coordinator killed: its workers notice and exit
 kill -9 $coord
 wait $coord 2>/dev/null
 gone=0
@@ -51,7 +66,7 @@ for _ in $(seq 1 100); do
 done
 check "workers exit within 10 s of the coordinator's death" test "$gone" = 1
 
-# 4. a worker killed mid-run stops the job with a clear error
+# 5. a worker killed mid-run stops the job with a clear error
 "$bin/rowshift-coordinator" --local --workers 3 --config examples/dlrm-small.json --steps 100000 \
 	>"$tmp/c4.out" 2>"$tmp/c4.err" &
 coord=$!
