@@ -5,25 +5,19 @@
  * a diff costs O(shards log shards) per table.
  */
 #include "common/plandiff.h"
+#include "common/grow.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct move_vec {
 	rs_move *v;
-	int n, cap;
+	size_t n, cap;
 } move_vec;
 
 static rs_status push_move(move_vec *mv, rs_move m)
 {
-	if (mv->n == mv->cap) {
-		int cap = mv->cap ? mv->cap * 2 : 16;
-		rs_move *v = realloc(mv->v, sizeof(*v) * (size_t)cap);
-		if (!v)
-			return RS_ENOMEM;
-		mv->v = v;
-		mv->cap = cap;
-	}
+	RSCHECK(rs_grow(&mv->v, &mv->cap, mv->n + 1, sizeof(*mv->v)));
 	mv->v[mv->n++] = m;
 	return RS_OK;
 }
@@ -181,7 +175,7 @@ rs_status rs_plan_diff(const rs_config *cfg, const rs_plan *old, const rs_plan *
 	if (mv.n > 1)
 		qsort(mv.v, (size_t)mv.n, sizeof(rs_move), cmp_move);
 	*moves = mv.v;
-	*nmoves = mv.n;
+	*nmoves = (int)mv.n;
 	return RS_OK;
 }
 

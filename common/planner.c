@@ -26,6 +26,7 @@
  */
 #include "common/planner.h"
 #include "common/buckets.h"
+#include "common/grow.h"
 #include "common/plandiff.h"
 
 #include <math.h>
@@ -49,7 +50,7 @@ typedef struct range {
 
 typedef struct shard_vec {
 	rs_shard *v;
-	int n, cap;
+	size_t n, cap;
 } shard_vec;
 
 /* A placement unit for step 4: a TW table, one CW block, or a co-location group. */
@@ -80,9 +81,11 @@ typedef struct planner {
 	uint64_t *mem;
 	double *fixed;          /* load from steps 2 and 3 (not movable by step 4) */
 	item *items;
-	int nitems, cap_items;
+	int nitems;
+	size_t cap_items;
 	int *members;           /* table indices, grouped per item */
-	int nmembers, cap_members;
+	int nmembers;
+	size_t cap_members;
 	int *head;              /* per logical rank: first item, -1 */
 	rs_err *err;
 } planner;
@@ -91,14 +94,7 @@ typedef struct planner {
 
 static rs_status push_shard(shard_vec *sv, rs_shard s)
 {
-	if (sv->n == sv->cap) {
-		int cap = sv->cap ? sv->cap * 2 : 4;
-		rs_shard *v = realloc(sv->v, sizeof(*v) * (size_t)cap);
-		if (!v)
-			return RS_ENOMEM;
-		sv->v = v;
-		sv->cap = cap;
-	}
+	RSCHECK(rs_grow(&sv->v, &sv->cap, sv->n + 1, sizeof(*sv->v)));
 	sv->v[sv->n++] = s;
 	return RS_OK;
 }
@@ -649,28 +645,14 @@ out:
 
 static rs_status add_item(planner *p, item it)
 {
-	if (p->nitems == p->cap_items) {
-		int cap = p->cap_items ? p->cap_items * 2 : 64;
-		item *v = realloc(p->items, sizeof(item) * (size_t)cap);
-		if (!v)
-			return RS_ENOMEM;
-		p->items = v;
-		p->cap_items = cap;
-	}
+	RSCHECK(rs_grow(&p->items, &p->cap_items, (size_t)p->nitems + 1, sizeof(item)));
 	p->items[p->nitems++] = it;
 	return RS_OK;
 }
 
 static rs_status push_member(planner *p, int t)
 {
-	if (p->nmembers == p->cap_members) {
-		int cap = p->cap_members ? p->cap_members * 2 : 64;
-		int *v = realloc(p->members, sizeof(int) * (size_t)cap);
-		if (!v)
-			return RS_ENOMEM;
-		p->members = v;
-		p->cap_members = cap;
-	}
+	RSCHECK(rs_grow(&p->members, &p->cap_members, (size_t)p->nmembers + 1, sizeof(int)));
 	p->members[p->nmembers++] = t;
 	return RS_OK;
 }
@@ -1084,9 +1066,9 @@ static rs_status min_spread_bytes(planner *p, const char *survivor, uint64_t *ou
 		} else if (ty == RS_SHARD_RW || ty == RS_SHARD_TWRW || ty == RS_SHARD_GRID) {
 			/* per column block, over the ranks that hold it in the new plan */
 			const shard_vec *sv = &p->shards[t];
-			for (int k = 0; k < sv->n;) {
+			for (size_t k = 0; k < sv->n;) {
 				int32_t c0 = sv->v[k].col_offset, cw = sv->v[k].cols, lo = sv->v[k].rank, hi = lo;
-				int e = k;
+				size_t e = k;
 				while (e < sv->n && sv->v[e].col_offset == c0) {
 					lo = sv->v[e].rank < lo ? sv->v[e].rank : lo;
 					hi = sv->v[e].rank > hi ? sv->v[e].rank : hi;
@@ -1165,7 +1147,7 @@ static rs_status build_plan(planner *p, rs_plan **out)
 		tp->shards = malloc(sizeof(rs_shard) * (size_t)(sv->n * p->R + 1));
 		if (!tp->name || !tp->shards)
 			goto nomem;
-		for (int k = 0; k < sv->n; k++)
+		for (size_t k = 0; k < sv->n; k++)
 			for (int32_t rep = 0; rep < p->R; rep++) {
 				rs_shard s = sv->v[k];
 				s.rank = s.rank * p->R + rep;

@@ -8,6 +8,7 @@
 #include "worker/train.h"
 #include "common/batch.h"
 #include "common/checkpoint.h"
+#include "common/grow.h"
 #include "common/safetensors.h"
 #include "common/rng.h"
 #include "kernels/embedding.h"
@@ -98,52 +99,14 @@ struct rs_trainer {
 
 static rs_status i64_push(i64vec *a, int64_t x)
 {
-	if (a->n == a->cap) {
-		size_t cap = a->cap ? a->cap * 2 : 256;
-		int64_t *v = realloc(a->v, sizeof(int64_t) * cap);
-		if (!v)
-			return RS_ENOMEM;
-		a->v = v;
-		a->cap = cap;
-	}
+	RSCHECK(rs_grow(&a->v, &a->cap, a->n + 1, sizeof(*a->v)));
 	a->v[a->n++] = x;
-	return RS_OK;
-}
-
-static rs_status i64_reserve(i64vec *a, size_t n)
-{
-	if (n <= a->cap)
-		return RS_OK;
-	int64_t *v = realloc(a->v, sizeof(int64_t) * n);
-	if (!v)
-		return RS_ENOMEM;
-	a->v = v;
-	a->cap = n;
-	return RS_OK;
-}
-
-static rs_status f_reserve(fvec *a, size_t n)
-{
-	if (n <= a->cap)
-		return RS_OK;
-	float *v = realloc(a->v, sizeof(float) * n);
-	if (!v)
-		return RS_ENOMEM;
-	a->v = v;
-	a->cap = n;
 	return RS_OK;
 }
 
 static rs_status sent_push(sentvec *a, sent x)
 {
-	if (a->n == a->cap) {
-		size_t cap = a->cap ? a->cap * 2 : 256;
-		sent *v = realloc(a->v, sizeof(sent) * cap);
-		if (!v)
-			return RS_ENOMEM;
-		a->v = v;
-		a->cap = cap;
-	}
+	RSCHECK(rs_grow(&a->v, &a->cap, a->n + 1, sizeof(*a->v)));
 	a->v[a->n++] = x;
 	return RS_OK;
 }
@@ -470,14 +433,15 @@ static rs_status lookup(rs_trainer *tr, int64_t step, int training)
 		total += tr->rcount[p] / sizeof(int64_t);
 	}
 	tr->in_off[w] = total;
-	if (i64_reserve(&tr->in, total + 1) != RS_OK || i64_reserve(&tr->in_row, total + 1) != RS_OK)
+	if (rs_grow(&tr->in.v, &tr->in.cap, total + 1, sizeof(int64_t)) != RS_OK ||
+	    rs_grow(&tr->in_row.v, &tr->in_row.cap, total + 1, sizeof(int64_t)) != RS_OK)
 		goto out;
 	/* pack the requests contiguously, in rank order */
 	i64vec packed = {0};
 	size_t all = 0;
 	for (int32_t p = 0; p < w; p++)
 		all += tr->req[p].n;
-	if (i64_reserve(&packed, all + 1) != RS_OK)
+	if (rs_grow(&packed.v, &packed.cap, all + 1, sizeof(int64_t)) != RS_OK)
 		goto out;
 	for (int32_t p = 0, o = 0; p < w; o += (int32_t)tr->req[p].n, p++)
 		memcpy(packed.v + o, tr->req[p].v, sizeof(int64_t) * tr->req[p].n);
@@ -492,7 +456,7 @@ static rs_status lookup(rs_trainer *tr, int64_t step, int training)
 		floats += (size_t)bl->cols;
 		q += 4 + (size_t)tr->in.v[q + 3];
 	}
-	if (f_reserve(&tr->out, floats + 1) != RS_OK)
+	if (rs_grow(&tr->out.v, &tr->out.cap, floats + 1, sizeof(float)) != RS_OK)
 		goto out;
 	float *o = tr->out.v;
 	for (int32_t p = 0; p < w; p++) {
@@ -528,7 +492,7 @@ static rs_status lookup(rs_trainer *tr, int64_t step, int training)
 	size_t back = 0;
 	for (int32_t p = 0; p < w; p++)
 		back += tr->rcount[p] / sizeof(float);
-	if (f_reserve(&tr->back, back + 1) != RS_OK)
+	if (rs_grow(&tr->back.v, &tr->back.cap, back + 1, sizeof(float)) != RS_OK)
 		goto out;
 	RSCHECKGOTO(rs_transport_alltoallv(tr->t, tr->out.v, tr->scount, tr->back.v, tr->rcount), st, out);
 	/* add the partials into pooled, in rank order */
