@@ -9,7 +9,7 @@
  *
  *   synthetic  Zipf-distributed IDs, normal dense features and labels drawn
  *              from a hidden "teacher" model (data_synth.c)
- *   criteo     Criteo TSV files (data_criteo.c, later)
+ *   criteo     Criteo TSV files (data_criteo.c)
  */
 #ifndef RS_DATA_H
 #define RS_DATA_H

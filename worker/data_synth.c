@@ -191,11 +191,3 @@ rs_status rs_synth_open(const rs_config *cfg, rs_data **out, rs_err *err)
 	*out = &s->base;
 	return RS_OK;
 }
-
-rs_status rs_data_open(const rs_config *cfg, rs_data **out, rs_err *err)
-{
-	if (cfg->data.kind == RS_DATA_SYNTHETIC)
-		return rs_synth_open(cfg, out, err);
-	*out = NULL;
-	return rs_err_set(err, RS_EUNSUPPORTED, "%s: data source 'criteo' is not built yet", cfg->path);
-}

@@ -27,6 +27,12 @@ aucs = [json.loads(l)['auc'] for l in open('$tmp/log.json') if 'auc' in l]
 print('AUC over the run:', ' '.join('%.3f' % a for a in aucs))
 sys.exit(0 if aucs and aucs[-1] > 0.6 and aucs[-1] > aucs[0] else 1)"
 
+# Criteo input: bad lines are reported with file and line, training goes on with the good ones
+timeout 60 "$bin/rowshift-coordinator" --local --workers 2 --config examples/criteo-small.json --steps 20 \
+	>"$tmp/criteo.out" 2>"$tmp/criteo.err"
+check "a Criteo run with malformed lines trains" test $? = 0
+check "the malformed lines are reported with file and line" grep -q "small.tsv:4: categorical field is not hexadecimal" "$tmp/criteo.err"
+
 # 2. checkpoints: 1 and 3 workers reach the same model; the files are plain safetensors
 for w in 1 3; do
 	timeout 120 "$bin/rowshift-coordinator" --local --workers $w --config examples/dlrm-small.json --steps 40 \
