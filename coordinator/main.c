@@ -16,6 +16,7 @@
 #include "common/param.h"
 #include "common/plan.h"
 #include "common/planner.h"
+#include "common/proto.h"
 #include "coordinator/server.h"
 
 #include <errno.h>
@@ -105,14 +106,14 @@ static void on_message(void *ctx, rs_conn *c, json_t *msg)
 	if (!m)
 		return;
 	if (!strcmp(type, "progress")) {
-		json_int_t rank, step;
-		double loss, sps, auc = -1;
-		json_error_t jerr;
-		if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:F, s:F, s?F}", "type", &type, "rank", &rank,
-				   "step", &step, "loss", &loss, "samples_per_s", &sps, "auc", &auc) != 0) {
-			RS_WARN("control: from %s: bad progress message: %s", m->name, jerr.text);
+		rs_msg_progress pr;
+		rs_err err = {0};
+		if (rs_proto_progress(msg, &pr, &err) != RS_OK) {
+			RS_WARN("control: from %s: %s", m->name, err.msg);
 			return;
 		}
+		int64_t rank = pr.rank, step = pr.step;
+		double loss = pr.loss, sps = pr.samples_per_s, auc = pr.auc;
 		m->step = step;
 		j->last_progress = now();
 		if (rank != 0)
@@ -123,7 +124,7 @@ static void on_message(void *ctx, rs_conn *c, json_t *msg)
 			printf("step %5lld  loss %.5f              %8.0f samples/s\n", (long long)step + 1, loss, sps);
 		fflush(stdout);
 		if (j->log_json) {
-			json_t *line = json_pack("{s:i, s:I, s:f, s:f}", "generation", 1, "step", step + 1, "loss", loss,
+			json_t *line = json_pack("{s:i, s:I, s:f, s:f}", "generation", 1, "step", (json_int_t)(step + 1), "loss", loss,
 						 "samples_per_s", sps);
 			if (line && auc >= 0)
 				json_object_set_new(line, "auc", json_real(auc));

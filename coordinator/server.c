@@ -3,6 +3,7 @@
  */
 #include "coordinator/server.h"
 #include "common/log.h"
+#include "common/proto.h"
 #include "common/wsmsg.h"
 
 #include <libwebsockets.h>
@@ -50,43 +51,34 @@ static void reply(rs_conn *c, const char *type, const char *reason)
 static void on_text(rs_conn *c, const char *text, size_t len)
 {
 	rs_server *s = c->srv;
-	json_error_t jerr;
-	json_t *msg = json_loadb(text, len, 0, &jerr);
-	const char *type = NULL;
+	rs_err err = {0};
+	const char *type;
+	json_t *msg;
 
-	if (!msg || !json_is_object(msg) || !json_is_string(json_object_get(msg, "type"))) {
-		RS_WARN("control: from %s: %s", c->joined ? c->worker : "a new connection",
-			msg ? "a message needs a string \"type\"" : jerr.text);
-		reply(c, "error", msg ? "a message needs a string \"type\"" : "malformed JSON");
-		json_decref(msg);
+	if (rs_proto_parse(text, len, &msg, &type, &err) != RS_OK) {
+		RS_WARN("control: from %s: %s", c->joined ? c->worker : "a new connection", err.msg);
+		reply(c, "error", err.msg);
 		return;
 	}
-	type = json_string_value(json_object_get(msg, "type"));
 	if (!c->joined) {
-		const char *token, *worker, *addr;
-		json_int_t pid;
-		if (strcmp(type, "join") != 0 ||
-		    json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s, s:s, s:s, s:I}", "type", &type, "token", &token,
-				   "worker", &worker, "addr", &addr, "pid", &pid) != 0) {
-			RS_WARN("control: refused a connection: %s", strcmp(type, "join") ? "first message is not a join" : jerr.text);
-			reply(c, "refused", strcmp(type, "join") ? "the first message must be a join" : jerr.text);
+		rs_msg_join j;
+		if (rs_proto_join(msg, &j, &err) != RS_OK) {
+			RS_WARN("control: refused a connection: %s", err.msg);
+			reply(c, "refused", err.msg);
 			c->closing = 1;
-		} else if (!token_equal(token, s->token)) {
-			RS_WARN("control: refused worker '%.63s': bad join token", worker);
+		} else if (!token_equal(j.token, s->token)) {
+			RS_WARN("control: refused worker '%s': bad join token", j.worker);
 			reply(c, "refused", "bad join token");
-			c->closing = 1;
-		} else if (!worker[0] || strlen(worker) >= sizeof(c->worker)) {
-			reply(c, "refused", "worker name must be 1..63 bytes");
 			c->closing = 1;
 		} else {
 			c->joined = 1;
-			snprintf(c->worker, sizeof(c->worker), "%s", worker);
+			snprintf(c->worker, sizeof(c->worker), "%s", j.worker);
 			json_t *w = json_pack("{s:s, s:I}", "type", "welcome", "worker_id", (json_int_t)++s->next_id);
 			if (w && rs_wsmsg_push(&c->io, w) == RS_OK)
 				lws_callback_on_writable(c->wsi);
 			json_decref(w);
 			if (s->h.on_join)
-				s->h.on_join(s->h.ctx, c, c->worker, addr, pid);
+				s->h.on_join(s->h.ctx, c, c->worker, j.addr, j.pid);
 		}
 		json_decref(msg);
 		return;

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/param.h"
 #include "common/plan.h"
+#include "common/proto.h"
 #include "worker/control.h"
 #include "worker/train.h"
 #include "worker/transport_tcp.h"
@@ -27,33 +28,7 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-typedef struct start {
-	int64_t generation, rank, world, first_step, steps, eval_every, eval_samples;
-	json_t *peers, *plan; /* borrowed from the message */
-	const char *save;     /* checkpoint directory at the end, or NULL */
-} start;
-
-static rs_status parse_start(json_t *msg, start *s, rs_err *err)
-{
-	json_error_t jerr;
-	const char *type;
-	s->save = NULL;
-	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:I, s:o, s:o, s:I, s:I, s:I, s:I, s?s}", "type",
-			   &type, "generation", &s->generation, "rank", &s->rank, "world", &s->world, "peers", &s->peers,
-			   "plan", &s->plan, "first_step", &s->first_step, "steps", &s->steps, "eval_every",
-			   &s->eval_every, "eval_samples", &s->eval_samples, "save", &s->save) != 0)
-		return rs_err_set(err, RS_EINVAL, "start message: %s", jerr.text);
-	if (s->world < 1 || s->rank < 0 || s->rank >= s->world || !json_is_array(s->peers) ||
-	    (int64_t)json_array_size(s->peers) != s->world || s->eval_every < 0 || s->steps < s->first_step)
-		return rs_err_set(err, RS_EINVAL, "start message: inconsistent rank %lld of %lld", (long long)s->rank,
-				  (long long)s->world);
-	for (size_t i = 0; i < json_array_size(s->peers); i++)
-		if (!json_is_string(json_array_get(s->peers, i)))
-			return rs_err_set(err, RS_EINVAL, "start message: peers[%zu] is not an address", i);
-	return RS_OK;
-}
-
-static rs_status report(rs_control *c, const start *s, int64_t step, double loss, double sps, double auc)
+static rs_status report(rs_control *c, const rs_msg_start *s, int64_t step, double loss, double sps, double auc)
 {
 	json_t *j = json_pack("{s:s, s:I, s:I, s:f, s:f}", "type", "progress", "rank", (json_int_t)s->rank, "step",
 			      (json_int_t)step, "loss", loss, "samples_per_s", sps);
@@ -122,7 +97,7 @@ int main(int argc, char **argv)
 	RS_INFO("joined %s; transport on %s", url, addr);
 
 	/* wait for the start of a generation (or stop) */
-	start s;
+	rs_msg_start s;
 	for (;;) {
 		st = rs_control_recv(ctl, 4 * tmo, &msg);
 		if (st != RS_OK) {
@@ -141,7 +116,7 @@ int main(int argc, char **argv)
 		json_decref(msg);
 		msg = NULL;
 	}
-	RSCHECKGOTO(parse_start(msg, &s, &err), st, fail);
+	RSCHECKGOTO(rs_proto_start(msg, &s, &err), st, fail);
 	RSCHECKGOTO(rs_plan_from_json(s.plan, cfg, "start message plan", &plan, &err), st, fail);
 	const char **addrs = malloc(sizeof(char *) * (size_t)s.world);
 	if (!addrs) {

@@ -62,9 +62,22 @@ check "the intruder exits with an error" test "$rc" != 0 -a "$rc" != 124
 check "it was refused for its token" grep -q "bad join token" "$tmp/intruder.out"
 check "the coordinator logged the refusal" grep -q "refused worker 'intruder'" "$tmp/c2.err"
 
+# bad input on the control channel closes that client at most; training goes on
+for case in malformed early oversized; do
+	timeout 30 python3 tests/integration/ws_probe.py $port $case >"$tmp/probe-$case.out" 2>&1
+done
+check "malformed JSON is answered with an error, then a bad join is refused and closed" \
+	bash -c "grep -q '\"type\": *\"error\"' $tmp/probe-malformed.out && grep -q 'bad join token' $tmp/probe-malformed.out && tail -1 $tmp/probe-malformed.out | grep -q closed"
+check "a message before the join is refused and closed" \
+	bash -c "grep -q 'must be a join' $tmp/probe-early.out && tail -1 $tmp/probe-early.out | grep -q closed"
+check "an oversized message is dropped with an error and the client may go on" \
+	bash -c "grep -q 'too large' $tmp/probe-oversized.out"
+check "the coordinator logged what was wrong" grep -q "control: from a new connection: malformed JSON" "$tmp/c2.err"
+check "the job survived the probes" kill -0 $coord
+
 # 4. coordinator killed: its workers notice and exit
 kill -9 $coord
-wait $coord 2>/dev/null
+{ wait $coord; } 2>/dev/null
 gone=0
 for _ in $(seq 1 100); do
 	if ! pgrep -f "[r]owshift-worker --coordinator ws://127.0.0.1:$port" >/dev/null; then gone=1; break; fi

@@ -1,0 +1,38 @@
+/*
+ * fuzz_proto.c - libFuzzer target for the control protocol (common/proto.c):
+ * any bytes from a peer are a typed, validated message or a clear error.
+ */
+#include "common/proto.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	json_t *msg;
+	const char *type;
+	rs_err err = {0};
+	if (rs_proto_parse((const char *)data, size, &msg, &type, &err) != RS_OK) {
+		if (!err.msg[0])
+			abort();
+		return 0;
+	}
+	rs_msg_join j;
+	rs_msg_start s;
+	rs_msg_progress p;
+	rs_err e1 = {0}, e2 = {0}, e3 = {0};
+	if (rs_proto_join(msg, &j, &e1) != RS_OK && !e1.msg[0])
+		abort();
+	if (rs_proto_start(msg, &s, &e2) == RS_OK) {
+		if (s.rank < 0 || s.rank >= s.world || (int64_t)json_array_size(s.peers) != s.world)
+			abort();
+	} else if (!e2.msg[0]) {
+		abort();
+	}
+	if (rs_proto_progress(msg, &p, &e3) != RS_OK && !e3.msg[0])
+		abort();
+	json_decref(msg);
+	return 0;
+}
