@@ -70,8 +70,10 @@ rs_status rs_proto_progress(json_t *msg, rs_msg_progress *p, rs_err *err)
 	const char *type;
 	json_int_t rank, step;
 	p->auc = -1;
-	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:F, s:F, s?F}", "type", &type, "rank", &rank,
-			   "step", &step, "loss", &p->loss, "samples_per_s", &p->samples_per_s, "auc", &p->auc) != 0)
+	p->teacher_auc = -1;
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:F, s:F, s?F, s?F}", "type", &type, "rank", &rank,
+			   "step", &step, "loss", &p->loss, "samples_per_s", &p->samples_per_s, "auc", &p->auc,
+			   "teacher_auc", &p->teacher_auc) != 0)
 		return rs_err_set(err, RS_EINVAL, "progress: %s", jerr.text);
 	if (rank < 0 || step < 0)
 		return rs_err_set(err, RS_EINVAL, "progress: negative rank or step");

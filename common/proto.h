@@ -34,6 +34,7 @@ typedef struct rs_msg_start {
 typedef struct rs_msg_progress {
 	int64_t rank, step;
 	double loss, samples_per_s, auc; /* auc < 0 when not evaluated */
+	double teacher_auc;              /* synthetic data's ceiling, once, from rank 0; < 0 when absent */
 } rs_msg_progress;
 
 rs_status rs_proto_join(json_t *msg, rs_msg_join *out, rs_err *err);

@@ -118,6 +118,8 @@ static void on_message(void *ctx, rs_conn *c, json_t *msg)
 		j->last_progress = now();
 		if (rank != 0)
 			return; /* rank 0 speaks for the job: every rank reports the same loss */
+		if (pr.teacher_auc >= 0)
+			printf("teacher AUC on the held-out samples (the ceiling): %.4f\n", pr.teacher_auc);
 		if (auc >= 0)
 			printf("step %5lld  loss %.5f  auc %.4f  %8.0f samples/s\n", (long long)step + 1, loss, auc, sps);
 		else

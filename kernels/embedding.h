@@ -143,4 +143,21 @@ rs_status rs_emb_backward(rs_emb_shard *s, rs_emb_workspace *ws, rs_emb_grad *g,
 			  int32_t nbags, const int64_t *ids, rs_pooling pooling, const float *grad_out,
 			  int64_t grad_stride, const rs_optimizer_config *opt, int64_t step);
 
+/* ---- row pack / unpack (migration) --------------------------------------------- */
+
+/* Bytes one packed row of s takes: its weights in their dtype, then its optimizer state floats. */
+size_t rs_emb_packed_row_bytes(const rs_emb_shard *s, rs_optimizer opt);
+
+/*
+ * Copy rows[0..n) of s (local indices), weights and optimizer state, into
+ * buf, row after row (rs_emb_packed_row_bytes each). RS_EINVAL for a row
+ * outside the shard, RS_ENOSPACE when buf (cap bytes) is too small.
+ */
+rs_status rs_emb_pack_rows(const rs_emb_shard *s, rs_optimizer opt, const int64_t *rows, int64_t n, void *buf,
+			   size_t cap);
+
+/* The reverse: write the packed rows of buf into rows[0..n) of s. */
+rs_status rs_emb_unpack_rows(rs_emb_shard *s, rs_optimizer opt, const int64_t *rows, int64_t n, const void *buf,
+			     size_t len);
+
 #endif

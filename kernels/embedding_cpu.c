@@ -272,3 +272,53 @@ rs_status rs_emb_backward(rs_emb_shard *s, rs_emb_workspace *ws, rs_emb_grad *g,
 	rs_emb_grad_clear(ws, g);
 	return RS_OK;
 }
+
+size_t rs_emb_packed_row_bytes(const rs_emb_shard *s, rs_optimizer opt)
+{
+	return (size_t)s->dim * (size_t)rs_dtype_size(s->dtype) + sizeof(float) * (size_t)rs_emb_state_floats(opt, s->dim);
+}
+
+/* Check the row list and the buffer size shared by pack and unpack. */
+static rs_status check_rows(const rs_emb_shard *s, rs_optimizer opt, const int64_t *rows, int64_t n, size_t cap)
+{
+	for (int64_t i = 0; i < n; i++)
+		if (rows[i] < 0 || rows[i] >= s->nrows)
+			return RS_EINVAL;
+	return (size_t)n * rs_emb_packed_row_bytes(s, opt) <= cap ? RS_OK : RS_ENOSPACE;
+}
+
+rs_status rs_emb_pack_rows(const rs_emb_shard *s, rs_optimizer opt, const int64_t *rows, int64_t n, void *buf,
+			   size_t cap)
+{
+	size_t wb = (size_t)s->dim * (size_t)rs_dtype_size(s->dtype);
+	int64_t sf = rs_emb_state_floats(opt, s->dim);
+	char *p = buf;
+	RSCHECK(check_rows(s, opt, rows, n, cap));
+	for (int64_t i = 0; i < n; i++) {
+		memcpy(p, (const char *)s->weights + rows[i] * (int64_t)wb, wb);
+		p += wb;
+		if (sf) {
+			memcpy(p, s->state + rows[i] * sf, sizeof(float) * (size_t)sf);
+			p += sizeof(float) * (size_t)sf;
+		}
+	}
+	return RS_OK;
+}
+
+rs_status rs_emb_unpack_rows(rs_emb_shard *s, rs_optimizer opt, const int64_t *rows, int64_t n, const void *buf,
+			     size_t len)
+{
+	size_t wb = (size_t)s->dim * (size_t)rs_dtype_size(s->dtype);
+	int64_t sf = rs_emb_state_floats(opt, s->dim);
+	const char *p = buf;
+	RSCHECK(check_rows(s, opt, rows, n, len));
+	for (int64_t i = 0; i < n; i++) {
+		memcpy((char *)s->weights + rows[i] * (int64_t)wb, p, wb);
+		p += wb;
+		if (sf) {
+			memcpy(s->state + rows[i] * sf, p, sizeof(float) * (size_t)sf);
+			p += sizeof(float) * (size_t)sf;
+		}
+	}
+	return RS_OK;
+}

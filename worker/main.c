@@ -28,7 +28,8 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static rs_status report(rs_control *c, const rs_msg_start *s, int64_t step, double loss, double sps, double auc)
+static rs_status report(rs_control *c, const rs_msg_start *s, int64_t step, double loss, double sps, double auc,
+		       double teacher_auc)
 {
 	json_t *j = json_pack("{s:s, s:I, s:I, s:f, s:f}", "type", "progress", "rank", (json_int_t)s->rank, "step",
 			      (json_int_t)step, "loss", loss, "samples_per_s", sps);
@@ -36,6 +37,8 @@ static rs_status report(rs_control *c, const rs_msg_start *s, int64_t step, doub
 		return RS_ENOMEM;
 	if (auc >= 0)
 		json_object_set_new(j, "auc", json_real(auc));
+	if (teacher_auc >= 0)
+		json_object_set_new(j, "teacher_auc", json_real(teacher_auc));
 	rs_status st = rs_control_send(c, j);
 	json_decref(j);
 	return st;
@@ -136,6 +139,8 @@ int main(int argc, char **argv)
 	RS_INFO("rank %lld of %lld, generation %lld: training steps %lld..%lld", (long long)s.rank, (long long)s.world,
 		(long long)s.generation, (long long)s.first_step, (long long)s.steps - 1);
 
+	/* rank 0 tells the coordinator the ceiling once, with its first report */
+	double teacher_auc = s.rank == 0 ? rs_trainer_teacher_auc(tr, s.eval_samples) : -1;
 	double t0 = now();
 	int64_t since = s.first_step;
 	for (int64_t step = s.first_step; step < s.steps; step++) {
@@ -154,7 +159,8 @@ int main(int argc, char **argv)
 		double t1 = now();
 		if (eval || step % 10 == 9 || last) {
 			double sps = (double)cfg->train.global_batch * (double)(step + 1 - since) / (t1 - t0);
-			RSCHECKGOTO(report(ctl, &s, step, stats.loss, sps, auc), st, fail);
+			RSCHECKGOTO(report(ctl, &s, step, stats.loss, sps, auc, teacher_auc), st, fail);
+			teacher_auc = -1;
 			t0 = t1;
 			since = step + 1;
 		}

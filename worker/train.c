@@ -698,6 +698,21 @@ out:
 	return st;
 }
 
+double rs_trainer_teacher_auc(rs_trainer *tr, int64_t n)
+{
+	if (n <= 0 || tr->data->ops->teacher_prob(tr->data, RS_EVAL_BASE) < 0)
+		return -1;
+	float *p = malloc(sizeof(float) * (size_t)n);
+	double auc = -1;
+	if (p && rs_data_fill(tr->data, RS_EVAL_BASE, (int32_t)n, &tr->batch) == RS_OK) {
+		for (int64_t i = 0; i < n; i++)
+			p[i] = (float)tr->data->ops->teacher_prob(tr->data, RS_EVAL_BASE + i);
+		auc = rs_auc(p, tr->batch.labels, (size_t)n);
+	}
+	free(p);
+	return auc;
+}
+
 rs_status rs_trainer_dump(const rs_trainer *tr, const char *path)
 {
 	FILE *f = fopen(path, "wb");

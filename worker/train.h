@@ -54,6 +54,13 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats);
 rs_status rs_trainer_evaluate(rs_trainer *tr, int64_t n, double *auc, double *logloss);
 
 /*
+ * The AUC of the data source's own teacher on evaluation samples [0, n):
+ * the ceiling a model can reach on synthetic data; -1 for real data. Local
+ * (not collective).
+ */
+double rs_trainer_teacher_auc(rs_trainer *tr, int64_t n);
+
+/*
  * Write this rank's shards (fp32 values) and, on rank 0, the dense
  * parameters to `path`: records of {int32 table (-1 for the dense
  * parameters), int32 col_offset, int64 row_offset, int64 rows, int32 cols}

@@ -301,6 +301,42 @@ static void test_half_conversions(void **state)
 	assert_true(isnan(rs_f16_to_f32(rs_f32_to_f16(NAN))));
 }
 
+static void test_pack_unpack_rows(void **state)
+{
+	(void)state;
+	rs_rng r = rs_rng_make(21, 22, 23);
+	rs_dtype dts[] = {RS_DTYPE_FP32, RS_DTYPE_BF16};
+	rs_optimizer opts[] = {RS_OPT_SGD, RS_OPT_ROWWISE_ADAGRAD, RS_OPT_ADAM};
+	for (int d = 0; d < 2; d++)
+		for (int o = 0; o < 3; o++) {
+			rs_emb_shard a = make_shard(&r, dts[d], 50, 12, opts[o]);
+			rs_emb_shard b = make_shard(&r, dts[d], 80, 12, opts[o]);
+			int64_t sf = rs_emb_state_floats(opts[o], 12);
+			for (int64_t i = 0; i < 50 * sf; i++)
+				a.state[i] = (float)i;
+			int64_t from[] = {3, 49, 0, 7}, to[] = {79, 0, 40, 41};
+			size_t rb = rs_emb_packed_row_bytes(&a, opts[o]);
+			unsigned char *buf = malloc(4 * rb);
+			assert_int_equal(rs_emb_pack_rows(&a, opts[o], from, 4, buf, 4 * rb), RS_OK);
+			assert_int_equal(rs_emb_unpack_rows(&b, opts[o], to, 4, buf, 4 * rb), RS_OK);
+			for (int k = 0; k < 4; k++) {
+				for (int c = 0; c < 12; c++)
+					assert_true(rs_emb_get(a.weights, a.dtype, from[k] * 12 + c) ==
+						    rs_emb_get(b.weights, b.dtype, to[k] * 12 + c));
+				for (int64_t q = 0; q < sf; q++)
+					assert_true(a.state[from[k] * sf + q] == b.state[to[k] * sf + q]);
+			}
+			assert_int_equal(rs_emb_pack_rows(&a, opts[o], from, 4, buf, 4 * rb - 1), RS_ENOSPACE);
+			int64_t outside[] = {50};
+			assert_int_equal(rs_emb_pack_rows(&a, opts[o], outside, 1, buf, rb), RS_EINVAL);
+			free(buf);
+			free(a.weights);
+			free(a.state);
+			free(b.weights);
+			free(b.state);
+		}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -310,6 +346,7 @@ int main(void)
 		cmocka_unit_test(test_deterministic),
 		cmocka_unit_test(test_bad_ids),
 		cmocka_unit_test(test_half_conversions),
+		cmocka_unit_test(test_pack_unpack_rows),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
