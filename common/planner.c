@@ -911,8 +911,9 @@ static void refine(planner *p, double target, int replan)
 			break;
 		for (int i = p->head[hi]; i >= 0; i = p->items[i].next) {
 			const item *it = &p->items[i];
-			if (it->pin >= 0 || it->cost <= 0 || it->cost >= gap ||
-			    p->mem[lo] + it->bytes > p->world.memory_per_rank)
+			/* a fresh plan evens the pair; a replan only keeps the receiver within target */
+			int fits = replan ? p->load[lo] + it->cost <= target : it->cost < gap;
+			if (it->pin >= 0 || it->cost <= 0 || !fits || p->mem[lo] + it->bytes > p->world.memory_per_rank)
 				continue;
 			double score = replan ? (double)it->bytes / fmin(it->cost, excess)
 					      : fabs(it->cost - gap / 2);
