@@ -25,6 +25,7 @@
  * without 2D) and is expanded to the R replica groups at the end.
  */
 #include "common/planner.h"
+#include "common/clock.h"
 #include "common/buckets.h"
 #include "common/grow.h"
 #include "common/plandiff.h"
@@ -97,13 +98,6 @@ static rs_status push_shard(shard_vec *sv, rs_shard s)
 	RSCHECK(rs_grow(&sv->v, &sv->cap, sv->n + 1, sizeof(*sv->v)));
 	sv->v[sv->n++] = s;
 	return RS_OK;
-}
-
-static double now_seconds(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 double rs_shard_cost(const rs_config *cfg, const rs_table_config *t, rs_sharding sharding,
@@ -1213,7 +1207,7 @@ static void planner_free(planner *p)
 rs_status rs_planner_plan(const rs_config *cfg, const rs_world *world, const rs_plan *prev,
 			  const int32_t *prev_to_new, rs_plan **out, rs_err *err)
 {
-	double t0 = now_seconds();
+	double t0 = rs_now();
 	planner p = {.cfg = cfg, .world = *world, .err = err};
 	rs_plan *plan = NULL;
 	char *survivor = NULL;
@@ -1279,7 +1273,7 @@ rs_status rs_planner_plan(const rs_config *cfg, const rs_world *world, const rs_
 		RSCHECKGOTO(min_item_bytes(&p, sm->max_cost, &b), st, out);
 		sm->min_moved_bytes = a + b;
 	}
-	sm->plan_seconds = now_seconds() - t0; /* planning only: the diff below is reporting */
+	sm->plan_seconds = rs_now() - t0; /* planning only: the diff below is reporting */
 	if (orig_prev) {
 		rs_move *moves = NULL;
 		int nmoves = 0;

@@ -12,6 +12,7 @@
  * issues.)
  */
 #include "common/config.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "common/plan.h"
@@ -55,13 +56,6 @@ typedef struct job {
 	const char *save;       /* checkpoint directory, or NULL */
 	double last_progress;
 } job;
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void fail_job(job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fail_job(job *j, const char *fmt, ...)
@@ -115,7 +109,7 @@ static void on_message(void *ctx, rs_conn *c, json_t *msg)
 		int64_t rank = pr.rank, step = pr.step;
 		double loss = pr.loss, sps = pr.samples_per_s, auc = pr.auc;
 		m->step = step;
-		j->last_progress = now();
+		j->last_progress = rs_now();
 		if (rank != 0)
 			return; /* rank 0 speaks for the job: every rank reports the same loss */
 		if (pr.teacher_auc >= 0)
@@ -313,26 +307,26 @@ int main(int argc, char **argv)
 		}
 	}
 	/* join, then start the generation */
-	double deadline = now() + (double)timeout_ms / 1000;
+	double deadline = rs_now() + (double)timeout_ms / 1000;
 	while (!j.failed && j.joined < j.n) {
 		rs_server_service(srv, 50);
 		reap(&j);
-		if (now() > deadline)
+		if (rs_now() > deadline)
 			fail_job(&j, "only %d of %d workers joined within %lld ms", j.joined, j.n, (long long)timeout_ms);
 	}
 	for (int32_t r = 0; !j.failed && r < j.n; r++)
 		if (send_start(&j, j.m[r].conn, r, plan, steps) != RS_OK)
 			fail_job(&j, "cannot send the start to %s", j.m[r].name);
-	j.last_progress = now();
+	j.last_progress = rs_now();
 	while (!j.failed && j.done < j.n) {
 		rs_server_service(srv, 50);
 		reap(&j);
-		if (now() - j.last_progress > (double)timeout_ms / 1000)
+		if (rs_now() - j.last_progress > (double)timeout_ms / 1000)
 			fail_job(&j, "no progress for %lld ms", (long long)timeout_ms);
 	}
 	if (j.failed) {
 		/* a dead worker's peers fail right after it: give the cause a moment to surface */
-		for (double until = now() + 0.5; now() < until && !j.root[0];) {
+		for (double until = rs_now() + 0.5; rs_now() < until && !j.root[0];) {
 			rs_server_service(srv, 20);
 			reap(&j);
 		}
@@ -357,7 +351,7 @@ fail:
 		rs_server_service(srv, 20);
 out:
 	/* workers exit on their own when done or when the coordinator goes; bound the wait */
-	for (double until = now() + 10; now() < until;) {
+	for (double until = rs_now() + 10; rs_now() < until;) {
 		int left = 0;
 		reap(&j);
 		for (int32_t i = 0; i < j.n; i++)

@@ -2,6 +2,7 @@
  * control.c - see control.h.
  */
 #include "worker/control.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/wsmsg.h"
 
@@ -27,13 +28,6 @@ struct rs_control {
 	int connected, closed;
 	char why[128];
 };
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
 {
@@ -120,12 +114,12 @@ rs_status rs_control_poll(rs_control *c)
 
 rs_status rs_control_recv(rs_control *c, int timeout_ms, json_t **msg)
 {
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = rs_now_ms() + timeout_ms;
 	*msg = NULL;
 	while (!c->head) {
 		if (c->closed)
 			return RS_EPEER;
-		int64_t left = deadline - now_ms();
+		int64_t left = deadline - rs_now_ms();
 		if (left <= 0)
 			return RS_ETIMEDOUT;
 		rs_ws_service(c->ctx, left > 50 ? 50 : (int)left);
@@ -141,11 +135,11 @@ rs_status rs_control_recv(rs_control *c, int timeout_ms, json_t **msg)
 
 rs_status rs_control_flush(rs_control *c, int timeout_ms)
 {
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = rs_now_ms() + timeout_ms;
 	while (c->io.head) {
 		if (c->closed)
 			return RS_EPEER;
-		if (now_ms() >= deadline)
+		if (rs_now_ms() >= deadline)
 			return RS_ETIMEDOUT;
 		rs_ws_service(c->ctx, 20);
 	}

@@ -6,6 +6,7 @@
  * or when the coordinator goes away.
  */
 #include "common/config.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "common/plan.h"
@@ -20,13 +21,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static rs_status report(rs_control *c, const rs_msg_start *s, int64_t step, double loss, double sps, double auc,
 		       double teacher_auc)
@@ -141,7 +135,7 @@ int main(int argc, char **argv)
 
 	/* rank 0 tells the coordinator the ceiling once, with its first report */
 	double teacher_auc = s.rank == 0 ? rs_trainer_teacher_auc(tr, s.eval_samples) : -1;
-	double t0 = now();
+	double t0 = rs_now();
 	int64_t since = s.first_step;
 	for (int64_t step = s.first_step; step < s.steps; step++) {
 		rs_step_stats stats;
@@ -156,7 +150,7 @@ int main(int argc, char **argv)
 			rs_err_set(&err, st, "evaluation at step %lld: %s", (long long)step, rs_transport_error(t));
 			goto fail;
 		}
-		double t1 = now();
+		double t1 = rs_now();
 		if (eval || step % 10 == 9 || last) {
 			double sps = (double)cfg->train.global_batch * (double)(step + 1 - since) / (t1 - t0);
 			RSCHECKGOTO(report(ctl, &s, step, stats.loss, sps, auc, teacher_auc), st, fail);

@@ -2,6 +2,7 @@
  * transport_tcp.c - see transport_tcp.h.
  */
 #include "worker/transport_tcp.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #include <arpa/inet.h>
@@ -68,16 +69,9 @@ static rs_status fail(tcp *t, rs_status st, const char *fmt, ...)
 	return st;
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int left_ms(int64_t deadline)
 {
-	int64_t l = deadline - now_ms();
+	int64_t l = deadline - rs_now_ms();
 	return l < 0 ? 0 : l > 1000000 ? 1000000 : (int)l;
 }
 
@@ -418,7 +412,7 @@ static rs_status tcp_exchange(rs_transport *base, const rs_xfer *sends, int nsen
 	out[me].cur = out[me].n;
 	in[me].cur = in[me].n;
 
-	int64_t deadline = now_ms() + t->timeout_ms;
+	int64_t deadline = rs_now_ms() + t->timeout_ms;
 	for (;;) {
 		int np = 0;
 		for (int32_t p = 0; p < w; p++) {
@@ -532,7 +526,7 @@ rs_status rs_tcp_transport_create(const rs_tcp_config *cfg, rs_transport **out, 
 		}
 		RSCHECKGOTO(rs_tcp_listen(host, atoi(port), &lfd, &bound, err), st, fail_out);
 	}
-	int64_t deadline = now_ms() + t->timeout_ms;
+	int64_t deadline = rs_now_ms() + t->timeout_ms;
 	for (int32_t j = 0; j < cfg->rank; j++)
 		RSCHECKGOTO(connect_peer(t, cfg, j, deadline, err), st, fail_out);
 	if (cfg->rank < cfg->world - 1)

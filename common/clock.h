@@ -1,0 +1,27 @@
+/*
+ * clock.h - the monotonic clock, for deadlines and durations (never the
+ * wall clock: it jumps).
+ */
+#ifndef RS_CLOCK_H
+#define RS_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+/* Seconds since an arbitrary fixed point. */
+static inline double rs_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Milliseconds since the same point. */
+static inline int64_t rs_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+#endif
