@@ -9,6 +9,7 @@
 #include "common/batch.h"
 #include "common/checkpoint.h"
 #include "common/grow.h"
+#include "common/plandiff.h"
 #include "common/safetensors.h"
 #include "common/rng.h"
 #include "kernels/embedding.h"
@@ -835,4 +836,237 @@ rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err 
 	/* everyone's files exist before anyone reports the checkpoint done */
 	rs_status bst = rs_transport_barrier(tr->t);
 	return st != RS_OK ? st : bst;
+}
+
+/* ---- live resharding ---------------------------------------------------------------- */
+
+/* The local shard of table t holding (row, col), or NULL. */
+static lshard *local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col)
+{
+	for (int i = 0; i < tr->nshards; i++) {
+		lshard *ls = &tr->shards[i];
+		if (ls->table == t && row >= ls->s.row_offset && row < ls->s.row_offset + ls->s.rows &&
+		    col >= ls->s.col_offset && col < ls->s.col_offset + ls->s.cols)
+			return ls;
+	}
+	return NULL;
+}
+
+static int64_t *row_list(int64_t first, int64_t n)
+{
+	int64_t *v = malloc(sizeof(int64_t) * (size_t)(n + 1));
+	for (int64_t i = 0; v && i < n; i++)
+		v[i] = first + i;
+	return v;
+}
+
+/* Bytes a move carries: packed rows, or for ZCH tables whole serialized buckets. */
+static size_t move_bytes(const rs_trainer *any, const rs_move *m, size_t row_bytes)
+{
+	const tinfo *ti = &any->tables[m->table];
+	if (ti->zch)
+		return (size_t)m->buckets * rs_zch_bucket_bytes(ti->zch, row_bytes);
+	return (size_t)m->rows * row_bytes;
+}
+
+static size_t packed_row_bytes(const rs_config *cfg, const rs_move *m)
+{
+	rs_emb_shard s = {.dtype = cfg->tables[m->table].dtype, .dim = m->cols};
+	return rs_emb_packed_row_bytes(&s, cfg->optimizer.kind);
+}
+
+/* Pack the rectangle of move m from this rank's old shard (rows, or buckets with their identities). */
+static rs_status pack_move(const rs_trainer *old, const rs_move *m, size_t rb, unsigned char *buf)
+{
+	const rs_config *cfg = old->cfg;
+	lshard *ls = local_shard(old, m->table, m->row_offset, m->col_offset);
+	if (!ls || ls->s.col_offset != m->col_offset || ls->s.cols != m->cols)
+		return RS_EINVAL;
+	const tinfo *ti = &old->tables[m->table];
+	if (!ti->zch) {
+		int64_t *rows = row_list(m->row_offset - ls->s.row_offset, m->rows);
+		rs_status st = rows ? rs_emb_pack_rows(&ls->emb, cfg->optimizer.kind, rows, m->rows, buf,
+						       (size_t)m->rows * rb) : RS_ENOMEM;
+		free(rows);
+		return st;
+	}
+	size_t bb = rs_zch_bucket_bytes(ti->zch, rb), len;
+	unsigned char *tmp = malloc(rb * (size_t)ti->spb);
+	int64_t *rows = row_list(0, ti->spb);
+	rs_status st = tmp && rows ? RS_OK : RS_ENOMEM;
+	for (uint32_t k = 0; st == RS_OK && k < m->buckets; k++) {
+		uint32_t b = m->bucket_offset + k;
+		for (int64_t i = 0; i < ti->spb; i++)
+			rows[i] = (int64_t)b * ti->spb - ls->s.row_offset + i;
+		st = rs_emb_pack_rows(&ls->emb, cfg->optimizer.kind, rows, ti->spb, tmp, rb * (size_t)ti->spb);
+		if (st == RS_OK)
+			st = rs_zch_bucket_save(ti->zch, b, tmp, rb, buf + k * bb, bb, &len);
+	}
+	free(rows);
+	free(tmp);
+	return st;
+}
+
+/* Write a received move (or a kept rectangle, packed the same way) into the new shards. */
+static rs_status unpack_move(rs_trainer *nt, const rs_move *m, size_t rb, const unsigned char *buf, rs_err *err)
+{
+	const rs_config *cfg = nt->cfg;
+	lshard *ls = local_shard(nt, m->table, m->row_offset, m->col_offset);
+	if (!ls || ls->s.col_offset != m->col_offset || ls->s.cols != m->cols)
+		return rs_err_set(err, RS_EINVAL, "reshard: table '%s': no new shard for rows %lld..", cfg->tables[m->table].name,
+				  (long long)m->row_offset);
+	tinfo *ti = &nt->tables[m->table];
+	if (!ti->zch) {
+		int64_t *rows = row_list(m->row_offset - ls->s.row_offset, m->rows);
+		rs_status st = rows ? rs_emb_unpack_rows(&ls->emb, cfg->optimizer.kind, rows, m->rows, buf,
+							 (size_t)m->rows * rb) : RS_ENOMEM;
+		free(rows);
+		return st;
+	}
+	size_t bb = rs_zch_bucket_bytes(ti->zch, rb);
+	unsigned char *tmp = malloc(rb * (size_t)ti->spb);
+	int64_t *rows = row_list(0, ti->spb);
+	rs_status st = tmp && rows ? RS_OK : RS_ENOMEM;
+	for (uint32_t k = 0; st == RS_OK && k < m->buckets; k++) {
+		uint32_t b;
+		st = rs_zch_bucket_load(ti->zch, buf + k * bb, bb, tmp, rb, &b, err);
+		for (int64_t i = 0; st == RS_OK && i < ti->spb; i++)
+			rows[i] = (int64_t)b * ti->spb - ls->s.row_offset + i;
+		if (st == RS_OK)
+			st = rs_emb_unpack_rows(&ls->emb, cfg->optimizer.kind, rows, ti->spb, tmp, rb * (size_t)ti->spb);
+	}
+	free(rows);
+	free(tmp);
+	return st;
+}
+
+rs_status rs_trainer_reshard(const rs_config *cfg, rs_trainer *old, const rs_plan *old_plan, const rs_plan *new_plan,
+			     rs_transport *uni, rs_transport *train_t, rs_trainer **out, rs_err *err)
+{
+	int32_t me = uni->rank, n_old = old_plan->world.ranks, n_new = new_plan->world.ranks;
+	int32_t *map = malloc(sizeof(int32_t) * (size_t)n_old);
+	rs_move *moves = NULL;
+	int nmoves = 0;
+	rs_trainer *nt = NULL;
+	rs_xfer *sx = NULL, *rx = NULL;
+	unsigned char **sbuf = NULL, **rbuf = NULL;
+	int ns = 0, nr = 0;
+	rs_status st = RS_ENOMEM;
+	float *dense_in = NULL;
+
+	*out = NULL;
+	if (!map)
+		goto out;
+	for (int32_t r = 0; r < n_old; r++)
+		map[r] = r < n_new ? r : -1; /* members keep their rank; the highest leave (a StatefulSet) */
+	RSCHECKGOTO(rs_plan_diff(cfg, old_plan, new_plan, map, &moves, &nmoves, err), st, out);
+	if (train_t)
+		RSCHECKGOTO(rs_trainer_create(cfg, new_plan, train_t, &nt, err), st, out);
+	const rs_trainer *shape = nt ? nt : old; /* either knows every table's ZCH geometry */
+	sx = calloc((size_t)nmoves + (size_t)n_new + 1, sizeof(rs_xfer));
+	rx = calloc((size_t)nmoves + 2, sizeof(rs_xfer));
+	sbuf = calloc((size_t)nmoves + 1, sizeof(*sbuf));
+	rbuf = calloc((size_t)nmoves + 1, sizeof(*rbuf));
+	if (!sx || !rx || !sbuf || !rbuf)
+		goto out;
+	/* kept rectangles: copied from the old shards into the new ones */
+	if (old && nt)
+		for (int i = 0; i < nt->nshards; i++) {
+			const lshard *ns_ = &nt->shards[i];
+			for (int k = 0; k < old->nshards; k++) {
+				const lshard *os = &old->shards[k];
+				int64_t r0 = os->s.row_offset > ns_->s.row_offset ? os->s.row_offset : ns_->s.row_offset;
+				int64_t r1 = os->s.row_offset + os->s.rows < ns_->s.row_offset + ns_->s.rows ?
+					     os->s.row_offset + os->s.rows : ns_->s.row_offset + ns_->s.rows;
+				if (os->table != ns_->table || os->s.col_offset != ns_->s.col_offset || r0 >= r1)
+					continue;
+				rs_move keep = {.table = os->table, .src = me, .dst = me, .row_offset = r0, .rows = r1 - r0,
+						.col_offset = os->s.col_offset, .cols = os->s.cols};
+				const tinfo *ti = &old->tables[os->table];
+				if (ti->zch) {
+					keep.bucket_offset = (uint32_t)(r0 / ti->spb);
+					keep.buckets = (uint32_t)((r1 - r0) / ti->spb);
+				}
+				size_t rb = packed_row_bytes(cfg, &keep), len = move_bytes(old, &keep, rb);
+				unsigned char *b = malloc(len + 1);
+				if (!b)
+					goto out;
+				st = pack_move(old, &keep, rb, b);
+				if (st == RS_OK)
+					st = unpack_move(nt, &keep, rb, b, err);
+				free(b);
+				if (st != RS_OK)
+					goto out;
+			}
+		}
+	/* moves, in the diff's order on both sides */
+	for (int i = 0; i < nmoves; i++) {
+		const rs_move *m = &moves[i];
+		size_t rb = packed_row_bytes(cfg, m), len = move_bytes(shape, m, rb);
+		if (m->src == me) {
+			if (!old || !(sbuf[ns] = malloc(len + 1))) {
+				st = old ? RS_ENOMEM : rs_err_set(err, RS_EINVAL, "reshard: rank %d must send rows it never held", me);
+				goto out;
+			}
+			RSCHECKGOTO(pack_move(old, m, rb, sbuf[ns]), st, out);
+			sx[ns] = (rs_xfer){m->dst, sbuf[ns], len};
+			ns++;
+		}
+		if (m->dst == me) {
+			if (!nt || !(rbuf[nr] = malloc(len + 1))) {
+				st = nt ? RS_ENOMEM : rs_err_set(err, RS_EINVAL, "reshard: rank %d would receive rows but leaves", me);
+				goto out;
+			}
+			rx[nr] = (rs_xfer){m->src, rbuf[nr], len};
+			nr++;
+		}
+	}
+	/* joining members get the dense network and the update count from rank 0 */
+	size_t dn = nt ? rs_dense_nparams(nt->dense) : old ? rs_dense_nparams(old->dense) : 0;
+	size_t dense_bytes = sizeof(float) * dn + sizeof(int64_t);
+	if (me == 0 && old)
+		for (int32_t r = n_old; r < n_new; r++) {
+			if (!sbuf[nmoves] && !(sbuf[nmoves] = malloc(dense_bytes)))
+				goto out;
+			memcpy(sbuf[nmoves], rs_dense_params(old->dense), sizeof(float) * dn);
+			memcpy(sbuf[nmoves] + sizeof(float) * dn, &old->updates, sizeof(int64_t));
+			sx[ns++] = (rs_xfer){r, sbuf[nmoves], dense_bytes};
+		}
+	if (!old && nt) {
+		if (!(dense_in = malloc(dense_bytes)))
+			goto out;
+		rx[nr++] = (rs_xfer){0, dense_in, dense_bytes};
+	}
+	RSCHECKGOTO(rs_transport_exchange(uni, sx, ns, rx, nr), st, out);
+	for (int i = 0, k = 0; nt && i < nmoves; i++)
+		if (moves[i].dst == me) {
+			size_t rb = packed_row_bytes(cfg, &moves[i]);
+			RSCHECKGOTO(unpack_move(nt, &moves[i], rb, rbuf[k++], err), st, out);
+		}
+	if (nt && old) {
+		memcpy(rs_dense_params(nt->dense), rs_dense_params(old->dense), sizeof(float) * dn);
+		nt->updates = old->updates;
+	} else if (nt) {
+		memcpy(rs_dense_params(nt->dense), dense_in, sizeof(float) * dn);
+		memcpy(&nt->updates, (unsigned char *)dense_in + sizeof(float) * dn, sizeof(int64_t));
+	}
+	*out = nt;
+	nt = NULL;
+	st = RS_OK;
+out:
+	if (st != RS_OK && err && !err->msg[0])
+		rs_err_set(err, st, "reshard: %s", rs_status_str(st));
+	for (int i = 0; sbuf && i <= nmoves; i++)
+		free(sbuf[i]);
+	for (int i = 0; rbuf && i <= nmoves; i++)
+		free(rbuf[i]);
+	free(sbuf);
+	free(rbuf);
+	free(sx);
+	free(rx);
+	free(dense_in);
+	free(moves);
+	free(map);
+	rs_trainer_destroy(nt);
+	return st;
 }

@@ -76,4 +76,19 @@ rs_status rs_trainer_dump(const rs_trainer *tr, const char *path);
  */
 rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err *err);
 
+/*
+ * Move this rank's part of the model from old_plan to new_plan over `uni`,
+ * a transport over the union of old and new members (ranks keep their
+ * numbers; ranks >= the new world leave, as a StatefulSet scales). Every
+ * union member calls it: `old` is NULL for a member joining now, and
+ * `train_t` (the new world's transport, typically rs_transport_subset of
+ * uni) is NULL for a member leaving. Rows this rank keeps are copied
+ * locally; moved rows travel with their optimizer state (ZCH buckets with
+ * their identities); joining members get the dense network from rank 0. On
+ * success *out is the trainer for new_plan (NULL when leaving); `old` is
+ * left untouched, so a failure keeps the old model intact.
+ */
+rs_status rs_trainer_reshard(const rs_config *cfg, rs_trainer *old, const rs_plan *old_plan, const rs_plan *new_plan,
+			     rs_transport *uni, rs_transport *train_t, rs_trainer **out, rs_err *err);
+
 #endif

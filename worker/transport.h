@@ -46,6 +46,13 @@ typedef struct rs_transport_ops {
 	rs_status (*exchange)(rs_transport *t, const rs_xfer *sends, int nsends, const rs_xfer *recvs, int nrecvs);
 	void (*abort)(rs_transport *t);
 	void (*destroy)(rs_transport *t);
+	/*
+	 * A transport over ranks 0..n-1 of t, sharing its connections (as
+	 * ncclCommSplit does): how the union of old and new members of a
+	 * resharding becomes the new world. The caller's rank must be < n; t
+	 * must outlive the view and not be used while the view is.
+	 */
+	rs_status (*subset)(rs_transport *t, int32_t n, rs_transport **out);
 } rs_transport_ops;
 
 struct rs_transport {
@@ -69,6 +76,11 @@ static inline void rs_transport_destroy(rs_transport *t)
 }
 
 static inline const char *rs_transport_error(const rs_transport *t) { return t->error; }
+
+static inline rs_status rs_transport_subset(rs_transport *t, int32_t n, rs_transport **out)
+{
+	return t->ops->subset(t, n, out);
+}
 
 /* ---- collectives built on exchange (transport.c) -------------------------------- */
 

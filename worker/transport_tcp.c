@@ -55,6 +55,7 @@ typedef struct tcp {
 	int broken;           /* a failed call leaves the mesh unusable */
 	int timeout_ms;
 	uint64_t seq;         /* exchanges so far: both ends count the same */
+	int borrowed;         /* a subset view: the connections are its parent's */
 } tcp;
 
 static rs_status fail(tcp *t, rs_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -475,7 +476,7 @@ static void tcp_abort(rs_transport *base)
 static void tcp_destroy(rs_transport *base)
 {
 	tcp *t = (tcp *)base;
-	for (int32_t p = 0; t->fd && p < base->world; p++)
+	for (int32_t p = 0; t->fd && !t->borrowed && p < base->world; p++)
 		if (t->fd[p] >= 0)
 			close(t->fd[p]);
 	if (t->wake[0] >= 0)
@@ -486,12 +487,40 @@ static void tcp_destroy(rs_transport *base)
 	free(t);
 }
 
+static rs_status tcp_subset(rs_transport *base, int32_t n, rs_transport **out);
+
 static const rs_transport_ops tcp_ops = {
 	.name = "tcp",
 	.exchange = tcp_exchange,
 	.abort = tcp_abort,
 	.destroy = tcp_destroy,
+	.subset = tcp_subset,
 };
+
+static rs_status tcp_subset(rs_transport *base, int32_t n, rs_transport **out)
+{
+	tcp *parent = (tcp *)base, *t;
+	*out = NULL;
+	if (n < 1 || n > base->world || base->rank >= n)
+		return RS_EINVAL;
+	t = calloc(1, sizeof(*t));
+	if (!t || !(t->fd = malloc(sizeof(int) * (size_t)n))) {
+		free(t);
+		return RS_ENOMEM;
+	}
+	t->base = (rs_transport){.ops = &tcp_ops, .rank = base->rank, .world = n};
+	memcpy(t->fd, parent->fd, sizeof(int) * (size_t)n);
+	t->timeout_ms = parent->timeout_ms;
+	t->borrowed = 1;
+	t->wake[0] = t->wake[1] = -1;
+	if (pipe2(t->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+		free(t->fd);
+		free(t);
+		return RS_ESYS;
+	}
+	*out = &t->base;
+	return RS_OK;
+}
 
 rs_status rs_tcp_transport_create(const rs_tcp_config *cfg, rs_transport **out, rs_err *err)
 {

@@ -14,6 +14,7 @@
 
 #include "common/plan.h"
 #include "common/planner.h"
+#include "tests/unit/dumps.h"
 #include "tests/unit/world_harness.h"
 #include "worker/data.h"
 #include "worker/metrics.h"
@@ -108,49 +109,6 @@ static int train_body(int32_t rank, rs_transport *t, rs_status st, const char *m
 	return rc;
 }
 
-/* Every table assembled from the dumps of a world, plus the dense parameters (index ntables). */
-static float **assemble(int32_t w, size_t *dense_n)
-{
-	float **t = calloc((size_t)cfg->ntables + 1, sizeof(float *));
-	for (int i = 0; i < cfg->ntables; i++)
-		t[i] = calloc((size_t)(cfg->tables[i].rows * cfg->tables[i].dim), sizeof(float));
-	for (int32_t r = 0; r < w; r++) {
-		char path[128];
-		snprintf(path, sizeof(path), "%s/w%d-r%d", dir, w, r);
-		FILE *f = fopen(path, "rb");
-		assert_non_null(f);
-		int32_t h32[2], cols;
-		int64_t h64[2];
-		while (fread(h32, sizeof(h32), 1, f) == 1) {
-			assert_int_equal(fread(h64, sizeof(h64), 1, f), 1);
-			assert_int_equal(fread(&cols, sizeof(cols), 1, f), 1);
-			float *v = malloc(sizeof(float) * (size_t)(h64[1] * cols));
-			assert_int_equal(fread(v, sizeof(float), (size_t)(h64[1] * cols), f), (size_t)(h64[1] * cols));
-			if (h32[0] < 0) {
-				t[cfg->ntables] = v;
-				*dense_n = (size_t)cols;
-				continue;
-			}
-			int32_t dim = cfg->tables[h32[0]].dim;
-			for (int64_t row = 0; row < h64[1]; row++)
-				memcpy(t[h32[0]] + (h64[0] + row) * dim + h32[1], v + row * cols, sizeof(float) * (size_t)cols);
-			free(v);
-		}
-		fclose(f);
-	}
-	return t;
-}
-
-static double max_rel_diff(const float *a, const float *b, size_t n)
-{
-	double diff = 0, mag = 1e-30;
-	for (size_t i = 0; i < n; i++) {
-		diff = fmax(diff, fabs((double)a[i] - b[i]));
-		mag = fmax(mag, fabs((double)a[i]));
-	}
-	return diff / mag;
-}
-
 static void run(int32_t w)
 {
 	rs_world wd = rs_world_make(cfg, w, 0, 0, 0);
@@ -172,16 +130,18 @@ static void test_world_size_invariance(void **state)
 	steps = STEPS;
 	size_t nd = 0;
 	run(1);
-	float **ref = assemble(1, &nd);
+	char tag[16] = "w1";
+	float **ref = dumps_assemble(cfg, dir, tag, 1, &nd);
 	for (int32_t w = 2; w <= 4; w++) {
 		run(w);
 		size_t n2 = 0;
-		float **got = assemble(w, &n2);
+		snprintf(tag, sizeof(tag), "w%d", w);
+		float **got = dumps_assemble(cfg, dir, tag, w, &n2);
 		assert_true(n2 == nd);
 		double worst = 0;
 		for (int i = 0; i <= cfg->ntables; i++) {
 			size_t n = i < cfg->ntables ? (size_t)(cfg->tables[i].rows * cfg->tables[i].dim) : nd;
-			double d = max_rel_diff(ref[i], got[i], n);
+			double d = dumps_max_rel_diff(ref[i], got[i], n);
 			worst = fmax(worst, d);
 			if (d > 1e-5)
 				fail_msg("world %d: %s differs from 1 worker by %.3g (relative)", w,
@@ -203,13 +163,9 @@ static void test_world_size_invariance(void **state)
 		assert_int_equal(lines, STEPS);
 		assert_true(worst_loss < 1e-5);
 		print_message("world %d vs 1: max relative weight difference %.3g, loss %.3g\n", w, worst, worst_loss);
-		for (int i = 0; i <= cfg->ntables; i++)
-			free(got[i]);
-		free(got);
+		dumps_free(cfg, got);
 	}
-	for (int i = 0; i <= cfg->ntables; i++)
-		free(ref[i]);
-	free(ref);
+	dumps_free(cfg, ref);
 }
 
 static double learned_auc;
