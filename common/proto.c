@@ -44,18 +44,24 @@ rs_status rs_proto_start(json_t *msg, rs_msg_start *s, rs_err *err)
 {
 	json_error_t jerr;
 	const char *type;
-	json_int_t v[7];
+	json_int_t v[8] = {0};
+	int last = 1;
 	s->save = NULL;
-	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:I, s:o, s:o, s:I, s:I, s:I, s:I, s?s}", "type",
-			   &type, "generation", &v[0], "rank", &v[1], "world", &v[2], "peers", &s->peers, "plan",
+	s->previous_plan = NULL;
+	v[7] = -1;
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:I, s:o, s:o, s:I, s:I, s:I, s:I, s?s, s?I, s?o, s?b}",
+			   "type", &type, "generation", &v[0], "rank", &v[1], "world", &v[2], "peers", &s->peers, "plan",
 			   &s->plan, "first_step", &v[3], "steps", &v[4], "eval_every", &v[5], "eval_samples", &v[6],
-			   "save", &s->save) != 0)
+			   "save", &s->save, "union_world", &v[7], "previous_plan", &s->previous_plan, "last", &last) != 0)
 		return rs_err_set(err, RS_EINVAL, "start: %s", jerr.text);
 	s->generation = v[0], s->rank = v[1], s->world = v[2], s->first_step = v[3], s->steps = v[4];
-	s->eval_every = v[5], s->eval_samples = v[6];
-	if (s->world < 1 || s->world > 65536 || s->rank < 0 || s->rank >= s->world || !json_is_array(s->peers) ||
-	    (int64_t)json_array_size(s->peers) != s->world || s->eval_every < 0 || s->eval_samples < 0 ||
-	    s->first_step < 0 || s->steps < s->first_step || !json_is_object(s->plan))
+	s->eval_every = v[5], s->eval_samples = v[6], s->union_world = v[7] < 0 ? v[2] : v[7];
+	s->last = last;
+	if (s->world < 1 || s->world > 65536 || s->union_world < s->world || s->union_world > 65536 || s->rank < 0 ||
+	    s->rank >= s->union_world || !json_is_array(s->peers) ||
+	    (int64_t)json_array_size(s->peers) != s->union_world || s->eval_every < 0 || s->eval_samples < 0 ||
+	    s->first_step < 0 || s->steps < s->first_step || !json_is_object(s->plan) ||
+	    (s->previous_plan && !json_is_object(s->previous_plan)))
 		return rs_err_set(err, RS_EINVAL, "start: inconsistent fields (rank %lld of %lld)", (long long)s->rank,
 				  (long long)s->world);
 	for (size_t i = 0; i < json_array_size(s->peers); i++)
@@ -77,6 +83,21 @@ rs_status rs_proto_progress(json_t *msg, rs_msg_progress *p, rs_err *err)
 		return rs_err_set(err, RS_EINVAL, "progress: %s", jerr.text);
 	if (rank < 0 || step < 0)
 		return rs_err_set(err, RS_EINVAL, "progress: negative rank or step");
+	p->rank = rank;
+	p->step = step;
+	return RS_OK;
+}
+
+rs_status rs_proto_paused(json_t *msg, rs_msg_paused *p, rs_err *err)
+{
+	json_error_t jerr;
+	const char *type;
+	json_int_t rank, step;
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:s}", "type", &type, "rank", &rank, "step", &step,
+			   "addr", &p->addr) != 0)
+		return rs_err_set(err, RS_EINVAL, "paused: %s", jerr.text);
+	if (rank < 0 || step < 0)
+		return rs_err_set(err, RS_EINVAL, "paused: negative rank or step");
 	p->rank = rank;
 	p->step = step;
 	return RS_OK;

@@ -26,10 +26,19 @@ typedef struct rs_msg_join {
 
 typedef struct rs_msg_start {
 	int64_t generation, rank, world, first_step, steps, eval_every, eval_samples;
-	json_t *peers;        /* array of "host:port", one per rank */
+	int64_t union_world;  /* members connected for this generation: world, or more while some leave */
+	json_t *peers;        /* array of "host:port", one per union rank */
 	json_t *plan;         /* a plan (common/plan.h JSON), validated by its reader */
+	json_t *previous_plan; /* the plan rows move from (a reshard), or NULL for a fresh start */
 	const char *save;     /* checkpoint directory, or NULL */
+	int last;             /* training ends at `steps` (else the worker pauses there) */
 } rs_msg_start;
+
+/* A worker stopped at a step boundary, listening for the next generation on addr. */
+typedef struct rs_msg_paused {
+	int64_t rank, step;
+	const char *addr;
+} rs_msg_paused;
 
 typedef struct rs_msg_progress {
 	int64_t rank, step;
@@ -40,5 +49,6 @@ typedef struct rs_msg_progress {
 rs_status rs_proto_join(json_t *msg, rs_msg_join *out, rs_err *err);
 rs_status rs_proto_start(json_t *msg, rs_msg_start *out, rs_err *err);
 rs_status rs_proto_progress(json_t *msg, rs_msg_progress *out, rs_err *err);
+rs_status rs_proto_paused(json_t *msg, rs_msg_paused *out, rs_err *err);
 
 #endif

@@ -8,8 +8,15 @@
  * peers, prints their progress (and writes it as JSON lines with
  * --log-json), and ends when training is done. A worker that dies or
  * disconnects stops the job with an error; every wait is bounded.
- * (Scaling mid-run and the Kubernetes membership source come with their
- * issues.)
+ *
+ * --schedule "50:4,120:3" rescales the job live: each generation is started
+ * to pause at the next scheduled step; when every worker has paused there,
+ * the coordinator starts the workers a larger world needs, replans
+ * incrementally from the current plan, and starts the next generation over
+ * the union of old and new members: workers move exactly the rows the plan
+ * diff says, members beyond the new world hand their rows over and leave,
+ * and training resumes at the same step. (The Kubernetes membership source
+ * comes with its issue.)
  */
 #include "common/config.h"
 #include "common/clock.h"
@@ -39,8 +46,8 @@ typedef struct member {
 	char name[64];
 	pid_t pid;
 	rs_conn *conn;
-	char addr[300];
-	int done;
+	char addr[300];         /* where its transport listens for the next generation */
+	int done, paused;
 	int64_t step;
 } member;
 
@@ -48,7 +55,10 @@ typedef struct job {
 	const rs_config *cfg;
 	int32_t n;
 	member m[MAX_WORKERS];
-	int32_t joined, done;
+	int32_t joined, done, paused;
+	int64_t generation;
+	int64_t resume_step;    /* after a reshard: the step training resumes at, -1 once it did */
+	double pause_started;   /* when the first worker paused */
 	int failed;
 	char why[256];          /* what the coordinator saw first */
 	char root[128];         /* a worker killed by a signal: the likely root cause */
@@ -112,6 +122,11 @@ static void on_message(void *ctx, rs_conn *c, json_t *msg)
 		j->last_progress = rs_now();
 		if (rank != 0)
 			return; /* rank 0 speaks for the job: every rank reports the same loss */
+		if (j->resume_step >= 0 && step >= j->resume_step) {
+			printf("generation %lld resumed at step %lld: paused %.3f s for the reshard\n", (long long)j->generation,
+			       (long long)j->resume_step, rs_now() - j->pause_started);
+			j->resume_step = -1;
+		}
 		if (pr.teacher_auc >= 0)
 			printf("teacher AUC on the held-out samples (the ceiling): %.4f\n", pr.teacher_auc);
 		if (auc >= 0)
@@ -120,14 +135,28 @@ static void on_message(void *ctx, rs_conn *c, json_t *msg)
 			printf("step %5lld  loss %.5f              %8.0f samples/s\n", (long long)step + 1, loss, sps);
 		fflush(stdout);
 		if (j->log_json) {
-			json_t *line = json_pack("{s:i, s:I, s:f, s:f}", "generation", 1, "step", (json_int_t)(step + 1), "loss", loss,
-						 "samples_per_s", sps);
+			json_t *line = json_pack("{s:I, s:I, s:f, s:f}", "generation", (json_int_t)j->generation, "step",
+						 (json_int_t)(step + 1), "loss", loss, "samples_per_s", sps);
 			if (line && auc >= 0)
 				json_object_set_new(line, "auc", json_real(auc));
 			if (line && json_dumpf(line, j->log_json, JSON_COMPACT) == 0)
 				fputc('\n', j->log_json);
 			fflush(j->log_json);
 			json_decref(line);
+		}
+	} else if (!strcmp(type, "paused")) {
+		rs_msg_paused pa;
+		rs_err err = {0};
+		if (rs_proto_paused(msg, &pa, &err) != RS_OK) {
+			fail_job(j, "%s: %s", m->name, err.msg);
+			return;
+		}
+		if (!m->paused) {
+			if (j->paused == 0)
+				j->pause_started = rs_now();
+			m->paused = 1;
+			j->paused++;
+			snprintf(m->addr, sizeof(m->addr), "%s", pa.addr);
 		}
 	} else if (!strcmp(type, "done")) {
 		if (!m->done) {
@@ -159,6 +188,22 @@ static pid_t spawn(const char *bin, const char *url, const char *config, const c
 	execl(bin, bin, "--coordinator", url, "--config", config, "--name", name, (char *)NULL);
 	fprintf(stderr, "rowshift-coordinator: cannot run %s: %s\n", bin, strerror(errno));
 	_exit(127);
+}
+
+/* Name member i worker-i and start its process. */
+static rs_status start_member(job *j, int32_t i, const char *bin, const char *url, const char *config, const char *token,
+			      rs_err *err)
+{
+	if (i >= MAX_WORKERS)
+		return rs_err_set(err, RS_EINVAL, "more than %d workers", MAX_WORKERS);
+	memset(&j->m[i], 0, sizeof(j->m[i]));
+	snprintf(j->m[i].name, sizeof(j->m[i].name), "worker-%d", i);
+	j->m[i].pid = spawn(bin, url, config, j->m[i].name, token);
+	if (j->m[i].pid < 0)
+		return rs_err_set(err, RS_ESYS, "fork: %s", strerror(errno));
+	if (i >= j->n)
+		j->n = i + 1;
+	return RS_OK;
 }
 
 /* A random join token from /dev/urandom. */
@@ -197,26 +242,81 @@ static void reap(job *j)
 			}
 }
 
-static rs_status send_start(job *j, rs_conn *c, int32_t rank, const rs_plan *plan, int64_t steps)
+/*
+ * Start generation j->generation on the union of members `order` (union
+ * rank -> member index): a world of `world` ranks training steps
+ * [first, steps), resharded from `prev` when it is not NULL.
+ */
+static rs_status send_starts(job *j, const int32_t *order, int32_t nunion, int32_t world, const rs_plan *plan,
+			     const rs_plan *prev, int64_t first, int64_t steps, int last)
 {
 	const rs_config *cfg = j->cfg;
-	json_t *peers = json_array();
-	for (int32_t i = 0; peers && i < j->n; i++)
-		json_array_append_new(peers, json_string(j->m[i].addr));
-	json_t *msg = json_pack("{s:s, s:i, s:i, s:i, s:o, s:o, s:i, s:I, s:I, s:I}", "type", "start", "generation", 1,
-				"rank", rank, "world", j->n, "peers", peers, "plan", rs_plan_to_json(plan), "first_step", 0,
-				"steps", (json_int_t)steps, "eval_every", (json_int_t)cfg->data.eval_every, "eval_samples",
-				(json_int_t)cfg->data.eval_samples);
-	if (msg && j->save)
-		json_object_set_new(msg, "save", json_string(j->save));
-	rs_status st = msg ? rs_server_send(c, msg) : RS_ENOMEM;
-	json_decref(msg);
+	rs_status st = RS_OK;
+	json_t *peers = json_array(), *jp = rs_plan_to_json(plan), *jprev = prev ? rs_plan_to_json(prev) : NULL;
+	if (!peers || !jp || (prev && !jprev))
+		st = RS_ENOMEM;
+	for (int32_t r = 0; st == RS_OK && r < nunion; r++)
+		json_array_append_new(peers, json_string(j->m[order[r]].addr));
+	for (int32_t r = 0; st == RS_OK && r < nunion; r++) {
+		json_t *msg = json_pack("{s:s, s:I, s:i, s:i, s:i, s:O, s:O, s:I, s:I, s:I, s:I, s:b}", "type", "start",
+					"generation", (json_int_t)j->generation, "rank", r, "world", world, "union_world",
+					nunion, "peers", peers, "plan", jp, "first_step", (json_int_t)first, "steps",
+					(json_int_t)steps, "eval_every", (json_int_t)cfg->data.eval_every, "eval_samples",
+					(json_int_t)cfg->data.eval_samples, "last", last);
+		if (msg && jprev)
+			json_object_set(msg, "previous_plan", jprev);
+		if (msg && j->save)
+			json_object_set_new(msg, "save", json_string(j->save));
+		member *m = &j->m[order[r]];
+		st = msg && m->conn ? rs_server_send(m->conn, msg) : RS_ENOMEM;
+		json_decref(msg);
+		m->paused = 0;
+	}
+	j->paused = 0;
+	json_decref(jprev);
+	json_decref(jp);
+	json_decref(peers);
 	return st;
+}
+
+/* Run the event loop until cond(j) holds, the job fails, or timeout_ms passes (which fails it). */
+static void serve_until(job *j, rs_server *srv, int (*cond)(const job *), int64_t timeout_ms, const char *what)
+{
+	double deadline = rs_now() + (double)timeout_ms / 1000;
+	while (!j->failed && !cond(j)) {
+		rs_server_service(srv, 50);
+		reap(j);
+		if (rs_now() > deadline)
+			fail_job(j, "%s: nothing for %lld ms", what, (long long)timeout_ms);
+	}
+}
+
+static int all_joined(const job *j) { return j->joined == j->n; }
+
+/* Parse "STEP:WORKERS,..." with increasing steps. */
+static rs_status parse_schedule(const char *s, int64_t *step, int32_t *workers, int *n, rs_err *err)
+{
+	*n = 0;
+	while (s && *s) {
+		char *end;
+		long long st = strtoll(s, &end, 10);
+		if (end == s || *end != ':')
+			return rs_err_set(err, RS_EINVAL, "--schedule: expected STEP:WORKERS at '%s'", s);
+		long w = strtol(end + 1, &end, 10);
+		if (st <= 0 || w < 1 || w > MAX_WORKERS || (*n && st <= step[*n - 1]) || *n >= 64 || (*end && *end != ','))
+			return rs_err_set(err, RS_EINVAL, "--schedule: bad entry at '%s' (steps increase, 1..%d workers)", s,
+					  MAX_WORKERS);
+		step[*n] = st;
+		workers[(*n)++] = (int32_t)w;
+		s = *end ? end + 1 : end;
+	}
+	return RS_OK;
 }
 
 int main(int argc, char **argv)
 {
 	const char *config = NULL, *listen = "127.0.0.1:0", *log_json = NULL, *worker_bin = NULL, *save = NULL;
+	const char *schedule = NULL;
 	int64_t workers = 2, steps = -1, timeout_ms = 60000;
 	bool local = false, help = false;
 	rs_param params[] = {
@@ -226,19 +326,21 @@ int main(int argc, char **argv)
 		RS_PARAM("--steps", "ROWSHIFT_STEPS", RS_PARAM_INT, "-1", "S", "steps to train (-1: the config's train.steps)", &steps),
 		RS_PARAM("--listen", "ROWSHIFT_LISTEN", RS_PARAM_STR, "127.0.0.1:0", "HOST:PORT", "where the control channel listens (port 0: any)", &listen),
 		RS_PARAM("--log-json", NULL, RS_PARAM_STR, NULL, "FILE", "write one JSON line per progress report", &log_json),
+		RS_PARAM("--schedule", NULL, RS_PARAM_STR, NULL, "STEP:N,...", "rescale live: at STEP go to N workers (local mode)", &schedule),
 		RS_PARAM("--save", "ROWSHIFT_SAVE", RS_PARAM_STR, NULL, "DIR", "write a checkpoint (safetensors) here at the end", &save),
 		RS_PARAM("--worker-bin", "ROWSHIFT_WORKER_BIN", RS_PARAM_STR, NULL, "PATH", "the worker binary (default: beside this one)", &worker_bin),
 		RS_PARAM("--timeout-ms", "ROWSHIFT_TIMEOUT_MS", RS_PARAM_INT, "60000", "MS", "longest wait for workers to join or make progress", &timeout_ms),
 		RS_PARAM("--help", NULL, RS_PARAM_FLAG, NULL, NULL, "show this help", &help),
 	};
 	const int np = (int)(sizeof(params) / sizeof(params[0]));
-	const char *usage = "usage: rowshift-coordinator --local --workers N --config FILE [--steps S] [--listen HOST:PORT]";
+	const char *usage = "usage: rowshift-coordinator --local --workers N --config FILE [--steps S] [--schedule STEP:N,...]\n"
+			    "       [--listen HOST:PORT] [--log-json FILE] [--save DIR]";
 	static job j;
 	rs_err err = {0};
 	const char *pos[1];
 	int npos, rc = 1;
 	rs_config *cfg = NULL;
-	rs_plan *plan = NULL;
+	rs_plan *plan = NULL, *prev = NULL;
 	rs_server *srv = NULL;
 	char token[64] = "", url[128], bin[PATH_MAX];
 	rs_status st;
@@ -288,6 +390,10 @@ int main(int argc, char **argv)
 		st = rs_err_set(&err, RS_EIO, "%s: %s", log_json, strerror(errno));
 		goto fail;
 	}
+	int64_t sched_step[64];
+	int32_t sched_world[64];
+	int nsched = 0;
+	RSCHECKGOTO(parse_schedule(schedule, sched_step, sched_world, &nsched, &err), st, fail);
 	rs_world w = rs_world_make(cfg, j.n, 0, 0, 0);
 	RSCHECKGOTO(rs_planner_plan(cfg, &w, NULL, NULL, &plan, &err), st, fail);
 	if (make_token(token, sizeof(token)) != RS_OK) {
@@ -298,31 +404,58 @@ int main(int argc, char **argv)
 	RSCHECKGOTO(rs_server_create(listen, token, &h, &srv, &err), st, fail);
 	snprintf(url, sizeof(url), "ws://127.0.0.1:%d", rs_server_port(srv));
 	RS_INFO("control channel on %s; starting %d workers; plan imbalance %.3f", url, j.n, plan->summary.imbalance);
-	for (int32_t i = 0; i < j.n; i++) {
-		snprintf(j.m[i].name, sizeof(j.m[i].name), "worker-%d", i);
-		j.m[i].pid = spawn(worker_bin, url, config, j.m[i].name, token);
-		if (j.m[i].pid < 0) {
-			st = rs_err_set(&err, RS_ESYS, "fork: %s", strerror(errno));
-			goto fail;
+	int32_t world = j.n, nunion = j.n, order[MAX_WORKERS];
+	for (int32_t i = 0; i < world; i++) {
+		order[i] = i;
+		RSCHECKGOTO(start_member(&j, i, worker_bin, url, config, token, &err), st, fail);
+	}
+	serve_until(&j, srv, all_joined, timeout_ms, "waiting for the workers to join");
+	j.generation = 1;
+	j.resume_step = -1;
+	int64_t first = 0, expect_done = 0;
+	for (int k = 0; !j.failed;) {
+		int64_t until = k < nsched && sched_step[k] < steps ? sched_step[k] : steps;
+		int last = until >= steps;
+		if (send_starts(&j, order, nunion, world, plan, prev, first, until, last) != RS_OK)
+			fail_job(&j, "cannot start generation %lld", (long long)j.generation);
+		rs_plan_free(prev);
+		prev = NULL;
+		expect_done += nunion - world; /* members beyond the world hand their rows over and leave */
+		j.last_progress = rs_now();
+		if (last)
+			expect_done += world;
+		/* train to the boundary: every member paused (or, at the end, done) */
+		while (!j.failed && !(j.done == expect_done && (last || j.paused == world))) {
+			rs_server_service(srv, 50);
+			reap(&j);
+			if (rs_now() - j.last_progress > (double)timeout_ms / 1000)
+				fail_job(&j, "no progress for %lld ms", (long long)timeout_ms);
 		}
-	}
-	/* join, then start the generation */
-	double deadline = rs_now() + (double)timeout_ms / 1000;
-	while (!j.failed && j.joined < j.n) {
-		rs_server_service(srv, 50);
-		reap(&j);
-		if (rs_now() > deadline)
-			fail_job(&j, "only %d of %d workers joined within %lld ms", j.joined, j.n, (long long)timeout_ms);
-	}
-	for (int32_t r = 0; !j.failed && r < j.n; r++)
-		if (send_start(&j, j.m[r].conn, r, plan, steps) != RS_OK)
-			fail_job(&j, "cannot send the start to %s", j.m[r].name);
-	j.last_progress = rs_now();
-	while (!j.failed && j.done < j.n) {
-		rs_server_service(srv, 50);
-		reap(&j);
-		if (rs_now() - j.last_progress > (double)timeout_ms / 1000)
-			fail_job(&j, "no progress for %lld ms", (long long)timeout_ms);
+		if (last || j.failed)
+			break;
+		/* the next generation: new members join, the plan moves as little as balance allows */
+		int32_t next = sched_world[k++];
+		first = until;
+		for (int32_t i = world; i < next; i++) {
+			order[i] = j.n;
+			RSCHECKGOTO(start_member(&j, j.n, worker_bin, url, config, token, &err), st, fail);
+		}
+		serve_until(&j, srv, all_joined, timeout_ms, "waiting for new workers to join");
+		int32_t map[MAX_WORKERS];
+		rs_plan *np_ = NULL;
+		w = rs_world_make(cfg, next, 0, 0, 0);
+		RSCHECKGOTO(rs_planner_rank_map(world, next, NULL, 0, map, &err), st, fail);
+		RSCHECKGOTO(rs_planner_plan(cfg, &w, plan, map, &np_, &err), st, fail);
+		printf("generation %lld: %d -> %d workers at step %lld; the plan moves %.2f MiB (lower bound %.2f MiB)\n",
+		       (long long)j.generation + 1, world, next, (long long)first, np_->summary.moved_bytes / 1048576.0,
+		       np_->summary.min_moved_bytes / 1048576.0);
+		fflush(stdout);
+		prev = plan;
+		plan = np_;
+		nunion = world > next ? world : next;
+		world = next;
+		j.generation++;
+		j.resume_step = first;
 	}
 	if (j.failed) {
 		/* a dead worker's peers fail right after it: give the cause a moment to surface */
@@ -336,7 +469,7 @@ int main(int argc, char **argv)
 			st = rs_err_set(&err, RS_EABORTED, "%s", j.why);
 		goto fail;
 	}
-	printf("training done: %d workers, %lld steps\n", j.n, (long long)steps);
+	printf("training done: %d workers, %lld steps, %lld generation(s)\n", world, (long long)steps, (long long)j.generation);
 	rc = 0;
 	goto out;
 fail:
@@ -371,6 +504,7 @@ out:
 	rs_server_destroy(srv);
 	if (j.log_json)
 		fclose(j.log_json);
+	rs_plan_free(prev);
 	rs_plan_free(plan);
 	rs_config_free(cfg);
 	return rc;

@@ -26,12 +26,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (rs_proto_join(msg, &j, &e1) != RS_OK && !e1.msg[0])
 		abort();
 	if (rs_proto_start(msg, &s, &e2) == RS_OK) {
-		if (s.rank < 0 || s.rank >= s.world || (int64_t)json_array_size(s.peers) != s.world)
+		if (s.rank < 0 || s.rank >= s.union_world || (int64_t)json_array_size(s.peers) != s.union_world)
 			abort();
 	} else if (!e2.msg[0]) {
 		abort();
 	}
 	if (rs_proto_progress(msg, &p, &e3) != RS_OK && !e3.msg[0])
+		abort();
+	rs_msg_paused pa;
+	rs_err e4 = {0};
+	if (rs_proto_paused(msg, &pa, &e4) != RS_OK && !e4.msg[0])
 		abort();
 	json_decref(msg);
 	return 0;
