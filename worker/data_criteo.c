@@ -73,7 +73,7 @@ rs_status rs_criteo_parse_line(const char *line, size_t len, rs_criteo_sample *s
 		} else if (field <= RS_NUM_DENSE) {
 			int64_t v = 0;
 			int neg = n > 0 && *p == '-';
-			if (n > 19 || (neg && n == 1)) {
+			if (n - (size_t)neg > 18 || (neg && n == 1)) { /* 18 digits always fit in int64 */
 				*why = "integer field out of range";
 				return RS_EINVAL;
 			}

@@ -53,7 +53,9 @@ static void test_parse_line(void **state)
 	assert_true(s.present[0] && s.cat[0] == 0x68fd1e64ull);
 	assert_false(s.present[1]);
 	assert_true(s.present[2] && s.cat[2] == 0xff);
-	static const char *const bad[] = {"", "1", "x\t", "0\t1\t2", "1\t1\t1\t1\t1\t1\t1\t1\t1\t1\t1\t1\t1\tgg"};
+	/* the last: a 19-digit integer (found by the fuzzer: it overflowed) */
+	static const char *const bad[] = {"", "1", "x\t", "0\t1\t2", "1\t1\t1\t1\t1\t1\t1\t1\t1\t1\t1\t1\t1\tgg",
+					  "1\t77\t7\t\t\t7\t9999999999999999990\t1\t"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		why = NULL;
 		assert_int_equal(rs_criteo_parse_line(bad[i], strlen(bad[i]), &s, &why), RS_EINVAL);
