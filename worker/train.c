@@ -8,6 +8,7 @@
 #include "worker/train.h"
 #include "common/batch.h"
 #include "common/checkpoint.h"
+#include "common/crc32c.h"
 #include "common/grow.h"
 #include "common/plandiff.h"
 #include "common/safetensors.h"
@@ -840,6 +841,8 @@ rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err 
 
 /* ---- live resharding ---------------------------------------------------------------- */
 
+int rs_reshard_fault_for_tests;
+
 /* The local shard of table t holding (row, col), or NULL. */
 static lshard *local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col)
 {
@@ -1003,21 +1006,26 @@ rs_status rs_trainer_reshard(const rs_config *cfg, rs_trainer *old, const rs_pla
 	for (int i = 0; i < nmoves; i++) {
 		const rs_move *m = &moves[i];
 		size_t rb = packed_row_bytes(cfg, m), len = move_bytes(shape, m, rb);
+		/* every move travels with a CRC-32C of its bytes, checked before anything is applied */
 		if (m->src == me) {
-			if (!old || !(sbuf[ns] = malloc(len + 1))) {
+			if (!old || !(sbuf[ns] = malloc(len + 4))) {
 				st = old ? RS_ENOMEM : rs_err_set(err, RS_EINVAL, "reshard: rank %d must send rows it never held", me);
 				goto out;
 			}
 			RSCHECKGOTO(pack_move(old, m, rb, sbuf[ns]), st, out);
-			sx[ns] = (rs_xfer){m->dst, sbuf[ns], len};
+			uint32_t crc = rs_crc32c(0, sbuf[ns], len);
+			memcpy(sbuf[ns] + len, &crc, 4);
+			if (rs_reshard_fault_for_tests && len)
+				sbuf[ns][len / 2] ^= 0x40; /* corrupted in flight */
+			sx[ns] = (rs_xfer){m->dst, sbuf[ns], len + 4};
 			ns++;
 		}
 		if (m->dst == me) {
-			if (!nt || !(rbuf[nr] = malloc(len + 1))) {
+			if (!nt || !(rbuf[nr] = malloc(len + 4))) {
 				st = nt ? RS_ENOMEM : rs_err_set(err, RS_EINVAL, "reshard: rank %d would receive rows but leaves", me);
 				goto out;
 			}
-			rx[nr] = (rs_xfer){m->src, rbuf[nr], len};
+			rx[nr] = (rs_xfer){m->src, rbuf[nr], len + 4};
 			nr++;
 		}
 	}
@@ -1038,11 +1046,33 @@ rs_status rs_trainer_reshard(const rs_config *cfg, rs_trainer *old, const rs_pla
 		rx[nr++] = (rs_xfer){0, dense_in, dense_bytes};
 	}
 	RSCHECKGOTO(rs_transport_exchange(uni, sx, ns, rx, nr), st, out);
-	for (int i = 0, k = 0; nt && i < nmoves; i++)
+	/* verify and apply what arrived; then every member votes, and one failure aborts all (old models intact) */
+	rs_status mine = RS_OK;
+	for (int i = 0, k = 0; nt && mine == RS_OK && i < nmoves; i++)
 		if (moves[i].dst == me) {
-			size_t rb = packed_row_bytes(cfg, &moves[i]);
-			RSCHECKGOTO(unpack_move(nt, &moves[i], rb, rbuf[k++], err), st, out);
+			const rs_move *m = &moves[i];
+			size_t rb = packed_row_bytes(cfg, m), len = move_bytes(nt, m, rb);
+			uint32_t crc;
+			memcpy(&crc, rbuf[k] + len, 4);
+			if (rs_crc32c(0, rbuf[k], len) != crc)
+				mine = rs_err_set(err, RS_ECORRUPT,
+						  "reshard: table '%s' rows %lld..%lld from rank %d: checksum mismatch",
+						  cfg->tables[m->table].name, (long long)m->row_offset,
+						  (long long)(m->row_offset + m->rows - 1), m->src);
+			else
+				mine = unpack_move(nt, m, rb, rbuf[k], err);
+			k++;
 		}
+	float vote = mine == RS_OK ? 1.0f : 0.0f;
+	RSCHECKGOTO(rs_transport_allreduce_sum(uni, &vote, 1), st, out);
+	if (mine != RS_OK) {
+		st = mine;
+		goto out;
+	}
+	if (vote < (float)uni->world) {
+		st = rs_err_set(err, RS_EABORTED, "reshard: aborted, another member failed to receive its rows");
+		goto out;
+	}
 	if (nt && old) {
 		memcpy(rs_dense_params(nt->dense), rs_dense_params(old->dense), sizeof(float) * dn);
 		nt->updates = old->updates;

@@ -84,10 +84,16 @@ rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err 
  * `train_t` (the new world's transport, typically rs_transport_subset of
  * uni) is NULL for a member leaving. Rows this rank keeps are copied
  * locally; moved rows travel with their optimizer state (ZCH buckets with
- * their identities); joining members get the dense network from rank 0. On
+ * their identities) and a CRC-32C checked before anything is applied;
+ * joining members get the dense network from rank 0. Every member then votes
+ * over `uni`: one failure (a checksum mismatch, no memory) makes every member
+ * return an error (RS_ECORRUPT where detected, RS_EABORTED elsewhere). On
  * success *out is the trainer for new_plan (NULL when leaving); `old` is
- * left untouched, so a failure keeps the old model intact.
+ * left untouched either way, so an aborted reshard keeps the old model.
  */
+/* Tests only: when set, every move is corrupted after its checksum is taken. */
+extern int rs_reshard_fault_for_tests;
+
 rs_status rs_trainer_reshard(const rs_config *cfg, rs_trainer *old, const rs_plan *old_plan, const rs_plan *new_plan,
 			     rs_transport *uni, rs_transport *train_t, rs_trainer **out, rs_err *err);
 

@@ -5,7 +5,9 @@
  * union of old and new members; joining workers start empty, the leaving
  * one hands its rows over and exits) ends, after 200 steps, with the same
  * weights as 200 steps on 2 workers, for tables of every sharding type and
- * a ZCH table: nothing was lost, duplicated or reset by the moves.
+ * a ZCH table: nothing was lost, duplicated or reset by the moves. And a
+ * move corrupted in flight makes every member abort the reshard, while the
+ * old members carry on with their old model as if nothing had happened.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -110,6 +112,23 @@ static int elastic_rank(int32_t r)
 			return 101;
 		rs_status st = g == 0 ? rs_trainer_create(cfg, plans[0], nt_t, &ntr, &err)
 				      : rs_trainer_reshard(cfg, tr, plans[g - 1], plans[g], nuni, nt_t, &ntr, &err);
+		if (st != RS_OK && rs_reshard_fault_for_tests && (st == RS_ECORRUPT || st == RS_EABORTED)) {
+			/* the reshard aborted everywhere: the old members still hold the old model */
+			rs_transport_destroy(nt_t);
+			rs_transport_destroy(nuni);
+			if (!tr)
+				return 42;
+			for (int64_t s = first_step[g]; s < first_step[g] + 10; s++)
+				if (rs_trainer_step(tr, s, NULL) != RS_OK)
+					return 105;
+			char path[128];
+			snprintf(path, sizeof(path), "%s/rollback-r%d", dir, r);
+			int rc = rs_trainer_dump(tr, path) == RS_OK ? 0 : 104;
+			rs_trainer_destroy(tr);
+			rs_transport_destroy(t);
+			rs_transport_destroy(uni);
+			return rc;
+		}
 		if (st != RS_OK) {
 			fprintf(stderr, "rank %d gen %d: %s\n", r, g, err.msg);
 			return 102;
@@ -140,6 +159,8 @@ static int elastic_rank(int32_t r)
 	return rc;
 }
 
+static int64_t static_steps;
+
 static int static_body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
 {
 	rs_trainer *tr;
@@ -149,24 +170,47 @@ static int static_body(int32_t rank, rs_transport *t, rs_status st, const char *
 		fprintf(stderr, "rank %d: %s %s\n", rank, msg, err.msg);
 		return 100;
 	}
-	for (int64_t s = 0; s < first_step[GENS]; s++)
+	for (int64_t s = 0; s < static_steps; s++)
 		if (rs_trainer_step(tr, s, NULL) != RS_OK)
 			return 101;
-	snprintf(path, sizeof(path), "%s/static-r%d", dir, rank);
+	snprintf(path, sizeof(path), "%s/static%lld-r%d", dir, (long long)static_steps, rank);
 	int rc = rs_trainer_dump(tr, path) == RS_OK ? 0 : 102;
 	rs_trainer_destroy(tr);
 	return rc;
 }
 
-static void test_elastic_equals_static(void **state)
+static void run_static(int64_t steps)
 {
-	(void)state;
 	world ws = {.n = 2, .timeout_ms = 20000, .absent = -1, .bad_token = -1, .bad_generation = -1, .reap_last = -1,
 		    .body = static_body};
+	static_steps = steps;
 	world_run(&ws);
 	assert_int_equal(ws.exit_code[0], 0);
 	assert_int_equal(ws.exit_code[1], 0);
+}
 
+static void compare(const char *tag_a, int ranks_a, const char *tag_b, int ranks_b, const char *what)
+{
+	size_t na = 0, nb = 0;
+	float **a = dumps_assemble(cfg, dir, tag_a, ranks_a, &na);
+	float **b = dumps_assemble(cfg, dir, tag_b, ranks_b, &nb);
+	assert_true(na == nb && na > 0);
+	double worst = 0;
+	for (int i = 0; i <= cfg->ntables; i++) {
+		size_t n = i < cfg->ntables ? (size_t)(cfg->tables[i].rows * cfg->tables[i].dim) : na;
+		double d = dumps_max_rel_diff(a[i], b[i], n);
+		worst = d > worst ? d : worst;
+		if (d > 1e-5)
+			fail_msg("%s: %s differs by %.3g (relative)", what, i < cfg->ntables ? cfg->tables[i].name : "dense", d);
+	}
+	print_message("%s: max relative difference %.3g\n", what, worst);
+	dumps_free(cfg, a);
+	dumps_free(cfg, b);
+}
+
+/* Start ranks 0..3 on elastic_rank and collect their exit codes. */
+static void run_elastic(int *codes)
+{
 	for (int g = 0; g < GENS; g++)
 		for (int32_t r = 0; r < union_of(g); r++) {
 			int port;
@@ -196,31 +240,42 @@ static void test_elastic_equals_static(void **state)
 			}
 			usleep(10000);
 		}
-		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-			fail_msg("elastic rank %d failed (status %d)", r, status);
+		codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 	}
-	size_t na = 0, nb = 0;
-	float **a = dumps_assemble(cfg, dir, "static", 2, &na);
-	float **b = dumps_assemble(cfg, dir, "elastic", world_of[GENS - 1], &nb);
-	assert_true(na == nb && na > 0);
-	double worst = 0;
-	for (int i = 0; i <= cfg->ntables; i++) {
-		size_t n = i < cfg->ntables ? (size_t)(cfg->tables[i].rows * cfg->tables[i].dim) : na;
-		double d = dumps_max_rel_diff(a[i], b[i], n);
-		worst = d > worst ? d : worst;
-		if (d > 1e-5)
-			fail_msg("%s differs between the elastic and the static run by %.3g (relative)",
-				 i < cfg->ntables ? cfg->tables[i].name : "dense", d);
-	}
-	print_message("2 -> 4 -> 3 vs static 2: max relative difference %.3g\n", worst);
-	dumps_free(cfg, a);
-	dumps_free(cfg, b);
+}
+
+static void test_elastic_equals_static(void **state)
+{
+	(void)state;
+	int codes[4];
+	run_static(first_step[GENS]);
+	run_elastic(codes);
+	for (int32_t r = 0; r < 4; r++)
+		if (codes[r] != 0)
+			fail_msg("elastic rank %d failed (%d)", r, codes[r]);
+	compare("static200", 2, "elastic", world_of[GENS - 1], "2 -> 4 -> 3 vs static 2");
+}
+
+/* A corrupted move: every member aborts generation 2; ranks 0 and 1 go on with the old plan for 10 steps. */
+static void test_corrupt_move_aborts_and_rolls_back(void **state)
+{
+	(void)state;
+	int codes[4];
+	run_static(first_step[1] + 10);
+	rs_reshard_fault_for_tests = 1;
+	run_elastic(codes);
+	rs_reshard_fault_for_tests = 0;
+	for (int32_t r = 0; r < 4; r++)
+		if (codes[r] != (r < 2 ? 0 : 42))
+			fail_msg("rank %d exited %d", r, codes[r]);
+	compare("static60", 2, "rollback", 2, "after an aborted reshard vs static 2");
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_elastic_equals_static),
+		cmocka_unit_test(test_corrupt_move_aborts_and_rolls_back),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
