@@ -24,8 +24,10 @@ static int cmp_held_desc(const void *a, const void *b)
 /* Fill m[] with each member's held count and balanced target; returns buckets kept, or -1. */
 static int64_t targets(uint32_t nbuckets, int32_t nmembers, const int32_t *prev, member *m)
 {
-	uint32_t base = nbuckets / (uint32_t)nmembers, rem = nbuckets % (uint32_t)nmembers;
 	int64_t kept = 0;
+	if (nmembers <= 0)
+		return -1;
+	uint32_t base = nbuckets / (uint32_t)nmembers, rem = nbuckets % (uint32_t)nmembers;
 	for (int32_t i = 0; i < nmembers; i++)
 		m[i] = (member){.id = i};
 	for (uint32_t b = 0; prev && b < nbuckets; b++)
