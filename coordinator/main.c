@@ -58,6 +58,8 @@ typedef struct job {
 	int32_t joined, done, paused;
 	int64_t generation;
 	int64_t resume_step;    /* after a reshard: the step training resumes at, -1 once it did */
+	int64_t paused_step;    /* where the workers paused */
+	int32_t scale_to;       /* a rowshiftctl scale request not yet carried out, or 0 */
 	double pause_started;   /* when the first worker paused */
 	int failed;
 	char why[256];          /* what the coordinator saw first */
@@ -93,7 +95,7 @@ static void on_join(void *ctx, rs_conn *c, const char *worker, const char *addr,
 	member *m = find(j, worker);
 	(void)pid;
 	if (!m || m->conn) {
-		RS_WARN("control: unexpected worker '%s' joined; ignoring it", worker);
+		RS_DEBUG("control: '%s' joined (not a worker of this job)", worker);
 		return;
 	}
 	m->conn = c;
@@ -107,6 +109,28 @@ static void on_message(void *ctx, rs_conn *c, json_t *msg)
 	job *j = ctx;
 	member *m = find(j, rs_conn_worker(c));
 	const char *type = json_string_value(json_object_get(msg, "type"));
+	if (!strcmp(type, "scale")) {
+		json_int_t n = 0;
+		json_error_t jerr;
+		json_t *reply;
+		if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I}", "type", &type, "workers", &n) != 0 || n < 1 ||
+		    n > MAX_WORKERS) {
+			reply = json_pack("{s:s, s:s}", "type", "error", "reason", "scale needs \"workers\": 1..256");
+		} else {
+			RS_INFO("%s asks for %lld workers", rs_conn_worker(c), (long long)n);
+			j->scale_to = (int32_t)n;
+			json_t *pause = json_pack("{s:s}", "type", "pause");
+			for (int32_t i = 0; pause && i < j->n; i++)
+				if (j->m[i].conn && !j->m[i].done)
+					rs_server_send(j->m[i].conn, pause);
+			json_decref(pause);
+			reply = json_pack("{s:s, s:I}", "type", "scaling", "workers", n);
+		}
+		if (reply)
+			rs_server_send(c, reply);
+		json_decref(reply);
+		return;
+	}
 	if (!m)
 		return;
 	if (!strcmp(type, "progress")) {
@@ -156,6 +180,7 @@ static void on_message(void *ctx, rs_conn *c, json_t *msg)
 				j->pause_started = rs_now();
 			m->paused = 1;
 			j->paused++;
+			j->paused_step = pa.step;
 			snprintf(m->addr, sizeof(m->addr), "%s", pa.addr);
 		}
 	} else if (!strcmp(type, "done")) {
@@ -188,6 +213,24 @@ static pid_t spawn(const char *bin, const char *url, const char *config, const c
 	execl(bin, bin, "--coordinator", url, "--config", config, "--name", name, (char *)NULL);
 	fprintf(stderr, "rowshift-coordinator: cannot run %s: %s\n", bin, strerror(errno));
 	_exit(127);
+}
+
+/* Tell rowshiftctl where this job is and how to join it: {"url", "token"}, readable by this user only. */
+static rs_status write_admin_file(const char *path, const char *url, const char *token, rs_err *err)
+{
+	char tmp[4200];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	json_t *j = json_pack("{s:s, s:s}", "url", url, "token", token);
+	int bad = fd < 0 || !j || json_dumpfd(j, fd, JSON_COMPACT) != 0;
+	if (fd >= 0 && close(fd) != 0)
+		bad = 1;
+	json_decref(j);
+	if (bad || rename(tmp, path) != 0) {
+		unlink(tmp);
+		return rs_err_set(err, RS_EIO, "--admin-file %s: %s", path, strerror(errno));
+	}
+	return RS_OK;
 }
 
 /* Name member i worker-i and start its process. */
@@ -316,7 +359,10 @@ static rs_status parse_schedule(const char *s, int64_t *step, int32_t *workers, 
 int main(int argc, char **argv)
 {
 	const char *config = NULL, *listen = "127.0.0.1:0", *log_json = NULL, *worker_bin = NULL, *save = NULL;
-	const char *schedule = NULL;
+	const char *schedule = NULL, *admin_file = NULL;
+	char admin_default[128];
+	snprintf(admin_default, sizeof(admin_default), "/tmp/rowshift-%d.json", (int)getuid());
+	admin_file = admin_default;
 	int64_t workers = 2, steps = -1, timeout_ms = 60000;
 	bool local = false, help = false;
 	rs_param params[] = {
@@ -327,6 +373,7 @@ int main(int argc, char **argv)
 		RS_PARAM("--listen", "ROWSHIFT_LISTEN", RS_PARAM_STR, "127.0.0.1:0", "HOST:PORT", "where the control channel listens (port 0: any)", &listen),
 		RS_PARAM("--log-json", NULL, RS_PARAM_STR, NULL, "FILE", "write one JSON line per progress report", &log_json),
 		RS_PARAM("--schedule", NULL, RS_PARAM_STR, NULL, "STEP:N,...", "rescale live: at STEP go to N workers (local mode)", &schedule),
+		RS_PARAM("--admin-file", "ROWSHIFT_ADMIN_FILE", RS_PARAM_STR, NULL, "FILE", "where rowshiftctl finds this job (URL and token, mode 0600; default /tmp/rowshift-UID.json)", &admin_file),
 		RS_PARAM("--save", "ROWSHIFT_SAVE", RS_PARAM_STR, NULL, "DIR", "write a checkpoint (safetensors) here at the end", &save),
 		RS_PARAM("--worker-bin", "ROWSHIFT_WORKER_BIN", RS_PARAM_STR, NULL, "PATH", "the worker binary (default: beside this one)", &worker_bin),
 		RS_PARAM("--timeout-ms", "ROWSHIFT_TIMEOUT_MS", RS_PARAM_INT, "60000", "MS", "longest wait for workers to join or make progress", &timeout_ms),
@@ -403,6 +450,7 @@ int main(int argc, char **argv)
 	rs_server_handler h = {.ctx = &j, .on_join = on_join, .on_message = on_message, .on_close = on_close};
 	RSCHECKGOTO(rs_server_create(listen, token, &h, &srv, &err), st, fail);
 	snprintf(url, sizeof(url), "ws://127.0.0.1:%d", rs_server_port(srv));
+	RSCHECKGOTO(write_admin_file(admin_file, url, token, &err), st, fail);
 	RS_INFO("control channel on %s; starting %d workers; plan imbalance %.3f", url, j.n, plan->summary.imbalance);
 	int32_t world = j.n, nunion = j.n, order[MAX_WORKERS];
 	for (int32_t i = 0; i < world; i++) {
@@ -414,6 +462,8 @@ int main(int argc, char **argv)
 	j.resume_step = -1;
 	int64_t first = 0, expect_done = 0;
 	for (int k = 0; !j.failed;) {
+		while (k < nsched && sched_step[k] <= first)
+			k++; /* a scale request got there first */
 		int64_t until = k < nsched && sched_step[k] < steps ? sched_step[k] : steps;
 		int last = until >= steps;
 		if (send_starts(&j, order, nunion, world, plan, prev, first, until, last) != RS_OK)
@@ -422,20 +472,31 @@ int main(int argc, char **argv)
 		prev = NULL;
 		expect_done += nunion - world; /* members beyond the world hand their rows over and leave */
 		j.last_progress = rs_now();
-		if (last)
-			expect_done += world;
-		/* train to the boundary: every member paused (or, at the end, done) */
-		while (!j.failed && !(j.done == expect_done && (last || j.paused == world))) {
+		/* train to the boundary: every member paused (scheduled or asked for), or at the end done */
+		int finished = 0;
+		while (!j.failed) {
+			if (j.done == expect_done && j.paused == world)
+				break;
+			if (last && j.done == expect_done + world) {
+				finished = 1;
+				break;
+			}
 			rs_server_service(srv, 50);
 			reap(&j);
 			if (rs_now() - j.last_progress > (double)timeout_ms / 1000)
 				fail_job(&j, "no progress for %lld ms", (long long)timeout_ms);
 		}
-		if (last || j.failed)
+		if (finished || j.failed)
 			break;
 		/* the next generation: new members join, the plan moves as little as balance allows */
-		int32_t next = sched_world[k++];
-		first = until;
+		int32_t next;
+		first = j.paused_step;
+		if (j.scale_to) {
+			next = j.scale_to;
+			j.scale_to = 0;
+		} else {
+			next = sched_world[k++];
+		}
 		for (int32_t i = world; i < next; i++) {
 			order[i] = j.n;
 			RSCHECKGOTO(start_member(&j, j.n, worker_bin, url, config, token, &err), st, fail);
@@ -501,6 +562,8 @@ out:
 			kill(j.m[i].pid, SIGKILL);
 			waitpid(j.m[i].pid, NULL, 0);
 		}
+	if (srv)
+		unlink(admin_file);
 	rs_server_destroy(srv);
 	if (j.log_json)
 		fclose(j.log_json);

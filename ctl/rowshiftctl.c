@@ -5,6 +5,7 @@
  * Later issues add scale, status and checkpoint.
  */
 #include "common/checkpoint.h"
+#include "worker/control.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/param.h"
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void print_bytes(char *buf, size_t n, uint64_t b)
 {
@@ -304,12 +306,91 @@ static int cmd_checkpoint(int argc, char **argv)
 	return 0;
 }
 
+/* rowshiftctl scale --workers N: ask a running job to go to N workers, live. */
+static int cmd_scale(int argc, char **argv)
+{
+	int64_t workers = 0, timeout_ms = 10000;
+	const char *admin = NULL, *url = NULL;
+	bool help = false;
+	char admin_default[128];
+	snprintf(admin_default, sizeof(admin_default), "/tmp/rowshift-%d.json", (int)getuid());
+	rs_param params[] = {
+		RS_PARAM("--workers", NULL, RS_PARAM_INT, "0", "N", "the number of workers to go to", &workers),
+		RS_PARAM("--admin-file", "ROWSHIFT_ADMIN_FILE", RS_PARAM_STR, admin_default, "FILE", "the job's URL and token, as the coordinator wrote them", &admin),
+		RS_PARAM("--coordinator", "ROWSHIFT_COORDINATOR", RS_PARAM_STR, NULL, "URL", "the coordinator (then the token comes from ROWSHIFT_JOIN_TOKEN)", &url),
+		RS_PARAM("--timeout-ms", NULL, RS_PARAM_INT, "10000", "MS", "how long to wait for the coordinator", &timeout_ms),
+		RS_PARAM("--help", NULL, RS_PARAM_FLAG, NULL, NULL, "show this help", &help),
+	};
+	const int np = (int)(sizeof(params) / sizeof(params[0]));
+	const char *usage = "usage: rowshiftctl scale --workers N [--admin-file FILE | --coordinator URL]";
+	const char *pos[1];
+	int npos;
+	rs_err err = {0};
+	json_t *adm = NULL, *msg = NULL, *reply = NULL;
+	rs_control *c = NULL;
+	int rc = 1;
+	if (rs_params_parse(params, np, argc, argv, 2, pos, 0, &npos, &err) != RS_OK) {
+		fprintf(stderr, "rowshiftctl scale: %s\n", err.msg);
+		return 2;
+	}
+	if (help) {
+		rs_params_usage(stdout, usage, params, np);
+		return 0;
+	}
+	if (workers < 1 || workers > 256) {
+		fprintf(stderr, "rowshiftctl scale: --workers 1..256 is required\n%s\n", usage);
+		return 2;
+	}
+	const char *token = getenv("ROWSHIFT_JOIN_TOKEN");
+	if (!url) {
+		json_error_t jerr;
+		adm = json_load_file(admin, 0, &jerr);
+		if (!adm || !json_is_string(json_object_get(adm, "url")) || !json_is_string(json_object_get(adm, "token"))) {
+			fprintf(stderr, "rowshiftctl scale: %s: %s (is a coordinator running?)\n", admin,
+				adm ? "no url and token" : jerr.text);
+			json_decref(adm);
+			return 1;
+		}
+		url = json_string_value(json_object_get(adm, "url"));
+		token = json_string_value(json_object_get(adm, "token"));
+	}
+	if (!token) {
+		fprintf(stderr, "rowshiftctl scale: no join token (ROWSHIFT_JOIN_TOKEN)\n");
+		goto out;
+	}
+	if (rs_control_connect(url, token, "rowshiftctl", "", (int)timeout_ms, &c, &err) != RS_OK) {
+		fprintf(stderr, "rowshiftctl scale: %s\n", err.msg);
+		goto out;
+	}
+	msg = json_pack("{s:s, s:I}", "type", "scale", "workers", (json_int_t)workers);
+	if (!msg || rs_control_send(c, msg) != RS_OK || rs_control_recv(c, (int)timeout_ms, &reply) != RS_OK) {
+		fprintf(stderr, "rowshiftctl scale: no answer from %s\n", url);
+		goto out;
+	}
+	const char *type = json_string_value(json_object_get(reply, "type"));
+	if (type && !strcmp(type, "scaling")) {
+		printf("scaling to %lld workers: the job pauses at the next step boundary, moves rows and resumes\n",
+		       (long long)workers);
+		rc = 0;
+	} else {
+		const char *why = json_string_value(json_object_get(reply, "reason"));
+		fprintf(stderr, "rowshiftctl scale: refused: %s\n", why ? why : "no reason given");
+	}
+out:
+	json_decref(reply);
+	json_decref(msg);
+	rs_control_close(c);
+	json_decref(adm);
+	return rc;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: rowshiftctl COMMAND [options]\n\n"
 		   "commands:\n"
 		   "  plan        compute a sharding plan (rowshiftctl plan --help)\n"
-		   "  checkpoint  compare checkpoints: rowshiftctl checkpoint diff A B [--json]\n");
+		   "  checkpoint  compare checkpoints: rowshiftctl checkpoint diff A B [--json]\n"
+		   "  scale       rescale a running job live: rowshiftctl scale --workers N\n");
 }
 
 int main(int argc, char **argv)
@@ -323,6 +404,8 @@ int main(int argc, char **argv)
 		return cmd_plan(argc, argv);
 	if (!strcmp(argv[1], "checkpoint"))
 		return cmd_checkpoint(argc, argv);
+	if (!strcmp(argv[1], "scale"))
+		return cmd_scale(argc, argv);
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
 		usage(stdout);
 		return 0;

@@ -94,9 +94,34 @@ static rs_status connect_generation(const rs_msg_start *s, int lfd, const char *
 	return st;
 }
 
-/* Train steps [first_step, steps), evaluating and reporting as configured. */
+/*
+ * Handle what the coordinator sent since the last step: "pause" asks for a
+ * pause at the next step boundary (agreed with the other ranks inside the
+ * step), "stop" ends the worker.
+ */
+static rs_status drain_control(rs_control *ctl, rs_trainer *tr, int *stop)
+{
+	json_t *m;
+	while (rs_control_recv(ctl, 0, &m) == RS_OK) {
+		const char *type = json_string_value(json_object_get(m, "type"));
+		if (type && !strcmp(type, "pause"))
+			rs_trainer_request_pause(tr);
+		else if (type && !strcmp(type, "stop"))
+			*stop = 1;
+		else
+			RS_WARN("ignoring a '%s' message during training", type ? type : "(untyped)");
+		json_decref(m);
+	}
+	return rs_control_poll(ctl);
+}
+
+/*
+ * Train steps [first_step, steps), evaluating and reporting as configured.
+ * *end gets the step training stopped before: `steps`, or earlier when the
+ * ranks agreed to pause; *stop is set when the coordinator said stop.
+ */
 static rs_status train_until(const rs_config *cfg, rs_trainer *tr, rs_transport *t, rs_control *ctl,
-			     const rs_msg_start *s, rs_err *err)
+			     const rs_msg_start *s, int64_t *end, int *stop, rs_err *err)
 {
 	/* rank 0 tells the coordinator the ceiling once, with its first report */
 	double teacher_auc = s->rank == 0 && s->first_step == 0 ? rs_trainer_teacher_auc(tr, s->eval_samples) : -1;
@@ -119,9 +144,14 @@ static rs_status train_until(const rs_config *cfg, rs_trainer *tr, rs_transport 
 			t0 = t1;
 			since = step + 1;
 		}
-		if (rs_control_poll(ctl) != RS_OK)
+		if (drain_control(ctl, tr, stop) != RS_OK)
 			return rs_err_set(err, RS_EPEER, "the coordinator went away at step %lld", (long long)step);
+		if (*stop || (stats.pause && !last)) {
+			*end = step + 1;
+			return RS_OK;
+		}
 	}
+	*end = s->steps;
 	return RS_OK;
 }
 
@@ -225,8 +255,15 @@ int main(int argc, char **argv)
 		}
 		RS_INFO("rank %lld of %lld, generation %lld: training steps %lld..%lld", (long long)s.rank,
 			(long long)s.world, (long long)s.generation, (long long)s.first_step, (long long)s.steps - 1);
-		RSCHECKGOTO(train_until(cfg, tr, t, ctl, &s, &err), st, fail);
-		if (s.last) {
+		int64_t end = s.steps;
+		int stop = 0;
+		RSCHECKGOTO(train_until(cfg, tr, t, ctl, &s, &end, &stop, &err), st, fail);
+		if (stop) {
+			RS_INFO("stopped by the coordinator at step %lld", (long long)end);
+			rc = 0;
+			goto out;
+		}
+		if (s.last && end == s.steps) {
 			if (s.save) {
 				RSCHECKGOTO(rs_trainer_save(tr, s.save, s.steps, &err), st, fail);
 				RS_INFO("checkpoint written to %s", s.save);
@@ -239,7 +276,7 @@ int main(int argc, char **argv)
 		/* pause at the boundary, listening for the next generation's transport */
 		RSCHECKGOTO(rs_tcp_listen(host, 0, &lfd, &port, &err), st, fail);
 		snprintf(addr, sizeof(addr), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
-		RSCHECKGOTO(send_simple(ctl, "paused", s.rank, s.steps, addr, tmo), st, fail);
+		RSCHECKGOTO(send_simple(ctl, "paused", s.rank, end, addr, tmo), st, fail);
 		json_decref(msg);
 		msg = NULL;
 	}

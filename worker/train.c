@@ -86,7 +86,7 @@ struct rs_trainer {
 	float *pooled, *dpooled;
 	int32_t pooled_cap;
 	int64_t updates;
-	/* per peer, for the step in flight */
+	int pause_requested;
 	i64vec *req;
 	sentvec *sent;
 	size_t *scount, *rcount;
@@ -580,8 +580,11 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats)
 	for (size_t k = 0; k < (size_t)n * (size_t)tr->emb_width; k++)
 		tr->dpooled[k] *= inv;
 	RSCHECK(rs_transport_allreduce_sum(tr->t, rs_dense_grads(tr->dense), rs_dense_nparams(tr->dense)));
-	float l = (float)loss;
-	RSCHECK(rs_transport_allreduce_sum(tr->t, &l, 1));
+	/* the loss, and a vote to pause after this step (any rank asking pauses all, at the same step) */
+	float lp[2] = {(float)loss, tr->pause_requested ? 1.0f : 0.0f};
+	RSCHECK(rs_transport_allreduce_sum(tr->t, lp, 2));
+	float l = lp[0];
+	tr->pause_requested = 0;
 	rs_dense_sgd(tr->dense, cfg->dense.lr, inv);
 	tr->updates++;
 
@@ -639,7 +642,7 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats)
 		}
 	}
 	if (stats)
-		*stats = (rs_step_stats){.step = step, .loss = (double)l / (double)g, .auc = -1};
+		*stats = (rs_step_stats){.step = step, .loss = (double)l / (double)g, .auc = -1, .pause = lp[1] > 0};
 	return RS_OK;
 }
 
@@ -699,6 +702,8 @@ out:
 	free(mine);
 	return st;
 }
+
+void rs_trainer_request_pause(rs_trainer *tr) { tr->pause_requested = 1; }
 
 double rs_trainer_teacher_auc(rs_trainer *tr, int64_t n)
 {

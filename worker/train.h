@@ -34,7 +34,15 @@ typedef struct rs_step_stats {
 	int64_t step;
 	double loss;            /* mean log loss over the global batch */
 	double auc;             /* on the evaluation samples, or -1 when not evaluated */
+	int pause;              /* some rank asked to pause: every rank stops after this step */
 } rs_step_stats;
+
+/*
+ * Ask to pause after the next step. The request rides on the step's loss
+ * all-reduce, so every rank learns it in the same step and they all stop at
+ * the same boundary (stats.pause).
+ */
+void rs_trainer_request_pause(rs_trainer *tr);
 
 /*
  * A trainer for `rank` of plan's world, talking over t (borrowed; its world
