@@ -1,7 +1,7 @@
 /*
  * crc32c.h - CRC-32C (Castagnoli), the checksum on every serialized ZCH
- * bucket and migration chunk. Software slicing-by-8; the same polynomial as
- * iSCSI, ext4 and SSE4.2's crc32 instruction.
+ * bucket and every migrated move: the SSE4.2 crc32 instruction where the CPU
+ * has it, software slicing-by-8 otherwise (the polynomial of iSCSI and ext4).
  */
 #ifndef RS_CRC32C_H
 #define RS_CRC32C_H
@@ -11,5 +11,8 @@
 
 /* Extend crc (0 for a fresh checksum) over len bytes. crc32c("123456789") == 0xE3069283. */
 uint32_t rs_crc32c(uint32_t crc, const void *data, size_t len);
+
+/* The software path alone (for tests, and CPUs without SSE4.2). */
+uint32_t rs_crc32c_portable(uint32_t crc, const void *data, size_t len);
 
 #endif

@@ -149,8 +149,8 @@ rs_status rs_emb_backward(rs_emb_shard *s, rs_emb_workspace *ws, rs_emb_grad *g,
 size_t rs_emb_packed_row_bytes(const rs_emb_shard *s, rs_optimizer opt);
 
 /*
- * Copy rows[0..n) of s (local indices), weights and optimizer state, into
- * buf, row after row (rs_emb_packed_row_bytes each). RS_EINVAL for a row
+ * Copy rows[0..n) of s (local indices) into buf: all their weights, then all
+ * their optimizer state (n * rs_emb_packed_row_bytes bytes in all). RS_EINVAL for a row
  * outside the shard, RS_ENOSPACE when buf (cap bytes) is too small.
  */
 rs_status rs_emb_pack_rows(const rs_emb_shard *s, rs_optimizer opt, const int64_t *rows, int64_t n, void *buf,

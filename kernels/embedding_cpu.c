@@ -287,20 +287,25 @@ static rs_status check_rows(const rs_emb_shard *s, rs_optimizer opt, const int64
 	return (size_t)n * rs_emb_packed_row_bytes(s, opt) <= cap ? RS_OK : RS_ENOSPACE;
 }
 
+/*
+ * The packed form of n rows: their weights, row after row, then their
+ * optimizer state, row after row; consecutive rows are copied as one block.
+ */
 rs_status rs_emb_pack_rows(const rs_emb_shard *s, rs_optimizer opt, const int64_t *rows, int64_t n, void *buf,
 			   size_t cap)
 {
 	size_t wb = (size_t)s->dim * (size_t)rs_dtype_size(s->dtype);
-	int64_t sf = rs_emb_state_floats(opt, s->dim);
-	char *p = buf;
+	size_t sb = sizeof(float) * (size_t)rs_emb_state_floats(opt, s->dim);
+	char *w = buf, *st = (char *)buf + (size_t)n * wb;
 	RSCHECK(check_rows(s, opt, rows, n, cap));
-	for (int64_t i = 0; i < n; i++) {
-		memcpy(p, (const char *)s->weights + rows[i] * (int64_t)wb, wb);
-		p += wb;
-		if (sf) {
-			memcpy(p, s->state + rows[i] * sf, sizeof(float) * (size_t)sf);
-			p += sizeof(float) * (size_t)sf;
-		}
+	for (int64_t i = 0; i < n;) {
+		int64_t k = 1;
+		while (i + k < n && rows[i + k] == rows[i] + k)
+			k++;
+		memcpy(w + (size_t)i * wb, (const char *)s->weights + rows[i] * (int64_t)wb, (size_t)k * wb);
+		if (sb)
+			memcpy(st + (size_t)i * sb, (const char *)s->state + rows[i] * (int64_t)sb, (size_t)k * sb);
+		i += k;
 	}
 	return RS_OK;
 }
@@ -309,16 +314,17 @@ rs_status rs_emb_unpack_rows(rs_emb_shard *s, rs_optimizer opt, const int64_t *r
 			     size_t len)
 {
 	size_t wb = (size_t)s->dim * (size_t)rs_dtype_size(s->dtype);
-	int64_t sf = rs_emb_state_floats(opt, s->dim);
-	const char *p = buf;
+	size_t sb = sizeof(float) * (size_t)rs_emb_state_floats(opt, s->dim);
+	const char *w = buf, *st = (const char *)buf + (size_t)n * wb;
 	RSCHECK(check_rows(s, opt, rows, n, len));
-	for (int64_t i = 0; i < n; i++) {
-		memcpy((char *)s->weights + rows[i] * (int64_t)wb, p, wb);
-		p += wb;
-		if (sf) {
-			memcpy(s->state + rows[i] * sf, p, sizeof(float) * (size_t)sf);
-			p += sizeof(float) * (size_t)sf;
-		}
+	for (int64_t i = 0; i < n;) {
+		int64_t k = 1;
+		while (i + k < n && rows[i + k] == rows[i] + k)
+			k++;
+		memcpy((char *)s->weights + rows[i] * (int64_t)wb, w + (size_t)i * wb, (size_t)k * wb);
+		if (sb)
+			memcpy((char *)s->state + rows[i] * (int64_t)sb, st + (size_t)i * sb, (size_t)k * sb);
+		i += k;
 	}
 	return RS_OK;
 }

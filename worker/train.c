@@ -132,7 +132,8 @@ static int cmp_shard_row(const void *a, const void *b)
 	return (x->row_offset > y->row_offset) - (x->row_offset < y->row_offset);
 }
 
-static rs_status build_tables(rs_trainer *tr)
+/* Allocate this rank's shards; fill them with initial values when `init` (a reshard fills them instead). */
+static rs_status build_tables(rs_trainer *tr, int init)
 {
 	const rs_config *cfg = tr->cfg;
 	tr->tables = calloc((size_t)cfg->ntables, sizeof(tinfo));
@@ -165,7 +166,7 @@ static rs_status build_tables(rs_trainer *tr)
 			if (!ls->emb.weights || (sf && !ls->emb.state))
 				return RS_ENOMEM;
 			RSCHECK(rs_emb_workspace_init(&ls->ws, s->rows));
-			for (int64_t r = 0; r < s->rows; r++)
+			for (int64_t r = 0; init && r < s->rows; r++)
 				for (int32_t c = 0; c < s->cols; c++)
 					rs_emb_set(ls->emb.weights, tc->dtype, r * s->cols + c,
 						   init_value(cfg->train.seed, t, s->row_offset + r, s->col_offset + c, tc->rows));
@@ -240,8 +241,17 @@ static int range_of(const block *b, int64_t row)
 	return lo;
 }
 
+static rs_status trainer_create(const rs_config *cfg, const rs_plan *plan, rs_transport *t, int init,
+			       rs_trainer **out, rs_err *err);
+
 rs_status rs_trainer_create(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_trainer **out,
 			    rs_err *err)
+{
+	return trainer_create(cfg, plan, t, 1, out, err);
+}
+
+static rs_status trainer_create(const rs_config *cfg, const rs_plan *plan, rs_transport *t, int init,
+			       rs_trainer **out, rs_err *err)
 {
 	rs_trainer *tr = calloc(1, sizeof(*tr));
 	rs_status st;
@@ -278,7 +288,7 @@ rs_status rs_trainer_create(const rs_config *cfg, const rs_plan *plan, rs_transp
 			tr->feat_off[f] = tr->emb_width;
 			tr->emb_width += cfg->tables[i].dim;
 		}
-	RSCHECKGOTO(build_tables(tr), st, fail);
+	RSCHECKGOTO(build_tables(tr, init), st, fail);
 	RSCHECKGOTO(rs_data_open(cfg, &tr->data, err), st, fail);
 	RSCHECKGOTO(rs_dense_create(cfg, cfg->train.seed, &tr->dense, err), st, fail);
 	RSCHECKGOTO(rs_batch_init(&tr->batch, tr->nfeat), st, fail);
@@ -968,8 +978,9 @@ rs_status rs_trainer_reshard(const rs_config *cfg, rs_trainer *old, const rs_pla
 	for (int32_t r = 0; r < n_old; r++)
 		map[r] = r < n_new ? r : -1; /* members keep their rank; the highest leave (a StatefulSet) */
 	RSCHECKGOTO(rs_plan_diff(cfg, old_plan, new_plan, map, &moves, &nmoves, err), st, out);
+	/* every row of the new shards is either kept or received: no initial values needed */
 	if (train_t)
-		RSCHECKGOTO(rs_trainer_create(cfg, new_plan, train_t, &nt, err), st, out);
+		RSCHECKGOTO(trainer_create(cfg, new_plan, train_t, 0, &nt, err), st, out);
 	const rs_trainer *shape = nt ? nt : old; /* either knows every table's ZCH geometry */
 	sx = calloc((size_t)nmoves + (size_t)n_new + 1, sizeof(rs_xfer));
 	rx = calloc((size_t)nmoves + 2, sizeof(rs_xfer));
@@ -991,10 +1002,20 @@ rs_status rs_trainer_reshard(const rs_config *cfg, rs_trainer *old, const rs_pla
 				rs_move keep = {.table = os->table, .src = me, .dst = me, .row_offset = r0, .rows = r1 - r0,
 						.col_offset = os->s.col_offset, .cols = os->s.cols};
 				const tinfo *ti = &old->tables[os->table];
-				if (ti->zch) {
-					keep.bucket_offset = (uint32_t)(r0 / ti->spb);
-					keep.buckets = (uint32_t)((r1 - r0) / ti->spb);
+				if (!ti->zch) { /* rows stay on this rank: one copy, old shard to new */
+					size_t wb = (size_t)os->s.cols * (size_t)rs_dtype_size(os->emb.dtype);
+					size_t sb = sizeof(float) * (size_t)rs_emb_state_floats(cfg->optimizer.kind, os->s.cols);
+					memcpy((char *)ns_->emb.weights + (r0 - ns_->s.row_offset) * (int64_t)wb,
+					       (const char *)os->emb.weights + (r0 - os->s.row_offset) * (int64_t)wb,
+					       (size_t)(r1 - r0) * wb);
+					if (sb)
+						memcpy((char *)ns_->emb.state + (r0 - ns_->s.row_offset) * (int64_t)sb,
+						       (const char *)os->emb.state + (r0 - os->s.row_offset) * (int64_t)sb,
+						       (size_t)(r1 - r0) * sb);
+					continue;
 				}
+				keep.bucket_offset = (uint32_t)(r0 / ti->spb);
+				keep.buckets = (uint32_t)((r1 - r0) / ti->spb);
 				size_t rb = packed_row_bytes(cfg, &keep), len = move_bytes(old, &keep, rb);
 				unsigned char *b = malloc(len + 1);
 				if (!b)
