@@ -30,22 +30,8 @@
 
 #define STEPS 30
 
-static const char *config_json =
-	"{\"tables\": ["
-	"{\"name\": \"tw\", \"rows\": 300, \"dim\": 8, \"features\": [\"a\"], \"sharding\": \"table_wise\", \"pooling_factor\": 2},"
-	"{\"name\": \"rw\", \"rows\": 2000, \"dim\": 8, \"features\": [\"b\", \"b2\"], \"sharding\": \"row_wise\", \"pooling_factor\": 3},"
-	"{\"name\": \"cw\", \"rows\": 500, \"dim\": 8, \"features\": [\"c\"], \"sharding\": \"column_wise\", \"pooling\": \"mean\", \"pooling_factor\": 4},"
-	"{\"name\": \"twrw\", \"rows\": 800, \"dim\": 8, \"features\": [\"d\"], \"sharding\": \"table_row_wise\"},"
-	"{\"name\": \"grid\", \"rows\": 900, \"dim\": 8, \"features\": [\"e\"], \"sharding\": \"grid\", \"pooling_factor\": 2},"
-	"{\"name\": \"dp\", \"rows\": 50, \"dim\": 8, \"features\": [\"f\"], \"sharding\": \"data_parallel\"},"
-	"{\"name\": \"auto\", \"rows\": 700, \"dim\": 8, \"features\": [\"g\"], \"dtype\": \"fp32\"},"
-	"{\"name\": \"zch\", \"dim\": 8, \"features\": [\"h\"], \"pooling_factor\": 2,"
-	" \"zch\": {\"buckets\": 24, \"slots\": 480, \"eviction\": \"lru\"}}],"
-	"\"dense\": {\"bottom_mlp\": [16, 8], \"top_mlp\": [16], \"lr\": 0.1},"
-	"\"optimizer\": {\"type\": \"rowwise_adagrad\", \"lr\": 0.1},"
-	"\"train\": {\"global_batch\": 256, \"seed\": 5},"
-	"\"data\": {\"seed\": 3},"
-	"\"cluster\": {\"ranks_per_node\": 2}}";
+/* A small model with a table of every sharding type and a ZCH table small enough to evict. */
+static const char *config_path = "tests/data/train-model.json";
 
 static rs_config *cfg;
 static rs_plan *plan;
@@ -59,7 +45,7 @@ static int setup(void **state)
 	snprintf(dir, sizeof(dir), "/tmp/rs-test-train-%d", (int)getpid());
 	if (mkdir(dir, 0700) != 0)
 		return -1;
-	return rs_config_parse(config_json, strlen(config_json), "train.json", &cfg, &err) == RS_OK ? 0 : -1;
+	return rs_config_load(config_path, &cfg, &err) == RS_OK ? 0 : -1;
 }
 
 static int teardown(void **state)
