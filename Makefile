@@ -10,6 +10,7 @@
 #
 # Sources are found by directory, so adding a module is adding its files:
 #   common/ kernels/ worker/ coordinator/ *.c  -> build/lib/librowshift.a
+#   ctl/*.c                                     -> build/bin/rowshiftctl
 #   kernels/cuda/*.cu                           -> build/lib/librowshift_cuda.a (when nvcc exists)
 #   tests/unit/test_NAME.c                      -> one cmocka binary per module
 #   tests/unit/*.c not named test_*             -> support code linked into every unit test
@@ -60,7 +61,7 @@ GPU_BENCHES := $(filter $(BUILD)/tests/gpu/bench_%,$(GPU_BINS))
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib -lcublas -lcudart -lnccl -lstdc++
 endif
 
-.PHONY: all deps test unit fuzz-build integration asan ubsan fuzz fuzz-smoke bench bench-gpu test-gpu demo clean
+.PHONY: all deps tools test unit fuzz-build integration asan ubsan fuzz fuzz-smoke bench bench-gpu test-gpu demo clean
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
 .SECONDARY:
@@ -70,11 +71,19 @@ all: deps $(BINS) $(UNIT_BINS) $(BENCH_BINS) $(GPU_BINS)
 deps:
 	@sh scripts/deps.sh
 
-$(BUILD)/obj/%.o: %.c
+# npm tools for the tests (playwright-core), into tools/
+tools: deps
+	@sh scripts/tools.sh
+
+# Every compile waits for deps: with -j a fresh machine must install the headers first.
+$(BUILD)/obj/%.o: %.c | deps
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.cu
+# The dashboard page is built into the coordinator (.incbin in job_status.c).
+$(BUILD)/obj/coordinator/job_status.o: coordinator/dashboard.html
+
+$(BUILD)/obj/%.o: %.cu | deps
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -94,7 +103,8 @@ $(BUILD)/bin/rowshift-worker: $(BUILD)/obj/worker/main.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-$(BUILD)/bin/rowshiftctl: $(BUILD)/obj/ctl/rowshiftctl.o $(LIB)
+CTL_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard ctl/*.c))
+$(BUILD)/bin/rowshiftctl: $(CTL_OBJS) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
@@ -114,7 +124,7 @@ $(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(CUDA_LIB) $(LIB)
 
 # Every test binary and script, run with a timeout each; prints one summary
 # line ("N passed, N failed, N skipped") and fails when any test failed.
-test: all
+test: all tools
 	@rm -f $(BUILD)/test-results
 	@BUILD=$(BUILD) bash tests/run.sh unit $(UNIT_BINS)
 	@BUILD=$(BUILD) bash tests/run.sh gpu $(GPU_TESTS)
@@ -127,7 +137,7 @@ unit: deps $(UNIT_BINS)
 	@BUILD=$(BUILD) bash tests/run.sh unit $(UNIT_BINS)
 	@BUILD=$(BUILD) bash tests/run.sh --summary
 
-integration: deps $(BINS)
+integration: deps tools $(BINS)
 	@rm -f $(BUILD)/test-results
 	@BUILD=$(BUILD) bash tests/run.sh integration $(wildcard tests/integration/*.sh)
 	@BUILD=$(BUILD) bash tests/run.sh --summary

@@ -82,6 +82,22 @@ static json_t *load_index(const char *dir, rs_err *err)
 	return j;
 }
 
+rs_status rs_checkpoint_read_index(const char *dir, json_t **index, int64_t *step, rs_err *err)
+{
+	json_t *j = load_index(dir, err);
+	json_t *s = j ? json_object_get(j, "step") : NULL;
+	*index = NULL;
+	if (!j)
+		return RS_EINVAL;
+	if (!json_is_integer(s) || json_integer_value(s) < 0) {
+		json_decref(j);
+		return rs_err_set(err, RS_EINVAL, "%s/index.json: no valid \"step\"", dir);
+	}
+	*step = json_integer_value(s);
+	*index = j;
+	return RS_OK;
+}
+
 static json_t *find_table(json_t *index, const char *name)
 {
 	size_t i;

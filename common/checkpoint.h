@@ -32,6 +32,14 @@ rs_status rs_checkpoint_write_index(const char *dir, const rs_config *cfg, const
 				    size_t dense_params, rs_err *err);
 
 /*
+ * Read dir/index.json and check its format: *index gets a new reference
+ * (its "tables" as documented above) and *step the step it was taken at.
+ * The tables are not checked against a config here: the reader of a shard
+ * checks what it uses.
+ */
+rs_status rs_checkpoint_read_index(const char *dir, json_t **index, int64_t *step, rs_err *err);
+
+/*
  * Compare two checkpoints table by table: per tensor (weights and the
  * optimizer state where both layouts allow) the largest absolute difference
  * and the relative one (that divided by the largest absolute value in A);

@@ -319,12 +319,15 @@ int rs_st_find(const rs_st_file *f, const char *name)
 	return -1;
 }
 
-rs_status rs_st_read(const rs_st_file *f, int i, void *dst, rs_err *err)
+rs_status rs_st_read_range(const rs_st_file *f, int i, uint64_t offset, uint64_t len, void *dst, rs_err *err)
 {
 	const rs_st_tensor *t = &f->tensors[i];
-	uint64_t done = 0, len = t->end - t->begin;
+	uint64_t done = 0;
+	if (f->fd < 0 || offset > t->end - t->begin || len > t->end - t->begin - offset)
+		return rs_err_set(err, RS_EINVAL, "%s: tensor '%s': bytes %llu..+%llu are outside it", f->path, t->name,
+				  (unsigned long long)offset, (unsigned long long)len);
 	while (done < len) {
-		ssize_t n = pread(f->fd, (char *)dst + done, len - done, (off_t)(f->data_start + t->begin + done));
+		ssize_t n = pread(f->fd, (char *)dst + done, len - done, (off_t)(f->data_start + t->begin + offset + done));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -332,4 +335,9 @@ rs_status rs_st_read(const rs_st_file *f, int i, void *dst, rs_err *err)
 		done += (uint64_t)n;
 	}
 	return RS_OK;
+}
+
+rs_status rs_st_read(const rs_st_file *f, int i, void *dst, rs_err *err)
+{
+	return rs_st_read_range(f, i, 0, f->tensors[i].end - f->tensors[i].begin, dst, err);
 }

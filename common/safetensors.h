@@ -86,4 +86,7 @@ int rs_st_find(const rs_st_file *f, const char *name);
 /* Read tensor i's bytes into dst (end - begin bytes). */
 rs_status rs_st_read(const rs_st_file *f, int i, void *dst, rs_err *err);
 
+/* Read len bytes of tensor i from byte `offset` of it into dst; RS_EINVAL when that leaves the tensor. */
+rs_status rs_st_read_range(const rs_st_file *f, int i, uint64_t offset, uint64_t len, void *dst, rs_err *err);
+
 #endif

@@ -11,6 +11,7 @@
 #include "common/param.h"
 #include "common/plan.h"
 #include "common/plandiff.h"
+#include "ctl/ctl.h"
 #include "common/planner.h"
 
 #include <errno.h>
@@ -326,7 +327,7 @@ static int cmd_scale(int argc, char **argv)
 	const char *pos[1];
 	int npos;
 	rs_err err = {0};
-	json_t *adm = NULL, *msg = NULL, *reply = NULL;
+	json_t *msg = NULL, *reply = NULL;
 	rs_control *c = NULL;
 	int rc = 1;
 	if (rs_params_parse(params, np, argc, argv, 2, pos, 0, &npos, &err) != RS_OK) {
@@ -341,19 +342,13 @@ static int cmd_scale(int argc, char **argv)
 		fprintf(stderr, "rowshiftctl scale: --workers 1..256 is required\n%s\n", usage);
 		return 2;
 	}
-	const char *token = getenv("ROWSHIFT_JOIN_TOKEN");
-	if (!url) {
-		json_error_t jerr;
-		adm = json_load_file(admin, 0, &jerr);
-		if (!adm || !json_is_string(json_object_get(adm, "url")) || !json_is_string(json_object_get(adm, "token"))) {
-			fprintf(stderr, "rowshiftctl scale: %s: %s (is a coordinator running?)\n", admin,
-				adm ? "no url and token" : jerr.text);
-			json_decref(adm);
-			return 1;
-		}
-		url = json_string_value(json_object_get(adm, "url"));
-		token = json_string_value(json_object_get(adm, "token"));
+	rs_ctl_job job;
+	if (rs_ctl_find_job(admin, url, &job, &err) != RS_OK) {
+		fprintf(stderr, "rowshiftctl scale: %s\n", err.msg);
+		return 1;
 	}
+	const char *token = job.token;
+	url = job.url;
 	if (!token) {
 		fprintf(stderr, "rowshiftctl scale: no join token (ROWSHIFT_JOIN_TOKEN)\n");
 		goto out;
@@ -380,7 +375,7 @@ out:
 	json_decref(reply);
 	json_decref(msg);
 	rs_control_close(c);
-	json_decref(adm);
+	rs_ctl_job_free(&job);
 	return rc;
 }
 
@@ -390,7 +385,8 @@ static void usage(FILE *f)
 		   "commands:\n"
 		   "  plan        compute a sharding plan (rowshiftctl plan --help)\n"
 		   "  checkpoint  compare checkpoints: rowshiftctl checkpoint diff A B [--json]\n"
-		   "  scale       rescale a running job live: rowshiftctl scale --workers N\n");
+		   "  scale       rescale a running job live: rowshiftctl scale --workers N\n"
+		   "  status      the job's state, once or --watch, from its status stream\n");
 }
 
 int main(int argc, char **argv)
@@ -406,6 +402,8 @@ int main(int argc, char **argv)
 		return cmd_checkpoint(argc, argv);
 	if (!strcmp(argv[1], "scale"))
 		return cmd_scale(argc, argv);
+	if (!strcmp(argv[1], "status"))
+		return rs_ctl_status(argc, argv);
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
 		usage(stdout);
 		return 0;

@@ -13,6 +13,10 @@ for mod in libcurl:libcurl4-openssl-dev jansson:libjansson-dev \
 	pkg-config --exists "$pc" 2>/dev/null || need "$deb"
 done
 command -v pkg-config >/dev/null 2>&1 || need pkg-config
+# the dashboard test: Debian's chromium, driven by playwright-core from npm (scripts/tools.sh)
+command -v chromium >/dev/null 2>&1 || need chromium
+command -v node >/dev/null 2>&1 || need nodejs
+command -v npm >/dev/null 2>&1 || need npm
 command -v clang >/dev/null 2>&1 || need clang
 # libFuzzer and the sanitizer runtimes for clang (make fuzz).
 if command -v clang >/dev/null 2>&1; then

@@ -7,6 +7,7 @@
 #include "common/wsmsg.h"
 
 #include <libwebsockets.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ struct rs_control {
 	inbox *head, *tail;
 	int connected, closed;
 	char why[128];
+	char bearer[1100];      /* "Authorization: Bearer ..." value for the status stream, or "" */
 };
 
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
@@ -79,6 +81,14 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 		if (c->io.head)
 			lws_callback_on_writable(wsi);
 		break;
+	case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER:
+		if (c->bearer[0]) {
+			unsigned char **p = (unsigned char **)in, *end = (*p) + len;
+			if (lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_AUTHORIZATION, (unsigned char *)c->bearer,
+							 (int)strlen(c->bearer), p, end))
+				return -1;
+		}
+		break;
 	case LWS_CALLBACK_CLIENT_CLOSED:
 		snprintf(c->why, sizeof(c->why), "the coordinator closed the connection");
 		c->closed = 1;
@@ -92,6 +102,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 
 static struct lws_protocols protocols[] = {
 	{"rowshift-control", callback, 0, 65536, 0, NULL, 0},
+	{"rowshift-status", callback, 0, 65536, 0, NULL, 0},
 	{NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
@@ -146,8 +157,39 @@ rs_status rs_control_flush(rs_control *c, int timeout_ms)
 	return RS_OK;
 }
 
-rs_status rs_control_connect(const char *url, const char *token, const char *worker, const char *addr,
-			     int timeout_ms, rs_control **out, rs_err *err)
+/*
+ * This process's incarnation: random, drawn once, sent with every join, so
+ * that the coordinator tells a worker that reconnects from a new process
+ * under the same name (a restarted pod, where pids repeat) from one that
+ * only lost its connection.
+ */
+static char incarnation_text[33];
+static pthread_once_t incarnation_once = PTHREAD_ONCE_INIT;
+
+static void draw_incarnation(void)
+{
+	unsigned char raw[16] = {0};
+	FILE *f = fopen("/dev/urandom", "rb");
+	if (!f || fread(raw, 1, sizeof(raw), f) != sizeof(raw)) {
+		/* no /dev/urandom: time and pid still differ between restarts */
+		uint64_t t = (uint64_t)rs_now_ms() ^ ((uint64_t)getpid() << 32);
+		memcpy(raw, &t, sizeof(t));
+	}
+	if (f)
+		fclose(f);
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(incarnation_text + 2 * i, 3, "%02x", raw[i]);
+}
+
+static const char *incarnation(void)
+{
+	pthread_once(&incarnation_once, draw_incarnation);
+	return incarnation_text;
+}
+
+/* A client connection to url with subprotocol `protocol` on `path`; *out once the connection attempt is under way. */
+static rs_status open_client(const char *url, const char *protocol, const char *path, const char *bearer,
+			     rs_control **out, rs_err *err)
 {
 	char host[256];
 	int port;
@@ -157,6 +199,8 @@ rs_status rs_control_connect(const char *url, const char *token, const char *wor
 	rs_control *c = calloc(1, sizeof(*c));
 	if (!c)
 		return RS_ENOMEM;
+	if (bearer && *bearer)
+		snprintf(c->bearer, sizeof(c->bearer), "Bearer %s", bearer);
 	rs_wsmsg_init(&c->io, CONTROL_MAX_MESSAGE, CONTROL_MAX_QUEUED);
 	lws_set_log_level(LLL_ERR, NULL);
 	struct lws_context_creation_info info;
@@ -174,17 +218,27 @@ rs_status rs_control_connect(const char *url, const char *token, const char *wor
 	ci.context = c->ctx;
 	ci.address = host;
 	ci.port = port;
-	ci.path = "/";
+	ci.path = path;
 	ci.host = host;
 	ci.origin = host;
-	ci.protocol = "rowshift-control";
+	ci.protocol = protocol;
 	ci.pwsi = &c->wsi;
 	if (!lws_client_connect_via_info(&ci)) {
 		rs_control_close(c);
 		return rs_err_set(err, RS_ELWS, "control: cannot start connecting to %s", url);
 	}
-	json_t *join = json_pack("{s:s, s:s, s:s, s:s, s:I}", "type", "join", "token", token, "worker", worker,
-				 "addr", addr, "pid", (json_int_t)getpid());
+	*out = c;
+	return RS_OK;
+}
+
+rs_status rs_control_connect(const char *url, const char *token, const char *worker, const char *addr,
+			     int timeout_ms, rs_control **out, rs_err *err)
+{
+	rs_control *c;
+	*out = NULL;
+	RSCHECK(open_client(url, "rowshift-control", "/", NULL, &c, err));
+	json_t *join = json_pack("{s:s, s:s, s:s, s:s, s:I, s:s}", "type", "join", "token", token, "worker", worker,
+				 "addr", addr, "pid", (json_int_t)getpid(), "incarnation", incarnation());
 	rs_status st = join ? rs_control_send(c, join) : RS_ENOMEM;
 	json_decref(join);
 	json_t *reply = NULL;
@@ -204,6 +258,24 @@ rs_status rs_control_connect(const char *url, const char *token, const char *wor
 		return RS_EINVAL;
 	}
 	json_decref(reply);
+	*out = c;
+	return RS_OK;
+}
+
+rs_status rs_control_open_status(const char *url, const char *token, int timeout_ms, rs_control **out, rs_err *err)
+{
+	rs_control *c;
+	*out = NULL;
+	RSCHECK(open_client(url, "rowshift-status", "/status", token, &c, err));
+	for (int64_t deadline = rs_now_ms() + timeout_ms; !c->connected;) {
+		if (c->closed || rs_now_ms() >= deadline) {
+			rs_status st = c->closed ? RS_EPEER : RS_ETIMEDOUT;
+			rs_err_set(err, st, "status: %s: %s", url, c->why[0] ? c->why : "no answer");
+			rs_control_close(c);
+			return st;
+		}
+		rs_ws_service(c->ctx, 50);
+	}
 	*out = c;
 	return RS_OK;
 }

@@ -24,6 +24,14 @@ rs_status rs_control_connect(const char *url, const char *token, const char *wor
 			     int timeout_ms, rs_control **out, rs_err *err);
 void rs_control_close(rs_control *c);
 
+/*
+ * Connect to the coordinator's read-only status stream (ws://HOST:PORT,
+ * path /status, subprotocol "rowshift-status"), presenting token as a
+ * bearer token when not NULL. Messages arrive through rs_control_recv (the
+ * snapshot first); nothing needs to be sent.
+ */
+rs_status rs_control_open_status(const char *url, const char *token, int timeout_ms, rs_control **out, rs_err *err);
+
 /* Queue a message (msg stays the caller's). */
 rs_status rs_control_send(rs_control *c, const json_t *msg);
 

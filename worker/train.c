@@ -5,97 +5,21 @@
  * packed per owner; answers and gradients travel as `cols` floats per
  * record, in the same order, so neither side needs to send sizes twice.
  */
-#include "worker/train.h"
-#include "common/batch.h"
+#include "worker/train_internal.h"
 #include "common/checkpoint.h"
-#include "common/crc32c.h"
 #include "common/grow.h"
-#include "common/plandiff.h"
+#include "common/log.h"
 #include "common/safetensors.h"
 #include "common/rng.h"
-#include "kernels/embedding.h"
-#include "kernels/zch.h"
-#include "worker/data.h"
-#include "worker/dense.h"
 #include "worker/metrics.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct lshard {
-	int table;
-	rs_shard s;
-	rs_emb_shard emb;
-	rs_emb_workspace ws;
-	rs_emb_grad grad;
-} lshard;
-
-/* One column block of a table: its row ranges, who owns each, which are here. */
-typedef struct block {
-	int32_t col_offset, cols;
-	int n;
-	int64_t *row_start; /* sorted */
-	int32_t *owner;
-	int32_t *local;     /* index into trainer.shards, or -1 */
-} block;
-
-typedef struct tinfo {
-	int nblocks;
-	block *blocks;
-	int dp_shard;       /* data-parallel: the local full copy, else -1 */
-	rs_zch_table *zch;  /* ZCH tables: identities of the buckets held here */
-	int64_t spb;        /* ZCH slots per bucket */
-} tinfo;
-
-typedef struct i64vec {
-	int64_t *v;
-	size_t n, cap;
-} i64vec;
-
-typedef struct fvec {
-	float *v;
-	size_t n, cap;
-} fvec;
-
-/* A request this rank sent: where its answer goes. */
-typedef struct sent {
-	int32_t f, c, i, cols;
-} sent;
-
-typedef struct sentvec {
-	sent *v;
-	size_t n, cap;
-} sentvec;
-
-struct rs_trainer {
-	const rs_config *cfg;
-	const rs_plan *plan;
-	rs_transport *t;
-	int32_t rank, world;
-	lshard *shards;
-	int nshards;
-	tinfo *tables;
-	int32_t nfeat, emb_width;
-	int *feat_table;
-	int32_t *feat_off;
-	rs_data *data;
-	rs_dense *dense;
-	rs_batch batch;
-	float *pooled, *dpooled;
-	int32_t pooled_cap;
-	int64_t updates;
-	int pause_requested;
-	i64vec *req;
-	sentvec *sent;
-	size_t *scount, *rcount;
-	i64vec in;          /* requests received, all peers, rank order */
-	i64vec in_row;      /* per received id: the row it resolved to (a ZCH slot), -1 for none */
-	size_t *in_off;     /* per peer: start of its requests in `in` (in int64 words) */
-	fvec out;           /* answers or gradients to send */
-	fvec back;          /* answers or gradients received */
-};
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* ---- growable arrays ---------------------------------------------------------- */
 
@@ -161,10 +85,12 @@ static rs_status build_tables(rs_trainer *tr, int init)
 			*ls = (lshard){.table = t, .s = *s};
 			int64_t sf = rs_emb_state_floats(cfg->optimizer.kind, s->cols);
 			ls->emb = (rs_emb_shard){.dtype = tc->dtype, .nrows = s->rows, .dim = s->cols};
-			ls->emb.weights = malloc((size_t)s->rows * (size_t)s->cols * (size_t)rs_dtype_size(tc->dtype));
-			ls->emb.state = sf ? calloc((size_t)(s->rows * sf), sizeof(float)) : NULL;
-			if (!ls->emb.weights || (sf && !ls->emb.state))
+			ls->wmem = rs__mem_new((size_t)s->rows * (size_t)s->cols * (size_t)rs_dtype_size(tc->dtype));
+			ls->smem = sf ? rs__mem_new(sizeof(float) * (size_t)(s->rows * sf)) : NULL;
+			if (!ls->wmem || (sf && !ls->smem))
 				return RS_ENOMEM;
+			ls->emb.weights = ls->wmem->base;
+			ls->emb.state = sf ? ls->smem->base : NULL;
 			RSCHECK(rs_emb_workspace_init(&ls->ws, s->rows));
 			for (int64_t r = 0; init && r < s->rows; r++)
 				for (int32_t c = 0; c < s->cols; c++)
@@ -227,6 +153,54 @@ static rs_status build_tables(rs_trainer *tr, int init)
 	return RS_OK;
 }
 
+rs__mem *rs__mem_new(size_t len)
+{
+	rs__mem *m = malloc(sizeof(*m));
+	if (!m)
+		return NULL;
+	/* anonymous pages: zero, and taken from the system only when first touched */
+	m->base = mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m->base == MAP_FAILED) {
+		free(m);
+		return NULL;
+	}
+	m->len = len ? len : 1;
+	m->refs = 1;
+	return m;
+}
+
+void rs__mem_populate(rs__mem *m)
+{
+#ifdef MADV_POPULATE_WRITE
+	if (madvise(m->base, m->len, MADV_POPULATE_WRITE) == 0)
+		return;
+#endif
+	/* older kernels: touch every page (they are zero, so writing zero changes nothing) */
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	for (size_t o = 0; o < m->len; o += page)
+		((volatile char *)m->base)[o] = 0;
+}
+
+void rs__mem_unref(rs__mem *m)
+{
+	if (!m || --m->refs > 0)
+		return;
+	if (munmap(m->base, m->len) != 0)
+		RS_WARN("munmap of %zu bytes: %s", m->len, strerror(errno));
+	free(m);
+}
+
+lshard *rs__local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col)
+{
+	for (int i = 0; i < tr->nshards; i++) {
+		lshard *ls = &tr->shards[i];
+		if (ls->table == t && row >= ls->s.row_offset && row < ls->s.row_offset + ls->s.rows &&
+		    col >= ls->s.col_offset && col < ls->s.col_offset + ls->s.cols)
+			return ls;
+	}
+	return NULL;
+}
+
 /* Index of the row range of b holding `row`. */
 static int range_of(const block *b, int64_t row)
 {
@@ -241,17 +215,14 @@ static int range_of(const block *b, int64_t row)
 	return lo;
 }
 
-static rs_status trainer_create(const rs_config *cfg, const rs_plan *plan, rs_transport *t, int init,
-			       rs_trainer **out, rs_err *err);
-
 rs_status rs_trainer_create(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_trainer **out,
 			    rs_err *err)
 {
-	return trainer_create(cfg, plan, t, 1, out, err);
+	return rs__trainer_alloc(cfg, plan, t, NULL, 1, out, err);
 }
 
-static rs_status trainer_create(const rs_config *cfg, const rs_plan *plan, rs_transport *t, int init,
-			       rs_trainer **out, rs_err *err)
+rs_status rs__trainer_alloc(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_data *data, int init,
+			    rs_trainer **out, rs_err *err)
 {
 	rs_trainer *tr = calloc(1, sizeof(*tr));
 	rs_status st;
@@ -289,7 +260,12 @@ static rs_status trainer_create(const rs_config *cfg, const rs_plan *plan, rs_tr
 			tr->emb_width += cfg->tables[i].dim;
 		}
 	RSCHECKGOTO(build_tables(tr, init), st, fail);
-	RSCHECKGOTO(rs_data_open(cfg, &tr->data, err), st, fail);
+	if (data) {
+		tr->data = data;
+	} else {
+		RSCHECKGOTO(rs_data_open(cfg, &tr->data, err), st, fail);
+		tr->owns_data = 1;
+	}
 	RSCHECKGOTO(rs_dense_create(cfg, cfg->train.seed, &tr->dense, err), st, fail);
 	RSCHECKGOTO(rs_batch_init(&tr->batch, tr->nfeat), st, fail);
 	*out = tr;
@@ -306,8 +282,8 @@ void rs_trainer_destroy(rs_trainer *tr)
 	if (!tr)
 		return;
 	for (int i = 0; i < tr->nshards; i++) {
-		free(tr->shards[i].emb.weights);
-		free(tr->shards[i].emb.state);
+		rs__mem_unref(tr->shards[i].wmem);
+		rs__mem_unref(tr->shards[i].smem);
 		rs_emb_workspace_free(&tr->shards[i].ws);
 		rs_emb_grad_free(&tr->shards[i].grad);
 	}
@@ -341,7 +317,8 @@ void rs_trainer_destroy(rs_trainer *tr)
 	free(tr->dpooled);
 	rs_batch_free(&tr->batch);
 	rs_dense_destroy(tr->dense);
-	rs_data_close(tr->data);
+	if (tr->owns_data)
+		rs_data_close(tr->data);
 	free(tr);
 }
 
@@ -851,278 +828,156 @@ rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err 
 	}
 	/* everyone's files exist before anyone reports the checkpoint done */
 	rs_status bst = rs_transport_barrier(tr->t);
+	if (st == RS_OK && bst != RS_OK)
+		rs_err_set(err, bst, "checkpoint: waiting for the other ranks: %s", rs_transport_error(tr->t));
 	return st != RS_OK ? st : bst;
 }
 
-/* ---- live resharding ---------------------------------------------------------------- */
 
-int rs_reshard_fault_for_tests;
+/* ---- loading a checkpoint ----------------------------------------------------------- */
 
-/* The local shard of table t holding (row, col), or NULL. */
-static lshard *local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col)
+/* The index entry of table `name`, or NULL. */
+static json_t *index_table(json_t *index, const char *name)
 {
-	for (int i = 0; i < tr->nshards; i++) {
-		lshard *ls = &tr->shards[i];
-		if (ls->table == t && row >= ls->s.row_offset && row < ls->s.row_offset + ls->s.rows &&
-		    col >= ls->s.col_offset && col < ls->s.col_offset + ls->s.cols)
-			return ls;
+	size_t i;
+	json_t *t;
+	json_array_foreach(json_object_get(index, "tables"), i, t) {
+		const char *n = json_string_value(json_object_get(t, "name"));
+		if (n && !strcmp(n, name))
+			return t;
 	}
 	return NULL;
 }
 
-static int64_t *row_list(int64_t first, int64_t n)
+/* Tensor `name` of f, checked to be dtype with `rows` rows of `cols` (cols 0: a vector); its index. */
+static rs_status find_tensor(const rs_st_file *f, const char *name, rs_st_dtype dtype, int64_t rows, int64_t cols,
+			     int *out, rs_err *err)
 {
-	int64_t *v = malloc(sizeof(int64_t) * (size_t)(n + 1));
-	for (int64_t i = 0; v && i < n; i++)
-		v[i] = first + i;
-	return v;
+	int k = rs_st_find(f, name);
+	if (k < 0)
+		return rs_err_set(err, RS_EINVAL, "%s: no tensor '%s'", f->path, name);
+	const rs_st_tensor *t = &f->tensors[k];
+	if (t->dtype != dtype || t->ndim != (cols ? 2 : 1) || t->shape[0] != rows || (cols && t->shape[1] != cols))
+		return rs_err_set(err, RS_EINVAL, "%s: tensor '%s' is not %s [%lld%s%lld]", f->path, name,
+				  rs_st_dtype_name(dtype), (long long)rows, cols ? ", " : "", (long long)cols);
+	*out = k;
+	return RS_OK;
 }
 
-/* Bytes a move carries: packed rows, or for ZCH tables whole serialized buckets. */
-static size_t move_bytes(const rs_trainer *any, const rs_move *m, size_t row_bytes)
+/* Rows [lo, hi) of the checkpoint shard (file f, starting at table row r0) into local shard ls. */
+static rs_status load_rows(const rs_trainer *tr, const lshard *ls, const rs_st_file *f, int64_t r0, int64_t nr,
+			   int64_t lo, int64_t hi, rs_err *err)
 {
-	const tinfo *ti = &any->tables[m->table];
-	if (ti->zch)
-		return (size_t)m->buckets * rs_zch_bucket_bytes(ti->zch, row_bytes);
-	return (size_t)m->rows * row_bytes;
-}
-
-static size_t packed_row_bytes(const rs_config *cfg, const rs_move *m)
-{
-	rs_emb_shard s = {.dtype = cfg->tables[m->table].dtype, .dim = m->cols};
-	return rs_emb_packed_row_bytes(&s, cfg->optimizer.kind);
-}
-
-/* Pack the rectangle of move m from this rank's old shard (rows, or buckets with their identities). */
-static rs_status pack_move(const rs_trainer *old, const rs_move *m, size_t rb, unsigned char *buf)
-{
-	const rs_config *cfg = old->cfg;
-	lshard *ls = local_shard(old, m->table, m->row_offset, m->col_offset);
-	if (!ls || ls->s.col_offset != m->col_offset || ls->s.cols != m->cols)
-		return RS_EINVAL;
-	const tinfo *ti = &old->tables[m->table];
-	if (!ti->zch) {
-		int64_t *rows = row_list(m->row_offset - ls->s.row_offset, m->rows);
-		rs_status st = rows ? rs_emb_pack_rows(&ls->emb, cfg->optimizer.kind, rows, m->rows, buf,
-						       (size_t)m->rows * rb) : RS_ENOMEM;
-		free(rows);
-		return st;
-	}
-	size_t bb = rs_zch_bucket_bytes(ti->zch, rb), len;
-	unsigned char *tmp = malloc(rb * (size_t)ti->spb);
-	int64_t *rows = row_list(0, ti->spb);
-	rs_status st = tmp && rows ? RS_OK : RS_ENOMEM;
-	for (uint32_t k = 0; st == RS_OK && k < m->buckets; k++) {
-		uint32_t b = m->bucket_offset + k;
-		for (int64_t i = 0; i < ti->spb; i++)
-			rows[i] = (int64_t)b * ti->spb - ls->s.row_offset + i;
-		st = rs_emb_pack_rows(&ls->emb, cfg->optimizer.kind, rows, ti->spb, tmp, rb * (size_t)ti->spb);
-		if (st == RS_OK)
-			st = rs_zch_bucket_save(ti->zch, b, tmp, rb, buf + k * bb, bb, &len);
-	}
-	free(rows);
-	free(tmp);
-	return st;
-}
-
-/* Write a received move (or a kept rectangle, packed the same way) into the new shards. */
-static rs_status unpack_move(rs_trainer *nt, const rs_move *m, size_t rb, const unsigned char *buf, rs_err *err)
-{
-	const rs_config *cfg = nt->cfg;
-	lshard *ls = local_shard(nt, m->table, m->row_offset, m->col_offset);
-	if (!ls || ls->s.col_offset != m->col_offset || ls->s.cols != m->cols)
-		return rs_err_set(err, RS_EINVAL, "reshard: table '%s': no new shard for rows %lld..", cfg->tables[m->table].name,
-				  (long long)m->row_offset);
-	tinfo *ti = &nt->tables[m->table];
-	if (!ti->zch) {
-		int64_t *rows = row_list(m->row_offset - ls->s.row_offset, m->rows);
-		rs_status st = rows ? rs_emb_unpack_rows(&ls->emb, cfg->optimizer.kind, rows, m->rows, buf,
-							 (size_t)m->rows * rb) : RS_ENOMEM;
-		free(rows);
-		return st;
-	}
-	size_t bb = rs_zch_bucket_bytes(ti->zch, rb);
-	unsigned char *tmp = malloc(rb * (size_t)ti->spb);
-	int64_t *rows = row_list(0, ti->spb);
-	rs_status st = tmp && rows ? RS_OK : RS_ENOMEM;
-	for (uint32_t k = 0; st == RS_OK && k < m->buckets; k++) {
-		uint32_t b;
-		st = rs_zch_bucket_load(ti->zch, buf + k * bb, bb, tmp, rb, &b, err);
-		for (int64_t i = 0; st == RS_OK && i < ti->spb; i++)
-			rows[i] = (int64_t)b * ti->spb - ls->s.row_offset + i;
-		if (st == RS_OK)
-			st = rs_emb_unpack_rows(&ls->emb, cfg->optimizer.kind, rows, ti->spb, tmp, rb * (size_t)ti->spb);
-	}
-	free(rows);
-	free(tmp);
-	return st;
-}
-
-rs_status rs_trainer_reshard(const rs_config *cfg, rs_trainer *old, const rs_plan *old_plan, const rs_plan *new_plan,
-			     rs_transport *uni, rs_transport *train_t, rs_trainer **out, rs_err *err)
-{
-	int32_t me = uni->rank, n_old = old_plan->world.ranks, n_new = new_plan->world.ranks;
-	int32_t *map = malloc(sizeof(int32_t) * (size_t)n_old);
-	rs_move *moves = NULL;
-	int nmoves = 0;
-	rs_trainer *nt = NULL;
-	rs_xfer *sx = NULL, *rx = NULL;
-	unsigned char **sbuf = NULL, **rbuf = NULL;
-	int ns = 0, nr = 0;
-	rs_status st = RS_ENOMEM;
-	float *dense_in = NULL;
-
-	*out = NULL;
-	if (!map)
-		goto out;
-	for (int32_t r = 0; r < n_old; r++)
-		map[r] = r < n_new ? r : -1; /* members keep their rank; the highest leave (a StatefulSet) */
-	RSCHECKGOTO(rs_plan_diff(cfg, old_plan, new_plan, map, &moves, &nmoves, err), st, out);
-	/* every row of the new shards is either kept or received: no initial values needed */
-	if (train_t)
-		RSCHECKGOTO(trainer_create(cfg, new_plan, train_t, 0, &nt, err), st, out);
-	const rs_trainer *shape = nt ? nt : old; /* either knows every table's ZCH geometry */
-	sx = calloc((size_t)nmoves + (size_t)n_new + 1, sizeof(rs_xfer));
-	rx = calloc((size_t)nmoves + 2, sizeof(rs_xfer));
-	sbuf = calloc((size_t)nmoves + 1, sizeof(*sbuf));
-	rbuf = calloc((size_t)nmoves + 1, sizeof(*rbuf));
-	if (!sx || !rx || !sbuf || !rbuf)
-		goto out;
-	/* kept rectangles: copied from the old shards into the new ones */
-	if (old && nt)
-		for (int i = 0; i < nt->nshards; i++) {
-			const lshard *ns_ = &nt->shards[i];
-			for (int k = 0; k < old->nshards; k++) {
-				const lshard *os = &old->shards[k];
-				int64_t r0 = os->s.row_offset > ns_->s.row_offset ? os->s.row_offset : ns_->s.row_offset;
-				int64_t r1 = os->s.row_offset + os->s.rows < ns_->s.row_offset + ns_->s.rows ?
-					     os->s.row_offset + os->s.rows : ns_->s.row_offset + ns_->s.rows;
-				if (os->table != ns_->table || os->s.col_offset != ns_->s.col_offset || r0 >= r1)
-					continue;
-				rs_move keep = {.table = os->table, .src = me, .dst = me, .row_offset = r0, .rows = r1 - r0,
-						.col_offset = os->s.col_offset, .cols = os->s.cols};
-				const tinfo *ti = &old->tables[os->table];
-				if (!ti->zch) { /* rows stay on this rank: one copy, old shard to new */
-					size_t wb = (size_t)os->s.cols * (size_t)rs_dtype_size(os->emb.dtype);
-					size_t sb = sizeof(float) * (size_t)rs_emb_state_floats(cfg->optimizer.kind, os->s.cols);
-					memcpy((char *)ns_->emb.weights + (r0 - ns_->s.row_offset) * (int64_t)wb,
-					       (const char *)os->emb.weights + (r0 - os->s.row_offset) * (int64_t)wb,
-					       (size_t)(r1 - r0) * wb);
-					if (sb)
-						memcpy((char *)ns_->emb.state + (r0 - ns_->s.row_offset) * (int64_t)sb,
-						       (const char *)os->emb.state + (r0 - os->s.row_offset) * (int64_t)sb,
-						       (size_t)(r1 - r0) * sb);
-					continue;
-				}
-				keep.bucket_offset = (uint32_t)(r0 / ti->spb);
-				keep.buckets = (uint32_t)((r1 - r0) / ti->spb);
-				size_t rb = packed_row_bytes(cfg, &keep), len = move_bytes(old, &keep, rb);
-				unsigned char *b = malloc(len + 1);
-				if (!b)
-					goto out;
-				st = pack_move(old, &keep, rb, b);
-				if (st == RS_OK)
-					st = unpack_move(nt, &keep, rb, b, err);
-				free(b);
-				if (st != RS_OK)
-					goto out;
-			}
+	const rs_config *cfg = tr->cfg;
+	int64_t cols = ls->s.cols, n = hi - lo, at = lo - ls->s.row_offset, from = lo - r0;
+	size_t wb = (size_t)cols * (size_t)rs_dtype_size(ls->emb.dtype);
+	int k;
+	RSCHECK(find_tensor(f, "weight", st_dtype(ls->emb.dtype), nr, cols, &k, err));
+	RSCHECK(rs_st_read_range(f, k, (uint64_t)from * wb, (uint64_t)n * wb, (char *)ls->emb.weights + (size_t)at * wb,
+				 err));
+	if (cfg->optimizer.kind == RS_OPT_ROWWISE_ADAGRAD) {
+		RSCHECK(find_tensor(f, "momentum1", RS_ST_F32, nr, 0, &k, err));
+		RSCHECK(rs_st_read_range(f, k, (uint64_t)from * 4, (uint64_t)n * 4, ls->emb.state + at, err));
+	} else if (cfg->optimizer.kind == RS_OPT_ADAM) {
+		/* the file keeps m and v apart; the shard interleaves them per row */
+		static const char *const names[2] = {"exp_avg", "exp_avg_sq"};
+		float *tmp = malloc(sizeof(float) * (size_t)(n * cols + 1));
+		rs_status st = tmp ? RS_OK : RS_ENOMEM;
+		for (int which = 0; st == RS_OK && which < 2; which++) {
+			st = find_tensor(f, names[which], RS_ST_F32, nr, cols, &k, err);
+			if (st == RS_OK)
+				st = rs_st_read_range(f, k, (uint64_t)(from * cols) * 4, (uint64_t)(n * cols) * 4, tmp, err);
+			for (int64_t r = 0; st == RS_OK && r < n; r++)
+				memcpy(ls->emb.state + (at + r) * 2 * cols + which * cols, tmp + r * cols, sizeof(float) * (size_t)cols);
 		}
-	/* moves, in the diff's order on both sides */
-	for (int i = 0; i < nmoves; i++) {
-		const rs_move *m = &moves[i];
-		size_t rb = packed_row_bytes(cfg, m), len = move_bytes(shape, m, rb);
-		/* every move travels with a CRC-32C of its bytes, checked before anything is applied */
-		if (m->src == me) {
-			if (!old || !(sbuf[ns] = malloc(len + 4))) {
-				st = old ? RS_ENOMEM : rs_err_set(err, RS_EINVAL, "reshard: rank %d must send rows it never held", me);
-				goto out;
-			}
-			RSCHECKGOTO(pack_move(old, m, rb, sbuf[ns]), st, out);
-			uint32_t crc = rs_crc32c(0, sbuf[ns], len);
-			memcpy(sbuf[ns] + len, &crc, 4);
-			if (rs_reshard_fault_for_tests && len)
-				sbuf[ns][len / 2] ^= 0x40; /* corrupted in flight */
-			sx[ns] = (rs_xfer){m->dst, sbuf[ns], len + 4};
-			ns++;
-		}
-		if (m->dst == me) {
-			if (!nt || !(rbuf[nr] = malloc(len + 4))) {
-				st = nt ? RS_ENOMEM : rs_err_set(err, RS_EINVAL, "reshard: rank %d would receive rows but leaves", me);
-				goto out;
-			}
-			rx[nr] = (rs_xfer){m->src, rbuf[nr], len + 4};
-			nr++;
-		}
+		free(tmp);
+		RSCHECK(st);
 	}
-	/* joining members get the dense network and the update count from rank 0 */
-	size_t dn = nt ? rs_dense_nparams(nt->dense) : old ? rs_dense_nparams(old->dense) : 0;
-	size_t dense_bytes = sizeof(float) * dn + sizeof(int64_t);
-	if (me == 0 && old)
-		for (int32_t r = n_old; r < n_new; r++) {
-			if (!sbuf[nmoves] && !(sbuf[nmoves] = malloc(dense_bytes)))
-				goto out;
-			memcpy(sbuf[nmoves], rs_dense_params(old->dense), sizeof(float) * dn);
-			memcpy(sbuf[nmoves] + sizeof(float) * dn, &old->updates, sizeof(int64_t));
-			sx[ns++] = (rs_xfer){r, sbuf[nmoves], dense_bytes};
-		}
-	if (!old && nt) {
-		if (!(dense_in = malloc(dense_bytes)))
+	return RS_OK;
+}
+
+/* Fill local shard ls from the checkpoint's shards of its table that overlap it. */
+static rs_status load_shard(const rs_trainer *tr, const lshard *ls, const char *dir, json_t *jt, rs_err *err)
+{
+	const rs_table_config *tc = &tr->cfg->tables[ls->table];
+	int64_t covered = 0;
+	size_t i;
+	json_t *js;
+	json_array_foreach(json_object_get(jt, "shards"), i, js) {
+		const char *file = json_string_value(json_object_get(js, "file"));
+		json_t *v[4] = {json_object_get(js, "row_offset"), json_object_get(js, "rows"), json_object_get(js, "col_offset"),
+				json_object_get(js, "cols")};
+		if (!file || strchr(file, '/') || !json_is_integer(v[0]) || !json_is_integer(v[1]) || !json_is_integer(v[2]) ||
+		    !json_is_integer(v[3]))
+			return rs_err_set(err, RS_EINVAL, "%s/index.json: table '%s': shard %zu is malformed", dir, tc->name, i);
+		int64_t r0 = json_integer_value(v[0]), nr = json_integer_value(v[1]);
+		int64_t c0 = json_integer_value(v[2]), nc = json_integer_value(v[3]);
+		if (r0 < 0 || nr < 1 || r0 + nr > tc->rows || c0 < 0 || nc < 1 || c0 + nc > tc->dim)
+			return rs_err_set(err, RS_EINVAL, "%s/index.json: table '%s': shard %zu lies outside the table", dir,
+					  tc->name, i);
+		int64_t lo = r0 > ls->s.row_offset ? r0 : ls->s.row_offset;
+		int64_t hi = r0 + nr < ls->s.row_offset + ls->s.rows ? r0 + nr : ls->s.row_offset + ls->s.rows;
+		int cols_overlap = c0 < ls->s.col_offset + ls->s.cols && ls->s.col_offset < c0 + nc;
+		if (lo >= hi || !cols_overlap)
+			continue;
+		if (c0 != ls->s.col_offset || nc != ls->s.cols)
+			return rs_err_set(err, RS_EUNSUPPORTED,
+					  "%s: table '%s': the checkpoint's column blocks (%lld+%lld) are not this plan's (%d+%d)",
+					  dir, tc->name, (long long)c0, (long long)nc, ls->s.col_offset, ls->s.cols);
+		char path[4096];
+		rs_st_file *f;
+		snprintf(path, sizeof(path), "%s/%s", dir, file);
+		RSCHECK(rs_st_open(path, &f, err));
+		rs_status st = load_rows(tr, ls, f, r0, nr, lo, hi, err);
+		rs_st_close(f);
+		RSCHECK(st);
+		covered += hi - lo;
+	}
+	if (covered != ls->s.rows)
+		return rs_err_set(err, RS_EINVAL, "%s: table '%s': the checkpoint covers %lld of rows %lld..%lld once (%lld rows)",
+				  dir, tc->name, (long long)covered, (long long)ls->s.row_offset,
+				  (long long)(ls->s.row_offset + ls->s.rows - 1), (long long)ls->s.rows);
+	return RS_OK;
+}
+
+rs_status rs_trainer_load(rs_trainer *tr, const char *dir, int64_t *step, rs_err *err)
+{
+	const rs_config *cfg = tr->cfg;
+	json_t *index;
+	rs_st_file *f = NULL;
+	rs_status st;
+	RSCHECK(rs_checkpoint_read_index(dir, &index, step, err));
+	for (int i = 0; i < tr->nshards; i++) {
+		const lshard *ls = &tr->shards[i];
+		const rs_table_config *tc = &cfg->tables[ls->table];
+		json_t *jt = index_table(index, tc->name);
+		const char *dt = json_string_value(json_object_get(jt, "dtype"));
+		const char *opt = json_string_value(json_object_get(jt, "optimizer"));
+		if (!jt || json_integer_value(json_object_get(jt, "rows")) != tc->rows ||
+		    json_integer_value(json_object_get(jt, "dim")) != tc->dim || !dt || strcmp(dt, rs_dtype_name(tc->dtype)) ||
+		    !opt || strcmp(opt, rs_optimizer_name(cfg->optimizer.kind))) {
+			st = rs_err_set(err, RS_EINVAL, "%s: table '%s': not in the checkpoint with this config's shape, dtype "
+					"and optimizer", dir, tc->name);
 			goto out;
-		rx[nr++] = (rs_xfer){0, dense_in, dense_bytes};
-	}
-	RSCHECKGOTO(rs_transport_exchange(uni, sx, ns, rx, nr), st, out);
-	/* verify and apply what arrived; then every member votes, and one failure aborts all (old models intact) */
-	rs_status mine = RS_OK;
-	for (int i = 0, k = 0; nt && mine == RS_OK && i < nmoves; i++)
-		if (moves[i].dst == me) {
-			const rs_move *m = &moves[i];
-			size_t rb = packed_row_bytes(cfg, m), len = move_bytes(nt, m, rb);
-			uint32_t crc;
-			memcpy(&crc, rbuf[k] + len, 4);
-			if (rs_crc32c(0, rbuf[k], len) != crc)
-				mine = rs_err_set(err, RS_ECORRUPT,
-						  "reshard: table '%s' rows %lld..%lld from rank %d: checksum mismatch",
-						  cfg->tables[m->table].name, (long long)m->row_offset,
-						  (long long)(m->row_offset + m->rows - 1), m->src);
-			else
-				mine = unpack_move(nt, m, rb, rbuf[k], err);
-			k++;
 		}
-	float vote = mine == RS_OK ? 1.0f : 0.0f;
-	RSCHECKGOTO(rs_transport_allreduce_sum(uni, &vote, 1), st, out);
-	if (mine != RS_OK) {
-		st = mine;
-		goto out;
+		if (tc->has_zch) {
+			st = rs_err_set(err, RS_EUNSUPPORTED, "%s: table '%s': loading ZCH identities from a checkpoint is not "
+					"built yet", dir, tc->name);
+			goto out;
+		}
+		RSCHECKGOTO(load_shard(tr, ls, dir, jt, err), st, out);
 	}
-	if (vote < (float)uni->world) {
-		st = rs_err_set(err, RS_EABORTED, "reshard: aborted, another member failed to receive its rows");
-		goto out;
-	}
-	if (nt && old) {
-		memcpy(rs_dense_params(nt->dense), rs_dense_params(old->dense), sizeof(float) * dn);
-		nt->updates = old->updates;
-	} else if (nt) {
-		memcpy(rs_dense_params(nt->dense), dense_in, sizeof(float) * dn);
-		memcpy(&nt->updates, (unsigned char *)dense_in + sizeof(float) * dn, sizeof(int64_t));
-	}
-	*out = nt;
-	nt = NULL;
+	char path[4096];
+	int k;
+	size_t n = rs_dense_nparams(tr->dense);
+	snprintf(path, sizeof(path), "%s/dense.safetensors", dir);
+	RSCHECKGOTO(rs_st_open(path, &f, err), st, out);
+	RSCHECKGOTO(find_tensor(f, "params", RS_ST_F32, (int64_t)n, 0, &k, err), st, out);
+	RSCHECKGOTO(rs_st_read(f, k, rs_dense_params(tr->dense), err), st, out);
+	tr->updates = *step; /* one optimizer update per step */
 	st = RS_OK;
 out:
-	if (st != RS_OK && err && !err->msg[0])
-		rs_err_set(err, st, "reshard: %s", rs_status_str(st));
-	for (int i = 0; sbuf && i <= nmoves; i++)
-		free(sbuf[i]);
-	for (int i = 0; rbuf && i <= nmoves; i++)
-		free(rbuf[i]);
-	free(sbuf);
-	free(rbuf);
-	free(sx);
-	free(rx);
-	free(dense_in);
-	free(moves);
-	free(map);
-	rs_trainer_destroy(nt);
+	rs_st_close(f);
+	json_decref(index);
 	return st;
 }

@@ -85,24 +85,94 @@ rs_status rs_trainer_dump(const rs_trainer *tr, const char *path);
 rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err *err);
 
 /*
- * Move this rank's part of the model from old_plan to new_plan over `uni`,
- * a transport over the union of old and new members (ranks keep their
- * numbers; ranks >= the new world leave, as a StatefulSet scales). Every
- * union member calls it: `old` is NULL for a member joining now, and
- * `train_t` (the new world's transport, typically rs_transport_subset of
- * uni) is NULL for a member leaving. Rows this rank keeps are copied
- * locally; moved rows travel with their optimizer state (ZCH buckets with
- * their identities) and a CRC-32C checked before anything is applied;
- * joining members get the dense network from rank 0. Every member then votes
- * over `uni`: one failure (a checksum mismatch, no memory) makes every member
- * return an error (RS_ECORRUPT where detected, RS_EABORTED elsewhere). On
- * success *out is the trainer for new_plan (NULL when leaving); `old` is
- * left untouched either way, so an aborted reshard keeps the old model.
+ * Load a checkpoint written by rs_trainer_save (at any world size and
+ * sharding, as long as column blocks match) into this rank's shards and
+ * the dense network; *step gets the step it was taken at. Every row of
+ * every local shard must be in it exactly once. Errors name the file, the
+ * table and what was wrong; the trainer's contents are then undefined
+ * (destroy it). ZCH tables are not loadable yet (RS_EUNSUPPORTED). Local.
  */
-/* Tests only: when set, every move is corrupted after its checksum is taken. */
-extern int rs_reshard_fault_for_tests;
+rs_status rs_trainer_load(rs_trainer *tr, const char *dir, int64_t *step, rs_err *err);
 
-rs_status rs_trainer_reshard(const rs_config *cfg, rs_trainer *old, const rs_plan *old_plan, const rs_plan *new_plan,
-			     rs_transport *uni, rs_transport *train_t, rs_trainer **out, rs_err *err);
+/* ---- live resharding (reshard.c) ------------------------------------------------- */
+
+/*
+ * What a reshard is: from old_plan to new_plan over `uni`, a transport over
+ * the union of the old and the new members. Union ranks 0..W-1 are the new
+ * world's ranks (new rank = union rank); union ranks W.. are members that
+ * leave. union_of_old[r] is the union rank of the member that was rank r of
+ * the old world (every old member is in the union: it either stays or
+ * drains). Members of the union that were not in the old world are joining.
+ */
+typedef struct rs_reshard_spec {
+	const rs_plan *old_plan, *new_plan;
+	const int32_t *union_of_old; /* old_plan->world.ranks entries */
+	rs_transport *uni;
+	rs_transport *train_t;       /* the new world's transport (rs_transport_subset of uni), NULL when leaving */
+	size_t chunk_bytes;          /* the largest chunk of rows sent at once; 0: RS_RESHARD_CHUNK_BYTES */
+	/*
+	 * Called after each round when not NULL: sent[u] is what this member has
+	 * sent to union rank u so far, total[u] what it will have sent (payload
+	 * bytes, as the plan diff counts them), npeers the union's size.
+	 */
+	void (*progress)(void *ctx, const uint64_t *sent, const uint64_t *total, int32_t npeers);
+	void *progress_ctx;
+} rs_reshard_spec;
+
+#define RS_RESHARD_CHUNK_BYTES ((size_t)8 << 20)
+
+/* What one member's part of a reshard did and cost. */
+typedef struct rs_reshard_stats {
+	uint64_t sent_bytes, recv_bytes; /* rows with optimizer state and ZCH identities (the plan diff's measure) */
+	uint64_t wire_bytes;             /* everything this member sent: rows, checksums, bucket headers, dense */
+	uint64_t kept_bytes;             /* rows copied locally from the old shards */
+	int64_t chunks_sent, chunks_recv;
+	int rounds;
+	double copy_s;                   /* preparing the new shards: kept rows shared or copied, pages faulted in */
+	double move_s;                   /* the chunk rounds (send, receive, verify) and the dense network */
+} rs_reshard_stats;
+
+/*
+ * Phase one of a reshard, on every member of the union: build the trainer
+ * of new_plan for this member (NULL when it leaves) and fill it. A new
+ * shard made entirely of rows it keeps shares the old shard's memory (the
+ * incremental planner cuts kept rows into shards of their own, so this is
+ * the common case: nothing copied); other kept rows are copied from `old`
+ * (NULL for a joining member); rows that move
+ * travel in rounds of chunks of at most chunk_bytes with a CRC-32C each,
+ * straight from the old shards to the new ones (ZCH buckets serialized with
+ * their identities and eviction metadata), so staging needs no memory
+ * beyond the new shards and one chunk per peer; joining members get the
+ * dense network from the member that was old rank 0. A chunk whose checksum
+ * does not match fails the call with RS_ECORRUPT naming the table, the rows
+ * and the sender; a dead or silent peer fails it with RS_EPEER or
+ * RS_ETIMEDOUT. `old` is never modified, so on any failure the old model
+ * is intact: destroy *out (abort) or rs_trainer_commit it. *out borrows
+ * from `old` until then.
+ */
+rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs_reshard_spec *spec,
+			   rs_trainer **out, rs_reshard_stats *stats, rs_err *err);
+
+/*
+ * Phase two: `staged` (from rs_trainer_stage) takes over what it borrowed
+ * from `old` (the data source, the memory of the rows it kept), `old` is
+ * destroyed, and the memory that held the rows that moved away goes back
+ * to the system. old may be NULL.
+ */
+void rs_trainer_commit(rs_trainer *staged, rs_trainer *old);
+
+/*
+ * "Nothing lost or duplicated": per_table[t] (cfg->ntables entries) gets
+ * the wrapping sum, over the rows this rank counts, of a 64-bit hash of
+ * (table, global row, column offset, the row's weights and optimizer state
+ * bytes, its ZCH ID) (a fast multiply-xor hash, not a CRC). A rank counts its replica-0 shards, and a
+ * data-parallel table only on rank 0, so summed over all ranks each table's
+ * figure covers every row once and does not depend on the sharding: it is
+ * the same before and after a correct reshard. Local (not collective).
+ */
+void rs_trainer_checksum(const rs_trainer *tr, uint64_t *per_table);
+
+/* Tests only: when set, the first chunk this process receives is corrupted before it is checked. */
+extern int rs_reshard_fault_for_tests;
 
 #endif

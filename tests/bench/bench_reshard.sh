@@ -1,48 +1,76 @@
 #!/bin/bash
-# bench_reshard.sh - the pause a live reshard costs, with about 1 GB of
-# embedding state (4 row-wise tables of 1M x 64 fp32 rows with row-wise
-# Adagrad): 2 -> 4 workers, then 4 -> 3, in local mode. Each pause (from the
-# first worker pausing to the first step of the new generation) is printed
-# beside the bytes the plan moved and the migration rate that implies, and
-# beside the restart-based approach measured on the same model in the same
-# run: writing a checkpoint of it and starting a fresh world (workers joined,
-# tables allocated) - a lower bound on a restart, which must also read the
-# checkpoint back. Fails when a run fails.
+# bench_reshard.sh - what a live reshard costs, with about 1 GB of
+# embedding state (examples/bench-1g.json: 4 row-wise tables of 1M x 64 fp32
+# rows with row-wise Adagrad), in local mode on this machine:
+#   - the pause (training stopped: from the first worker pausing to the first
+#     step of the new generation) of 2 -> 4 and 4 -> 3, and its parts (drain,
+#     waiting for joiners, plan, migrate = connect + move + verify, commit);
+#   - the migration throughput (bytes moved / the slowest member's move time)
+#     beside raw loopback TCP measured in the same run (target >= 80%);
+#   - bytes moved beside the plan diff and the planner's lower bound;
+#   - the restart-based approach on the same model in the same run, with
+#     rowshift's own checkpoint code: write a checkpoint of the old world,
+#     start the new world and load it (to its first step). Target: the live
+#     pause at least 10x shorter.
+# Exits non-zero when a run fails or moved bytes differ from the plan diff.
 set -u
 BUILD=${BUILD:-build}
+bin=$BUILD/bin
 cfg=examples/bench-1g.json
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if ! RS_LOG_LEVEL=warn timeout 600 "$BUILD/bin/rowshift-coordinator" --local --workers 2 --config $cfg --steps 30 \
-	--schedule 10:4,20:3 >"$tmp/live.out" 2>&1; then
-	echo "bench reshard: the live run failed"; tail -5 "$tmp/live.out"; exit 1
+coord() { RS_LOG_LEVEL=info timeout 600 "$bin/rowshift-coordinator" --local --config $cfg "$@"; }
+
+raw=$("$BUILD/tests/bench/bench_transport" --raw | sed -n 's/raw loopback TCP \([0-9.]*\) GB\/s/\1/p')
+[ -n "$raw" ] || { echo "bench reshard: cannot measure raw loopback TCP"; exit 1; }
+
+if ! coord --workers 2 --steps 30 --schedule 10:4,20:3 >"$tmp/live.out" 2>"$tmp/live.err"; then
+	echo "bench reshard: the live run failed"; tail -5 "$tmp/live.err"; exit 1
 fi
-# restart-based, on the same model: save a checkpoint of 2 workers' state, then time a fresh 4-worker start
-start=$(date +%s.%N)
-RS_LOG_LEVEL=warn timeout 600 "$BUILD/bin/rowshift-coordinator" --local --workers 2 --config $cfg --steps 1 \
-	--save "$tmp/ckpt" >"$tmp/save.out" 2>&1 || { echo "bench reshard: the checkpoint run failed"; exit 1; }
-save_run=$(echo "$(date +%s.%N) - $start" | bc)
-start=$(date +%s.%N)
-RS_LOG_LEVEL=warn timeout 600 "$BUILD/bin/rowshift-coordinator" --local --workers 2 --config $cfg --steps 1 \
-	>"$tmp/plain.out" 2>&1 || { echo "bench reshard: the plain run failed"; exit 1; }
-plain_run=$(echo "$(date +%s.%N) - $start" | bc)
-start=$(date +%s.%N)
-RS_LOG_LEVEL=warn timeout 600 "$BUILD/bin/rowshift-coordinator" --local --workers 4 --config $cfg --steps 1 \
-	>"$tmp/fresh.out" 2>&1 || { echo "bench reshard: the fresh 4-worker run failed"; exit 1; }
-fresh_run=$(echo "$(date +%s.%N) - $start" | bc)
-python3 - "$tmp/live.out" "$save_run" "$plain_run" "$fresh_run" <<'PY'
+# restart-based: the old world writes a checkpoint at the reshard step, the new world starts from it
+for pair in "2 4 10" "4 3 20"; do
+	set -- $pair
+	coord --workers "$1" --steps "$3" --save "$tmp/ck$1" >"$tmp/save$1.out" 2>"$tmp/save$1.err" &&
+		coord --workers "$2" --steps $(($3 + 1)) --load "$tmp/ck$1" >"$tmp/load$2.out" 2>"$tmp/load$2.err" ||
+		{ echo "bench reshard: the restart-based $1 -> $2 runs failed"; tail -3 "$tmp"/*$2.err; exit 1; }
+	rm -rf "$tmp/ck$1"
+done
+
+python3 - "$tmp" "$raw" <<'PY'
 import re, sys
-out = open(sys.argv[1]).read()
-save_run, plain_run, fresh_run = map(float, sys.argv[2:5])
-save = max(save_run - plain_run, 0.0)            # the checkpoint write alone
-restart = save + fresh_run                         # stop (free), write, start the new world; reading back not counted
-moves = re.findall(r"generation \d+: (\d+) -> (\d+) workers at step \d+; the plan moves ([\d.]+) MiB", out)
-pauses = re.findall(r"resumed at step \d+: paused ([\d.]+) s", out)
-if len(moves) != 2 or len(pauses) != 2:
-    print("bench reshard: the reshards were not reported"); sys.exit(1)
-for (a, b, mib), p in zip(moves, pauses):
-    p = float(p); mib = float(mib)
-    print(f"bench reshard_{a}_to_{b}: pause {p:.2f} s, moved {mib:.0f} MiB ({mib / p:.0f} MiB/s) | "
-          f"restart-based lower bound {restart:.2f} s (checkpoint write {save:.2f} s + fresh start {fresh_run:.2f} s) | "
-          f"ratio {restart / p:.1f}x shorter | target >= 10x {'MET' if restart / p >= 10 else 'MISSED'}")
+tmp, raw = sys.argv[1], float(sys.argv[2]) * 1e9 / 2**20  # MiB/s
+out = open(f"{tmp}/live.out").read()
+plans = re.findall(r"generation (\d+): (\d+) -> (\d+) workers at step \d+; the plan moves ([\d.]+) MiB "
+                   r"\(lower bound ([\d.]+) MiB\), planned in ([\d.]+) ms", out)
+staged = re.findall(r"generation (\d+): staged and verified: moved ([\d.]+) MiB \((\d+) B; the plan diff: (\d+) B\) "
+                    r"in ([\d.]+) s \(connect ([\d.]+) s, prepare ([\d.]+) s, move ([\d.]+) s", out)
+commits = re.findall(r"generation (\d+) committed: .* drain ([\d.]+) s, waiting for members ([\d.]+) s, plan ([\d.]+) s, "
+                     r"migrate ([\d.]+) s, commit ([\d.]+) s", out)
+resumed = re.findall(r"generation (\d+) resumed at step \d+: paused ([\d.]+) s", out)
+if not (len(plans) == len(staged) == len(commits) == len(resumed) == 2):
+    print("bench reshard: the reshards were not all reported"); sys.exit(1)
+wrong = 0
+for i, (gen, a, b, mib, lb, plan_ms) in enumerate(plans):
+    _, moved_mib, moved_b, diff_b, migrate, connect, prepare, move = staged[i]
+    _, drain, wait, plan_s, migrate_s, commit = commits[i]
+    pause = float(resumed[i][1])
+    save = max(float(x) for x in re.findall(r"checkpoint written to \S+ in ([\d.]+) s", open(f"{tmp}/save{a}.err").read()))
+    start = float(re.search(r"made its first step ([\d.]+) s after", open(f"{tmp}/load{b}.out").read()).group(1))
+    restart = save + start
+    rate = float(moved_mib) / float(move) if float(move) > 0 else 0
+    e2e = float(moved_mib) / float(migrate)
+    wrong += moved_b != diff_b
+    print(f"bench reshard_{a}_to_{b}: pause {pause:.3f} s = drain {float(drain):.3f} + waiting for joiners {float(wait):.3f}"
+          f" + plan {float(plan_s):.3f} + migrate {float(migrate):.3f} (connect {float(connect):.3f}, prepare {float(prepare):.3f},"
+          f" move {float(move):.3f})"
+          f" + commit {float(commit):.3f} + first step")
+    print(f"bench reshard_{a}_to_{b}_bytes: moved {moved_mib} MiB = plan diff {int(diff_b) / 2**20:.2f} MiB "
+          f"({'equal' if moved_b == diff_b else 'DIFFERENT'}) | planner's lower bound {lb} MiB")
+    print(f"bench reshard_{a}_to_{b}_migration: {rate:.0f} MiB/s moving chunks (all pairs together) | raw loopback TCP "
+          f"{raw:.0f} MiB/s (one pair) | ratio {rate / raw:.2f} | target >= 0.80 {'MET' if rate / raw >= 0.8 else 'MISSED'} "
+          f"| end to end (connect, prepare, move, verify) {e2e:.0f} MiB/s, ratio {e2e / raw:.2f}")
+    print(f"bench reshard_{a}_to_{b}_vs_restart: live pause {pause:.3f} s | restart-based {restart:.3f} s "
+          f"(checkpoint write {save:.3f} s + new world started and loaded to its first step {start:.3f} s) | "
+          f"{restart / pause:.1f}x shorter | target >= 10x {'MET' if restart / pause >= 10 else 'MISSED'}")
+sys.exit(1 if wrong else 0)
 PY

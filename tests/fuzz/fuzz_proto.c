@@ -37,6 +37,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	rs_err e4 = {0};
 	if (rs_proto_paused(msg, &pa, &e4) != RS_OK && !e4.msg[0])
 		abort();
+	rs_msg_staged st;
+	rs_msg_resume re;
+	rs_err e5 = {0}, e6 = {0}, e7 = {0}, e8 = {0}, e9 = {0};
+	if (rs_proto_staged(msg, &st, &e5) == RS_OK) {
+		if (!st.ok && !st.reason)
+			abort();
+	} else if (!e5.msg[0]) {
+		abort();
+	}
+	if (rs_proto_resume(msg, &re, &e6) != RS_OK && !e6.msg[0])
+		abort();
+	int64_t gen, step;
+	const char *why, *addr;
+	if (rs_proto_generation(msg, &gen, &step, &why, &e7) != RS_OK && !e7.msg[0])
+		abort();
+	if (rs_proto_idle(msg, &addr, &e8) != RS_OK && !e8.msg[0])
+		abort();
+	json_t *sent;
+	rs_err e10 = {0};
+	if (rs_proto_migrating(msg, &gen, &sent, &e10) == RS_OK) {
+		for (size_t i = 0; i < json_array_size(sent); i++)
+			if (json_integer_value(json_array_get(json_array_get(sent, i), 0)) < 0)
+				abort();
+	} else if (!e10.msg[0]) {
+		abort();
+	}
+	uint64_t sums[4];
+	json_t *sum = json_object_get(msg, "checksum");
+	if (sum && rs_proto_checksums(sum, sums, 4, &e9) != RS_OK && !e9.msg[0])
+		abort();
 	json_decref(msg);
 	return 0;
 }

@@ -10,6 +10,7 @@
 
 #include "common/proto.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static json_t *parse_ok(const char *text, const char *want_type)
@@ -94,12 +95,131 @@ static void test_start_and_progress(void **state)
 	json_decref(m);
 }
 
+/* Each text must parse, then be accepted (ok) or refused with a reason by check. */
+typedef rs_status (*checker)(json_t *m, rs_err *err);
+
+static void expect(const char *text, checker check, rs_status want)
+{
+	json_t *m;
+	const char *type;
+	rs_err err = {0};
+	if (rs_proto_parse(text, strlen(text), &m, &type, &err) != RS_OK)
+		fail_msg("%s: %s", text, err.msg);
+	rs_status got = check(m, &err);
+	if (got != want)
+		fail_msg("%s: got %s (%s), wanted %s", text, rs_status_str(got), err.msg, rs_status_str(want));
+	if (got != RS_OK && !err.msg[0])
+		fail_msg("%s: refused without a reason", text);
+	json_decref(m);
+}
+
+static rs_status check_start(json_t *m, rs_err *err)
+{
+	rs_msg_start s;
+	return rs_proto_start(m, &s, err);
+}
+
+static rs_status check_paused(json_t *m, rs_err *err)
+{
+	rs_msg_paused p;
+	uint64_t sums[2];
+	RSCHECK(rs_proto_paused(m, &p, err));
+	return p.checksum ? rs_proto_checksums(p.checksum, sums, 2, err) : RS_OK;
+}
+
+static rs_status check_staged(json_t *m, rs_err *err)
+{
+	rs_msg_staged s;
+	RSCHECK(rs_proto_staged(m, &s, err));
+	assert_true(s.ok || s.reason);
+	return RS_OK;
+}
+
+static rs_status check_resume(json_t *m, rs_err *err)
+{
+	rs_msg_resume r;
+	return rs_proto_resume(m, &r, err);
+}
+
+static rs_status check_generation(json_t *m, rs_err *err)
+{
+	int64_t gen, step;
+	const char *why;
+	return rs_proto_generation(m, &gen, &step, &why, err);
+}
+
+static rs_status check_idle(json_t *m, rs_err *err)
+{
+	const char *addr;
+	return rs_proto_idle(m, &addr, err);
+}
+
+/* The messages of the resharding cycle (README, "Control protocol"). */
+static void test_reshard_messages(void **state)
+{
+	(void)state;
+#define START "{\"type\":\"start\",\"generation\":3,\"rank\":0,\"world\":2,\"union_world\":3," \
+	      "\"peers\":[\"a:1\",\"b:2\",\"c:3\"],\"plan\":{},\"first_step\":5,\"steps\":9,\"eval_every\":3," \
+	      "\"eval_samples\":10"
+	expect(START ",\"previous_plan\":{},\"union_of_old\":[0,2,1]}", check_start, RS_OK);
+	expect(START ",\"previous_plan\":{}}", check_start, RS_EINVAL);            /* no union_of_old */
+	expect(START ",\"union_of_old\":[0,1]}", check_start, RS_EINVAL);          /* no previous plan */
+	expect(START ",\"previous_plan\":{},\"union_of_old\":[0,0]}", check_start, RS_EINVAL); /* a repeat */
+	expect(START ",\"previous_plan\":{},\"union_of_old\":[0,3]}", check_start, RS_EINVAL); /* outside */
+	expect(START "}", check_start, RS_EINVAL); /* a fresh start has no members beyond the world */
+#undef START
+	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":2,\"step\":50,\"addr\":\"h:1\","
+	       "\"checksum\":[\"00000000000000ff\",\"ffffffffffffffff\"]}", check_paused, RS_OK);
+	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":2,\"step\":50,\"addr\":\"h:1\","
+	       "\"checksum\":[\"00000000000000fg\",\"ffffffffffffffff\"]}", check_paused, RS_EINVAL);
+	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":2,\"step\":50,\"addr\":\"h:1\","
+	       "\"checksum\":[\"00000000000000ff\"]}", check_paused, RS_EINVAL); /* one table short */
+	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":0,\"step\":50,\"addr\":\"h:1\"}", check_paused, RS_EINVAL);
+	expect("{\"type\":\"staged\",\"generation\":4,\"ok\":true,\"sent_bytes\":10,\"recv_bytes\":0,"
+	       "\"wire_bytes\":14,\"kept_bytes\":7,\"connect_s\":0.1,\"copy_s\":0,\"move_s\":0.2}", check_staged, RS_OK);
+	expect("{\"type\":\"staged\",\"generation\":4,\"ok\":false}", check_staged, RS_OK); /* a reason is filled in */
+	expect("{\"type\":\"staged\",\"generation\":4,\"ok\":true,\"sent_bytes\":-1}", check_staged, RS_EINVAL);
+	expect("{\"type\":\"staged\",\"generation\":4,\"ok\":1}", check_staged, RS_EINVAL);
+	expect("{\"type\":\"resume\",\"generation\":4,\"steps\":100,\"last\":true}", check_resume, RS_OK);
+	expect("{\"type\":\"resume\",\"generation\":4,\"steps\":100}", check_resume, RS_EINVAL);
+	expect("{\"type\":\"commit\",\"generation\":4}", check_generation, RS_OK);
+	expect("{\"type\":\"commit\",\"generation\":0}", check_generation, RS_EINVAL);
+	expect("{\"type\":\"abort\",\"generation\":4,\"reason\":\"x\"}", check_generation, RS_OK);
+	expect("{\"type\":\"training\",\"generation\":4,\"step\":7}", check_generation, RS_OK);
+	expect("{\"type\":\"training\",\"generation\":4}", check_generation, RS_EINVAL);
+	expect("{\"type\":\"leave\",\"reason\":\"SIGTERM\"}", check_generation, RS_OK);
+	expect("{\"type\":\"leave\",\"generation\":3}", check_generation, RS_EINVAL);
+	expect("{\"type\":\"progress\",\"generation\":3}", check_generation, RS_EINVAL);
+	expect("{\"type\":\"idle\",\"addr\":\"h:1\"}", check_idle, RS_OK);
+	expect("{\"type\":\"idle\"}", check_idle, RS_EINVAL);
+	int64_t g;
+	json_t *sent;
+	rs_err e = {0};
+	json_t *mg = parse_ok("{\"type\":\"migrating\",\"generation\":3,\"sent\":[[2,100],[3,0]]}", "migrating");
+	assert_int_equal(rs_proto_migrating(mg, &g, &sent, &e), RS_OK);
+	assert_int_equal(g, 3);
+	assert_int_equal(json_array_size(sent), 2);
+	json_decref(mg);
+	mg = parse_ok("{\"type\":\"migrating\",\"generation\":3,\"sent\":[[2,-1]]}", "migrating");
+	assert_int_equal(rs_proto_migrating(mg, &g, &sent, &e), RS_EINVAL);
+	json_decref(mg);
+	/* checksums round-trip */
+	uint64_t v[3] = {0, 1, UINT64_MAX}, back[3];
+	json_t *a = rs_proto_checksums_to_json(v, 3);
+	rs_err err = {0};
+	assert_non_null(a);
+	assert_int_equal(rs_proto_checksums(a, back, 3, &err), RS_OK);
+	assert_memory_equal(v, back, sizeof(v));
+	json_decref(a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse),
 		cmocka_unit_test(test_join),
 		cmocka_unit_test(test_start_and_progress),
+		cmocka_unit_test(test_reshard_messages),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,130 @@
+/*
+ * job.h - the coordinator's job: its members, the current generation and
+ * plan, and the resharding cycle (see ../shared/BRIEF.md, "The resharding
+ * cycle"), driven by what the workers report on the control channel and
+ * what the membership source says about their processes or pods:
+ *
+ *   STARTING     wait for the wanted workers to join; plan; start generation 1
+ *   TRAINING     the world trains; a membership change (a scale request, a
+ *                worker asking to leave, a joiner) that has settled, or that
+ *                has waited --debounce-ms for stragglers, asks the world to
+ *                pause, so that a burst of changes is one reshard
+ *   PAUSED       every member stopped at the same step boundary; apply the
+ *                schedule's scaling if this is its step; then replan from the
+ *                current plan over the new members, or resume if nothing
+ *                changed after all
+ *   MIGRATING    attempt A: the union of old and new members stages the new
+ *                plan (rows move with their optimizer state, in checked
+ *                chunks); the old model stays untouched everywhere
+ *   COMMITTING   every member staged and the per-table checksums of the
+ *                staged rows equal those of the old ones: the decision is
+ *                persisted, then "commit" goes out; leaving members exit
+ *   (abort)      any failure before that (a member lost, a staging error, a
+ *                checksum mismatch, a timeout) sends "abort": every member
+ *                keeps its old model, the world is PAUSED again, and the next
+ *                attempt plans from the new reality
+ *   DONE/FAILED  training ended / a member died holding the only copy of
+ *                rows, or too many attempts failed: the reason is kept
+ *
+ * Generation, phase, plan and the attempt in flight are persisted
+ * (state.h) before every decision, so a coordinator killed at any point
+ * and restarted with the same state file (rs_job_recover) finds its
+ * workers again as they rejoin and resolves the cycle: it commits an
+ * attempt that was decided, or one every member reports staged; otherwise
+ * it aborts it.
+ *
+ * Single-threaded: every function runs on the coordinator's loop thread.
+ */
+#ifndef RS_JOB_H
+#define RS_JOB_H
+
+#include "common/config.h"
+#include "common/status.h"
+#include "coordinator/server.h"
+#include "coordinator/state.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct rs_job rs_job;
+
+/* What the job needs from its membership source (local processes, Kubernetes pods). */
+typedef struct rs_job_source {
+	void *ctx;
+	/* Want n workers (a StatefulSet's replicas). */
+	rs_status (*scale)(void *ctx, int32_t n, rs_err *err);
+	int32_t (*replicas)(void *ctx);
+	/* 1 when a worker of this name is wanted (its ordinal is below the replicas). */
+	int (*wanted)(void *ctx, const char *name);
+	/* A worker joined with this pid (local mode adopts processes a previous coordinator started); may be NULL. */
+	void (*joined)(void *ctx, const char *name, int64_t pid);
+	/* The workers' processes for the state file: up to max; returns the count. May be NULL. */
+	int (*list)(void *ctx, const char **names, int64_t *pids, int max);
+	/* Stop restarting workers that exit (the job is ending). May be NULL. */
+	void (*ending)(void *ctx);
+	/* A reshard was committed, in words ("Resharded generation 5: 4 -> 8 workers, ..."). May be NULL. */
+	void (*resharded)(void *ctx, const char *message);
+} rs_job_source;
+
+typedef struct rs_job_options {
+	const rs_config *cfg;
+	const char *config_path;  /* for the state file and a restart */
+	const char *url, *token;  /* the control channel, for the state file */
+	int64_t steps;
+	const char *save;         /* checkpoint directory at the end, or NULL */
+	const char *load;         /* a checkpoint generation 1 starts from, or NULL */
+	int64_t load_step;        /* its step: where training starts */
+	int debounce_ms;          /* longest wait for the rest of a membership change before acting */
+	int timeout_ms;           /* bound on each wait for workers (joining, pausing, staging, rejoining) */
+	int max_attempts;         /* reshard attempts aborted in a row before the job fails */
+	int64_t sched_step[RS_STATE_MAX_SCHEDULE];
+	int32_t sched_workers[RS_STATE_MAX_SCHEDULE];
+	int nsched;
+	FILE *log_json;           /* one JSON line per progress report and per reshard, or NULL */
+	const char *state_path;   /* where the state is persisted (a file), or NULL */
+	/* or: persist through this (Kubernetes: a ConfigMap); wins over state_path when set */
+	rs_status (*save_state)(void *ctx, const rs_state *s, rs_err *err);
+	void *save_ctx;
+} rs_job_options;
+
+/*
+ * A new job that starts with `workers` workers (asked of the source at the
+ * first tick; 0: with the workers the source already has, as in Kubernetes). o and src are borrowed and must outlive it; o's strings may
+ * be filled in until then (the URL is known once the server listens).
+ */
+rs_status rs_job_create(const rs_job_options *o, const rs_job_source *src, int32_t workers, rs_job **out,
+			rs_err *err);
+
+/* A job that resumes from a persisted state (read by rs_state_read); s stays the caller's. */
+rs_status rs_job_recover(const rs_job_options *o, const rs_job_source *src, const rs_state *s, rs_job **out,
+			 rs_err *err);
+
+void rs_job_destroy(rs_job *j);
+
+/*
+ * The server's handler for this job (pass it to rs_server_create): control
+ * messages feed the job; the status stream's snapshot, the dashboard,
+ * /metrics and /readyz read it.
+ */
+rs_server_handler rs_job_server_handler(rs_job *j);
+
+/* The server the job publishes status events on (after rs_server_create). */
+void rs_job_set_server(rs_job *j, rs_server *srv);
+
+/* The membership source saw something change (a pod appeared): restart the debounce. */
+void rs_job_changed(rs_job *j);
+
+/* The membership source saw a worker's process or pod go (clean: 1, 0, or -1 unknown). */
+void rs_job_exited(rs_job *j, const char *name, int clean, const char *how);
+
+/* Advance the cycle: call after every round of the event loop. */
+void rs_job_tick(rs_job *j);
+
+/* 0 while running; 1 when training is done; -1 when the job failed (rs_job_error says why). */
+int rs_job_finished(const rs_job *j);
+const char *rs_job_error(const rs_job *j);
+
+/* Tell every connected member to stop (the job failed or is being torn down). */
+void rs_job_stop_all(rs_job *j);
+
+#endif

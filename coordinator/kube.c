@@ -1,0 +1,675 @@
+/*
+ * kube.c - see kube.h.
+ */
+#include "coordinator/kube.h"
+#include "common/clock.h"
+#include "common/grow.h"
+#include "common/log.h"
+#include "coordinator/watch.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Every curl call is checked: log the call and what curl said, and fail. */
+#define CURLCHECK(call)                                                                  \
+	do {                                                                             \
+		CURLcode rs__c = (call);                                                 \
+		if (rs__c != CURLE_OK) {                                                 \
+			RS_ERROR("%s failed: %s", #call, curl_easy_strerror(rs__c));     \
+			return RS_ECURL;                                                 \
+		}                                                                        \
+	} while (0)
+
+#define WATCH_TIMEOUT_S 300    /* each watch asks the server to end it after this; it is then resumed */
+#define TOKEN_REREAD_S 60.0
+#define BACKOFF_MAX_S 30.0
+#define WRITE_TIMEOUT_MS 5000  /* a ConfigMap or Event write */
+#define MAX_LIST_BYTES ((size_t)256 << 20)
+
+typedef enum kstate { K_IDLE, K_LISTING, K_WATCHING } kstate;
+
+/* A response body as it arrives. */
+typedef struct buffer {
+	char *data;
+	size_t len, cap;
+} buffer;
+
+typedef struct pod_entry {
+	rs_kube_pod pod;
+	int gone_reported;
+} pod_entry;
+
+struct rs_kube {
+	rs_kube_config cfg;
+	char *ns, *sts, *selector;
+	rs_kube_handler h;
+	CURLM *multi;
+	CURL *easy;                /* the list or watch in flight, or NULL */
+	struct curl_slist *headers;
+	char errbuf[CURL_ERROR_SIZE];
+	kstate state;
+	buffer body;               /* the list's body */
+	rs_watch_parser wp;
+	int stream_bad;            /* the watch stream was damaged or said 410: list again */
+	char rv[256];              /* the resourceVersion to watch from */
+	int synced, need_list;
+	double retry_at;
+	int failures;
+	char *token;               /* the bearer token in use */
+	double token_read_at;
+	pod_entry *pods;
+	size_t npods, cap;
+	char error[512];
+};
+
+/* ---- the bearer token and the common options -------------------------------------------- */
+
+static void read_token(rs_kube *k)
+{
+	if (!k->cfg.token_file)
+		return;
+	FILE *f = fopen(k->cfg.token_file, "r");
+	char buf[16384];
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	k->token_read_at = rs_now();
+	if (!n) {
+		RS_WARN("kubernetes: cannot read the token file %s: %s", k->cfg.token_file, f ? "empty" : strerror(errno));
+		return;
+	}
+	buf[n] = 0;
+	while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+		buf[--n] = 0;
+	char *t = strdup(buf);
+	if (t) {
+		free(k->token);
+		k->token = t;
+	}
+}
+
+/* Authorization and TLS on an easy handle, as the configuration says. */
+static rs_status setup_easy(rs_kube *k, CURL *e, struct curl_slist **headers, const char *content_type)
+{
+	char auth[16500];
+	const rs_kube_config *c = &k->cfg;
+	*headers = NULL;
+	if (k->token) {
+		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", k->token);
+		*headers = curl_slist_append(*headers, auth);
+	}
+	*headers = curl_slist_append(*headers, "Accept: application/json");
+	if (content_type) {
+		snprintf(auth, sizeof(auth), "Content-Type: %s", content_type);
+		*headers = curl_slist_append(*headers, auth);
+	}
+	if (!*headers)
+		return RS_ENOMEM;
+	CURLCHECK(curl_easy_setopt(e, CURLOPT_HTTPHEADER, *headers));
+	CURLCHECK(curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L));
+	CURLCHECK(curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L));
+	CURLCHECK(curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 3000L));
+	CURLCHECK(curl_easy_setopt(e, CURLOPT_USERAGENT, "rowshift-coordinator"));
+	/* TLS is verified against the cluster's CA unless the kubeconfig said insecure-skip-tls-verify */
+	CURLCHECK(curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, c->insecure ? 0L : 1L));
+	CURLCHECK(curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, c->insecure ? 0L : 2L));
+	if (c->ca_file)
+		CURLCHECK(curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file));
+	if (c->ca_data) {
+		struct curl_blob b = {c->ca_data, c->ca_data_len, CURL_BLOB_COPY};
+		CURLCHECK(curl_easy_setopt(e, CURLOPT_CAINFO_BLOB, &b));
+	}
+	if (c->cert_file)
+		CURLCHECK(curl_easy_setopt(e, CURLOPT_SSLCERT, c->cert_file));
+	if (c->key_file)
+		CURLCHECK(curl_easy_setopt(e, CURLOPT_SSLKEY, c->key_file));
+	if (c->cert_data) {
+		struct curl_blob b = {c->cert_data, c->cert_data_len, CURL_BLOB_COPY};
+		CURLCHECK(curl_easy_setopt(e, CURLOPT_SSLCERT_BLOB, &b));
+	}
+	if (c->key_data) {
+		struct curl_blob b = {c->key_data, c->key_data_len, CURL_BLOB_COPY};
+		CURLCHECK(curl_easy_setopt(e, CURLOPT_SSLKEY_BLOB, &b));
+	}
+	return RS_OK;
+}
+
+/* ---- the pod cache ------------------------------------------------------------------------ */
+
+static pod_entry *find_pod(const rs_kube *k, const char *name)
+{
+	for (size_t i = 0; i < k->npods; i++)
+		if (!strcmp(k->pods[i].pod.name, name))
+			return &k->pods[i];
+	return NULL;
+}
+
+/* The ordinal of STATEFULSET-N, or -1 for a pod of another owner. */
+static int ordinal_of(const rs_kube *k, const char *name)
+{
+	size_t n = strlen(k->sts);
+	char *end;
+	if (strncmp(name, k->sts, n) != 0 || name[n] != '-' || !name[n + 1])
+		return -1;
+	long v = strtol(name + n + 1, &end, 10);
+	return *end || v < 0 || v > 1000000 ? -1 : (int)v;
+}
+
+/* A pod object as the coordinator sees it; 0 when it is not one of ours. */
+static int read_pod(const rs_kube *k, json_t *obj, rs_kube_pod *p)
+{
+	json_t *md = json_object_get(obj, "metadata"), *status = json_object_get(obj, "status"), *c;
+	const char *name = json_string_value(json_object_get(md, "name"));
+	const char *phase = json_string_value(json_object_get(status, "phase"));
+	size_t i;
+	memset(p, 0, sizeof(*p));
+	if (!name || strlen(name) >= sizeof(p->name) || (p->ordinal = ordinal_of(k, name)) < 0)
+		return 0;
+	snprintf(p->name, sizeof(p->name), "%s", name);
+	p->terminating = json_object_get(md, "deletionTimestamp") && !json_is_null(json_object_get(md, "deletionTimestamp"));
+	p->ended = phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed"));
+	json_array_foreach(json_object_get(status, "conditions"), i, c) {
+		const char *t = json_string_value(json_object_get(c, "type")), *s = json_string_value(json_object_get(c, "status"));
+		if (t && s && !strcmp(t, "Ready"))
+			p->ready = !strcmp(s, "True");
+	}
+	return 1;
+}
+
+static void report_gone(rs_kube *k, pod_entry *e, int clean, const char *how)
+{
+	if (e->gone_reported)
+		return;
+	e->gone_reported = 1;
+	if (k->h.pod_gone)
+		k->h.pod_gone(k->h.ctx, e->pod.name, clean, how);
+}
+
+/* A pod added or modified: into the cache; an ended phase is reported once. */
+static void upsert(rs_kube *k, json_t *obj)
+{
+	rs_kube_pod p;
+	if (!read_pod(k, obj, &p))
+		return;
+	pod_entry *e = find_pod(k, p.name);
+	if (!e) {
+		if (rs_grow(&k->pods, &k->cap, k->npods + 1, sizeof(*k->pods)) != RS_OK)
+			return;
+		e = &k->pods[k->npods++];
+		memset(e, 0, sizeof(*e));
+	} else if (!p.ended && e->pod.ended) {
+		e->gone_reported = 0; /* its container runs again */
+	}
+	e->pod = p;
+	if (k->h.pod_changed)
+		k->h.pod_changed(k->h.ctx, &e->pod);
+	if (p.ended) {
+		const char *phase = json_string_value(json_object_get(json_object_get(obj, "status"), "phase"));
+		char how[64];
+		snprintf(how, sizeof(how), "pod phase %s", phase ? phase : "?");
+		report_gone(k, e, !strcmp(phase ? phase : "", "Succeeded"), how);
+	}
+}
+
+static void remove_pod(rs_kube *k, const char *name, const char *how)
+{
+	pod_entry *e = find_pod(k, name);
+	if (!e)
+		return;
+	report_gone(k, e, -1, how);
+	*e = k->pods[--k->npods];
+}
+
+/* ---- list and watch -------------------------------------------------------------------------- */
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
+{
+	buffer *b = ctx;
+	size_t n = size * nmemb;
+	if (b->len + n > MAX_LIST_BYTES || rs_grow(&b->data, &b->cap, b->len + n + 1, 1) != RS_OK)
+		return 0; /* aborts the transfer */
+	memcpy(b->data + b->len, data, n);
+	b->len += n;
+	b->data[b->len] = 0;
+	return n;
+}
+
+static void on_event(void *ctx, const rs_watch_event *ev)
+{
+	rs_kube *k = ctx;
+	if (ev->type == RS_WATCH_ERROR) {
+		RS_WARN("kubernetes: the pod watch says %d: %s%s", ev->code, ev->message,
+			ev->code == 410 ? " (listing again)" : "");
+		k->stream_bad = 1;
+		if (ev->code == 410)
+			k->need_list = 1;
+		return;
+	}
+	snprintf(k->rv, sizeof(k->rv), "%s", ev->resource_version);
+	if (ev->type == RS_WATCH_ADDED || ev->type == RS_WATCH_MODIFIED)
+		upsert(k, ev->object);
+	else if (ev->type == RS_WATCH_DELETED)
+		remove_pod(k, ev->name, "pod deleted");
+}
+
+static size_t on_stream(char *data, size_t size, size_t nmemb, void *ctx)
+{
+	rs_kube *k = ctx;
+	rs_err err = {0};
+	size_t n = size * nmemb;
+	if (k->stream_bad)
+		return 0;
+	if (rs_watch_feed(&k->wp, data, n, on_event, k, &err) != RS_OK) {
+		RS_WARN("kubernetes: %s; listing again", err.msg);
+		k->stream_bad = 1;
+		k->need_list = 1;
+		return 0;
+	}
+	return k->stream_bad ? 0 : n;
+}
+
+static void end_request(rs_kube *k)
+{
+	if (k->easy) {
+		curl_multi_remove_handle(k->multi, k->easy);
+		curl_easy_cleanup(k->easy);
+	}
+	curl_slist_free_all(k->headers);
+	k->easy = NULL;
+	k->headers = NULL;
+	k->state = K_IDLE;
+}
+
+static void back_off(rs_kube *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void back_off(rs_kube *k, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(k->error, sizeof(k->error), fmt, ap);
+	va_end(ap);
+	double wait = 0.5 * (double)(1 << (k->failures < 6 ? k->failures : 6));
+	wait = wait > BACKOFF_MAX_S ? BACKOFF_MAX_S : wait;
+	wait *= 0.5 + (double)rand() / RAND_MAX; /* jitter: many coordinators do not retry in step */
+	k->failures++;
+	k->retry_at = rs_now() + wait;
+	RS_WARN("kubernetes: %s; trying again in %.1f s", k->error, wait);
+}
+
+/* URL-encode s into out. */
+static void urlenc(const char *s, char *out, size_t n)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t o = 0;
+	for (; *s && o + 4 < n; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || strchr("-_.~", ch))
+			out[o++] = (char)ch;
+		else
+			out[o++] = '%', out[o++] = hex[ch >> 4], out[o++] = hex[ch & 15];
+	}
+	out[o] = 0;
+}
+
+static rs_status start_request(rs_kube *k, int watch)
+{
+	char url[4096], sel[1024];
+	urlenc(k->selector, sel, sizeof(sel));
+	if (watch)
+		snprintf(url, sizeof(url), "%s/api/v1/namespaces/%s/pods?labelSelector=%s&watch=1&allowWatchBookmarks=true"
+			 "&timeoutSeconds=%d&resourceVersion=%s", k->cfg.server, k->ns, sel, WATCH_TIMEOUT_S, k->rv);
+	else
+		snprintf(url, sizeof(url), "%s/api/v1/namespaces/%s/pods?labelSelector=%s", k->cfg.server, k->ns, sel);
+	if (!(k->easy = curl_easy_init()))
+		return RS_ENOMEM;
+	rs_status st = setup_easy(k, k->easy, &k->headers, NULL);
+	if (st != RS_OK) {
+		end_request(k);
+		return st;
+	}
+	k->errbuf[0] = 0;
+	if (curl_easy_setopt(k->easy, CURLOPT_URL, url) != CURLE_OK ||
+	    curl_easy_setopt(k->easy, CURLOPT_ERRORBUFFER, k->errbuf) != CURLE_OK ||
+	    curl_easy_setopt(k->easy, CURLOPT_WRITEFUNCTION, watch ? on_stream : on_body) != CURLE_OK ||
+	    curl_easy_setopt(k->easy, CURLOPT_WRITEDATA, watch ? (void *)k : (void *)&k->body) != CURLE_OK ||
+	    (!watch && curl_easy_setopt(k->easy, CURLOPT_TIMEOUT_MS, 30000L) != CURLE_OK) ||
+	    curl_multi_add_handle(k->multi, k->easy) != CURLM_OK) {
+		end_request(k);
+		return RS_ECURL;
+	}
+	k->state = watch ? K_WATCHING : K_LISTING;
+	k->body.len = 0;
+	k->stream_bad = 0;
+	rs_watch_reset(&k->wp);
+	RS_DEBUG("kubernetes: %s pods%s%s", watch ? "watching" : "listing", watch ? " from " : "", watch ? k->rv : "");
+	return RS_OK;
+}
+
+/* A list arrived: the cache becomes it (pods missing from it are gone), and the watch starts from its version. */
+static void apply_list(rs_kube *k)
+{
+	json_error_t jerr;
+	json_t *root = json_loadb(k->body.data, k->body.len, 0, &jerr), *items = json_object_get(root, "items"), *it;
+	const char *rv = json_string_value(json_object_get(json_object_get(root, "metadata"), "resourceVersion"));
+	size_t i;
+	if (!json_is_array(items) || !rv) {
+		back_off(k, "the pod list is not a PodList with a resourceVersion (%s)", root ? "fields missing" : jerr.text);
+		json_decref(root);
+		return;
+	}
+	/* pods the list no longer has went while nobody watched */
+	for (size_t p = 0; p < k->npods;) {
+		int still = 0;
+		json_array_foreach(items, i, it) {
+			const char *n = json_string_value(json_object_get(json_object_get(it, "metadata"), "name"));
+			still |= n && !strcmp(n, k->pods[p].pod.name);
+		}
+		if (still)
+			p++;
+		else
+			remove_pod(k, k->pods[p].pod.name, "pod deleted (seen on a relist)");
+	}
+	json_array_foreach(items, i, it)
+		upsert(k, it);
+	snprintf(k->rv, sizeof(k->rv), "%s", rv);
+	if (!k->synced)
+		RS_INFO("kubernetes: %zu pods of %s in %s (%s)", k->npods, k->sts, k->ns, k->cfg.source);
+	k->synced = 1;
+	k->need_list = 0;
+	k->failures = 0;
+	k->error[0] = 0;
+	json_decref(root);
+}
+
+/* The list or watch in flight ended: why, and what comes next. */
+static void finished(rs_kube *k, CURLcode res)
+{
+	long code = 0;
+	curl_easy_getinfo(k->easy, CURLINFO_RESPONSE_CODE, &code);
+	kstate was = k->state;
+	char why[CURL_ERROR_SIZE + 64];
+	snprintf(why, sizeof(why), "%s", k->errbuf[0] ? k->errbuf : curl_easy_strerror(res));
+	end_request(k);
+	if (code == 401 && k->cfg.token_file)
+		read_token(k); /* a rotated token */
+	if (was == K_LISTING) {
+		if (res == CURLE_OK && code == 200)
+			apply_list(k);
+		else
+			back_off(k, "listing pods: %s", res == CURLE_OK ? (code == 401 ? "401 Unauthorized" : "HTTP error") : why);
+		if (res == CURLE_OK && code != 200)
+			snprintf(k->error + strlen(k->error), sizeof(k->error) - strlen(k->error), " (HTTP %ld)", code);
+		return;
+	}
+	if (k->need_list) {
+		k->retry_at = rs_now(); /* 410 or a damaged stream: list at once */
+		return;
+	}
+	if (res == CURLE_OK && code == 200) {
+		k->failures = 0; /* the server ended the watch (timeoutSeconds): resume from where it was */
+		k->retry_at = rs_now();
+		return;
+	}
+	if (res == CURLE_OK && code == 410) {
+		k->need_list = 1;
+		k->retry_at = rs_now();
+		return;
+	}
+	back_off(k, "watching pods: %s", res == CURLE_OK ? "HTTP error" : why);
+}
+
+void rs_kube_poll(rs_kube *k)
+{
+	int running;
+	if (k->cfg.token_file && rs_now() - k->token_read_at > TOKEN_REREAD_S)
+		read_token(k);
+	if (k->state == K_IDLE && rs_now() >= k->retry_at) {
+		rs_status st = start_request(k, k->synced && !k->need_list);
+		if (st != RS_OK)
+			back_off(k, "cannot start a request: %s", rs_status_str(st));
+	}
+	if (curl_multi_perform(k->multi, &running) != CURLM_OK) {
+		RS_ERROR("curl_multi_perform failed");
+		return;
+	}
+	CURLMsg *m;
+	int left;
+	while ((m = curl_multi_info_read(k->multi, &left)))
+		if (m->msg == CURLMSG_DONE && m->easy_handle == k->easy)
+			finished(k, m->data.result);
+}
+
+/* ---- life cycle and accessors ---------------------------------------------------------------- */
+
+rs_status rs_kube_create(const rs_kube_config *cfg, const char *ns, const char *statefulset, const char *selector,
+			 const rs_kube_handler *h, rs_kube **out, rs_err *err)
+{
+	static int curl_ready;
+	if (!curl_ready) {
+		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+			return rs_err_set(err, RS_ECURL, "curl_global_init failed");
+		curl_ready = 1;
+	}
+	rs_kube *k = calloc(1, sizeof(*k));
+	if (!k)
+		return RS_ENOMEM;
+	k->cfg = *cfg;
+	/* the copy owns its own strings: duplicate every pointer */
+	char **fields[] = {&k->cfg.server, &k->cfg.ca_file, &k->cfg.token, &k->cfg.token_file, &k->cfg.cert_file,
+			   &k->cfg.key_file, &k->cfg.namespace};
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+		*fields[i] = *fields[i] ? strdup(*fields[i]) : NULL;
+	char **blobs[] = {&k->cfg.ca_data, &k->cfg.cert_data, &k->cfg.key_data};
+	size_t lens[] = {cfg->ca_data_len, cfg->cert_data_len, cfg->key_data_len};
+	for (size_t i = 0; i < 3; i++)
+		if (*blobs[i]) {
+			char *b = malloc(lens[i] + 1);
+			if (b) {
+				memcpy(b, *blobs[i], lens[i]);
+				b[lens[i]] = 0;
+			}
+			*blobs[i] = b;
+		}
+	k->ns = strdup(ns);
+	k->sts = strdup(statefulset);
+	k->selector = strdup(selector);
+	k->h = *h;
+	k->multi = curl_multi_init();
+	k->token = cfg->token ? strdup(cfg->token) : NULL;
+	if (!k->ns || !k->sts || !k->selector || !k->multi || !k->cfg.server) {
+		rs_kube_destroy(k);
+		return rs_err_set(err, RS_ENOMEM, "kubernetes client: out of memory");
+	}
+	read_token(k);
+	if (k->cfg.token_file && !k->token) {
+		rs_kube_destroy(k);
+		return rs_err_set(err, RS_EIO, "kubernetes: cannot read the token file %s", cfg->token_file);
+	}
+	*out = k;
+	return RS_OK;
+}
+
+void rs_kube_destroy(rs_kube *k)
+{
+	if (!k)
+		return;
+	end_request(k);
+	if (k->multi)
+		curl_multi_cleanup(k->multi);
+	rs_kube_config_free(&k->cfg);
+	rs_watch_free(&k->wp);
+	free(k->ns);
+	free(k->sts);
+	free(k->selector);
+	free(k->body.data);
+	free(k->token);
+	free(k->pods);
+	free(k);
+}
+
+int rs_kube_synced(const rs_kube *k) { return k->synced; }
+const char *rs_kube_error(const rs_kube *k) { return k->error; }
+int rs_kube_npods(const rs_kube *k) { return (int)k->npods; }
+const rs_kube_pod *rs_kube_pod_at(const rs_kube *k, int i) { return &k->pods[i].pod; }
+
+const rs_kube_pod *rs_kube_pod_named(const rs_kube *k, const char *name)
+{
+	const pod_entry *e = find_pod(k, name);
+	return e ? &e->pod : NULL;
+}
+
+/* ---- writes ------------------------------------------------------------------------------------- */
+
+/* One blocking request; *body gets the response (malloc'd). */
+static rs_status request(rs_kube *k, const char *method, const char *path, const char *content_type, const char *data,
+			 long *code, char **body, rs_err *err)
+{
+	char url[4096];
+	CURL *e = curl_easy_init();
+	struct curl_slist *headers = NULL;
+	buffer got = {0};
+	rs_status st;
+	*body = NULL;
+	*code = 0;
+	if (!e)
+		return rs_err_set(err, RS_ENOMEM, "kubernetes: out of memory");
+	snprintf(url, sizeof(url), "%s%s", k->cfg.server, path);
+	st = setup_easy(k, e, &headers, content_type);
+	if (st == RS_OK && (curl_easy_setopt(e, CURLOPT_URL, url) != CURLE_OK ||
+			    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method) != CURLE_OK ||
+			    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)WRITE_TIMEOUT_MS) != CURLE_OK ||
+			    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK ||
+			    curl_easy_setopt(e, CURLOPT_WRITEDATA, &got) != CURLE_OK ||
+			    (data && curl_easy_setopt(e, CURLOPT_POSTFIELDS, data) != CURLE_OK)))
+		st = RS_ECURL;
+	if (st == RS_OK) {
+		CURLcode res = curl_easy_perform(e);
+		if (res != CURLE_OK)
+			st = rs_err_set(err, RS_ECURL, "kubernetes: %s %s: %s", method, path, curl_easy_strerror(res));
+		else
+			curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, code);
+	}
+	curl_slist_free_all(headers);
+	curl_easy_cleanup(e);
+	*body = got.data;
+	return st;
+}
+
+/* The Status message of an error body, for messages. */
+static const char *status_message(const char *body, char *buf, size_t n)
+{
+	json_t *j = body ? json_loads(body, 0, NULL) : NULL;
+	snprintf(buf, n, "%s", json_string_value(json_object_get(j, "message")) ? json_string_value(json_object_get(j, "message"))
+									       : "no message");
+	json_decref(j);
+	return buf;
+}
+
+rs_status rs_kube_configmap_get(rs_kube *k, const char *name, const char *key, char **value, rs_err *err)
+{
+	char path[1024], msg[256];
+	long code;
+	char *body;
+	*value = NULL;
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps/%s", k->ns, name);
+	RSCHECK(request(k, "GET", path, NULL, NULL, &code, &body, err));
+	rs_status st = RS_OK;
+	if (code == 404) {
+		st = RS_ENOTFOUND;
+	} else if (code != 200) {
+		st = rs_err_set(err, RS_EIO, "kubernetes: reading configmap %s: HTTP %ld: %s", name, code,
+				status_message(body, msg, sizeof(msg)));
+	} else {
+		json_t *j = json_loads(body ? body : "", 0, NULL);
+		const char *v = json_string_value(json_object_get(json_object_get(j, "data"), key));
+		if (!j)
+			st = rs_err_set(err, RS_EINVAL, "kubernetes: configmap %s: not JSON", name);
+		else if (!v)
+			st = RS_ENOTFOUND;
+		else if (!(*value = strdup(v)))
+			st = RS_ENOMEM;
+		json_decref(j);
+	}
+	free(body);
+	return st;
+}
+
+rs_status rs_kube_configmap_put(rs_kube *k, const char *name, const char *key, const char *value, rs_err *err)
+{
+	char path[1024], msg[256];
+	for (int attempt = 0; attempt < 5; attempt++) {
+		long code;
+		char *body;
+		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps/%s", k->ns, name);
+		RSCHECK(request(k, "GET", path, NULL, NULL, &code, &body, err));
+		json_t *cm = code == 200 && body ? json_loads(body, 0, NULL) : NULL;
+		free(body);
+		if (code != 200 && code != 404) {
+			json_decref(cm);
+			return rs_err_set(err, RS_EIO, "kubernetes: reading configmap %s: HTTP %ld", name, code);
+		}
+		if (!cm) {
+			cm = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{}}", "apiVersion", "v1", "kind", "ConfigMap",
+				       "metadata", "name", name, "namespace", k->ns, "labels", "app.kubernetes.io/part-of",
+				       "rowshift", "data");
+			snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps", k->ns);
+		}
+		json_t *data = json_object_get(cm, "data");
+		if (!json_is_object(data)) {
+			data = json_object();
+			json_object_set_new(cm, "data", data);
+		}
+		json_object_set_new(data, key, json_string(value));
+		/* the resourceVersion the GET returned makes the PUT fail (409) if someone wrote in between */
+		char *text = json_dumps(cm, JSON_COMPACT);
+		json_decref(cm);
+		if (!text)
+			return rs_err_set(err, RS_ENOMEM, "kubernetes: out of memory");
+		rs_status st = request(k, code == 404 ? "POST" : "PUT", path, "application/json", text, &code, &body, err);
+		free(text);
+		if (st != RS_OK)
+			return st;
+		if (code == 200 || code == 201) {
+			free(body);
+			return RS_OK;
+		}
+		status_message(body, msg, sizeof(msg));
+		free(body);
+		if (code != 409)
+			return rs_err_set(err, RS_EIO, "kubernetes: writing configmap %s: HTTP %ld: %s", name, code, msg);
+		RS_DEBUG("kubernetes: configmap %s changed under us (%s); again", name, msg);
+	}
+	return rs_err_set(err, RS_EIO, "kubernetes: configmap %s kept changing under us", name);
+}
+
+void rs_kube_event(rs_kube *k, const char *kind, const char *name, const char *type, const char *reason,
+		   const char *message)
+{
+	char path[1024], now[64], gen[300];
+	time_t t = time(NULL);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(now, sizeof(now), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	snprintf(gen, sizeof(gen), "%s.", name);
+	json_t *ev = json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s, s:s, s:s}, s:s, s:s, s:s, s:s, s:s, s:i, s:{s:s}, "
+			       "s:s}",
+			       "apiVersion", "v1", "kind", "Event", "metadata", "generateName", gen, "namespace", k->ns,
+			       "involvedObject", "apiVersion", !strcmp(kind, "Pod") ? "v1" : "apps/v1", "kind", kind, "name",
+			       name, "namespace", k->ns, "type", type, "reason", reason, "message", message,
+			       "firstTimestamp", now, "lastTimestamp", now, "count", 1, "source", "component",
+			       "rowshift-coordinator", "reportingComponent", "rowshift-coordinator");
+	char *text = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+	json_decref(ev);
+	long code = 0;
+	char *body = NULL;
+	rs_err err = {0};
+	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", k->ns);
+	if (!text || request(k, "POST", path, "application/json", text, &code, &body, &err) != RS_OK || code / 100 != 2)
+		RS_WARN("kubernetes: could not post the event '%s' (%s)", message, err.msg[0] ? err.msg : "refused");
+	free(text);
+	free(body);
+}

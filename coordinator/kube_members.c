@@ -1,0 +1,91 @@
+/*
+ * kube_members.c - see kube_members.h.
+ */
+#include "coordinator/kube_members.h"
+#include "common/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define STATE_KEY "state.json"
+
+/* A worker is wanted while its pod exists, is not being deleted and runs. */
+static int usable(const rs_kube_pod *p) { return p && !p->terminating && !p->ended; }
+
+static int32_t replicas(void *ctx)
+{
+	rs_kube_members *m = ctx;
+	int32_t n = 0;
+	for (int i = 0; rs_kube_synced(m->kube) && i < rs_kube_npods(m->kube); i++)
+		n += usable(rs_kube_pod_at(m->kube, i));
+	return n;
+}
+
+static int wanted(void *ctx, const char *name)
+{
+	rs_kube_members *m = ctx;
+	return rs_kube_synced(m->kube) && usable(rs_kube_pod_named(m->kube, name));
+}
+
+static rs_status scale(void *ctx, int32_t n, rs_err *err)
+{
+	rs_kube_members *m = ctx;
+	(void)n;
+	return rs_err_set(err, RS_EUNSUPPORTED, "in Kubernetes the StatefulSet decides: kubectl scale statefulset/%s "
+			  "--replicas=N", m->statefulset);
+}
+
+static void resharded(void *ctx, const char *message)
+{
+	rs_kube_members *m = ctx;
+	rs_kube_event(m->kube, "StatefulSet", m->statefulset, "Normal", "Resharded", message);
+}
+
+rs_job_source rs_kube_members_source(rs_kube_members *m)
+{
+	return (rs_job_source){.ctx = m, .scale = scale, .replicas = replicas, .wanted = wanted, .resharded = resharded};
+}
+
+static void pod_changed(void *ctx, const rs_kube_pod *pod)
+{
+	rs_kube_members *m = ctx;
+	(void)pod;
+	if (m->job)
+		rs_job_changed(m->job);
+}
+
+static void pod_gone(void *ctx, const char *name, int clean, const char *how)
+{
+	rs_kube_members *m = ctx;
+	if (m->job)
+		rs_job_exited(m->job, name, clean, how);
+}
+
+rs_kube_handler rs_kube_members_handler(rs_kube_members *m)
+{
+	return (rs_kube_handler){.ctx = m, .pod_changed = pod_changed, .pod_gone = pod_gone};
+}
+
+rs_status rs_kube_members_save(void *ctx, const rs_state *s, rs_err *err)
+{
+	rs_kube_members *m = ctx;
+	json_t *j = rs_state_to_json(s);
+	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!text)
+		return rs_err_set(err, RS_ENOMEM, "state: out of memory");
+	rs_status st = rs_kube_configmap_put(m->kube, m->configmap, STATE_KEY, text, err);
+	free(text);
+	return st;
+}
+
+rs_status rs_kube_members_load(rs_kube_members *m, rs_state *s, rs_err *err)
+{
+	char *text = NULL, name[300];
+	memset(s, 0, sizeof(*s));
+	RSCHECK(rs_kube_configmap_get(m->kube, m->configmap, STATE_KEY, &text, err));
+	snprintf(name, sizeof(name), "configmap %s", m->configmap);
+	rs_status st = rs_state_parse(text, strlen(text), name, s, err);
+	free(text);
+	return st;
+}

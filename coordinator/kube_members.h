@@ -1,0 +1,34 @@
+/*
+ * kube_members.h - Kubernetes as the job's membership source: the worker
+ * StatefulSet's pods (coordinator/kube.h) say which workers are wanted
+ * (a pod that exists, is not being deleted and has not ended), pods that
+ * appear restart the debounce, pods that go are reported to the job; the
+ * job's state lives in a ConfigMap; each committed reshard is posted as an
+ * Event on the StatefulSet. Scaling is the StatefulSet's business
+ * (`kubectl scale`): the coordinator is never given rights to do it.
+ */
+#ifndef RS_KUBE_MEMBERS_H
+#define RS_KUBE_MEMBERS_H
+
+#include "coordinator/job.h"
+#include "coordinator/kube.h"
+#include "coordinator/state.h"
+
+typedef struct rs_kube_members {
+	rs_kube *kube;
+	rs_job *job;             /* set once the job exists; events before that are only cached */
+	const char *statefulset; /* the worker StatefulSet (Events go on it) */
+	const char *configmap;   /* where the state is kept, key "state.json" */
+} rs_kube_members;
+
+/* The job's source and the client's handler, both over m (which must outlive them). */
+rs_job_source rs_kube_members_source(rs_kube_members *m);
+rs_kube_handler rs_kube_members_handler(rs_kube_members *m);
+
+/* rs_job_options.save_state: the state document into the ConfigMap (ctx: the rs_kube_members). */
+rs_status rs_kube_members_save(void *ctx, const rs_state *s, rs_err *err);
+
+/* The state a previous coordinator saved; RS_ENOTFOUND when there is none. */
+rs_status rs_kube_members_load(rs_kube_members *m, rs_state *s, rs_err *err);
+
+#endif

@@ -1,0 +1,242 @@
+/*
+ * kubeconfig.c - see kubeconfig.h.
+ */
+#include "coordinator/kubeconfig.h"
+#include "coordinator/yaml.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A whole small file, NUL-terminated; NULL with err set when unreadable. */
+static char *slurp(const char *path, size_t max, size_t *len, rs_err *err)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	if (!f) {
+		rs_err_set(err, RS_EIO, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	buf = malloc(max + 1);
+	size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+	int bad = !buf || ferror(f) || n > max;
+	fclose(f);
+	if (bad) {
+		rs_err_set(err, buf ? RS_EINVAL : RS_ENOMEM, "%s: %s", path, buf ? "unreadable or too large" : "out of memory");
+		free(buf);
+		return NULL;
+	}
+	buf[n] = 0;
+	if (len)
+		*len = n;
+	return buf;
+}
+
+static char *dup_path(const char *base_dir, const char *p)
+{
+	char buf[PATH_MAX];
+	if (!p)
+		return NULL;
+	if (p[0] == '/' || !base_dir)
+		return strdup(p);
+	snprintf(buf, sizeof(buf), "%s/%s", base_dir, p);
+	return strdup(buf);
+}
+
+/* Base64 (standard alphabet, padding optional, whitespace ignored) into a malloc'd buffer. */
+static char *unbase64(const char *in, size_t *len)
+{
+	size_t n = strlen(in), o = 0;
+	unsigned char *out = malloc(n / 4 * 3 + 4);
+	unsigned acc = 0;
+	int bits = 0;
+	if (!out)
+		return NULL;
+	for (const char *c = in; *c; c++) {
+		int v;
+		if (*c >= 'A' && *c <= 'Z')
+			v = *c - 'A';
+		else if (*c >= 'a' && *c <= 'z')
+			v = *c - 'a' + 26;
+		else if (*c >= '0' && *c <= '9')
+			v = *c - '0' + 52;
+		else if (*c == '+')
+			v = 62;
+		else if (*c == '/')
+			v = 63;
+		else if (*c == '=' || *c == '\n' || *c == '\r' || *c == ' ')
+			continue;
+		else {
+			free(out);
+			return NULL;
+		}
+		acc = (acc << 6) | (unsigned)v;
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			out[o++] = (unsigned char)(acc >> bits);
+		}
+	}
+	out[o] = 0;
+	*len = o;
+	return (char *)out;
+}
+
+void rs_kube_config_free(rs_kube_config *c)
+{
+	free(c->server);
+	free(c->ca_file);
+	free(c->ca_data);
+	free(c->token);
+	free(c->token_file);
+	free(c->cert_file);
+	free(c->key_file);
+	free(c->cert_data);
+	free(c->key_data);
+	free(c->namespace);
+	memset(c, 0, sizeof(*c));
+}
+
+static char *trimmed(char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+	while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' '))
+		s[--n] = 0;
+	return s;
+}
+
+rs_status rs_kube_config_in_cluster(const char *sa_dir, rs_kube_config *c, rs_err *err)
+{
+	const char *host = getenv("KUBERNETES_SERVICE_HOST"), *port = getenv("KUBERNETES_SERVICE_PORT");
+	char path[PATH_MAX];
+	memset(c, 0, sizeof(*c));
+	if (!host || !*host || !port || !*port)
+		return rs_err_set(err, RS_ENOTFOUND, "not in a cluster: KUBERNETES_SERVICE_HOST and _PORT are not set");
+	size_t n = strlen(host) + strlen(port) + 16;
+	if (!(c->server = malloc(n)))
+		return RS_ENOMEM;
+	/* an IPv6 service address needs brackets */
+	snprintf(c->server, n, strchr(host, ':') ? "https://[%s]:%s" : "https://%s:%s", host, port);
+	snprintf(path, sizeof(path), "%s/token", sa_dir);
+	c->token_file = strdup(path);
+	snprintf(path, sizeof(path), "%s/ca.crt", sa_dir);
+	c->ca_file = strdup(path);
+	snprintf(path, sizeof(path), "%s/namespace", sa_dir);
+	c->namespace = trimmed(slurp(path, 4096, NULL, err));
+	if (!c->token_file || !c->ca_file || !c->namespace) {
+		rs_kube_config_free(c);
+		return rs_err_set(err, RS_EIO, "in-cluster configuration: cannot read %s", path);
+	}
+	snprintf(c->source, sizeof(c->source), "in-cluster (%s)", sa_dir);
+	return RS_OK;
+}
+
+/* The entry of `list` (an array of {"name", KEY: {...}}) named `name`, its KEY object; NULL when absent. */
+static json_t *named(json_t *root, const char *list, const char *name, const char *key)
+{
+	size_t i;
+	json_t *e;
+	json_array_foreach(json_object_get(root, list), i, e) {
+		const char *n = json_string_value(json_object_get(e, "name"));
+		if (n && !strcmp(n, name))
+			return json_object_get(e, key);
+	}
+	return NULL;
+}
+
+static const char *sget(json_t *o, const char *key) { return json_string_value(json_object_get(o, key)); }
+
+rs_status rs_kube_config_parse(const char *text, size_t len, const char *path, const char *context,
+			       rs_kube_config *c, rs_err *err)
+{
+	json_t *root = NULL;
+	char dirbuf[PATH_MAX];
+	rs_status st;
+	memset(c, 0, sizeof(*c));
+	RSCHECK(rs_yaml_parse(text, len, path, &root, err));
+	snprintf(dirbuf, sizeof(dirbuf), "%s", path);
+	const char *dir = dirname(dirbuf);
+	const char *ctx_name = context ? context : sget(root, "current-context");
+	json_t *ctx = ctx_name ? named(root, "contexts", ctx_name, "context") : NULL;
+	const char *cluster_name = sget(ctx, "cluster"), *user_name = sget(ctx, "user");
+	json_t *cluster = cluster_name ? named(root, "clusters", cluster_name, "cluster") : NULL;
+	json_t *user = user_name ? named(root, "users", user_name, "user") : NULL;
+	st = RS_EINVAL;
+	if (!json_is_object(root)) {
+		rs_err_set(err, st, "%s: not a kubeconfig (a mapping with clusters, users and contexts)", path);
+		goto out;
+	}
+	if (!ctx_name || !json_is_object(ctx)) {
+		rs_err_set(err, st, "%s: no context %s%s%s", path, ctx_name ? "'" : "(current-context is not set)",
+			   ctx_name ? ctx_name : "", ctx_name ? "'" : "");
+		goto out;
+	}
+	if (!json_is_object(cluster) || !sget(cluster, "server")) {
+		rs_err_set(err, st, "%s: context '%s': no cluster '%s' with a server", path, ctx_name,
+			   cluster_name ? cluster_name : "?");
+		goto out;
+	}
+	if (user_name && !json_is_object(user) && !json_is_null(user)) {
+		rs_err_set(err, st, "%s: context '%s': no user '%s'", path, ctx_name, user_name);
+		goto out;
+	}
+	if (json_object_get(user, "exec") || json_object_get(user, "auth-provider")) {
+		rs_err_set(err, RS_EUNSUPPORTED, "%s: user '%s': exec and auth-provider credential plugins are not supported; "
+			   "use a token, a token file or a client certificate", path, user_name);
+		st = RS_EUNSUPPORTED;
+		goto out;
+	}
+	const char *server = sget(cluster, "server");
+	if (strncmp(server, "https://", 8) != 0 && strncmp(server, "http://", 7) != 0) {
+		rs_err_set(err, st, "%s: cluster '%s': server '%s' is not an http(s) URL", path, cluster_name, server);
+		goto out;
+	}
+	c->server = strdup(server);
+	if (c->server && c->server[strlen(c->server) - 1] == '/')
+		c->server[strlen(c->server) - 1] = 0;
+	c->insecure = json_is_true(json_object_get(cluster, "insecure-skip-tls-verify"));
+	c->ca_file = dup_path(dir, sget(cluster, "certificate-authority"));
+	c->token = sget(user, "token") ? strdup(sget(user, "token")) : NULL;
+	c->token_file = dup_path(dir, sget(user, "tokenFile"));
+	c->cert_file = dup_path(dir, sget(user, "client-certificate"));
+	c->key_file = dup_path(dir, sget(user, "client-key"));
+	c->namespace = sget(ctx, "namespace") ? strdup(sget(ctx, "namespace")) : NULL;
+	static const char *const b64[3] = {"certificate-authority-data", "client-certificate-data", "client-key-data"};
+	char **dst[3] = {&c->ca_data, &c->cert_data, &c->key_data};
+	size_t *lens[3] = {&c->ca_data_len, &c->cert_data_len, &c->key_data_len};
+	for (int k = 0; k < 3; k++) {
+		const char *v = sget(k ? user : cluster, b64[k]);
+		if (v && !(*dst[k] = unbase64(v, lens[k]))) {
+			rs_err_set(err, st, "%s: '%s' is not base64", path, b64[k]);
+			goto out;
+		}
+	}
+	if ((c->cert_file || c->cert_data) != (c->key_file || c->key_data)) {
+		rs_err_set(err, st, "%s: user '%s': a client certificate needs its key, and a key its certificate", path,
+			   user_name ? user_name : "?");
+		goto out;
+	}
+	snprintf(c->source, sizeof(c->source), "kubeconfig %s, context %s", path, ctx_name);
+	st = c->server ? RS_OK : RS_ENOMEM;
+out:
+	json_decref(root);
+	if (st != RS_OK)
+		rs_kube_config_free(c);
+	return st;
+}
+
+rs_status rs_kube_config_load(const char *path, const char *context, rs_kube_config *c, rs_err *err)
+{
+	size_t len;
+	char *text = slurp(path, RS_YAML_MAX_BYTES, &len, err);
+	memset(c, 0, sizeof(*c));
+	if (!text)
+		return RS_EIO;
+	rs_status st = rs_kube_config_parse(text, len, path, context, c, err);
+	free(text);
+	return st;
+}

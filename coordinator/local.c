@@ -1,0 +1,245 @@
+/*
+ * local.c - see local.h.
+ */
+#include "coordinator/local.h"
+#include "common/clock.h"
+#include "common/grow.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NAME_MAX_BYTES 64
+#define MAX_REPLICAS 4096
+#define RESTART_BACKOFF_S 0.2  /* doubled at each restart of the same ordinal, up to 5 s */
+
+typedef struct proc {
+	char name[NAME_MAX_BYTES];
+	int32_t ordinal;
+	pid_t pid;          /* 0 when not running */
+	int adopted;        /* not our child: liveness by kill(pid, 0) */
+	int terminating;    /* SIGTERM sent */
+	int restarts;
+	double restart_at;  /* when it may be started again */
+} proc;
+
+struct rs_local {
+	rs_local_options o;
+	proc *p;
+	size_t n, cap;
+	int32_t replicas;
+	int restart;
+};
+
+rs_status rs_local_create(const rs_local_options *o, rs_local **out, rs_err *err)
+{
+	rs_local *l = calloc(1, sizeof(*l));
+	if (!l)
+		return rs_err_set(err, RS_ENOMEM, "local workers: out of memory");
+	l->o = *o;
+	l->restart = 1;
+	*out = l;
+	return RS_OK;
+}
+
+void rs_local_destroy(rs_local *l)
+{
+	if (!l)
+		return;
+	free(l->p);
+	free(l);
+}
+
+static int ordinal_of(const char *name)
+{
+	char *end;
+	if (strncmp(name, "worker-", 7) != 0 || !name[7])
+		return -1;
+	long k = strtol(name + 7, &end, 10);
+	return *end || k < 0 || k >= MAX_REPLICAS ? -1 : (int)k;
+}
+
+static proc *find(rs_local *l, int32_t ordinal)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (l->p[i].ordinal == ordinal)
+			return &l->p[i];
+	return NULL;
+}
+
+static proc *slot(rs_local *l, int32_t ordinal)
+{
+	proc *p = find(l, ordinal);
+	if (p || rs_grow(&l->p, &l->cap, l->n + 1, sizeof(*l->p)) != RS_OK)
+		return p;
+	p = &l->p[l->n++];
+	*p = (proc){.ordinal = ordinal};
+	snprintf(p->name, sizeof(p->name), "worker-%d", ordinal);
+	return p;
+}
+
+static rs_status spawn(rs_local *l, proc *p, rs_err *err)
+{
+	char tmo[32], grace[32];
+	snprintf(tmo, sizeof(tmo), "%lld", (long long)l->o.timeout_ms);
+	snprintf(grace, sizeof(grace), "%lld", (long long)l->o.grace_ms);
+	pid_t pid = fork();
+	if (pid < 0)
+		return rs_err_set(err, RS_ESYS, "fork for %s: %s", p->name, strerror(errno));
+	if (pid == 0) {
+		setenv("ROWSHIFT_JOIN_TOKEN", l->o.token, 1);
+		execl(l->o.worker_bin, l->o.worker_bin, "--coordinator", l->o.url, "--config", l->o.config, "--name",
+		      p->name, "--timeout-ms", tmo, "--coordinator-grace-ms", grace, (char *)NULL);
+		fprintf(stderr, "rowshift-coordinator: cannot run %s: %s\n", l->o.worker_bin, strerror(errno));
+		_exit(127);
+	}
+	p->pid = pid;
+	p->adopted = 0;
+	p->terminating = 0;
+	RS_DEBUG("started %s (pid %d)", p->name, (int)pid);
+	return RS_OK;
+}
+
+rs_status rs_local_scale(rs_local *l, int32_t n, rs_err *err)
+{
+	if (n < 0 || n > MAX_REPLICAS)
+		return rs_err_set(err, RS_EINVAL, "local workers: %d replicas is outside 0..%d", n, MAX_REPLICAS);
+	l->replicas = n;
+	for (int32_t k = 0; k < n; k++) {
+		proc *p = slot(l, k);
+		if (!p)
+			return rs_err_set(err, RS_ENOMEM, "local workers: out of memory");
+		if (!p->pid) {
+			p->restarts = 0;
+			RSCHECK(spawn(l, p, err));
+		}
+	}
+	for (size_t i = 0; i < l->n; i++) {
+		proc *p = &l->p[i];
+		if (p->ordinal >= n && p->pid && !p->terminating) {
+			RS_INFO("scale to %d: SIGTERM to %s", n, p->name);
+			if (kill(p->pid, SIGTERM) != 0 && errno != ESRCH)
+				RS_WARN("kill %s (pid %d): %s", p->name, (int)p->pid, strerror(errno));
+			p->terminating = 1;
+		}
+	}
+	return RS_OK;
+}
+
+int32_t rs_local_replicas(const rs_local *l) { return l->replicas; }
+
+int rs_local_wanted(const rs_local *l, const char *name)
+{
+	int k = ordinal_of(name);
+	return k >= 0 && k < l->replicas;
+}
+
+rs_status rs_local_adopt(rs_local *l, const char *name, int64_t pid, rs_err *err)
+{
+	int k = ordinal_of(name);
+	if (k < 0 || pid < 1 || pid > INT32_MAX)
+		return rs_err_set(err, RS_EINVAL, "local workers: cannot adopt '%s' (pid %lld)", name, (long long)pid);
+	proc *p = slot(l, k);
+	if (!p)
+		return rs_err_set(err, RS_ENOMEM, "local workers: out of memory");
+	p->pid = (pid_t)pid;
+	p->adopted = 1;
+	return RS_OK;
+}
+
+void rs_local_set_restart(rs_local *l, int on) { l->restart = on; }
+
+/* Whether p's process is gone; fills clean and how. */
+static int gone(proc *p, int *clean, char *how, size_t n)
+{
+	int status;
+	if (p->adopted) {
+		if (kill(p->pid, 0) == 0 || errno != ESRCH)
+			return 0;
+		*clean = -1;
+		snprintf(how, n, "exited (status unknown: started by an earlier coordinator)");
+		return 1;
+	}
+	pid_t r = waitpid(p->pid, &status, WNOHANG);
+	if (r == 0 || (r < 0 && errno == EINTR))
+		return 0;
+	if (r < 0) {
+		*clean = -1;
+		snprintf(how, n, "cannot be waited for: %s", strerror(errno));
+		return 1;
+	}
+	*clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	if (WIFEXITED(status))
+		snprintf(how, n, "exited with status %d", WEXITSTATUS(status));
+	else
+		snprintf(how, n, "killed by signal %d", WTERMSIG(status));
+	return 1;
+}
+
+void rs_local_poll(rs_local *l, rs_local_exit_fn fn, void *ctx)
+{
+	double now = rs_now();
+	for (size_t i = 0; i < l->n; i++) {
+		proc *p = &l->p[i];
+		char how[128];
+		int clean;
+		if (p->pid && gone(p, &clean, how, sizeof(how))) {
+			p->pid = 0;
+			double backoff = RESTART_BACKOFF_S * (double)(1 << (p->restarts < 5 ? p->restarts : 5));
+			p->restart_at = now + (backoff < 5 ? backoff : 5);
+			if (fn)
+				fn(ctx, p->name, clean, how);
+		}
+		if (!p->pid && l->restart && p->ordinal < l->replicas && now >= p->restart_at) {
+			rs_err err = {0};
+			p->restarts++;
+			RS_INFO("%s is wanted (replicas %d) but gone: starting it again", p->name, l->replicas);
+			if (spawn(l, p, &err) != RS_OK)
+				RS_WARN("%s", err.msg);
+		}
+	}
+}
+
+int rs_local_list(const rs_local *l, const char **names, int64_t *pids, int max)
+{
+	int k = 0;
+	for (size_t i = 0; i < l->n; i++)
+		if (l->p[i].pid) {
+			if (k < max) {
+				names[k] = l->p[i].name;
+				pids[k] = l->p[i].pid;
+			}
+			k++;
+		}
+	return k;
+}
+
+void rs_local_stop_all(rs_local *l, int timeout_ms)
+{
+	double until = rs_now() + timeout_ms / 1000.0;
+	l->restart = 0;
+	for (;;) {
+		int left = 0;
+		rs_local_poll(l, NULL, NULL);
+		for (size_t i = 0; i < l->n; i++)
+			left += l->p[i].pid != 0;
+		if (!left || rs_now() >= until)
+			break;
+		usleep(20000);
+	}
+	for (size_t i = 0; i < l->n; i++) {
+		proc *p = &l->p[i];
+		if (!p->pid)
+			continue;
+		RS_WARN("%s (pid %d) did not exit: SIGKILL", p->name, (int)p->pid);
+		kill(p->pid, SIGKILL);
+		if (!p->adopted)
+			waitpid(p->pid, NULL, 0);
+		p->pid = 0;
+	}
+}

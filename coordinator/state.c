@@ -1,0 +1,371 @@
+/*
+ * state.c - see state.h. The reader trusts nothing: a state file may be
+ * truncated by a full disk, edited by hand or left by another version, and
+ * a restarted coordinator must say which field is wrong instead of crashing.
+ */
+#include "coordinator/state.h"
+#include "common/proto.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define FORMAT "rowshift-coordinator-state"
+#define VERSION 1
+#define MAX_NAME 63
+
+static const char *const phase_names[] = {"training", "migrating", "committing", "done"};
+
+const char *rs_state_phase_name(rs_state_phase p)
+{
+	return (unsigned)p < sizeof(phase_names) / sizeof(phase_names[0]) ? phase_names[p] : "?";
+}
+
+/* ---- writing --------------------------------------------------------------------- */
+
+static json_t *names_json(char *const *v, int32_t n)
+{
+	json_t *a = json_array();
+	for (int32_t i = 0; a && i < n; i++)
+		if (json_array_append_new(a, json_string(v[i])) != 0) {
+			json_decref(a);
+			return NULL;
+		}
+	return a;
+}
+
+static json_t *ints_json(const int32_t *v, int32_t n)
+{
+	json_t *a = json_array();
+	for (int32_t i = 0; a && i < n; i++)
+		if (json_array_append_new(a, json_integer(v[i])) != 0) {
+			json_decref(a);
+			return NULL;
+		}
+	return a;
+}
+
+json_t *rs_state_to_json(const rs_state *s)
+{
+	json_t *sched = json_array(), *workers = json_array(), *attempt = NULL;
+	for (int i = 0; sched && i < s->nsched; i++)
+		json_array_append_new(sched, json_pack("[I, i]", (json_int_t)s->sched_step[i], (int)s->sched_workers[i]));
+	for (int i = 0; workers && i < s->nworkers; i++)
+		json_array_append_new(workers, json_pack("{s:s, s:I}", "name", s->workers[i].name, "pid",
+							 (json_int_t)s->workers[i].pid));
+	if (s->attempt_generation)
+		attempt = json_pack("{s:I, s:O, s:o, s:i, s:o, s:o}", "generation", (json_int_t)s->attempt_generation, "plan",
+				    s->attempt_plan, "union", names_json(s->uni, s->nuni), "world", (int)s->attempt_world,
+				    "union_of_old", ints_json(s->union_of_old, s->nworld), "before",
+				    rs_proto_checksums_to_json(s->before, s->nbefore));
+	json_t *job = json_pack("{s:s, s:I, s:s*, s:s, s:s, s:o, s:i, s:o}", "config", s->config, "steps",
+				(json_int_t)s->steps, "save", s->save, "url", s->url, "token", s->token, "schedule", sched,
+				"replicas", (int)s->replicas, "workers", workers);
+	json_t *root = json_pack("{s:s, s:i, s:s, s:I, s:I, s:I, s:O, s:o, s:o, s:i, s:i, s:o}", "format", FORMAT,
+				 "version", VERSION, "phase", rs_state_phase_name(s->phase), "generation",
+				 (json_int_t)s->generation, "step", (json_int_t)s->step, "bound", (json_int_t)s->bound,
+				 "plan", s->plan, "world", names_json(s->world, s->nworld), "attempt",
+				 attempt ? attempt : json_null(), "attempts", s->attempts, "next_schedule",
+				 s->next_schedule, "job", job);
+	return root;
+}
+
+rs_status rs_state_write(const char *path, const rs_state *s, rs_err *err)
+{
+	char tmp[PATH_MAX], dir[PATH_MAX];
+	json_t *root = rs_state_to_json(s);
+	int fd = -1, bad = 1;
+	if (!root)
+		return rs_err_set(err, RS_ENOMEM, "state %s: out of memory", path);
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
+		json_decref(root);
+		return rs_err_set(err, RS_EINVAL, "state %s: path too long", path);
+	}
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd >= 0 && json_dumpfd(root, fd, JSON_COMPACT) == 0 && fsync(fd) == 0)
+		bad = 0;
+	int saved = errno;
+	if (fd >= 0 && close(fd) != 0 && !bad) {
+		bad = 1;
+		saved = errno;
+	}
+	json_decref(root);
+	if (!bad && rename(tmp, path) != 0) {
+		bad = 1;
+		saved = errno;
+	}
+	if (bad) {
+		unlink(tmp);
+		return rs_err_set(err, RS_EIO, "state %s: cannot write: %s", path, strerror(saved));
+	}
+	/* the rename itself must survive a crash */
+	snprintf(dir, sizeof(dir), "%s", path);
+	int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || fsync(dfd) != 0) {
+		saved = errno;
+		if (dfd >= 0)
+			close(dfd);
+		return rs_err_set(err, RS_EIO, "state %s: cannot sync its directory: %s", path, strerror(saved));
+	}
+	close(dfd);
+	return RS_OK;
+}
+
+/* ---- reading ---------------------------------------------------------------------- */
+
+static rs_status bad(rs_err *err, const char *name, const char *field, const char *what)
+{
+	return rs_err_set(err, RS_EINVAL, "%s: field '%s': %s", name, field, what);
+}
+
+/* A JSON array of 1..max worker names (1..63 printable bytes each), copied. */
+static rs_status get_names(const json_t *a, int32_t max, const char *name, const char *field, char ***out,
+			   int32_t *n, rs_err *err)
+{
+	size_t i;
+	json_t *e;
+	if (!json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > (size_t)max)
+		return bad(err, name, field, "must be an array of worker names");
+	*out = calloc(json_array_size(a), sizeof(char *));
+	if (!*out)
+		return RS_ENOMEM;
+	json_array_foreach(a, i, e) {
+		const char *v = json_string_value(e);
+		if (!v || !*v || strlen(v) > MAX_NAME)
+			return bad(err, name, field, "a name is not 1..63 bytes of text");
+		for (size_t k = 0; k < i; k++)
+			if (!strcmp((*out)[k], v))
+				return bad(err, name, field, "a name appears twice");
+		if (!((*out)[i] = strdup(v)))
+			return RS_ENOMEM;
+		*n = (int32_t)i + 1;
+	}
+	return RS_OK;
+}
+
+static rs_status dup_str(const char *v, char **out)
+{
+	if (!v)
+		return RS_OK;
+	*out = strdup(v);
+	return *out ? RS_OK : RS_ENOMEM;
+}
+
+static rs_status parse_attempt(json_t *a, const char *name, rs_state *s, rs_err *err)
+{
+	json_error_t jerr;
+	json_int_t gen, world;
+	json_t *plan, *uni, *uoo, *before;
+	if (json_unpack_ex(a, &jerr, JSON_STRICT, "{s:I, s:o, s:o, s:I, s:o, s:o}", "generation", &gen, "plan", &plan,
+			   "union", &uni, "world", &world, "union_of_old", &uoo, "before", &before) != 0)
+		return rs_err_set(err, RS_EINVAL, "%s: attempt: %s", name, jerr.text);
+	if (gen <= s->generation)
+		return bad(err, name, "attempt.generation", "must be after the committed generation");
+	if (!json_is_object(plan))
+		return bad(err, name, "attempt.plan", "must be a plan");
+	s->attempt_generation = gen;
+	s->attempt_plan = json_incref(plan);
+	RSCHECK(get_names(uni, RS_STATE_MAX_MEMBERS, name, "attempt.union", &s->uni, &s->nuni, err));
+	if (world < 1 || world > s->nuni)
+		return bad(err, name, "attempt.world", "must be 1..the size of the union");
+	s->attempt_world = (int32_t)world;
+	if (!json_is_array(uoo) || json_array_size(uoo) != (size_t)s->nworld)
+		return bad(err, name, "attempt.union_of_old", "must have one entry per member of the world");
+	if (!(s->union_of_old = calloc((size_t)s->nworld, sizeof(int32_t))))
+		return RS_ENOMEM;
+	for (int32_t r = 0; r < s->nworld; r++) {
+		json_t *e = json_array_get(uoo, (size_t)r);
+		if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= s->nuni ||
+		    strcmp(s->uni[json_integer_value(e)], s->world[r]) != 0)
+			return bad(err, name, "attempt.union_of_old", "an entry does not point at that member in the union");
+		s->union_of_old[r] = (int32_t)json_integer_value(e);
+	}
+	s->nbefore = (int)json_array_size(before);
+	if (!json_is_array(before) || s->nbefore > 1000000)
+		return bad(err, name, "attempt.before", "must be an array of checksums");
+	if (!(s->before = calloc((size_t)s->nbefore + 1, sizeof(uint64_t))))
+		return RS_ENOMEM;
+	rs_err why = {0};
+	if (rs_proto_checksums(before, s->before, s->nbefore, &why) != RS_OK)
+		return rs_err_set(err, RS_EINVAL, "%s: field 'attempt.before': %s", name, why.msg);
+	return RS_OK;
+}
+
+static rs_status parse_job(json_t *job, const char *name, rs_state *s, rs_err *err)
+{
+	json_error_t jerr;
+	const char *config, *save = NULL, *url, *token;
+	json_int_t steps, replicas;
+	json_t *sched, *workers, *e;
+	size_t i;
+	if (json_unpack_ex(job, &jerr, JSON_STRICT, "{s:s, s:I, s?s, s:s, s:s, s:o, s:I, s:o}", "config", &config, "steps",
+			   &steps, "save", &save, "url", &url, "token", &token, "schedule", &sched, "replicas", &replicas,
+			   "workers", &workers) != 0)
+		return rs_err_set(err, RS_EINVAL, "%s: job: %s", name, jerr.text);
+	if (!*config || !*url || !*token || strlen(token) > 1024)
+		return bad(err, name, "job", "config, url and token must be non-empty (the token at most 1024 bytes)");
+	if (steps < 0 || replicas < 0 || replicas > RS_STATE_MAX_MEMBERS)
+		return bad(err, name, "job", "steps and replicas must be >= 0");
+	s->steps = steps;
+	s->replicas = (int32_t)replicas;
+	RSCHECK(dup_str(config, &s->config));
+	RSCHECK(dup_str(save, &s->save));
+	RSCHECK(dup_str(url, &s->url));
+	RSCHECK(dup_str(token, &s->token));
+	if (!json_is_array(sched) || json_array_size(sched) > RS_STATE_MAX_SCHEDULE)
+		return bad(err, name, "job.schedule", "must be an array of at most 64 [step, workers] pairs");
+	json_array_foreach(sched, i, e) {
+		json_int_t st, w;
+		if (json_unpack_ex(e, &jerr, JSON_STRICT, "[I, I]", &st, &w) != 0 || st < 1 || w < 1 ||
+		    w > RS_STATE_MAX_MEMBERS || (i && st <= s->sched_step[i - 1]))
+			return bad(err, name, "job.schedule", "entries must be [step, workers] with increasing steps");
+		s->sched_step[i] = st;
+		s->sched_workers[i] = (int32_t)w;
+		s->nsched = (int)i + 1;
+	}
+	if (!json_is_array(workers) || json_array_size(workers) > RS_STATE_MAX_MEMBERS)
+		return bad(err, name, "job.workers", "must be an array of {name, pid}");
+	if (!(s->workers = calloc(json_array_size(workers) + 1, sizeof(*s->workers))))
+		return RS_ENOMEM;
+	json_array_foreach(workers, i, e) {
+		const char *wn;
+		json_int_t pid;
+		if (json_unpack_ex(e, &jerr, JSON_STRICT, "{s:s, s:I}", "name", &wn, "pid", &pid) != 0 || !*wn ||
+		    strlen(wn) > MAX_NAME || pid < 1 || pid > INT32_MAX)
+			return bad(err, name, "job.workers", "entries must be {name: 1..63 bytes, pid: > 0}");
+		RSCHECK(dup_str(wn, &s->workers[i].name));
+		s->workers[i].pid = pid;
+		s->nworkers = (int)i + 1;
+	}
+	if (s->next_schedule > s->nsched)
+		return bad(err, name, "next_schedule", "points past the schedule");
+	return RS_OK;
+}
+
+rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state *s, rs_err *err)
+{
+	json_error_t jerr;
+	json_t *root, *plan, *world, *attempt, *job;
+	const char *format, *phase;
+	json_int_t version, gen, step, bound;
+	int attempts, next;
+	rs_status st = RS_EINVAL;
+
+	memset(s, 0, sizeof(*s));
+	if (len > RS_STATE_MAX_BYTES)
+		return rs_err_set(err, RS_EINVAL, "%s: larger than %zu bytes", name, RS_STATE_MAX_BYTES);
+	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root)
+		return rs_err_set(err, RS_EINVAL, "%s: line %d: %s", name, jerr.line, jerr.text);
+	if (json_unpack_ex(root, &jerr, JSON_STRICT, "{s:s, s:I, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:i, s:i, s:o}",
+			   "format", &format, "version", &version, "phase", &phase, "generation", &gen, "step", &step,
+			   "bound", &bound, "plan", &plan, "world", &world, "attempt", &attempt, "attempts", &attempts,
+			   "next_schedule", &next, "job", &job) != 0) {
+		rs_err_set(err, RS_EINVAL, "%s: %s", name, jerr.text);
+		goto out;
+	}
+	if (strcmp(format, FORMAT) != 0 || version != VERSION) {
+		st = rs_err_set(err, RS_EINVAL, "%s: not a version %d rowshift coordinator state", name, VERSION);
+		goto out;
+	}
+	s->phase = (rs_state_phase)-1;
+	for (unsigned p = 0; p < sizeof(phase_names) / sizeof(phase_names[0]); p++)
+		if (!strcmp(phase, phase_names[p]))
+			s->phase = (rs_state_phase)p;
+	if ((int)s->phase < 0) {
+		st = bad(err, name, "phase", "must be training, migrating, committing or done");
+		goto out;
+	}
+	if (gen < 1 || step < 0 || bound < step || attempts < 0 || next < 0 || !json_is_object(plan)) {
+		st = bad(err, name, "generation", "generation >= 1, 0 <= step <= bound, a plan object");
+		goto out;
+	}
+	s->generation = gen, s->step = step, s->bound = bound, s->attempts = attempts, s->next_schedule = next;
+	s->plan = json_incref(plan);
+	RSCHECKGOTO(get_names(world, RS_STATE_MAX_MEMBERS, name, "world", &s->world, &s->nworld, err), st, out);
+	int migrating = s->phase == RS_STATE_MIGRATING || s->phase == RS_STATE_COMMITTING;
+	if (migrating != !json_is_null(attempt)) {
+		st = bad(err, name, "attempt", "an attempt goes with the migrating and committing phases only");
+		goto out;
+	}
+	if (migrating)
+		RSCHECKGOTO(parse_attempt(attempt, name, s, err), st, out);
+	RSCHECKGOTO(parse_job(job, name, s, err), st, out);
+	if (s->bound > s->steps) {
+		st = bad(err, name, "bound", "is past the job's steps");
+		goto out;
+	}
+	st = RS_OK;
+out:
+	json_decref(root);
+	if (st != RS_OK) {
+		if (st == RS_ENOMEM)
+			rs_err_set(err, st, "%s: out of memory", name);
+		rs_state_free(s);
+	}
+	return st;
+}
+
+rs_status rs_state_read(const char *path, rs_state *s, rs_err *err)
+{
+	memset(s, 0, sizeof(*s));
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return rs_err_set(err, errno == ENOENT ? RS_ENOTFOUND : RS_EIO, "state %s: %s", path, strerror(errno));
+	char *buf = NULL;
+	size_t len = 0, cap = 0;
+	rs_status st = RS_OK;
+	for (;;) {
+		if (len == cap) {
+			char *nb = cap < RS_STATE_MAX_BYTES + 1 ? realloc(buf, cap ? cap * 2 : 65536) : NULL;
+			if (!nb) {
+				st = cap >= RS_STATE_MAX_BYTES + 1
+					     ? rs_err_set(err, RS_EINVAL, "state %s: larger than %zu bytes", path, RS_STATE_MAX_BYTES)
+					     : rs_err_set(err, RS_ENOMEM, "state %s: out of memory", path);
+				break;
+			}
+			buf = nb;
+			cap = cap ? cap * 2 : 65536;
+		}
+		size_t got = fread(buf + len, 1, cap - len, f);
+		len += got;
+		if (got == 0) {
+			if (ferror(f))
+				st = rs_err_set(err, RS_EIO, "state %s: read error", path);
+			break;
+		}
+	}
+	fclose(f);
+	if (st == RS_OK)
+		st = rs_state_parse(buf, len, path, s, err);
+	free(buf);
+	return st;
+}
+
+void rs_state_free(rs_state *s)
+{
+	json_decref(s->plan);
+	json_decref(s->attempt_plan);
+	for (int32_t i = 0; s->world && i < s->nworld; i++)
+		free(s->world[i]);
+	for (int32_t i = 0; s->uni && i < s->nuni; i++)
+		free(s->uni[i]);
+	for (int i = 0; s->workers && i < s->nworkers; i++)
+		free(s->workers[i].name);
+	free(s->world);
+	free(s->uni);
+	free(s->union_of_old);
+	free(s->before);
+	free(s->config);
+	free(s->save);
+	free(s->url);
+	free(s->token);
+	free(s->workers);
+	memset(s, 0, sizeof(*s));
+}

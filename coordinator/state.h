@@ -1,0 +1,100 @@
+/*
+ * state.h - what the coordinator persists so that a restarted coordinator
+ * resolves an interrupted resharding cycle and carries on: the committed
+ * generation and its plan and members, the cycle's phase, the attempt in
+ * flight (its plan, its union of members, the checksums the rows had
+ * before), and in local mode what it needs to find its workers again.
+ *
+ * One JSON document, written whole to a temporary file, fsync'd and renamed
+ * over the old one (then the directory fsync'd), so a crash leaves either
+ * the old state or the new one, never a mix. In Kubernetes mode the same
+ * document lives in a ConfigMap (a later issue).
+ *
+ *   {"format": "rowshift-coordinator-state", "version": 1,
+ *    "phase": "training" | "migrating" | "committing" | "done",
+ *    "generation": G, "step": S, "bound": B, "plan": {plan}, "world": [names by rank],
+ *    "attempt": {"generation", "plan", "union": [names], "world": W, "union_of_old": [ranks],
+ *                "before": [checksums]} (migrating, committing),
+ *    "attempts": K, "next_schedule": I,
+ *    "job": {"config", "steps", "save", "url", "token", "schedule": [[step, workers]...],
+ *            "replicas", "workers": [{"name", "pid"}]}}
+ *
+ * Plans stay JSON here (their reader needs the model config, which the
+ * state names); rs_plan_from_json turns them into plans.
+ */
+#ifndef RS_STATE_H
+#define RS_STATE_H
+
+#include "common/status.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+#define RS_STATE_MAX_BYTES ((size_t)512 << 20)
+#define RS_STATE_MAX_MEMBERS 65536
+#define RS_STATE_MAX_SCHEDULE 64
+
+typedef enum rs_state_phase {
+	RS_STATE_TRAINING,   /* generation G runs (or is paused between steps) */
+	RS_STATE_MIGRATING,  /* attempt A is being staged: undecided; a restart commits only if every member staged */
+	RS_STATE_COMMITTING, /* attempt A is decided: a restart commits it */
+	RS_STATE_DONE,       /* training ended */
+} rs_state_phase;
+
+typedef struct rs_state_worker {
+	char *name;
+	int64_t pid;
+} rs_state_worker;
+
+typedef struct rs_state {
+	rs_state_phase phase;
+	int64_t generation, step, bound;
+	json_t *plan;               /* owned */
+	char **world;
+	int32_t nworld;
+	/* the attempt in flight (migrating, committing) */
+	int64_t attempt_generation; /* 0 when none */
+	json_t *attempt_plan;       /* owned */
+	char **uni;
+	int32_t nuni, attempt_world;
+	int32_t *union_of_old;      /* nworld entries */
+	uint64_t *before;           /* nbefore per-table checksums of the old world */
+	int nbefore;
+	int attempts, next_schedule;
+	/* the job */
+	char *config, *save, *url, *token;
+	int64_t steps;
+	int64_t sched_step[RS_STATE_MAX_SCHEDULE];
+	int32_t sched_workers[RS_STATE_MAX_SCHEDULE];
+	int nsched;
+	int32_t replicas;
+	rs_state_worker *workers;
+	int nworkers;
+} rs_state;
+
+const char *rs_state_phase_name(rs_state_phase p);
+
+/* s as its JSON document; a new reference, NULL without memory. */
+json_t *rs_state_to_json(const rs_state *s);
+
+/*
+ * Write s to path atomically (temporary file, fsync, rename, fsync of the
+ * directory), readable by this user only: it holds the join token.
+ */
+rs_status rs_state_write(const char *path, const rs_state *s, rs_err *err);
+
+/*
+ * Parse a state document (len bytes, need not be NUL-terminated). Every
+ * field is checked (types, ranges, counts that must agree, names); the
+ * first problem is reported naming `name` and the field. On success *out
+ * is filled (free it with rs_state_free); on failure it is left empty.
+ */
+rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state *out, rs_err *err);
+
+/* Read and parse path. RS_ENOTFOUND when it does not exist. */
+rs_status rs_state_read(const char *path, rs_state *out, rs_err *err);
+
+/* Free what s owns and zero it. */
+void rs_state_free(rs_state *s);
+
+#endif

@@ -1,0 +1,26 @@
+#!/bin/bash
+# dashboard.sh - the coordinator's dashboard in a real browser (headless
+# Debian chromium via playwright-core, see tests/integration/dashboard.mjs)
+# against a live local job: after a 2 -> 4 reshard, and again after 4 -> 3,
+# the page shows the members and the shard map the coordinator reports.
+# Screenshots go to $BUILD/dashboard-*.png.
+set -u
+. "$(dirname "$0")/../lib/itest.sh"
+[ -f tools/node_modules/playwright-core/package.json ] || { echo "FAILED: playwright-core is not installed (make tools)"; exit 1; }
+port=$(free_port)
+"$bin/rowshift-coordinator" --local --workers 2 --config examples/dlrm-small.json --steps 100000 --schedule 30:4 \
+	--listen 127.0.0.1:$port --admin-file "$tmp/admin.json" >"$tmp/run.out" 2>"$tmp/run.err" &
+job=$!
+wait_for "$tmp/run.out" "resumed at step 30" 60
+"$bin/rowshiftctl" status --json --admin-file "$tmp/admin.json" >"$tmp/snap4.json"
+timeout 120 node tests/integration/dashboard.mjs "http://127.0.0.1:$port/" "$tmp/snap4.json" "$BUILD/dashboard-4.png" 4
+check "the dashboard shows the 4 members and the shard map of the plan" test $? = 0
+"$bin/rowshiftctl" scale --workers 3 --admin-file "$tmp/admin.json" >/dev/null
+wait_for "$tmp/run.out" "generation 3 resumed" 60
+"$bin/rowshiftctl" status --json --admin-file "$tmp/admin.json" >"$tmp/snap3.json"
+timeout 120 node tests/integration/dashboard.mjs "http://127.0.0.1:$port/" "$tmp/snap3.json" "$BUILD/dashboard-3.png" 3
+check "after scaling to 3, it shows the 3 members and the new shard map" test $? = 0
+check "the screenshots were saved" test -s "$BUILD/dashboard-4.png" -a -s "$BUILD/dashboard-3.png"
+kill $job; wait $job 2>/dev/null
+echo "dashboard: $fails failed"
+[ "$fails" = 0 ]

@@ -1,0 +1,105 @@
+#!/bin/bash
+# reshard_faults.sh - the resharding cycle under faults, with the real
+# binaries in local mode. Every run trains the demo model for 100 steps and
+# must end with the weights of a static 2-worker run (nothing lost or
+# duplicated, whatever went wrong on the way):
+#   1. a joining worker SIGKILLed during MIGRATE: the attempt aborts, the
+#      worker is started again, the next attempt commits;
+#   2. a chunk corrupted in flight: detected by its checksum, the attempt
+#      aborts with every old row in place, the next one commits;
+#   3. the coordinator SIGKILLed during MIGRATE and started again with the
+#      same --state: it finds its workers and resolves the cycle;
+#   4. rowshiftctl scale 2 -> 4: one reshard once both joiners are in
+#      (debouncing); SIGTERM to two workers at once: one reshard draining
+#      both (the StatefulSet-like local mode then starts them again);
+#      scale 4 -> 3 while the workers are mid-step: the leaver drains and
+#      exits cleanly after the commit.
+# ROWSHIFT_FAULT (a worker test hook, inherited from the coordinator)
+# stalls each reshard before rows move, so that a test can act during MIGRATE.
+set -u
+. "$(dirname "$0")/../lib/itest.sh"
+cfg=examples/dlrm-small.json
+steps=100
+same_as_static() { "$bin/rowshiftctl" checkpoint diff "$tmp/static" "$1" --max-rel 1e-5 >"$1.diff" 2>&1; }
+# run NAME ARGS...: a local job in the background; its pid in $job, output in $tmp/NAME.{out,err}
+run() {
+	local name=$1; shift
+	"$bin/rowshift-coordinator" --local --config $cfg --steps $steps --save "$tmp/$name" \
+		--admin-file "$tmp/$name.admin" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+	job=$!
+}
+finish() { # finish NAME: wait (bounded) for the job; its exit status
+	timeout 120 tail --pid=$job -f /dev/null
+	wait $job
+}
+
+timeout 120 "$bin/rowshift-coordinator" --local --workers 2 --config $cfg --steps $steps --save "$tmp/static" \
+	>"$tmp/static.out" 2>&1
+check "the static 2-worker reference run finishes" test $? = 0
+
+# 1. a joiner killed during MIGRATE
+ROWSHIFT_FAULT=stall-ms=1500 run kill_joiner --workers 2 --schedule 40:4
+wait_for "$tmp/kill_joiner.out" "generation 2: 2 -> 4 workers" 60
+sleep 0.5
+pkill -9 -f "rowshift-worker .*--name worker-3 "
+finish kill_joiner
+check "1. a run whose joiner was killed during MIGRATE finishes (exit $?)" grep -q "training done: 4 workers" "$tmp/kill_joiner.out"
+check "1. the attempt aborted, naming the lost joiner" grep -q "generation 2 aborted: worker-3 (joining) was lost during the migration" "$tmp/kill_joiner.out"
+check "1. the next attempt committed at the same step" grep -q "generation 3 resumed at step 40" "$tmp/kill_joiner.out"
+check "1. the weights equal the static run's" same_as_static "$tmp/kill_joiner"
+
+# 2. a corrupted chunk
+ROWSHIFT_FAULT=corrupt-chunk run corrupt --workers 2 --schedule 40:4
+finish corrupt
+check "2. a run with a chunk corrupted in flight finishes (exit $?)" grep -q "training done: 4 workers" "$tmp/corrupt.out"
+check "2. the checksum mismatch aborted the attempt" grep -q "generation 2 aborted: .*checksum mismatch" "$tmp/corrupt.out"
+check "2. the next attempt committed" grep -q "generation 3 resumed at step 40" "$tmp/corrupt.out"
+check "2. the weights equal the static run's" same_as_static "$tmp/corrupt"
+
+# 3. the coordinator killed during MIGRATE, then started again on its state file
+ROWSHIFT_FAULT=stall-ms=2000 run coord1 --workers 2 --schedule 40:4 --state "$tmp/state.json" --grace-ms 30000
+coord=$job
+wait_for "$tmp/coord1.out" "generation 2: 2 -> 4 workers" 60
+sleep 0.5
+kill -9 $coord
+wait $coord 2>/dev/null
+check "3. the state file says an attempt was in flight" grep -q '"phase":"migrating"' "$tmp/state.json"
+"$bin/rowshift-coordinator" --local --state "$tmp/state.json" --admin-file "$tmp/coord2.admin" \
+	>"$tmp/coord2.out" 2>"$tmp/coord2.err" &
+job=$!
+finish coord2
+check "3. the restarted coordinator finishes the job (exit $?)" grep -q "training done: 4 workers" "$tmp/coord2.out"
+check "3. it recovered the attempt in flight" grep -q "recovered generation 1 (2 workers) in phase migrating" "$tmp/coord2.err"
+check "3. every worker rejoined it and the attempt committed" grep -q "generation 2 committed" "$tmp/coord2.out"
+check "3. the weights equal the static run's" same_as_static "$tmp/coord1"
+
+# 4. scaling by rowshiftctl and by SIGTERM
+run scale --workers 2 --steps 100000
+wait_for "$tmp/scale.out" "^step" 60
+"$bin/rowshiftctl" scale --workers 4 --admin-file "$tmp/scale.admin" >/dev/null
+wait_for "$tmp/scale.out" "resumed at step" 60
+check "4. rowshiftctl scale 2 -> 4 is one reshard, once both joiners are in" \
+	bash -c "grep -q '2 -> 4 workers' $tmp/scale.out && ! grep -q '2 -> 3 workers' $tmp/scale.out"
+# this job's workers only (pgrep -P): other tests running beside this one have workers of the same names
+kill -TERM $(pgrep -P $job -f -- "--name worker-1 ") $(pgrep -P $job -f -- "--name worker-2 ")
+wait_for "$tmp/scale.out" "4 -> 2 workers" 60
+check "4. SIGTERM to two workers at once drains both in one reshard" \
+	bash -c "grep -q '4 -> 2 workers' $tmp/scale.out && ! grep -q '4 -> 3 workers' $tmp/scale.out"
+check "4. the drained workers are started again and join, as a StatefulSet's pods would" \
+	bash -c "for _ in \$(seq 1 1200); do [ \$(grep -c '2 -> 4 workers' $tmp/scale.out) -ge 2 ] && exit 0; sleep 0.05; done; exit 1"
+check "4. a drained worker logged handing its rows over" wait_for "$tmp/scale.err" "worker-1 .*handed my rows over" 10
+kill -TERM $job
+finish scale
+
+run shrink --workers 4 --steps 300
+wait_for "$tmp/shrink.out" "^step    60" 60
+"$bin/rowshiftctl" scale --workers 3 --admin-file "$tmp/shrink.admin" >/dev/null
+finish shrink
+check "4. a job scaled 4 -> 3 mid-training finishes (exit $?)" grep -q "training done: 3 workers, 300 steps" "$tmp/shrink.out"
+check "4. the leaver got SIGTERM mid-step and asked to be drained" grep -q "worker-3 .*SIGTERM: asking the coordinator to drain" "$tmp/shrink.err"
+check "4. it exited after the commit, its rows handed over" grep -q "worker-3 .*handed my rows over in generation 2; leaving" "$tmp/shrink.err"
+check "4. no worker failed" bash -c "! grep -q 'exited with status [1-9]\|killed by signal' $tmp/shrink.err"
+
+[ "$fails" = 0 ] || { for f in "$tmp"/*.out; do echo "--- $f"; tail -20 "$f"; done; tail -40 "$tmp"/coord2.err; }
+echo "reshard_faults: $fails failed"
+[ "$fails" = 0 ]

@@ -1,0 +1,189 @@
+/*
+ * test_kubeconfig.c - tests coordinator/yaml.c and coordinator/kubeconfig.c:
+ * the YAML kubectl writes (compact sequences, quoted scalars, comments,
+ * {}), kubeconfig contexts, clusters and users (CA data, insecure only when
+ * asked, tokens, client certificates, relative paths), JSON kubeconfigs,
+ * in-cluster configuration from a service-account directory, and what is
+ * refused with a reason (exec plugins, tabs, anchors, broken files).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "coordinator/kubeconfig.h"
+#include "coordinator/yaml.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static json_t *yaml(const char *text)
+{
+	json_t *j = NULL;
+	rs_err err = {0};
+	if (rs_yaml_parse(text, strlen(text), "t.yaml", &j, &err) != RS_OK)
+		fail_msg("%s: %s", text, err.msg);
+	return j;
+}
+
+static void yaml_equals(const char *text, const char *json_text)
+{
+	json_t *got = yaml(text), *want = json_loads(json_text, JSON_DECODE_ANY, NULL);
+	assert_non_null(want);
+	if (!json_equal(got, want)) {
+		char *g = json_dumps(got, JSON_COMPACT);
+		fail_msg("%s\ngave %s\nwanted %s", text, g, json_text);
+	}
+	json_decref(got);
+	json_decref(want);
+}
+
+static void yaml_refused(const char *text, const char *why)
+{
+	json_t *j = NULL;
+	rs_err err = {0};
+	assert_int_equal(rs_yaml_parse(text, strlen(text), "t.yaml", &j, &err), RS_EINVAL);
+	assert_null(j);
+	if (!strstr(err.msg, why) || !strstr(err.msg, "t.yaml:"))
+		fail_msg("'%s' does not name the line and say '%s'", err.msg, why);
+}
+
+static void test_yaml(void **state)
+{
+	(void)state;
+	yaml_equals("a: 1\nb: x y\n", "{\"a\":\"1\",\"b\":\"x y\"}");
+	yaml_equals("---\n# c\na:\n  b: c # trailing\n  d: 'it''s'\ne: \"q\\\"x\\n\"\n",
+		    "{\"a\":{\"b\":\"c\",\"d\":\"it's\"},\"e\":\"q\\\"x\\n\"}");
+	yaml_equals("l:\n- x\n- y\nm: {}\nn: []\nt: true\nf: false\nz: null\nw: ~\n",
+		    "{\"l\":[\"x\",\"y\"],\"m\":{},\"n\":[],\"t\":true,\"f\":false,\"z\":null,\"w\":null}");
+	yaml_equals("l:\n  - a: 1\n    b: 2\n  - c: 3\n", "{\"l\":[{\"a\":\"1\",\"b\":\"2\"},{\"c\":\"3\"}]}");
+	yaml_equals("l:\n- a:\n    x: y\n  b: c\n", "{\"l\":[{\"a\":{\"x\":\"y\"},\"b\":\"c\"}]}");
+	yaml_equals("url: https://h:6443/p#frag\nk: v:w\n", "{\"url\":\"https://h:6443/p#frag\",\"k\":\"v:w\"}");
+	yaml_equals("{\"json\": [1, 2]}", "{\"json\":[1,2]}");
+	yaml_equals("- - a\n  - b\n- c\n", "[[\"a\",\"b\"],\"c\"]");
+	yaml_equals("", "null");
+	yaml_refused("a:\n\tb: c\n", "tab");
+	yaml_refused("a: &anchor x\n", "anchors");
+	yaml_refused("a: {b: c}\n", "flow collections");
+	yaml_refused("a: 'open\n", "unterminated");
+	yaml_refused("a: b\na: c\n", "twice");
+	yaml_refused("a: b\n  c: d\n", "unexpected indentation");
+	yaml_refused("just text\nmore: x\n", "unexpected indentation");
+	yaml_refused("a: |\n  block\n", "block scalars");
+}
+
+static void test_kubectl_kubeconfig(void **state)
+{
+	(void)state;
+	rs_kube_config c;
+	rs_err err = {0};
+	assert_int_equal(rs_kube_config_load("tests/data/k8s/kubeconfig-kubectl.yaml", NULL, &c, &err), RS_OK);
+	assert_string_equal(c.server, "https://10.0.0.1:6443");
+	assert_string_equal(c.namespace, "training");
+	assert_string_equal(c.token, "abc.def-ghi");
+	assert_int_equal(c.insecure, 0); /* verified unless the kubeconfig says otherwise */
+	assert_non_null(c.ca_data);
+	assert_non_null(strstr(c.ca_data, "-----BEGIN CERTIFICATE-----"));
+	assert_null(c.cert_file);
+	assert_non_null(strstr(c.source, "context prod-trainer"));
+	rs_kube_config_free(&c);
+	/* another context: insecure because it says so; client certificate files relative to the kubeconfig */
+	assert_int_equal(rs_kube_config_load("tests/data/k8s/kubeconfig-kubectl.yaml", "dev", &c, &err), RS_OK);
+	assert_string_equal(c.server, "https://127.0.0.1:6443");
+	assert_int_equal(c.insecure, 1);
+	assert_string_equal(c.cert_file, "tests/data/k8s/certs/client.crt");
+	assert_string_equal(c.key_file, "tests/data/k8s/certs/client.key");
+	assert_null(c.token);
+	rs_kube_config_free(&c);
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(rs_kube_config_load("tests/data/k8s/kubeconfig-kubectl.yaml", "nope", &c, &err), RS_EINVAL);
+	assert_non_null(strstr(err.msg, "no context 'nope'"));
+}
+
+static void kubeconfig_refused(const char *text, rs_status want, const char *why)
+{
+	rs_kube_config c;
+	rs_err err = {0};
+	assert_int_equal(rs_kube_config_parse(text, strlen(text), "/etc/kc", NULL, &c, &err), want);
+	if (!strstr(err.msg, why))
+		fail_msg("'%s' does not say '%s'", err.msg, why);
+	assert_null(c.server);
+}
+
+static void test_refused(void **state)
+{
+	(void)state;
+	rs_kube_config c;
+	rs_err err = {0};
+	assert_int_equal(rs_kube_config_load("tests/data/k8s/kubeconfig-exec.yaml", NULL, &c, &err), RS_EUNSUPPORTED);
+	assert_non_null(strstr(err.msg, "exec and auth-provider"));
+	kubeconfig_refused("a: b\n", RS_EINVAL, "current-context is not set");
+	kubeconfig_refused("- 1\n", RS_EINVAL, "not a kubeconfig");
+	kubeconfig_refused("current-context: x\ncontexts:\n- name: x\n  context:\n    cluster: c\n", RS_EINVAL,
+			   "no cluster 'c'");
+	kubeconfig_refused("current-context: x\ncontexts:\n- name: x\n  context:\n    cluster: c\nclusters:\n- name: c\n"
+			   "  cluster:\n    server: ftp://h\n", RS_EINVAL, "not an http(s) URL");
+	kubeconfig_refused("current-context: x\ncontexts:\n- name: x\n  context:\n    cluster: c\nclusters:\n"
+			   "- name: c\n  cluster:\n    server: https://h\n    certificate-authority-data: '***'\n", RS_EINVAL,
+			   "not base64");
+	kubeconfig_refused("current-context: x\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\nclusters:\n"
+			   "- name: c\n  cluster:\n    server: https://h\n", RS_EINVAL, "no user 'u'");
+	kubeconfig_refused("current-context: x\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\nclusters:\n"
+			   "- name: c\n  cluster:\n    server: https://h\nusers:\n- name: u\n  user:\n    client-certificate: a\n",
+			   RS_EINVAL, "needs its key");
+	/* a JSON kubeconfig is fine */
+	const char *js = "{\"current-context\":\"x\",\"contexts\":[{\"name\":\"x\",\"context\":{\"cluster\":\"c\"}}],"
+			 "\"clusters\":[{\"name\":\"c\",\"cluster\":{\"server\":\"http://127.0.0.1:1\"}}]}";
+	assert_int_equal(rs_kube_config_parse(js, strlen(js), "kc.json", NULL, &c, &err), RS_OK);
+	assert_string_equal(c.server, "http://127.0.0.1:1");
+	rs_kube_config_free(&c);
+}
+
+static void test_in_cluster(void **state)
+{
+	(void)state;
+	char dir[64], path[128];
+	rs_kube_config c;
+	rs_err err = {0};
+	snprintf(dir, sizeof(dir), "/tmp/rs-test-sa-%d", (int)getpid());
+	assert_int_equal(mkdir(dir, 0700), 0);
+	unsetenv("KUBERNETES_SERVICE_HOST");
+	assert_int_equal(rs_kube_config_in_cluster(dir, &c, &err), RS_ENOTFOUND);
+	setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1", 1);
+	setenv("KUBERNETES_SERVICE_PORT", "443", 1);
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(rs_kube_config_in_cluster(dir, &c, &err), RS_EIO); /* no namespace file */
+	snprintf(path, sizeof(path), "%s/namespace", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("rowshift\n", f);
+	fclose(f);
+	assert_int_equal(rs_kube_config_in_cluster(dir, &c, &err), RS_OK);
+	assert_string_equal(c.server, "https://10.96.0.1:443");
+	assert_string_equal(c.namespace, "rowshift");
+	assert_non_null(strstr(c.token_file, "/token"));
+	assert_non_null(strstr(c.ca_file, "/ca.crt"));
+	rs_kube_config_free(&c);
+	setenv("KUBERNETES_SERVICE_HOST", "fd00::1", 1);
+	assert_int_equal(rs_kube_config_in_cluster(dir, &c, &err), RS_OK);
+	assert_string_equal(c.server, "https://[fd00::1]:443");
+	rs_kube_config_free(&c);
+	unsetenv("KUBERNETES_SERVICE_HOST");
+	unlink(path);
+	rmdir(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_yaml),
+		cmocka_unit_test(test_kubectl_kubeconfig),
+		cmocka_unit_test(test_refused),
+		cmocka_unit_test(test_in_cluster),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

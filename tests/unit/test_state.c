@@ -1,0 +1,219 @@
+/*
+ * test_state.c - tests coordinator/state.c: a state written is read back
+ * the same; the file is replaced atomically and readable by its owner only;
+ * damaged or inconsistent documents are refused naming the field, never
+ * crashing; a missing file is RS_ENOTFOUND.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "coordinator/state.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char dir[64], path[128];
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(dir, sizeof(dir), "/tmp/rs-test-state-%d", (int)getpid());
+	snprintf(path, sizeof(path), "%s/state.json", dir);
+	return mkdir(dir, 0700);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+/* A state in the middle of a 2 -> 3 reshard. Plans are opaque JSON here. */
+static void sample(rs_state *s, char **world, char **uni, int32_t *uoo, uint64_t *before, rs_state_worker *w)
+{
+	memset(s, 0, sizeof(*s));
+	s->phase = RS_STATE_MIGRATING;
+	s->generation = 4, s->step = 50, s->bound = 120;
+	s->plan = json_pack("{s:i}", "world", 2);
+	world[0] = "worker-0", world[1] = "worker-1";
+	s->world = world, s->nworld = 2;
+	s->attempt_generation = 6;
+	s->attempt_plan = json_pack("{s:i}", "world", 3);
+	uni[0] = "worker-1", uni[1] = "worker-2", uni[2] = "worker-0";
+	s->uni = uni, s->nuni = 3, s->attempt_world = 2;
+	uoo[0] = 2, uoo[1] = 0;
+	s->union_of_old = uoo;
+	before[0] = 1, before[1] = UINT64_MAX;
+	s->before = before, s->nbefore = 2;
+	s->attempts = 1, s->next_schedule = 1;
+	s->config = "examples/dlrm-small.json", s->url = "ws://127.0.0.1:4000", s->token = "s3cret";
+	s->steps = 200;
+	s->sched_step[0] = 50, s->sched_workers[0] = 3;
+	s->sched_step[1] = 120, s->sched_workers[1] = 2;
+	s->nsched = 2;
+	s->replicas = 3;
+	w[0] = (rs_state_worker){"worker-0", 100};
+	w[1] = (rs_state_worker){"worker-1", 101};
+	s->workers = w, s->nworkers = 2;
+}
+
+static void test_round_trip(void **state)
+{
+	(void)state;
+	rs_state s, back;
+	char *world[2], *uni[3];
+	int32_t uoo[2];
+	uint64_t before[2];
+	rs_state_worker w[2];
+	rs_err err = {0};
+	sample(&s, world, uni, uoo, before, w);
+	assert_int_equal(rs_state_write(path, &s, &err), RS_OK);
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600); /* it holds the join token */
+	char tmp[160];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	assert_int_not_equal(access(tmp, F_OK), 0);
+	assert_int_equal(rs_state_read(path, &back, &err), RS_OK);
+	assert_int_equal(back.phase, RS_STATE_MIGRATING);
+	assert_int_equal(back.generation, 4);
+	assert_int_equal(back.step, 50);
+	assert_int_equal(back.bound, 120);
+	assert_true(json_equal(back.plan, s.plan));
+	assert_true(json_equal(back.attempt_plan, s.attempt_plan));
+	assert_int_equal(back.nworld, 2);
+	assert_string_equal(back.world[1], "worker-1");
+	assert_int_equal(back.nuni, 3);
+	assert_string_equal(back.uni[2], "worker-0");
+	assert_int_equal(back.attempt_world, 2);
+	assert_int_equal(back.union_of_old[0], 2);
+	assert_int_equal(back.nbefore, 2);
+	assert_true(back.before[1] == UINT64_MAX);
+	assert_int_equal(back.attempts, 1);
+	assert_int_equal(back.next_schedule, 1);
+	assert_string_equal(back.token, "s3cret");
+	assert_null(back.save);
+	assert_int_equal(back.nsched, 2);
+	assert_int_equal(back.sched_workers[1], 2);
+	assert_int_equal(back.nworkers, 2);
+	assert_int_equal(back.workers[1].pid, 101);
+	rs_state_free(&back);
+	/* a training state has no attempt */
+	s.phase = RS_STATE_TRAINING;
+	s.attempt_generation = 0;
+	s.save = "/tmp/ckpt";
+	assert_int_equal(rs_state_write(path, &s, &err), RS_OK);
+	assert_int_equal(rs_state_read(path, &back, &err), RS_OK);
+	assert_int_equal(back.attempt_generation, 0);
+	assert_null(back.uni);
+	assert_string_equal(back.save, "/tmp/ckpt");
+	rs_state_free(&back);
+	json_decref(s.plan);
+	json_decref(s.attempt_plan);
+}
+
+/* Replace the first occurrence of `from` in the sample's JSON by `to` and parse: it must be refused, naming `field`. */
+static void refused(const char *from, const char *to, const char *field)
+{
+	rs_state s, back;
+	char *world[2], *uni[3];
+	int32_t uoo[2];
+	uint64_t before[2];
+	rs_state_worker w[2];
+	rs_err err = {0};
+	sample(&s, world, uni, uoo, before, w);
+	json_t *j = rs_state_to_json(&s);
+	char *text = json_dumps(j, JSON_COMPACT);
+	assert_non_null(text);
+	char *at = strstr(text, from);
+	if (!at)
+		fail_msg("'%s' is not in %s", from, text);
+	size_t n = strlen(text) + strlen(to) + 1;
+	char *edited = malloc(n);
+	snprintf(edited, n, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+	rs_status st = rs_state_parse(edited, strlen(edited), "state.json", &back, &err);
+	if (st != RS_EINVAL)
+		fail_msg("accepted %s", edited);
+	if (!strstr(err.msg, field) || !strstr(err.msg, "state.json"))
+		fail_msg("'%s' does not name %s", err.msg, field);
+	assert_null(back.plan); /* nothing half-filled is left behind */
+	free(edited);
+	free(text);
+	json_decref(j);
+	json_decref(s.plan);
+	json_decref(s.attempt_plan);
+}
+
+static void test_refused(void **state)
+{
+	(void)state;
+	refused("\"phase\":\"migrating\"", "\"phase\":\"flying\"", "phase");
+	refused("\"phase\":\"migrating\"", "\"phase\":\"training\"", "attempt");   /* an attempt without its phase */
+	refused("\"generation\":4", "\"generation\":0", "generation");
+	refused("\"step\":50", "\"step\":500", "generation");                      /* past the bound */
+	refused("\"world\":[\"worker-0\",\"worker-1\"]", "\"world\":[\"worker-0\",\"worker-0\"]", "world");
+	refused("\"world\":[\"worker-0\",\"worker-1\"]", "\"world\":[]", "world");
+	refused("\"union_of_old\":[2,0]", "\"union_of_old\":[1,0]", "union_of_old"); /* points at another member */
+	refused("\"union_of_old\":[2,0]", "\"union_of_old\":[2]", "union_of_old");
+	refused("\"before\":[", "\"before\":[\"x\",", "before");
+	refused("\"generation\":6", "\"generation\":3", "attempt.generation");      /* before the committed one */
+	refused("\"world\":2,\"union_of_old\"", "\"world\":4,\"union_of_old\"", "attempt.world");
+	refused("[120,2]", "[40,2]", "schedule");                                  /* steps must increase */
+	refused("\"pid\":100", "\"pid\":-1", "workers");
+	refused("\"token\":\"s3cret\"", "\"token\":\"\"", "job");
+	refused("\"next_schedule\":1", "\"next_schedule\":7", "next_schedule");
+	refused("\"version\":1", "\"version\":2", "version");
+	refused("\"attempts\":1", "\"attempts\":1,\"extra\":true", "extra");        /* unknown keys */
+}
+
+static void test_damaged(void **state)
+{
+	(void)state;
+	rs_state back;
+	rs_err err = {0};
+	static const char *const bad[] = {"", "{", "[]", "null", "{\"format\":\"rowshift-coordinator-state\"}",
+					  "\xff\xfe{}"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		memset(&err, 0, sizeof(err));
+		assert_int_equal(rs_state_parse(bad[i], strlen(bad[i]), "s", &back, &err), RS_EINVAL);
+		assert_true(err.msg[0] != 0);
+	}
+	/* a truncated file, as a full disk leaves it */
+	rs_state s;
+	char *world[2], *uni[3];
+	int32_t uoo[2];
+	uint64_t before[2];
+	rs_state_worker w[2];
+	sample(&s, world, uni, uoo, before, w);
+	json_t *j = rs_state_to_json(&s);
+	char *text = json_dumps(j, JSON_COMPACT);
+	for (size_t cut = 0; cut < strlen(text); cut += 7) {
+		memset(&err, 0, sizeof(err));
+		assert_int_equal(rs_state_parse(text, cut, "s", &back, &err), RS_EINVAL);
+	}
+	free(text);
+	json_decref(j);
+	json_decref(s.plan);
+	json_decref(s.attempt_plan);
+	char missing[160];
+	snprintf(missing, sizeof(missing), "%s/none.json", dir);
+	assert_int_equal(rs_state_read(missing, &back, &err), RS_ENOTFOUND);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_round_trip),
+		cmocka_unit_test(test_refused),
+		cmocka_unit_test(test_damaged),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,690 @@
+/*
+ * reshard.c - live resharding of a trainer (see train.h, "live resharding"):
+ * phase one builds the new plan's trainer from the old one and the peers,
+ * phase two swaps it in; and the whole-model checksum the coordinator
+ * compares across a reshard.
+ *
+ * Staging, on each member of the union:
+ *   1. the plan diff (common/plandiff.h) from the old world to the new one,
+ *      with old ranks mapped to union ranks;
+ *   2. rows this member keeps are copied from its old shards to its new ones;
+ *   3. every move is cut into chunks of at most chunk_bytes (whole rows, or
+ *      whole ZCH buckets), queued per (sender, receiver) pair in diff order;
+ *      round k carries the k-th chunk of every pair, each as a CRC-32C
+ *      followed by its bytes. Rows of a plain table go straight from the
+ *      old shard's memory to the new shard's (a chunk of contiguous rows is
+ *      its weights block, then its optimizer state block, which is also
+ *      rs_emb_pack_rows' layout); ZCH buckets are serialized with their
+ *      identities into one buffer per peer (rs_zch_bucket_save/_load).
+ *      The receiver checks every chunk's CRC before the round ends;
+ *   4. joining members receive the dense network from old rank 0.
+ * Every member computes the same diff, chunks and rounds, so each receive is
+ * posted with exactly the length its sender sends.
+ */
+#include "worker/train_internal.h"
+#include "common/clock.h"
+#include "common/crc32c.h"
+#include "common/grow.h"
+#include "common/log.h"
+#include "common/plandiff.h"
+#include "common/planner.h"
+#include "common/rng.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+int rs_reshard_fault_for_tests;
+
+/* A piece of one move: rows [first, first + count) of it, or for a ZCH table buckets. */
+typedef struct chunk {
+	int move;
+	int64_t first, count;
+	size_t bytes;     /* on the wire, without its CRC */
+	uint64_t payload; /* rows with optimizer state and ZCH metadata, as the plan diff counts them */
+} chunk;
+
+typedef struct chunkq {
+	chunk *c;
+	size_t n, cap;
+} chunkq;
+
+typedef struct stager {
+	const rs_config *cfg;
+	const rs_trainer *old;
+	rs_trainer *nt;
+	const rs_reshard_spec *spec;
+	int32_t me, nunion;
+	rs_move *moves;
+	int nmoves;
+	chunkq *sendq, *recvq;      /* per union peer: the chunks of the pair (me, peer) / (peer, me) */
+	unsigned char **sbuf, **rbuf; /* per peer: ZCH chunks, serialized */
+	size_t *scap, *rcap;
+	uint32_t *scrc, *rcrc;      /* per peer: this round's CRC out / in */
+	uint64_t *sent, *total;     /* per peer: payload bytes sent so far, and in all */
+	rs_xfer *sx, *rx;
+	rs_reshard_stats *stats;
+	rs_err *err;
+} stager;
+
+/* Bytes of one packed row of move m's columns: weights, then optimizer state. */
+static size_t packed_row_bytes(const rs_config *cfg, const rs_move *m)
+{
+	rs_emb_shard s = {.dtype = cfg->tables[m->table].dtype, .dim = m->cols};
+	return rs_emb_packed_row_bytes(&s, cfg->optimizer.kind);
+}
+
+/* Either trainer: both know every table's ZCH geometry. */
+static const rs_trainer *any_trainer(const stager *g) { return g->nt ? g->nt : g->old; }
+
+static rs_status queue_push(chunkq *q, chunk c)
+{
+	RSCHECK(rs_grow(&q->c, &q->cap, q->n + 1, sizeof(*q->c)));
+	q->c[q->n++] = c;
+	return RS_OK;
+}
+
+typedef struct pair_count {
+	int32_t src, dst;
+	int64_t chunks;
+} pair_count;
+
+static int cmp_pair(const void *a, const void *b)
+{
+	const pair_count *x = a, *y = b;
+	if (x->src != y->src)
+		return x->src < y->src ? -1 : 1;
+	return (x->dst > y->dst) - (x->dst < y->dst);
+}
+
+/*
+ * Cut every move into chunks; queue per pair those this member sends or
+ * receives. *rounds gets the most chunks any pair has: every member runs
+ * that many rounds (the transport counts exchanges, and every member must
+ * make the same ones), idle in the rounds it has nothing for.
+ */
+static rs_status plan_chunks(stager *g, size_t chunk_bytes, int64_t *rounds)
+{
+	const tinfo *tables = any_trainer(g)->tables;
+	pair_count *pc = calloc((size_t)g->nmoves + 1, sizeof(*pc));
+	if (!pc)
+		return RS_ENOMEM;
+	rs_status st = RS_OK;
+	for (int i = 0; st == RS_OK && i < g->nmoves; i++) {
+		const rs_move *m = &g->moves[i];
+		int32_t src = g->spec->union_of_old[m->src], dst = m->dst;
+		const tinfo *ti = &tables[m->table];
+		size_t rb = packed_row_bytes(g->cfg, m);
+		size_t unit = ti->zch ? rs_zch_bucket_bytes(ti->zch, rb) : rb; /* a bucket or a row */
+		uint64_t unit_payload = ti->zch ? (uint64_t)ti->spb * (rb + RS_ZCH_SLOT_META_BYTES) : rb;
+		int64_t units = ti->zch ? (int64_t)m->buckets : m->rows;
+		int64_t per = unit ? (int64_t)(chunk_bytes / unit) : units;
+		if (per < 1)
+			per = 1;
+		pc[i] = (pair_count){src, dst, (units + per - 1) / per};
+		for (int64_t first = 0; st == RS_OK && first < units && (src == g->me || dst == g->me); first += per) {
+			int64_t count = units - first < per ? units - first : per;
+			chunk c = {i, first, count, (size_t)count * unit, (uint64_t)count * unit_payload};
+			if (src == g->me)
+				st = queue_push(&g->sendq[dst], c);
+			if (st == RS_OK && dst == g->me)
+				st = queue_push(&g->recvq[src], c);
+		}
+	}
+	qsort(pc, (size_t)g->nmoves, sizeof(*pc), cmp_pair);
+	*rounds = 0;
+	for (int i = 0; i < g->nmoves;) {
+		int64_t n = 0;
+		int j = i;
+		for (; j < g->nmoves && pc[j].src == pc[i].src && pc[j].dst == pc[i].dst; j++)
+			n += pc[j].chunks;
+		*rounds = n > *rounds ? n : *rounds;
+		i = j;
+	}
+	free(pc);
+	return st;
+}
+
+/* The weights and state blocks of rows [row, row + n) of a shard. */
+static void row_blocks(const rs_config *cfg, const lshard *ls, int64_t row, int64_t n, void **w, size_t *wlen,
+		       void **s, size_t *slen)
+{
+	size_t wb = (size_t)ls->s.cols * (size_t)rs_dtype_size(ls->emb.dtype);
+	size_t sb = sizeof(float) * (size_t)rs_emb_state_floats(cfg->optimizer.kind, ls->s.cols);
+	*w = (char *)ls->emb.weights + (size_t)row * wb;
+	*wlen = (size_t)n * wb;
+	*s = sb ? (char *)ls->emb.state + (size_t)row * sb : NULL;
+	*slen = (size_t)n * sb;
+}
+
+/* The shard of trainer tr holding the whole rectangle of move m, or NULL. */
+static lshard *move_shard(const rs_trainer *tr, const rs_move *m)
+{
+	lshard *ls = rs__local_shard(tr, m->table, m->row_offset, m->col_offset);
+	if (!ls || ls->s.col_offset != m->col_offset || ls->s.cols != m->cols ||
+	    m->row_offset + m->rows > ls->s.row_offset + ls->s.rows)
+		return NULL;
+	return ls;
+}
+
+/* Serialize buckets [first, first + count) of ZCH move m from trainer tr into buf. */
+static rs_status zch_pack(const rs_config *cfg, const rs_trainer *tr, const rs_move *m, int64_t first, int64_t count,
+			  unsigned char *buf)
+{
+	const lshard *ls = move_shard(tr, m);
+	const tinfo *ti = &tr->tables[m->table];
+	size_t rb = packed_row_bytes(cfg, m), bb = rs_zch_bucket_bytes(ti->zch, rb), len;
+	unsigned char *rows = malloc(rb * (size_t)ti->spb);
+	int64_t *idx = malloc(sizeof(int64_t) * (size_t)ti->spb);
+	rs_status st = ls && rows && idx ? RS_OK : ls ? RS_ENOMEM : RS_EINVAL;
+	for (int64_t k = 0; st == RS_OK && k < count; k++) {
+		uint32_t b = m->bucket_offset + (uint32_t)(first + k);
+		for (int64_t i = 0; i < ti->spb; i++)
+			idx[i] = (int64_t)b * ti->spb - ls->s.row_offset + i;
+		st = rs_emb_pack_rows(&ls->emb, cfg->optimizer.kind, idx, ti->spb, rows, rb * (size_t)ti->spb);
+		if (st == RS_OK)
+			st = rs_zch_bucket_save(ti->zch, b, rows, rb, buf + (size_t)k * bb, bb, &len);
+	}
+	free(idx);
+	free(rows);
+	return st;
+}
+
+/* Load `count` serialized buckets of ZCH move m into trainer tr (identities and rows). */
+static rs_status zch_unpack(const rs_config *cfg, rs_trainer *tr, const rs_move *m, int64_t count,
+			    const unsigned char *buf, rs_err *err)
+{
+	lshard *ls = move_shard(tr, m);
+	tinfo *ti = &tr->tables[m->table];
+	size_t rb = packed_row_bytes(cfg, m), bb = rs_zch_bucket_bytes(ti->zch, rb);
+	unsigned char *rows = malloc(rb * (size_t)ti->spb);
+	int64_t *idx = malloc(sizeof(int64_t) * (size_t)ti->spb);
+	rs_status st = ls && rows && idx ? RS_OK : ls ? RS_ENOMEM : RS_EINVAL;
+	for (int64_t k = 0; st == RS_OK && k < count; k++) {
+		uint32_t b;
+		st = rs_zch_bucket_load(ti->zch, buf + (size_t)k * bb, bb, rows, rb, &b, err);
+		if (st == RS_OK && (b < m->bucket_offset || b >= m->bucket_offset + m->buckets))
+			st = rs_err_set(err, RS_ECORRUPT, "reshard: table '%s': bucket %u arrived outside its move",
+					cfg->tables[m->table].name, b);
+		for (int64_t i = 0; st == RS_OK && i < ti->spb; i++)
+			idx[i] = (int64_t)b * ti->spb - ls->s.row_offset + i;
+		if (st == RS_OK)
+			st = rs_emb_unpack_rows(&ls->emb, cfg->optimizer.kind, idx, ti->spb, rows, rb * (size_t)ti->spb);
+	}
+	free(idx);
+	free(rows);
+	return st;
+}
+
+/* Copy into the new trainer every rectangle it shares with the old one (the rows this member keeps). */
+static rs_status copy_kept(stager *g)
+{
+	const rs_config *cfg = g->cfg;
+	const rs_trainer *old = g->old;
+	rs_trainer *nt = g->nt;
+	for (int i = 0; i < nt->nshards; i++) {
+		lshard *ns = &nt->shards[i];
+		for (int k = 0; k < old->nshards; k++) {
+			const lshard *os = &old->shards[k];
+			int64_t r0 = os->s.row_offset > ns->s.row_offset ? os->s.row_offset : ns->s.row_offset;
+			int64_t r1 = os->s.row_offset + os->s.rows < ns->s.row_offset + ns->s.rows ?
+				     os->s.row_offset + os->s.rows : ns->s.row_offset + ns->s.rows;
+			if (os->table != ns->table || os->s.col_offset != ns->s.col_offset || r0 >= r1)
+				continue;
+			const tinfo *ti = &old->tables[os->table];
+			if (!ti->zch && r0 == ns->s.row_offset && r1 == ns->s.row_offset + ns->s.rows) {
+				/* the whole new shard is kept: it shares the old memory, nothing is copied */
+				void *w, *st;
+				size_t wl, sl;
+				row_blocks(cfg, os, r0 - os->s.row_offset, r1 - r0, &w, &wl, &st, &sl);
+				rs__mem_unref(ns->wmem);
+				rs__mem_unref(ns->smem);
+				ns->wmem = os->wmem, ns->smem = os->smem;
+				ns->wmem->refs++;
+				if (ns->smem)
+					ns->smem->refs++;
+				ns->emb.weights = w;
+				ns->emb.state = st;
+				g->stats->kept_bytes += wl + sl;
+				continue;
+			}
+			if (!ti->zch) {
+				void *wo, *so, *wn, *sn;
+				size_t wl, sl;
+				row_blocks(cfg, os, r0 - os->s.row_offset, r1 - r0, &wo, &wl, &so, &sl);
+				row_blocks(cfg, ns, r0 - ns->s.row_offset, r1 - r0, &wn, &wl, &sn, &sl);
+				memcpy(wn, wo, wl);
+				if (sl)
+					memcpy(sn, so, sl);
+				g->stats->kept_bytes += wl + sl;
+				continue;
+			}
+			/* ZCH buckets: through their serialized form, which carries the identities */
+			rs_move keep = {.table = os->table, .src = g->me, .dst = g->me, .row_offset = r0, .rows = r1 - r0,
+					.col_offset = os->s.col_offset, .cols = os->s.cols,
+					.bucket_offset = (uint32_t)(r0 / ti->spb), .buckets = (uint32_t)((r1 - r0) / ti->spb)};
+			size_t bb = rs_zch_bucket_bytes(ti->zch, packed_row_bytes(cfg, &keep));
+			unsigned char *buf = malloc(bb);
+			rs_status st = buf ? RS_OK : RS_ENOMEM;
+			for (uint32_t b = 0; st == RS_OK && b < keep.buckets; b++) {
+				rs_move one = keep;
+				one.bucket_offset = keep.bucket_offset + b;
+				one.buckets = 1;
+				one.row_offset = (int64_t)one.bucket_offset * ti->spb;
+				one.rows = ti->spb;
+				st = zch_pack(cfg, old, &one, 0, 1, buf);
+				if (st == RS_OK)
+					st = zch_unpack(cfg, nt, &one, 1, buf, g->err);
+			}
+			free(buf);
+			if (st != RS_OK)
+				return st;
+			g->stats->kept_bytes += (uint64_t)keep.buckets * bb;
+		}
+	}
+	return RS_OK;
+}
+
+/*
+ * The weights and state blocks that plain chunk c covers in tr's shard of
+ * its move (the old trainer's for a sender, the new one's for a receiver).
+ */
+static rs_status chunk_blocks(const stager *g, const rs_trainer *tr, const chunk *c, void **w, size_t *wl, void **s,
+			      size_t *sl)
+{
+	const rs_move *m = &g->moves[c->move];
+	const lshard *ls = move_shard(tr, m);
+	if (!ls)
+		return rs_err_set(g->err, RS_EINVAL, "reshard: rank %d holds no %s shard for rows %lld.. of table '%s'", g->me,
+				  tr == g->old ? "old" : "new", (long long)m->row_offset, g->cfg->tables[m->table].name);
+	row_blocks(g->cfg, ls, m->row_offset - ls->s.row_offset + c->first, c->count, w, wl, s, sl);
+	return RS_OK;
+}
+
+/* Post this member's sends of round k: per receiver its k-th chunk, as a CRC then the bytes. */
+static rs_status post_sends(stager *g, int64_t k, int *ns)
+{
+	const rs_config *cfg = g->cfg;
+	for (int32_t d = 0; d < g->nunion; d++) {
+		if ((size_t)k >= g->sendq[d].n)
+			continue;
+		const chunk *c = &g->sendq[d].c[k];
+		const rs_move *m = &g->moves[c->move];
+		uint32_t crc;
+		g->sx[(*ns)++] = (rs_xfer){d, &g->scrc[d], 4};
+		if (g->old->tables[m->table].zch) {
+			RSCHECK(rs_grow(&g->sbuf[d], &g->scap[d], c->bytes, 1));
+			RSCHECK(zch_pack(cfg, g->old, m, c->first, c->count, g->sbuf[d]));
+			crc = rs_crc32c(0, g->sbuf[d], c->bytes);
+			g->sx[(*ns)++] = (rs_xfer){d, g->sbuf[d], c->bytes};
+		} else {
+			void *w, *s;
+			size_t wl, sl;
+			RSCHECK(chunk_blocks(g, g->old, c, &w, &wl, &s, &sl));
+			crc = rs_crc32c(0, w, wl);
+			g->sx[(*ns)++] = (rs_xfer){d, w, wl};
+			if (sl) {
+				crc = rs_crc32c(crc, s, sl);
+				g->sx[(*ns)++] = (rs_xfer){d, s, sl};
+			}
+		}
+		g->scrc[d] = crc;
+		g->sent[d] += c->payload;
+		g->stats->sent_bytes += c->payload;
+		g->stats->wire_bytes += 4 + c->bytes;
+		g->stats->chunks_sent++;
+	}
+	return RS_OK;
+}
+
+/* Post this member's receives of round k, straight into the new shards where the rows are plain. */
+static rs_status post_recvs(stager *g, int64_t k, int *nr)
+{
+	for (int32_t s = 0; s < g->nunion; s++) {
+		if ((size_t)k >= g->recvq[s].n)
+			continue;
+		const chunk *c = &g->recvq[s].c[k];
+		const rs_move *m = &g->moves[c->move];
+		g->rx[(*nr)++] = (rs_xfer){s, &g->rcrc[s], 4};
+		if (g->nt->tables[m->table].zch) {
+			RSCHECK(rs_grow(&g->rbuf[s], &g->rcap[s], c->bytes, 1));
+			g->rx[(*nr)++] = (rs_xfer){s, g->rbuf[s], c->bytes};
+		} else {
+			void *w, *st;
+			size_t wl, sl;
+			RSCHECK(chunk_blocks(g, g->nt, c, &w, &wl, &st, &sl));
+			g->rx[(*nr)++] = (rs_xfer){s, w, wl};
+			if (sl)
+				g->rx[(*nr)++] = (rs_xfer){s, st, sl};
+		}
+	}
+	return RS_OK;
+}
+
+/* Check every chunk received in round k against its CRC, then load the ZCH ones. */
+static rs_status verify_recvs(stager *g, int64_t k)
+{
+	const rs_config *cfg = g->cfg;
+	for (int32_t s = 0; s < g->nunion; s++) {
+		if ((size_t)k >= g->recvq[s].n)
+			continue;
+		const chunk *c = &g->recvq[s].c[k];
+		const rs_move *m = &g->moves[c->move];
+		int zch = g->nt->tables[m->table].zch != NULL;
+		void *w = g->rbuf[s], *st = NULL;
+		size_t wl = c->bytes, sl = 0;
+		if (!zch)
+			RSCHECK(chunk_blocks(g, g->nt, c, &w, &wl, &st, &sl));
+		if (rs_reshard_fault_for_tests && wl) {
+			rs_reshard_fault_for_tests = 0; /* once per process: the next attempt goes through */
+			((unsigned char *)w)[wl / 2] ^= 0x40;
+		}
+		uint32_t crc = rs_crc32c(0, w, wl);
+		if (sl)
+			crc = rs_crc32c(crc, st, sl);
+		if (crc != g->rcrc[s]) {
+			int64_t r0 = zch ? (int64_t)(m->bucket_offset + (uint32_t)c->first) * any_trainer(g)->tables[m->table].spb
+					 : m->row_offset + c->first;
+			int64_t n = zch ? c->count * any_trainer(g)->tables[m->table].spb : c->count;
+			return rs_err_set(g->err, RS_ECORRUPT,
+					  "reshard: table '%s' rows %lld..%lld from rank %d: checksum mismatch (chunk %lld)",
+					  cfg->tables[m->table].name, (long long)r0, (long long)(r0 + n - 1), s, (long long)k);
+		}
+		if (zch)
+			RSCHECK(zch_unpack(cfg, g->nt, m, c->count, g->rbuf[s], g->err));
+		g->stats->recv_bytes += c->payload;
+		g->stats->chunks_recv++;
+	}
+	return RS_OK;
+}
+
+/*
+ * Joining members get the dense network and the update count from the
+ * member that was old rank 0; the others take part in the (empty) exchange.
+ */
+static rs_status send_dense(stager *g)
+{
+	int32_t from = g->spec->union_of_old[0], nold = g->spec->old_plan->world.ranks;
+	int32_t nnew = g->spec->new_plan->world.ranks;
+	size_t dn = rs_dense_nparams(any_trainer(g)->dense);
+	size_t bytes = sizeof(float) * dn + sizeof(int64_t);
+	unsigned char *buf = malloc(bytes);
+	int n = 0;
+	rs_status st = buf ? RS_OK : RS_ENOMEM;
+	char *joining = calloc((size_t)g->nunion, 1);
+	if (!joining)
+		st = RS_ENOMEM;
+	for (int32_t u = 0; st == RS_OK && u < nnew; u++)
+		joining[u] = 1;
+	for (int32_t r = 0; st == RS_OK && r < nold; r++)
+		joining[g->spec->union_of_old[r]] = 0;
+	if (st == RS_OK && g->old && g->nt) {
+		memcpy(rs_dense_params(g->nt->dense), rs_dense_params(g->old->dense), sizeof(float) * dn);
+		g->nt->updates = g->old->updates;
+	}
+	if (st == RS_OK && g->me == from) {
+		memcpy(buf, rs_dense_params(g->old->dense), sizeof(float) * dn);
+		memcpy(buf + sizeof(float) * dn, &g->old->updates, sizeof(int64_t));
+		for (int32_t u = 0; u < g->nunion; u++)
+			if (joining[u]) {
+				g->sx[n++] = (rs_xfer){u, buf, bytes};
+				g->stats->wire_bytes += bytes;
+			}
+		st = rs_transport_exchange(g->spec->uni, g->sx, n, NULL, 0);
+	} else if (st == RS_OK && joining[g->me]) {
+		g->rx[0] = (rs_xfer){from, buf, bytes};
+		st = rs_transport_exchange(g->spec->uni, NULL, 0, g->rx, 1);
+		if (st == RS_OK) {
+			memcpy(rs_dense_params(g->nt->dense), buf, sizeof(float) * dn);
+			memcpy(&g->nt->updates, buf + sizeof(float) * dn, sizeof(int64_t));
+		}
+	} else if (st == RS_OK) {
+		st = rs_transport_exchange(g->spec->uni, NULL, 0, NULL, 0); /* every member counts the exchange */
+	}
+	if (st != RS_OK && st != RS_ENOMEM)
+		rs_err_set(g->err, st, "reshard: the dense network: %s", rs_transport_error(g->spec->uni));
+	free(joining);
+	free(buf);
+	return st;
+}
+
+/* Validate the spec: the union holds the new world first, and every old member once. */
+static rs_status check_spec(const rs_reshard_spec *sp, int have_old, rs_err *err)
+{
+	int32_t nold = sp->old_plan->world.ranks, nnew = sp->new_plan->world.ranks, nu = sp->uni->world;
+	int32_t me = sp->uni->rank;
+	if (nu < nnew || (me < nnew) != (sp->train_t != NULL) || (sp->train_t && sp->train_t->world != nnew))
+		return rs_err_set(err, RS_EINVAL, "reshard: union of %d for a new world of %d (rank %d)", nu, nnew, me);
+	int is_old = 0;
+	for (int32_t r = 0; r < nold; r++) {
+		int32_t u = sp->union_of_old[r];
+		if (u < 0 || u >= nu)
+			return rs_err_set(err, RS_EINVAL, "reshard: old rank %d has no place in the union", r);
+		for (int32_t q = 0; q < r; q++)
+			if (sp->union_of_old[q] == u)
+				return rs_err_set(err, RS_EINVAL, "reshard: old ranks %d and %d are one member", q, r);
+		is_old |= u == me;
+	}
+	for (int32_t u = nnew; u < nu; u++) {
+		int old = 0;
+		for (int32_t r = 0; r < nold; r++)
+			old |= sp->union_of_old[r] == u;
+		if (!old)
+			return rs_err_set(err, RS_EINVAL, "reshard: union rank %d leaves but was never a member", u);
+	}
+	if (is_old != have_old)
+		return rs_err_set(err, RS_EINVAL, "reshard: rank %d %s an old model", me, have_old ? "should not have" : "needs");
+	return RS_OK;
+}
+
+rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs_reshard_spec *spec,
+			   rs_trainer **out, rs_reshard_stats *stats, rs_err *err)
+{
+	rs_reshard_stats dummy;
+	stager g = {.cfg = cfg, .old = old, .spec = spec, .stats = stats ? stats : &dummy, .err = err};
+	int32_t nold = spec->old_plan->world.ranks;
+	int32_t *old_to_new = NULL;
+	rs_status st;
+
+	*out = NULL;
+	memset(g.stats, 0, sizeof(*g.stats));
+	RSCHECK(check_spec(spec, old != NULL, err));
+	g.me = spec->uni->rank;
+	g.nunion = spec->uni->world;
+	size_t nu = (size_t)g.nunion;
+	old_to_new = malloc(sizeof(int32_t) * (size_t)nold);
+	g.sendq = calloc(nu, sizeof(chunkq));
+	g.recvq = calloc(nu, sizeof(chunkq));
+	g.sbuf = calloc(nu, sizeof(*g.sbuf));
+	g.rbuf = calloc(nu, sizeof(*g.rbuf));
+	g.scap = calloc(nu, sizeof(size_t));
+	g.rcap = calloc(nu, sizeof(size_t));
+	g.scrc = calloc(nu, sizeof(uint32_t));
+	g.rcrc = calloc(nu, sizeof(uint32_t));
+	g.sent = calloc(nu, sizeof(uint64_t));
+	g.total = calloc(nu, sizeof(uint64_t));
+	g.sx = calloc(3 * nu + 1, sizeof(rs_xfer));
+	g.rx = calloc(3 * nu + 1, sizeof(rs_xfer));
+	st = RS_ENOMEM;
+	if (!old_to_new || !g.sendq || !g.recvq || !g.sbuf || !g.rbuf || !g.scap || !g.rcap || !g.scrc || !g.rcrc ||
+	    !g.sent || !g.total || !g.sx || !g.rx)
+		goto out;
+	for (int32_t r = 0; r < nold; r++) {
+		int32_t u = spec->union_of_old[r];
+		old_to_new[r] = u < spec->new_plan->world.ranks ? u : -1;
+	}
+	RSCHECKGOTO(rs_plan_diff(cfg, spec->old_plan, spec->new_plan, old_to_new, &g.moves, &g.nmoves, err), st, out);
+	/* the new shards need no initial values: every row is kept or received */
+	if (spec->train_t)
+		RSCHECKGOTO(rs__trainer_alloc(cfg, spec->new_plan, spec->train_t, old ? old->data : NULL, 0, &g.nt, err),
+			    st, out);
+	double t0 = rs_now();
+	if (old && g.nt)
+		RSCHECKGOTO(copy_kept(&g), st, out);
+	/* the shards that receive rows: their pages in at once, not one fault at a time inside recv */
+	for (int i = 0; g.nt && i < g.nt->nshards; i++) {
+		lshard *ls = &g.nt->shards[i];
+		if (ls->wmem->refs == 1 && ls->emb.weights == ls->wmem->base) {
+			rs__mem_populate(ls->wmem);
+			if (ls->smem)
+				rs__mem_populate(ls->smem);
+		}
+	}
+	double t1 = rs_now();
+	g.stats->copy_s = t1 - t0;
+	int64_t rounds;
+	RSCHECKGOTO(plan_chunks(&g, spec->chunk_bytes ? spec->chunk_bytes : RS_RESHARD_CHUNK_BYTES, &rounds), st, out);
+	for (size_t p = 0; p < nu; p++)
+		for (size_t q = 0; q < g.sendq[p].n; q++)
+			g.total[p] += g.sendq[p].c[q].payload;
+	for (int64_t k = 0; k < rounds; k++) {
+		int ns = 0, nr = 0;
+		RSCHECKGOTO(post_sends(&g, k, &ns), st, out);
+		RSCHECKGOTO(post_recvs(&g, k, &nr), st, out);
+		if ((st = rs_transport_exchange(spec->uni, g.sx, ns, g.rx, nr)) != RS_OK) {
+			rs_err_set(err, st, "reshard: moving rows (round %lld of %lld): %s", (long long)k + 1,
+				   (long long)rounds, rs_transport_error(spec->uni));
+			goto out;
+		}
+		RSCHECKGOTO(verify_recvs(&g, k), st, out);
+		if (spec->progress)
+			spec->progress(spec->progress_ctx, g.sent, g.total, g.nunion);
+	}
+	g.stats->rounds = (int)rounds;
+	RSCHECKGOTO(send_dense(&g), st, out);
+	g.stats->move_s = rs_now() - t1;
+	*out = g.nt;
+	g.nt = NULL;
+	st = RS_OK;
+out:
+	if (st != RS_OK && err && !err->msg[0])
+		rs_err_set(err, st, "reshard: %s", rs_status_str(st));
+	for (size_t p = 0; p < nu; p++) {
+		if (g.sendq)
+			free(g.sendq[p].c);
+		if (g.recvq)
+			free(g.recvq[p].c);
+		if (g.sbuf)
+			free(g.sbuf[p]);
+		if (g.rbuf)
+			free(g.rbuf[p]);
+	}
+	free(g.sendq);
+	free(g.recvq);
+	free(g.sbuf);
+	free(g.rbuf);
+	free(g.scap);
+	free(g.rcap);
+	free(g.scrc);
+	free(g.rcrc);
+	free(g.sent);
+	free(g.total);
+	free(g.sx);
+	free(g.rx);
+	free(g.moves);
+	free(old_to_new);
+	rs_trainer_destroy(g.nt);
+	return st;
+}
+
+/* Give back the pages of block m that no shard of tr uses any more (the rows that moved away). */
+static void release_unused(const rs_trainer *tr, rs__mem *m)
+{
+	char *lo = NULL, *hi = NULL, *base = m->base;
+	for (int i = 0; i < tr->nshards; i++) {
+		const lshard *ls = &tr->shards[i];
+		char *b = NULL, *e = NULL;
+		size_t wb = (size_t)ls->s.cols * (size_t)rs_dtype_size(ls->emb.dtype);
+		size_t sb = sizeof(float) * (size_t)rs_emb_state_floats(tr->cfg->optimizer.kind, ls->s.cols);
+		if (ls->wmem == m)
+			b = ls->emb.weights, e = b + (size_t)ls->s.rows * wb;
+		else if (ls->smem == m)
+			b = (char *)ls->emb.state, e = b + (size_t)ls->s.rows * sb;
+		if (!b)
+			continue;
+		lo = !lo || b < lo ? b : lo;
+		hi = !hi || e > hi ? e : hi;
+	}
+	if (!lo)
+		return;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t head = ((size_t)(lo - base)) / page * page;
+	size_t tail = ((size_t)(hi - base) + page - 1) / page * page;
+	if (head && madvise(base, head, MADV_DONTNEED) != 0)
+		RS_WARN("madvise: %s", strerror(errno));
+	if (tail < m->len && madvise(base + tail, m->len - tail, MADV_DONTNEED) != 0)
+		RS_WARN("madvise: %s", strerror(errno));
+}
+
+void rs_trainer_commit(rs_trainer *staged, rs_trainer *old)
+{
+	if (old && staged && !staged->owns_data && staged->data == old->data) {
+		staged->owns_data = old->owns_data;
+		old->owns_data = 0;
+	}
+	rs_trainer_destroy(old);
+	/* memory the new shards share with the old ones: the parts that held moved rows go back to the system */
+	for (int i = 0; staged && i < staged->nshards; i++) {
+		lshard *ls = &staged->shards[i];
+		if (ls->wmem && ls->emb.weights != ls->wmem->base)
+			release_unused(staged, ls->wmem);
+		if (ls->smem && (void *)ls->emb.state != ls->smem->base)
+			release_unused(staged, ls->smem);
+	}
+}
+
+/*
+ * A 64-bit hash of n bytes, seeded: four multiply-xor lanes over 8-byte
+ * words (the rows are a few hundred bytes; a CRC per row would run one
+ * dependent chain at a third of the speed), then splitmix's finalizer.
+ * It needs to catch lost, duplicated or damaged rows, not adversaries.
+ */
+static uint64_t hash_bytes(const void *data, size_t n, uint64_t seed)
+{
+	const unsigned char *p = data;
+	const uint64_t k = 0x9E3779B97F4A7C15ull;
+	uint64_t a = seed, b = seed ^ 0xC2B2AE3D27D4EB4Full, c = seed + k, d = ~seed, w[4];
+	for (; n >= 32; p += 32, n -= 32) {
+		memcpy(w, p, 32);
+		a = (a ^ w[0]) * k;
+		b = (b ^ w[1]) * k;
+		c = (c ^ w[2]) * k;
+		d = (d ^ w[3]) * k;
+	}
+	for (; n >= 8; p += 8, n -= 8) {
+		memcpy(w, p, 8);
+		a = (a ^ w[0]) * k;
+	}
+	for (; n; p++, n--)
+		b = (b ^ *p) * k;
+	return rs_mix64(a ^ rs_mix64(b) ^ (c << 17 | c >> 47) ^ rs_mix64(d + k));
+}
+
+void rs_trainer_checksum(const rs_trainer *tr, uint64_t *per_table)
+{
+	const rs_config *cfg = tr->cfg;
+	memset(per_table, 0, sizeof(uint64_t) * (size_t)cfg->ntables);
+	for (int i = 0; i < tr->nshards; i++) {
+		const lshard *ls = &tr->shards[i];
+		const tinfo *ti = &tr->tables[ls->table];
+		if (ti->dp_shard == i && tr->rank != 0)
+			continue; /* one copy of a data-parallel table counts */
+		uint64_t sum = 0;
+		for (int64_t r = 0; r < ls->s.rows; r++) {
+			void *w, *s;
+			size_t wl, sl;
+			int live = 0;
+			row_blocks(cfg, ls, r, 1, &w, &wl, &s, &sl);
+			uint64_t id = ti->zch ? rs_zch_slot_id(ti->zch, ls->s.row_offset + r, &live) : 0;
+			/* where the row is in the table, then what it holds */
+			uint64_t h = rs_mix64((uint64_t)(ls->s.row_offset + r) * 0x9E3779B97F4A7C15ull + (uint64_t)ls->table);
+			h = hash_bytes(w, wl, h ^ ((uint64_t)(uint32_t)ls->s.col_offset << 32));
+			if (sl)
+				h = hash_bytes(s, sl, h);
+			sum += rs_mix64(h ^ rs_mix64(id + (uint64_t)live));
+		}
+		per_table[ls->table] += sum;
+	}
+}

@@ -1,0 +1,128 @@
+/*
+ * train_internal.h - the trainer's insides, shared by the two files that
+ * make it up: train.c (set-up, the step, evaluation, checkpoints) and
+ * reshard.c (live resharding). Nothing else includes this header; the
+ * trainer's interface is train.h. Names here carry the rs__ prefix.
+ */
+#ifndef RS_TRAIN_INTERNAL_H
+#define RS_TRAIN_INTERNAL_H
+
+#include "worker/train.h"
+#include "kernels/embedding.h"
+#include "kernels/zch.h"
+#include "worker/data.h"
+#include "worker/dense.h"
+#include "common/batch.h"
+
+/*
+ * Shard memory, counted: while a reshard is open, a shard of the staged
+ * trainer holding rows its member keeps points into the old trainer's
+ * memory instead of copying it (rs_trainer_stage), and whichever trainer
+ * goes last frees it.
+ */
+typedef struct rs__mem {
+	void *base;
+	size_t len;
+	int refs;
+} rs__mem;
+
+/* len bytes of zeros, one reference; NULL when out of memory. */
+rs__mem *rs__mem_new(size_t len);
+void rs__mem_unref(rs__mem *m);
+
+/*
+ * Fault all of m's pages in now: receiving into pages the kernel must
+ * first find costs several times the copy itself (measured: 0.5 GB/s into
+ * fresh pages on loopback, 1.5 GB/s into populated ones).
+ */
+void rs__mem_populate(rs__mem *m);
+
+/* One shard this rank holds: the plan's rectangle and its memory. */
+typedef struct lshard {
+	int table;
+	rs_shard s;
+	rs__mem *wmem, *smem;   /* where emb.weights and emb.state point (inside, for a shard sharing its memory) */
+	rs_emb_shard emb;
+	rs_emb_workspace ws;
+	rs_emb_grad grad;
+} lshard;
+
+/* One column block of a table: its row ranges, who owns each, which are here. */
+typedef struct block {
+	int32_t col_offset, cols;
+	int n;
+	int64_t *row_start; /* sorted */
+	int32_t *owner;
+	int32_t *local;     /* index into trainer.shards, or -1 */
+} block;
+
+typedef struct tinfo {
+	int nblocks;
+	block *blocks;
+	int dp_shard;       /* data-parallel: the local full copy, else -1 */
+	rs_zch_table *zch;  /* ZCH tables: identities of the buckets held here */
+	int64_t spb;        /* ZCH slots per bucket */
+} tinfo;
+
+typedef struct i64vec {
+	int64_t *v;
+	size_t n, cap;
+} i64vec;
+
+typedef struct fvec {
+	float *v;
+	size_t n, cap;
+} fvec;
+
+/* A request this rank sent: where its answer goes. */
+typedef struct sent {
+	int32_t f, c, i, cols;
+} sent;
+
+typedef struct sentvec {
+	sent *v;
+	size_t n, cap;
+} sentvec;
+
+struct rs_trainer {
+	const rs_config *cfg;
+	const rs_plan *plan;
+	rs_transport *t;
+	int32_t rank, world;
+	lshard *shards;
+	int nshards;
+	tinfo *tables;
+	int32_t nfeat, emb_width;
+	int *feat_table;
+	int32_t *feat_off;
+	rs_data *data;
+	int owns_data;      /* 0 while a staged trainer borrows the data source of the one it replaces */
+	rs_dense *dense;
+	rs_batch batch;
+	float *pooled, *dpooled;
+	int32_t pooled_cap;
+	int64_t updates;
+	int pause_requested;
+	i64vec *req;
+	sentvec *sent;
+	size_t *scount, *rcount;
+	i64vec in;          /* requests received, all peers, rank order */
+	i64vec in_row;      /* per received id: the row it resolved to (a ZCH slot), -1 for none */
+	size_t *in_off;     /* per peer: start of its requests in `in` (in int64 words) */
+	fvec out;           /* answers or gradients to send */
+	fvec back;          /* answers or gradients received */
+};
+
+/*
+ * A trainer for plan over t. With `init` its shards get their initial
+ * values; without, they are allocated only (a reshard fills every row).
+ * `data` is borrowed when not NULL (a reshard's new trainer shares the old
+ * one's source until commit); otherwise the config's source is opened.
+ */
+rs_status rs__trainer_alloc(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_data *data, int init,
+			    rs_trainer **out, rs_err *err);
+
+/* The local shard of table t holding (row, col), or NULL. */
+lshard *rs__local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col);
+
+#endif
