@@ -1,0 +1,295 @@
+// k8s_manifests.mjs - checks of the Kubernetes objects rowshift ships, for
+// k8s_manifests.sh: YAML parsed with the pinned `yaml` package (tools/).
+//
+// usage: node k8s_manifests.mjs COMMAND ARGS...
+//   same CHART.yaml MANIFEST.yaml...   the chart (rendered with release and
+//       namespace `rowshift`) and the plain manifests define the same
+//       (kind, name) set (the manifests' Namespace aside) and equal objects,
+//       compared whole after leaving out only what must differ: the labels
+//       managed-by, helm.sh/chart and version, the image tag, the Secret's
+//       values (keys compared), and the model config's formatting (compared
+//       as parsed JSON)
+//   contract FILE... [--helm]            the objects the coordinator's Kubernetes
+//       mode is written against: names, args, env and their sources, ports,
+//       probes, volumes, selectors, labels (helm.sh/chart with --helm)
+//   model FILE... JSON                    the ConfigMap rowshift-model's model.json equals JSON
+//   rbac FILE...                         exactly the coordinator's Role: pods
+//       get/list/watch, configmaps create and get/update (rowshift-state),
+//       events create (core and events.k8s.io); no cluster-wide RBAC
+//   nonroot FILE...                      no container can run as root or gain privileges
+//   token FILE...                        print the Secret's join token
+//   gpu FILE...                          print the worker's nvidia.com/gpu limit, or "none"
+// Exits non-zero, saying what differs, when a check fails.
+import { createRequire } from "node:module";
+import { readFileSync } from "node:fs";
+import { isDeepStrictEqual } from "node:util";
+const require = createRequire(new URL("../../tools/", import.meta.url));
+const YAML = require("yaml");
+
+const [cmd, ...rest] = process.argv.slice(2);
+let failed = 0;
+const fail = (why) => { console.error(`k8s_manifests ${cmd}: ${why}`); failed++; };
+
+function load(files) {
+  const objs = [];
+  for (const f of files) {
+    for (const doc of YAML.parseAllDocuments(readFileSync(f, "utf8"))) {
+      if (doc.errors.length) throw new Error(`${f}: ${doc.errors[0].message}`);
+      const o = doc.toJS();
+      if (o == null) continue;
+      if (!o.kind || !o.metadata || !o.metadata.name) throw new Error(`${f}: an object without kind or metadata.name`);
+      objs.push(o);
+    }
+  }
+  return objs;
+}
+const key = (o) => `${o.kind}/${o.metadata.name}`;
+const byKey = (objs) => {
+  const m = new Map();
+  for (const o of objs) {
+    if (m.has(key(o))) fail(`${key(o)} is defined twice`);
+    m.set(key(o), o);
+  }
+  return m;
+};
+const find = (objs, kind, name) => {
+  const o = objs.find((x) => x.kind === kind && (name === undefined || x.metadata.name === name));
+  if (!o) throw new Error(`no ${kind}${name ? "/" + name : ""}`);
+  return o;
+};
+const podSpecs = (objs) => objs.filter((o) => o.spec && o.spec.template && o.spec.template.spec)
+  .map((o) => ({ owner: key(o), spec: o.spec.template.spec }));
+const containersOf = (spec) => [...(spec.initContainers || []), ...(spec.containers || [])];
+
+// --- same --------------------------------------------------------------------
+const DROP_LABELS = ["app.kubernetes.io/managed-by", "helm.sh/chart", "app.kubernetes.io/version"];
+function normalize(o) {
+  o = structuredClone(o);
+  const walk = (x) => {
+    if (Array.isArray(x)) { x.forEach(walk); return; }
+    if (x && typeof x === "object") {
+      if (x.labels && typeof x.labels === "object") for (const l of DROP_LABELS) delete x.labels[l];
+      if (typeof x.image === "string") x.image = x.image.replace(/:[^:/@]+$/, "");
+      Object.values(x).forEach(walk);
+    }
+  };
+  walk(o);
+  if (o.kind === "Secret") {
+    o.keys = [...Object.keys(o.data || {}), ...Object.keys(o.stringData || {})].sort();
+    delete o.data; delete o.stringData;
+  }
+  if (o.kind === "ConfigMap" && o.data && typeof o.data["model.json"] === "string") {
+    o.data["model.json"] = JSON.parse(o.data["model.json"]);
+  }
+  return o;
+}
+function diff(a, b, path, out) {
+  if (isDeepStrictEqual(a, b)) return;
+  if (a && b && typeof a === "object" && typeof b === "object" && Array.isArray(a) === Array.isArray(b)) {
+    if (Array.isArray(a) && a.length !== b.length) {
+      out.push(`${path}: ${a.length} items in the chart, ${b.length} in the manifests`);
+    }
+    for (const k of new Set([...Object.keys(a), ...Object.keys(b)])) diff(a[k], b[k], `${path}.${k}`, out);
+    return;
+  }
+  out.push(`${path}: chart ${JSON.stringify(a)}, manifests ${JSON.stringify(b)}`);
+}
+function same([chartFile, ...manifestFiles]) {
+  const chart = byKey(load([chartFile]));
+  const manifests = load(manifestFiles);
+  const ns = manifests.filter((o) => o.kind === "Namespace");
+  if (ns.length !== 1 || ns[0].metadata.name !== "rowshift") fail("the manifests should create the namespace rowshift, once");
+  const plain = byKey(manifests.filter((o) => o.kind !== "Namespace"));
+  const only = (a, b) => [...a.keys()].filter((k) => !b.has(k));
+  for (const k of only(chart, plain)) fail(`${k} is in the chart, not in the manifests`);
+  for (const k of only(plain, chart)) fail(`${k} is in the manifests, not in the chart`);
+  let compared = 0;
+  for (const [k, c] of chart) {
+    if (!plain.has(k)) continue;
+    const out = [];
+    diff(normalize(c), normalize(plain.get(k)), k, out);
+    out.forEach(fail);
+    compared++;
+  }
+  if (compared < 9) fail(`only ${compared} objects compared`);
+  if (!failed) console.log(`${compared} objects agree: ${[...chart.keys()].join(", ")}`);
+}
+
+// --- contract -----------------------------------------------------------------
+function expectEq(what, got, want) {
+  if (!isDeepStrictEqual(got, want)) fail(`${what}: ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+}
+const secretEnv = (name, key) => ({ name, valueFrom: { secretKeyRef: { name: "rowshift-join-token", key } } });
+const fieldEnv = (name, fieldPath) => ({ name, valueFrom: { fieldRef: { fieldPath } } });
+const SECURITY = {
+  runAsNonRoot: true, runAsUser: 10001, readOnlyRootFilesystem: true, allowPrivilegeEscalation: false,
+  capabilities: { drop: ["ALL"] }, seccompProfile: { type: "RuntimeDefault" },
+};
+function contract(args) {
+  const helm = args.includes("--helm");
+  const objs = load(args.filter((a) => a !== "--helm"));
+  const names = new Set(objs.map(key));
+  const want = ["ServiceAccount/rowshift-coordinator", "Role/rowshift-coordinator", "RoleBinding/rowshift-coordinator",
+    "Secret/rowshift-join-token", "ConfigMap/rowshift-model", "Deployment/rowshift-coordinator",
+    "Service/rowshift-coordinator", "Service/rowshift-worker", "StatefulSet/rowshift-worker"];
+  for (const w of want) if (!names.has(w)) fail(`no ${w}`);
+  for (const o of objs) {
+    if (o.kind === "Namespace") continue;
+    expectEq(`${key(o)} namespace`, o.metadata.namespace, "rowshift");
+    const l = o.metadata.labels || {};
+    for (const [k, v] of [["app.kubernetes.io/name", "rowshift"], ["app.kubernetes.io/instance", "rowshift"],
+      ["app.kubernetes.io/part-of", "rowshift"], ["app.kubernetes.io/managed-by", helm ? "Helm" : "kubectl"]]) {
+      expectEq(`${key(o)} label ${k}`, l[k], v);
+    }
+    if (!l["app.kubernetes.io/component"]) fail(`${key(o)} has no component label`);
+    if (helm && !/^rowshift-/.test(l["helm.sh/chart"] || "")) fail(`${key(o)} has no helm.sh/chart label`);
+  }
+  const binding = find(objs, "RoleBinding", "rowshift-coordinator");
+  expectEq("RoleBinding roleRef", binding.roleRef, { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: "rowshift-coordinator" });
+  expectEq("RoleBinding subjects", binding.subjects, [{ kind: "ServiceAccount", name: "rowshift-coordinator", namespace: "rowshift" }]);
+  if (!find(objs, "Secret", "rowshift-join-token")) fail("no join token");
+
+  // the coordinator
+  const dep = find(objs, "Deployment", "rowshift-coordinator");
+  expectEq("coordinator replicas", dep.spec.replicas, 1);
+  expectEq("coordinator strategy", dep.spec.strategy, { type: "Recreate" });
+  const coordSel = { "app.kubernetes.io/name": "rowshift", "app.kubernetes.io/instance": "rowshift", "app.kubernetes.io/component": "coordinator" };
+  expectEq("coordinator selector", dep.spec.selector.matchLabels, coordSel);
+  const cpod = dep.spec.template;
+  for (const [k, v] of Object.entries(coordSel)) expectEq(`coordinator pod label ${k}`, cpod.metadata.labels[k], v);
+  expectEq("coordinator prometheus annotations", cpod.metadata.annotations,
+    { "prometheus.io/scrape": "true", "prometheus.io/port": "7070", "prometheus.io/path": "/metrics" });
+  expectEq("coordinator serviceAccountName", cpod.spec.serviceAccountName, "rowshift-coordinator");
+  if (cpod.spec.automountServiceAccountToken === false) fail("the coordinator needs its service account token");
+  expectEq("coordinator containers", cpod.spec.containers.map((c) => c.name), ["coordinator"]);
+  const cc = cpod.spec.containers[0];
+  if (!/^ghcr\.io\/rowshift\/rowshift:/.test(cc.image)) fail(`coordinator image ${cc.image}`);
+  expectEq("coordinator command", cc.command, ["rowshift-coordinator"]);
+  const a = cc.args || [];
+  expectEq("coordinator args", a.slice(0, 9), ["--kubernetes", "--config", "/etc/rowshift/model.json",
+    "--statefulset", "rowshift-worker", "--state-configmap", "rowshift-state", "--listen", "0.0.0.0:7070"]);
+  expectEq("coordinator args (flags with values)", [a[9], a[11], a.length], ["--steps", "--debounce-ms", 13]);
+  if (!/^-?\d+$/.test(a[10] || "") || !/^\d+$/.test(a[12] || "")) fail(`--steps ${a[10]} --debounce-ms ${a[12]}: not integers`);
+  const cenv = (cc.env || []).filter((e) => e.name !== "ROWSHIFT_STATUS_TOKEN");
+  expectEq("coordinator env", cenv, [secretEnv("ROWSHIFT_JOIN_TOKEN", "token"), fieldEnv("POD_NAMESPACE", "metadata.namespace")]);
+  const st = (cc.env || []).find((e) => e.name === "ROWSHIFT_STATUS_TOKEN");
+  if (st) expectEq("coordinator ROWSHIFT_STATUS_TOKEN", st, secretEnv("ROWSHIFT_STATUS_TOKEN", "status-token"));
+  expectEq("coordinator ports", cc.ports, [{ name: "control", containerPort: 7070, protocol: "TCP" }]);
+  expectEq("coordinator liveness", cc.livenessProbe && cc.livenessProbe.httpGet, { path: "/healthz", port: 7070 });
+  expectEq("coordinator readiness", cc.readinessProbe && cc.readinessProbe.httpGet, { path: "/readyz", port: 7070 });
+  const svc = find(objs, "Service", "rowshift-coordinator");
+  expectEq("coordinator Service type", svc.spec.type || "ClusterIP", "ClusterIP");
+  expectEq("coordinator Service selector", svc.spec.selector, coordSel);
+  expectEq("coordinator Service ports", svc.spec.ports, [{ name: "control", port: 7070, targetPort: "control", protocol: "TCP" }]);
+
+  // the workers
+  const sts = find(objs, "StatefulSet", "rowshift-worker");
+  const workerSel = { "app.kubernetes.io/name": "rowshift", "app.kubernetes.io/instance": "rowshift", "app.kubernetes.io/component": "worker" };
+  expectEq("worker serviceName", sts.spec.serviceName, "rowshift-worker");
+  expectEq("worker podManagementPolicy", sts.spec.podManagementPolicy, "Parallel");
+  expectEq("worker updateStrategy", sts.spec.updateStrategy, { type: "RollingUpdate" });
+  expectEq("worker replicas", sts.spec.replicas, 2);
+  expectEq("worker selector", sts.spec.selector.matchLabels, workerSel);
+  const wpod = sts.spec.template;
+  for (const [k, v] of Object.entries(workerSel)) expectEq(`worker pod label ${k}`, wpod.metadata.labels[k], v);
+  expectEq("worker automountServiceAccountToken", wpod.spec.automountServiceAccountToken, false);
+  if (wpod.spec.serviceAccountName) fail("the workers need no service account");
+  expectEq("worker terminationGracePeriodSeconds", wpod.spec.terminationGracePeriodSeconds, 600);
+  expectEq("worker containers", wpod.spec.containers.map((c) => c.name), ["worker"]);
+  const wc = wpod.spec.containers[0];
+  expectEq("worker command", wc.command, ["rowshift-worker"]);
+  expectEq("worker args", wc.args, ["--config", "/etc/rowshift/model.json"]);
+  expectEq("worker env", wc.env, [{ name: "ROWSHIFT_COORDINATOR", value: "ws://rowshift-coordinator:7070" },
+    secretEnv("ROWSHIFT_JOIN_TOKEN", "token"), fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_IP", "status.podIP"),
+    { name: "ROWSHIFT_COORDINATOR_GRACE_MS", value: "120000" }]);
+  expectEq("worker GPU limit", wc.resources && wc.resources.limits && wc.resources.limits["nvidia.com/gpu"], 1);
+  const hsvc = find(objs, "Service", "rowshift-worker");
+  expectEq("worker Service clusterIP", hsvc.spec.clusterIP, "None");
+  expectEq("worker Service selector", hsvc.spec.selector, workerSel);
+
+  // both pods: security, the model volume, a writable /tmp, no service links
+  for (const [who, pod] of [["coordinator", cpod.spec], ["worker", wpod.spec]]) {
+    const c = pod.containers[0];
+    for (const [k, v] of Object.entries(SECURITY)) expectEq(`${who} securityContext.${k}`, c.securityContext && c.securityContext[k], v);
+    expectEq(`${who} pod seccompProfile`, pod.securityContext && pod.securityContext.seccompProfile, { type: "RuntimeDefault" });
+    expectEq(`${who} enableServiceLinks`, pod.enableServiceLinks, false);
+    const vols = Object.fromEntries((pod.volumes || []).map((v) => [v.name, v]));
+    const mounts = Object.fromEntries((c.volumeMounts || []).map((m) => [m.mountPath, m]));
+    const model = mounts["/etc/rowshift"];
+    if (!model || model.readOnly !== true) fail(`${who}: /etc/rowshift is not mounted read-only`);
+    else expectEq(`${who} /etc/rowshift volume`, vols[model.name] && vols[model.name].configMap, { name: "rowshift-model" });
+    const tmpm = mounts["/tmp"];
+    if (!tmpm || !vols[tmpm.name] || !vols[tmpm.name].emptyDir) fail(`${who}: /tmp is not an emptyDir`);
+  }
+  if (!failed) console.log(`the contract holds (${objs.length} objects)`);
+}
+
+// --- model, rbac, nonroot, token, gpu ------------------------------------------
+function model(args) {
+  const want = JSON.parse(readFileSync(args.pop(), "utf8"));
+  const cm = find(load(args), "ConfigMap", "rowshift-model");
+  const got = JSON.parse(cm.data["model.json"]);
+  if (!isDeepStrictEqual(got, want)) {
+    const out = [];
+    diff(got, want, "model.json", out);
+    out.forEach((d) => fail(d.replace("chart", "rendered").replace("manifests", "expected")));
+  } else console.log(`model.json: ${got.tables.length} tables, as expected`);
+}
+function rbac(args) {
+  const objs = load(args);
+  for (const o of objs) if (o.kind === "ClusterRole" || o.kind === "ClusterRoleBinding") fail(`${key(o)}: no cluster-wide rights`);
+  const roles = objs.filter((o) => o.kind === "Role");
+  expectEq("Roles", roles.map(key), ["Role/rowshift-coordinator"]);
+  const grants = [];
+  for (const r of roles[0].rules || []) {
+    for (const f of ["nonResourceURLs"]) if (r[f]) fail(`a rule with ${f}`);
+    for (const g of r.apiGroups || []) for (const res of r.resources || []) for (const v of r.verbs || []) {
+      grants.push(`${g || "core"}/${res}:${v}${r.resourceNames ? "@" + [...r.resourceNames].sort().join(",") : ""}`);
+    }
+    const all = [...(r.apiGroups || []), ...(r.resources || []), ...(r.verbs || []), ...(r.resourceNames || [])];
+    if (all.some((x) => x.includes("*"))) fail(`a wildcard in ${JSON.stringify(r)}`);
+    if ((r.resources || []).some((x) => /secret/.test(x))) fail(`the coordinator may not touch secrets: ${JSON.stringify(r)}`);
+  }
+  expectEq("the Role's grants", grants.sort(), [
+    "core/configmaps:create", "core/configmaps:get@rowshift-state", "core/configmaps:update@rowshift-state",
+    "core/events:create", "core/pods:get", "core/pods:list", "core/pods:watch", "events.k8s.io/events:create",
+  ].sort());
+  if (!failed) console.log(`the Role grants exactly: ${grants.join(" ")}`);
+}
+function nonroot(args) {
+  const specs = podSpecs(load(args));
+  if (specs.length < 2) fail(`only ${specs.length} pod templates`);
+  for (const { owner, spec } of specs) {
+    const psc = spec.securityContext || {};
+    if (spec.hostPID || spec.hostIPC || spec.hostNetwork) fail(`${owner}: shares a host namespace`);
+    for (const c of containersOf(spec)) {
+      const sc = c.securityContext || {};
+      const nonRoot = sc.runAsNonRoot ?? psc.runAsNonRoot;
+      const uid = sc.runAsUser ?? psc.runAsUser;
+      if (nonRoot !== true) fail(`${owner} ${c.name}: runAsNonRoot is not true`);
+      if (uid === undefined || uid === 0) fail(`${owner} ${c.name}: runAsUser ${uid} (want a non-zero uid)`);
+      if (sc.privileged) fail(`${owner} ${c.name}: privileged`);
+      if (sc.allowPrivilegeEscalation !== false) fail(`${owner} ${c.name}: allowPrivilegeEscalation is not false`);
+      if (!sc.capabilities || !isDeepStrictEqual(sc.capabilities.drop, ["ALL"]) || sc.capabilities.add) {
+        fail(`${owner} ${c.name}: capabilities ${JSON.stringify(sc.capabilities)} (want drop ALL, add nothing)`);
+      }
+    }
+  }
+  if (!failed) console.log(`${specs.length} pod templates, every container non-root (${specs.map((s) => s.owner).join(", ")})`);
+}
+function token(args) {
+  const s = find(load(args), "Secret", "rowshift-join-token");
+  const t = s.stringData && s.stringData.token !== undefined ? s.stringData.token
+    : Buffer.from((s.data && s.data.token) || "", "base64").toString();
+  console.log(t);
+}
+function gpu(args) {
+  const c = find(load(args), "StatefulSet", "rowshift-worker").spec.template.spec.containers[0];
+  const g = c.resources && ((c.resources.limits || {})["nvidia.com/gpu"] ?? (c.resources.requests || {})["nvidia.com/gpu"]);
+  console.log(g === undefined ? "none" : String(g));
+}
+
+const commands = { same, contract, model, rbac, nonroot, token, gpu };
+if (!commands[cmd]) { console.error(`usage: node k8s_manifests.mjs ${Object.keys(commands).join("|")} FILE...`); process.exit(2); }
+try { commands[cmd](rest); } catch (e) { fail(e.message); }
+process.exitCode = failed ? 1 : 0;
