@@ -5,6 +5,7 @@
 #ifndef RS_CLOCK_H
 #define RS_CLOCK_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -22,6 +23,14 @@ static inline int64_t rs_now_ms(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sleep for s seconds (whole, even when signals interrupt). */
+static inline void rs_sleep(double s)
+{
+	struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+	while (s > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
 }
 
 #endif

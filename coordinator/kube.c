@@ -336,7 +336,8 @@ static rs_status start_request(rs_kube *k, int watch)
 	    curl_easy_setopt(k->easy, CURLOPT_ERRORBUFFER, k->errbuf) != CURLE_OK ||
 	    curl_easy_setopt(k->easy, CURLOPT_WRITEFUNCTION, watch ? on_stream : on_body) != CURLE_OK ||
 	    curl_easy_setopt(k->easy, CURLOPT_WRITEDATA, watch ? (void *)k : (void *)&k->body) != CURLE_OK ||
-	    (!watch && curl_easy_setopt(k->easy, CURLOPT_TIMEOUT_MS, 30000L) != CURLE_OK) ||
+	    /* a watch the server forgot to end (a silent partition) is cut a minute after it should have ended */
+	    curl_easy_setopt(k->easy, CURLOPT_TIMEOUT_MS, watch ? (WATCH_TIMEOUT_S + 60) * 1000L : 30000L) != CURLE_OK ||
 	    curl_multi_add_handle(k->multi, k->easy) != CURLM_OK) {
 		end_request(k);
 		return RS_ECURL;

@@ -2,12 +2,14 @@
  * kube_members.c - see kube_members.h.
  */
 #include "coordinator/kube_members.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define STATE_KEY "state.json"
+#define SAVE_PATIENCE_S 30.0 /* how long a state write keeps trying */
 
 /* A worker is wanted while its pod exists, is not being deleted and runs. */
 static int usable(const rs_kube_pod *p) { return p && !p->terminating && !p->ended; }
@@ -74,7 +76,15 @@ rs_status rs_kube_members_save(void *ctx, const rs_state *s, rs_err *err)
 	json_decref(j);
 	if (!text)
 		return rs_err_set(err, RS_ENOMEM, "state: out of memory");
-	rs_status st = rs_kube_configmap_put(m->kube, m->configmap, STATE_KEY, text, err);
+	/* an API server that blinks must not fail the job: try for a while (the loop is blocked meanwhile) */
+	rs_status st;
+	double until = rs_now() + SAVE_PATIENCE_S, wait = 0.25;
+	while ((st = rs_kube_configmap_put(m->kube, m->configmap, STATE_KEY, text, err)) != RS_OK &&
+	       st != RS_ENOMEM && rs_now() + wait < until) {
+		RS_WARN("%s; trying again in %.2f s", err->msg, wait);
+		rs_sleep(wait);
+		wait = wait * 2 > 4 ? 4 : wait * 2;
+	}
 	free(text);
 	return st;
 }

@@ -219,7 +219,15 @@ static int run_kubernetes(const kube_args *a)
 	RS_INFO("kubernetes: %s, namespace %s, statefulset %s, state in configmap %s", kc.source, ns, a->statefulset,
 		state_name);
 	/* a previous coordinator's unfinished job carries on */
-	st = rs_kube_members_load(&mem, &state, &err);
+	/* an API server not answering yet (the coordinator pod may start first) is waited for, up to --timeout-ms */
+	for (double until = rs_now() + a->timeout_ms / 1000.0;;) {
+		st = rs_kube_members_load(&mem, &state, &err);
+		if (st == RS_OK || st == RS_ENOTFOUND || (st != RS_ECURL && st != RS_EIO) || rs_now() + 1 > until ||
+		    interrupted)
+			break;
+		RS_WARN("%s; trying again in 1 s", err.msg);
+		rs_sleep(1);
+	}
 	if (st != RS_OK && st != RS_ENOTFOUND)
 		goto fail;
 	int recovering = st == RS_OK && state.phase != RS_STATE_DONE;

@@ -17,6 +17,9 @@ command -v pkg-config >/dev/null 2>&1 || need pkg-config
 command -v chromium >/dev/null 2>&1 || need chromium
 command -v node >/dev/null 2>&1 || need nodejs
 command -v npm >/dev/null 2>&1 || need npm
+# the Kubernetes API simulator makes its TLS certificates with openssl; tests talk to it with curl
+command -v openssl >/dev/null 2>&1 || need openssl
+command -v curl >/dev/null 2>&1 || need curl
 command -v clang >/dev/null 2>&1 || need clang
 # libFuzzer and the sanitizer runtimes for clang (make fuzz).
 if command -v clang >/dev/null 2>&1; then

@@ -166,10 +166,12 @@ function contract(args) {
   if (!/^ghcr\.io\/rowshift\/rowshift:/.test(cc.image)) fail(`coordinator image ${cc.image}`);
   expectEq("coordinator command", cc.command, ["rowshift-coordinator"]);
   const a = cc.args || [];
-  expectEq("coordinator args", a.slice(0, 9), ["--kubernetes", "--config", "/etc/rowshift/model.json",
-    "--statefulset", "rowshift-worker", "--state-configmap", "rowshift-state", "--listen", "0.0.0.0:7070"]);
-  expectEq("coordinator args (flags with values)", [a[9], a[11], a.length], ["--steps", "--debounce-ms", 13]);
-  if (!/^-?\d+$/.test(a[10] || "") || !/^\d+$/.test(a[12] || "")) fail(`--steps ${a[10]} --debounce-ms ${a[12]}: not integers`);
+  expectEq("coordinator args", a.slice(0, 11), ["--kubernetes", "--config", "/etc/rowshift/model.json",
+    "--statefulset", "rowshift-worker", "--selector",
+    "app.kubernetes.io/name=rowshift,app.kubernetes.io/instance=rowshift,app.kubernetes.io/component=worker",
+    "--state-configmap", "rowshift-state", "--listen", "0.0.0.0:7070"]);
+  expectEq("coordinator args (flags with values)", [a[11], a[13], a.length], ["--steps", "--debounce-ms", 15]);
+  if (!/^-?\d+$/.test(a[12] || "") || !/^\d+$/.test(a[14] || "")) fail(`--steps ${a[12]} --debounce-ms ${a[14]}: not integers`);
   const cenv = (cc.env || []).filter((e) => e.name !== "ROWSHIFT_STATUS_TOKEN");
   expectEq("coordinator env", cenv, [secretEnv("ROWSHIFT_JOIN_TOKEN", "token"), fieldEnv("POD_NAMESPACE", "metadata.namespace")]);
   const st = (cc.env || []).find((e) => e.name === "ROWSHIFT_STATUS_TOKEN");
