@@ -1,0 +1,169 @@
+#!/bin/bash
+# k8s_e2e.sh - rowshift on Kubernetes, end to end, with the real helm and
+# kubectl against the API simulator (tests/k8s/apisim.py, TLS and a bearer
+# token), whose kubelet runs each worker pod as a real rowshift-worker:
+#   1. the chart rendered by `helm template` is created with `kubectl apply`;
+#      the coordinator (--kubernetes, run here against the simulator's
+#      kubeconfig, TLS verified) trains with the 2 worker pods;
+#   2. `kubectl scale --replicas=4`, then 3: one reshard each, resumed at the
+#      step it paused at, every table's checksum equal across it, and
+#      `kubectl get pods` agrees with the coordinator's members; each reshard
+#      is an Event on the StatefulSet;
+#   3. the coordinator is SIGKILLed and started again: it recovers the job
+#      from its state ConfigMap and training carries on past where it was;
+#   4. the simulator drops every watch and refuses new ones for 3 s, during
+#      which the StatefulSet is scaled and the history forgotten (the next
+#      watch gets 410 Expired): the coordinator lists again and reshards for
+#      the change;
+#   5. the API server is unreachable for 10 s: training goes on with the
+#      same members, and a scale made after it is acted on.
+set -u
+. "$(dirname "$0")/../lib/itest.sh"
+kubectl=tools/bin/kubectl
+helm=tools/bin/helm
+model=examples/dlrm-small.json
+ns=rowshift-e2e
+sts=rowshift-worker
+sel=app.kubernetes.io/name=rowshift,app.kubernetes.io/instance=rowshift,app.kubernetes.io/component=worker
+simtok=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+
+python3 tests/k8s/apisim.py --port 0 --port-file "$tmp/sim.port" --token "$simtok" --tls-dir "$tmp/tls" \
+	--kubeconfig-out "$tmp/kubeconfig" --root "$tmp/pods" --bin-dir "$bin" >"$tmp/sim.out" 2>"$tmp/sim.err" &
+sim_pid=$!
+wait_for "$tmp/sim.port" . 30 || { echo "the simulator did not start"; cat "$tmp/sim.err"; exit 1; }
+simport=$(cat "$tmp/sim.port")
+export KUBECONFIG=$tmp/kubeconfig
+k() { timeout 30 $kubectl -n $ns "$@"; }
+sim() { curl -sS --max-time 10 --cacert "$tmp/tls/ca.crt" -H "Authorization: Bearer $simtok" -X POST \
+	"https://127.0.0.1:$simport/_sim/$1"; }
+
+# 1. install: helm template | kubectl apply; the coordinator runs here
+cport=$(free_port)
+printf '{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "%s"}}\n' $ns | timeout 30 $kubectl apply -f - >/dev/null
+$helm template rowshift helm/rowshift --namespace $ns --set workers=2 --set gpusPerWorker=0 \
+	--set coordinatorURL=ws://127.0.0.1:$cport --set terminationGracePeriodSeconds=60 \
+	--set coordinatorGraceMs=60000 --set-file modelJson=$model >"$tmp/chart.yaml"
+check "kubectl apply creates the chart's objects" bash -c "timeout 30 $kubectl apply -f $tmp/chart.yaml >$tmp/apply.out 2>&1"
+pods() { # the worker pods not being deleted, sorted, one line
+	k get pods -l "$sel" -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.status.phase}{" "}{.metadata.deletionTimestamp}{"\n"}{end}' |
+		awk '$2 == "Running" && NF == 2 { print $1 }' | sort | tr '\n' ' '
+}
+all_pods() { k get pods -l "$sel" -o jsonpath='{.items[*].metadata.name}' | tr ' ' '\n' | sort | tr '\n' ' '; }
+until_pods() { # until_pods "NAMES " SECONDS: every pod is one of NAMES, running, none other left
+	for _ in $(seq 1 $(($2 * 4))); do
+		[ "$(pods)" = "$1" ] && [ "$(all_pods)" = "$1" ] && return 0
+		sleep 0.25
+	done
+	echo "pods: $(all_pods) (running: $(pods)), wanted $1" >&2
+	return 1
+}
+jointok=$(k get secret rowshift-join-token -o jsonpath='{.data.token}' | base64 -d)
+check "the join token the chart generated is in its Secret" test ${#jointok} -ge 32
+
+coordinator() { # start the coordinator as the chart's Deployment would, but here
+	ROWSHIFT_JOIN_TOKEN=$jointok "$bin/rowshift-coordinator" --kubernetes --kubeconfig "$tmp/kubeconfig" \
+		--namespace $ns --statefulset $sts --selector "$sel" --state-configmap rowshift-state \
+		--config $model --listen 127.0.0.1:$cport --steps 1000000 --debounce-ms 3000 \
+		>>"$tmp/coord.out" 2>>"$tmp/coord.err" &
+	coord=$!
+}
+coordinator
+check "the worker pods are Running" until_pods "$sts-0 $sts-1 " 60
+check "the coordinator trains with the 2 worker pods" wait_for "$tmp/coord.out" "^step" 60
+[ "$fails" = 0 ] || bail "the job did not start"
+
+members() { # the coordinator's world, from its status stream: sorted names, one line
+	timeout 20 "$bin/rowshiftctl" status --json --coordinator ws://127.0.0.1:$cport | python3 -c '
+import json, sys
+snap = json.loads(sys.stdin.readline())
+print(" ".join(sorted(m["name"] for m in snap["members"] if m["rank"] is not None and not m["gone"])) + " ")'
+}
+members_are() { local got; got=$(members); [ -n "$1" ] && [ "$got" = "$1" ] || { echo "members: $got, wanted $1" >&2; return 1; }; }
+bail() { # the rest cannot pass: say why and stop
+	echo "stopping: $1"; tail -20 "$tmp/coord.err" "$tmp/sim.err" 2>/dev/null; finish_checks k8s_e2e; exit 1
+}
+check "the coordinator's members are the pods" members_are "$(pods)"
+
+# 2. kubectl scale 2 -> 4 -> 3
+reshard() { # reshard GEN FROM TO: the coordinator reshards once, resumes at the step it paused at, checksums equal
+	local gen=$1 from=$2 to=$3 at resumed
+	wait_for "$tmp/coord.out" "generation $gen resumed at step" 90 || { echo "no generation $gen" >&2; return 1; }
+	grep -q "generation $gen: $from -> $to workers at step" "$tmp/coord.out" || { grep "generation $gen:" "$tmp/coord.out" >&2; return 1; }
+	at=$(sed -n "s/^generation $gen: $from -> $to workers at step \([0-9]*\).*/\1/p" "$tmp/coord.out")
+	resumed=$(sed -n "s/^generation $gen resumed at step \([0-9]*\).*/\1/p" "$tmp/coord.out")
+	[ -n "$at" ] && [ "$at" = "$resumed" ] || { echo "paused at '$at', resumed at '$resumed'" >&2; return 1; }
+	grep -q "generation $gen: staged and verified.*every table's checksum matches" "$tmp/coord.out"
+}
+k scale statefulset/$sts --replicas=4 >/dev/null
+check "kubectl scale --replicas=4: one reshard 2 -> 4, resumed at the same step, checksums equal" reshard 2 2 4
+check "kubectl get pods shows the 4 workers" until_pods "$sts-0 $sts-1 $sts-2 $sts-3 " 30
+check "the coordinator's members are the 4 pods" members_are "$sts-0 $sts-1 $sts-2 $sts-3 "
+
+k scale statefulset/$sts --replicas=3 >/dev/null
+check "kubectl scale --replicas=3: one reshard 4 -> 3, resumed at the same step, checksums equal" reshard 3 4 3
+check "the deleted pod drained and is gone; kubectl get pods shows 3 workers" until_pods "$sts-0 $sts-1 $sts-2 " 60
+drained_clean() { # the kubelet's record of the deleted pod: SIGTERM only, exit 0
+	curl -sS --max-time 10 --cacert "$tmp/tls/ca.crt" -H "Authorization: Bearer $simtok" \
+		"https://127.0.0.1:$simport/_sim/pods" | python3 -c '
+import json, sys
+recs = [r for r in json.load(sys.stdin) if r["name"] == sys.argv[1]]
+assert len(recs) == 1 and recs[0]["signals"] == ["SIGTERM"] and recs[0]["exit_codes"] == [0], recs
+' $sts-3 && grep -q 'handed my rows over in generation 3; leaving' "$tmp/pods/$ns/$sts-3/worker.log"
+}
+check "its worker got SIGTERM, handed its rows over and exited 0 within the grace period" drained_clean
+check "the coordinator's members are the 3 pods" members_are "$sts-0 $sts-1 $sts-2 "
+events() { k get events --field-selector "involvedObject.name=$sts,reason=Resharded" \
+	-o jsonpath='{range .items[*]}{.message}{"\n"}{end}'; }
+events_ok() {
+	events >"$tmp/events.txt" && grep -q '^Resharded generation 2: 2 -> 4 workers' "$tmp/events.txt" &&
+		grep -q '^Resharded generation 3: 4 -> 3 workers' "$tmp/events.txt"
+}
+check "each reshard is an Event on the StatefulSet" events_ok
+
+# 3. the coordinator dies and comes back
+last_step() { sed -n 's/^step *\([0-9]*\).*/\1/p' "$tmp/coord.out" | tail -1; }
+before=$(last_step)
+kill -9 $coord
+wait $coord 2>/dev/null
+check "the state ConfigMap holds generation 3" bash -c \
+	"timeout 30 $kubectl -n $ns get configmap rowshift-state -o jsonpath='{.data.state\\.json}' | grep -q '\"generation\":3'"
+coordinator
+check "the restarted coordinator recovers the job from the ConfigMap" wait_for "$tmp/coord.err" "recovered generation 3" 30
+check "training carries on past step $before with the same 3 workers" bash -c \
+	"for _ in \$(seq 1 240); do s=\$(sed -n 's/^step *\([0-9]*\).*/\1/p' $tmp/coord.out | tail -1); \
+	 [ \"\${s:-0}\" -gt $before ] && exit 0; sleep 0.25; done; exit 1"
+check "the coordinator's members are still the 3 pods" members_are "$sts-0 $sts-1 $sts-2 "
+
+# 4. watches dropped and history gone: the coordinator lists again and misses nothing
+# (watches are dropped and refused for 3 s; the scale and the compaction happen in that window, so the
+# coordinator comes back with a resourceVersion the simulator has forgotten)
+sim "hold-watches?seconds=3" >"$tmp/dropped.json"
+k scale statefulset/$sts --replicas=4 >/dev/null
+sim compact >/dev/null
+check "the simulator dropped the coordinator's watch" grep -q '"dropped": *[1-9]' "$tmp/dropped.json"
+check "the coordinator was told 410 and listed again" wait_for "$tmp/coord.err" "listing again" 30
+check "the scale made meanwhile is seen: one reshard 3 -> 4" reshard 4 3 4
+check "kubectl get pods shows the 4 workers again" until_pods "$sts-0 $sts-1 $sts-2 $sts-3 " 30
+check "the coordinator's members are the 4 pods" members_are "$sts-0 $sts-1 $sts-2 $sts-3 "
+
+# 5. the API server unreachable for 10 s
+before=$(last_step)
+sim "unreachable?seconds=10" >/dev/null
+sleep 10.5
+check "the coordinator noticed the API was gone" grep -q "kubernetes: .*trying again in" "$tmp/coord.err"
+check "it kept training with the same members meanwhile" bash -c \
+	"[ \$(sed -n 's/^step *\([0-9]*\).*/\1/p' $tmp/coord.out | tail -1) -gt $before ] && ! grep -q '^generation 5' $tmp/coord.out"
+k scale statefulset/$sts --replicas=3 >/dev/null
+check "after it, a scale is acted on: one reshard 4 -> 3" reshard 5 4 3
+check "no worker failed, the job did not fail" bash -c "! grep -q 'job failed\|exited with status [1-9]' $tmp/coord.err $tmp/coord.out"
+
+kill -TERM $coord
+wait $coord
+check "the coordinator, interrupted, exits 0 and leaves the workers for the next one (exit $?)" \
+	grep -q "interrupted: the workers carry on" "$tmp/coord.err"
+kill -TERM $sim_pid
+timeout 20 tail --pid=$sim_pid -f /dev/null
+check "the simulator stops and leaves no worker process behind" \
+	bash -c "! pgrep -f '[r]owshift-worker .*$tmp/pods' >/dev/null && ! pgrep -f '[r]owshift-worker' -P $sim_pid >/dev/null"
+[ "$fails" = 0 ] || { tail -30 "$tmp/coord.out"; tail -40 "$tmp/coord.err"; tail -20 "$tmp/sim.err"; }
+finish_checks k8s_e2e

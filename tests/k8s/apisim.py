@@ -1,0 +1,3046 @@
+#!/usr/bin/env python3
+"""apisim.py - a Kubernetes API server simulator for rowshift's tests.
+
+It speaks enough of the real API (discovery, OpenAPI v3 for field
+validation, list/get/create/update/patch/delete, watch with bookmarks and
+410 Expired, Table output, pods/log, the scale subresource) over HTTP/1.1
+(TLS optional, bearer token) that the real kubectl, helm and the
+coordinator's libcurl client work against it unmodified. A StatefulSet
+controller makes pods, a garbage collector cascades deletions, and a
+"kubelet" runs every pod's containers as real processes on this machine,
+each pod on its own loopback address (127.0.1.N). Fault endpoints under
+/_sim/ drop watches, forget the history and make the API unreachable.
+
+Python 3.9+ standard library only. See tests/k8s/README.md.
+
+Sections: utilities and errors, resources, selectors, patches, store,
+watch hub, tables and discovery, controllers, kubelet, HTTP handler, main.
+"""
+
+import argparse
+import atexit
+import base64
+import calendar
+import collections
+import copy
+import ctypes
+import hashlib
+import hmac
+import http.client
+import json
+import os
+import queue
+import random
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+K8S_VERSION = {"major": "1", "minor": "33", "gitVersion": "v1.33.0-apisim", "gitCommit": "0" * 40,
+               "gitTreeState": "clean", "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.24.0",
+               "compiler": "gc", "platform": "linux/amd64"}
+
+OPT = None  # the parsed command line, set by main()
+NODE_NAME = "sim-node"
+
+
+def log(msg):
+    sys.stderr.write("apisim: %s\n" % msg)
+    sys.stderr.flush()
+
+
+# ==== utilities and errors ==========================================================================
+
+def now_ts(t=None):
+    """RFC 3339 in UTC, seconds precision: what metav1.Time serializes to."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if t is None else t))
+
+
+def parse_ts(s):
+    if not s:
+        return None
+    try:
+        return calendar.timegm(time.strptime(s[:19], "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def human_age(seconds):
+    """kubectl's duration.HumanDuration, so AGE columns read like a real cluster's."""
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return "%ds" % s
+    m = s // 60
+    if m < 10:
+        return "%dm%ds" % (m, s % 60) if s % 60 else "%dm" % m
+    if m < 180:
+        return "%dm" % m
+    h = m // 60
+    if h < 8:
+        return "%dh%dm" % (h, m % 60) if m % 60 else "%dh" % h
+    if h < 48:
+        return "%dh" % h
+    if h < 24 * 8:
+        return "%dd%dh" % (h // 24, h % 24) if h % 24 else "%dd" % (h // 24)
+    if h < 24 * 365 * 2:
+        return "%dd" % (h // 24)
+    return "%dy" % (h // 24 // 365)
+
+
+def age_of(ts):
+    t = parse_ts(ts)
+    return "<unknown>" if t is None else human_age(time.time() - t)
+
+
+def meta(obj):
+    m = obj.get("metadata")
+    if not isinstance(m, dict):
+        m = obj["metadata"] = {}
+    return m
+
+
+def dig(obj, *path, default=None):
+    for p in path:
+        if isinstance(obj, dict) and p in obj:
+            obj = obj[p]
+        elif isinstance(obj, list) and isinstance(p, int) and -len(obj) <= p < len(obj):
+            obj = obj[p]
+        else:
+            return default
+    return obj
+
+
+def dumps(obj):
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def status_obj(code, reason, message, details=None, status="Failure"):
+    s = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": status, "message": message,
+         "reason": reason, "code": code}
+    if details:
+        s["details"] = details
+    if status == "Success":
+        del s["message"], s["reason"]
+    return s
+
+
+class ApiError(Exception):
+    """An error answered as a Status object, with the real server's reason and wording."""
+
+    def __init__(self, code, reason, message, details=None):
+        Exception.__init__(self, message)
+        self.code, self.status = code, status_obj(code, reason, message, details)
+
+
+def err_not_found(res, name):
+    return ApiError(404, "NotFound", '%s "%s" not found' % (res.gr, name),
+                    {"name": name, "group": res.group, "kind": res.plural})
+
+
+def err_exists(res, name):
+    return ApiError(409, "AlreadyExists", '%s "%s" already exists' % (res.gr, name),
+                    {"name": name, "group": res.group, "kind": res.plural})
+
+
+def err_conflict(res, name, why="the object has been modified; please apply your changes to the latest version "
+                                "and try again"):
+    return ApiError(409, "Conflict", 'Operation cannot be fulfilled on %s "%s": %s' % (res.gr, name, why),
+                    {"name": name, "group": res.group, "kind": res.plural})
+
+
+def err_bad(message):
+    return ApiError(400, "BadRequest", message)
+
+
+def err_invalid(res, name, causes):
+    """422 Invalid: `Kind "name" is invalid: field: message`."""
+    msg = '%s "%s" is invalid: %s' % (res.kind, name, ", ".join("%s: %s" % c for c in causes))
+    return ApiError(422, "Invalid", msg, {"name": name, "group": res.group, "kind": res.kind,
+                                          "causes": [{"reason": "FieldValueInvalid", "message": m, "field": f}
+                                                     for f, m in causes]})
+
+
+def err_no_route():
+    return ApiError(404, "NotFound", "the server could not find the requested resource", {})
+
+
+def err_method():
+    return ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource", {})
+
+
+PATCH_TYPES = ("application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json",
+               "application/apply-patch+yaml")
+
+
+def err_media(ctype):
+    return ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted media "
+                    "types include: " + ", ".join(PATCH_TYPES), {})
+
+
+# ==== resources =====================================================================================
+
+ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+
+
+class Resource:
+    """One served resource: its group/version/plural, kind, scope, and what discovery says about it."""
+
+    def __init__(self, group, version, plural, kind, namespaced=True, short=(), categories=(), subresources=(),
+                 status=False):
+        self.group, self.version, self.plural, self.kind = group, version, plural, kind
+        self.namespaced, self.short, self.categories = namespaced, list(short), list(categories)
+        self.subresources = list(subresources)  # (name, group, version, kind, verbs)
+        self.has_status = status  # the status subresource: writes to the main resource leave status alone
+        self.api_version = version if not group else "%s/%s" % (group, version)
+        self.gr = plural if not group else "%s.%s" % (plural, group)  # how error messages name it
+        self.singular = kind.lower()
+        self.key = (group, plural)
+
+
+def _subs(*names, status=True):
+    out = [(n, None, None, None, ["get"] if n == "log" else ["get", "patch", "update"]) for n in names]
+    return out
+
+
+SCALE = ("scale", "autoscaling", "v1", "Scale", ["get", "patch", "update"])
+RESOURCES = [
+    Resource("", "v1", "namespaces", "Namespace", namespaced=False, short=["ns"], subresources=_subs("status"),
+             status=True),
+    Resource("", "v1", "nodes", "Node", namespaced=False, short=["no"], subresources=_subs("status"), status=True),
+    Resource("", "v1", "pods", "Pod", short=["po"], categories=["all"], subresources=_subs("log", "status"),
+             status=True),
+    Resource("", "v1", "configmaps", "ConfigMap", short=["cm"]),
+    Resource("", "v1", "secrets", "Secret"),
+    Resource("", "v1", "services", "Service", short=["svc"], categories=["all"], subresources=_subs("status"),
+             status=True),
+    Resource("", "v1", "serviceaccounts", "ServiceAccount", short=["sa"]),
+    Resource("", "v1", "events", "Event", short=["ev"]),
+    Resource("", "v1", "endpoints", "Endpoints", short=["ep"]),
+    Resource("apps", "v1", "statefulsets", "StatefulSet", short=["sts"], categories=["all"],
+             subresources=[SCALE] + _subs("status"), status=True),
+    Resource("apps", "v1", "deployments", "Deployment", short=["deploy"], categories=["all"],
+             subresources=[SCALE] + _subs("status"), status=True),
+    Resource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+    Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+    Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
+    Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False),
+    Resource("events.k8s.io", "v1", "events", "Event", short=["ev"]),
+]
+BY_GVR = {(r.group, r.version, r.plural): r for r in RESOURCES}
+BY_KEY = {r.key: r for r in RESOURCES}
+GROUPS = collections.OrderedDict()  # group -> [versions], in discovery order
+for _r in RESOURCES:
+    GROUPS.setdefault(_r.group, [])
+    if _r.version not in GROUPS[_r.group]:
+        GROUPS[_r.group].append(_r.version)
+R_POD, R_NS, R_STS, R_DEPLOY = BY_KEY[("", "pods")], BY_KEY[("", "namespaces")], BY_KEY[("apps", "statefulsets")], \
+    BY_KEY[("apps", "deployments")]
+R_CM, R_SECRET, R_SA, R_EVENT = BY_KEY[("", "configmaps")], BY_KEY[("", "secrets")], BY_KEY[("", "serviceaccounts")], \
+    BY_KEY[("", "events")]
+R_SVC = BY_KEY[("", "services")]
+
+DNS1123_SUB = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+# ==== selectors =====================================================================================
+
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                        r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def _split_top(text, sep=","):
+    """Split on `sep` outside parentheses: `a in (x,y),b` is two requirements."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return parts
+
+
+class LabelSelector:
+    """A label selector string: =, ==, !=, in, notin, key, !key (and gt/lt), comma-separated (AND)."""
+
+    def __init__(self, text):
+        self.text, self.reqs = text or "", []
+        if not self.text.strip():
+            return
+        for part in _split_top(self.text):
+            p = part.strip()
+            m = re.match(r"^([^\s!=<>()]+)\s+(in|notin)\s*\(([^()]*)\)$", p)
+            if m:
+                key, op = m.group(1), m.group(2)
+                vals = [v.strip() for v in m.group(3).split(",") if v.strip()]
+            elif p.startswith("!"):
+                key, op, vals = p[1:].strip(), "!", []
+            else:
+                m = re.match(r"^([^\s!=<>()]+)\s*(!=|==|=|>|<)\s*([^\s!=<>()]*)$", p)
+                if m:
+                    key, op, vals = m.group(1), m.group(2), [m.group(3)]
+                    op = "=" if op == "==" else op
+                elif re.match(r"^[^\s!=<>()]+$", p):
+                    key, op, vals = p, "exists", []
+                else:
+                    raise err_bad("unable to parse requirement: found '%s', expected: identifier" % p)
+            if not _LABEL_KEY.match(key) or len(key.split("/")[-1]) > 63:
+                raise err_bad('unable to parse requirement: values[0][%s]: Invalid value: "%s": name part must '
+                              'consist of alphanumeric characters, \'-\', \'_\' or \'.\'' % (key, key))
+            for v in vals:
+                if op in (">", "<"):
+                    if not re.match(r"^-?\d+$", v):
+                        raise err_bad("unable to parse requirement: for 'Gt', 'Lt' operators, the value must be "
+                                      "an integer")
+                elif not _LABEL_VALUE.match(v) or len(v) > 63:
+                    raise err_bad('unable to parse requirement: values[0][%s]: Invalid value: "%s"' % (key, v))
+            self.reqs.append((key, op, vals))
+
+    def matches(self, labels):
+        labels = labels or {}
+        for key, op, vals in self.reqs:
+            has, val = key in labels, labels.get(key)
+            if op == "exists" and not has:
+                return False
+            if op == "!" and has:
+                return False
+            if op == "=" and val != vals[0]:
+                return False
+            if op == "!=" and has and val == vals[0]:  # != also matches objects without the label
+                return False
+            if op == "in" and (not has or val not in vals):
+                return False
+            if op == "notin" and has and val in vals:
+                return False
+            if op in (">", "<"):
+                try:
+                    n = int(val)
+                except (TypeError, ValueError):
+                    return False
+                if (op == ">" and not n > int(vals[0])) or (op == "<" and not n < int(vals[0])):
+                    return False
+        return True
+
+
+def selector_from_label_selector(sel):
+    """A metav1.LabelSelector (matchLabels, matchExpressions) as selector text (Scale.status.selector)."""
+    parts = ["%s=%s" % kv for kv in sorted((sel or {}).get("matchLabels", {}).items())]
+    for e in (sel or {}).get("matchExpressions", []) or []:
+        op, k, vals = e.get("operator"), e.get("key"), e.get("values") or []
+        if op == "In":
+            parts.append("%s in (%s)" % (k, ",".join(vals)))
+        elif op == "NotIn":
+            parts.append("%s notin (%s)" % (k, ",".join(vals)))
+        elif op == "Exists":
+            parts.append(k)
+        elif op == "DoesNotExist":
+            parts.append("!" + k)
+    return ",".join(parts)
+
+
+def field_value(obj, path):
+    """The value of a dotted field path, as the string a field selector compares with."""
+    cur = obj
+    for p in path.split("."):
+        if isinstance(cur, dict) and p in cur:
+            cur = cur[p]
+        else:
+            return ""
+    if isinstance(cur, bool):
+        return "true" if cur else "false"
+    if cur is None:
+        return ""
+    if isinstance(cur, (dict, list)):
+        return dumps(cur)
+    return str(cur)
+
+
+class FieldSelector:
+    """metadata.name=x, involvedObject.name==y, status.phase!=Running, ...: any dotted path (AND)."""
+
+    def __init__(self, text):
+        self.text, self.reqs = text or "", []
+        if not self.text.strip():
+            return
+        for part in self.text.split(","):
+            p = part.strip()
+            m = re.match(r"^([A-Za-z0-9_.\[\]'/-]+)\s*(!=|==|=)\s*(.*)$", p)
+            if not m:
+                raise err_bad("invalid selector: '%s'; can't understand '%s'" % (self.text, p))
+            self.reqs.append((m.group(1), m.group(2) != "!=", m.group(3).strip()))
+
+    def matches(self, obj):
+        for path, eq, val in self.reqs:
+            if (field_value(obj, path) == val) != eq:
+                return False
+        return True
+
+    def name(self):
+        """The one name a `metadata.name=X` selector pins, or None."""
+        for path, eq, val in self.reqs:
+            if path == "metadata.name" and eq:
+                return val
+        return None
+
+
+# ==== patches =======================================================================================
+
+def json_merge_patch(target, patch):
+    """RFC 7386."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = json_merge_patch(out.get(k), v)
+    return out
+
+
+def _pointer(path):
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise err_bad("invalid JSON pointer %r" % path)
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def json_patch(doc, ops):
+    """RFC 6902: add, remove, replace, move, copy, test."""
+    doc = copy.deepcopy(doc)
+    if not isinstance(ops, list):
+        raise err_bad("json patch must be an array of operations")
+
+    def parent(path):
+        parts = _pointer(path)
+        if not parts:
+            raise ApiError(422, "Invalid", "the JSON pointer %r names the whole document" % path)
+        cur = doc
+        for p in parts[:-1]:
+            if isinstance(cur, list):
+                try:
+                    cur = cur[int(p)]
+                except (ValueError, IndexError):
+                    raise ApiError(422, "Invalid", "path %s: no element %s" % (path, p))
+            elif isinstance(cur, dict) and p in cur:
+                cur = cur[p]
+            else:
+                raise ApiError(422, "Invalid", "doc is missing path: \"%s\": missing value" % path)
+        return cur, parts[-1]
+
+    def get(path):
+        cur = doc
+        for p in _pointer(path):
+            if isinstance(cur, list):
+                try:
+                    cur = cur[int(p)]
+                except (ValueError, IndexError):
+                    raise ApiError(422, "Invalid", "path %s: no element %s" % (path, p))
+            elif isinstance(cur, dict) and p in cur:
+                cur = cur[p]
+            else:
+                raise ApiError(422, "Invalid", "doc is missing path: \"%s\": missing value" % path)
+        return cur
+
+    def add(path, value):
+        c, k = parent(path)
+        if isinstance(c, list):
+            if k == "-":
+                c.append(value)
+            else:
+                c.insert(int(k), value)
+        else:
+            c[k] = value
+
+    def remove(path):
+        c, k = parent(path)
+        try:
+            return c.pop(int(k) if isinstance(c, list) else k)
+        except (KeyError, IndexError, ValueError):
+            raise ApiError(422, "Invalid", "doc is missing path: \"%s\": missing value" % path)
+
+    for op in ops:
+        kind, path = op.get("op"), op.get("path", "")
+        if kind == "add":
+            add(path, copy.deepcopy(op.get("value")))
+        elif kind == "remove":
+            remove(path)
+        elif kind == "replace":
+            remove(path)
+            add(path, copy.deepcopy(op.get("value")))
+        elif kind == "move":
+            add(path, remove(op.get("from", "")))
+        elif kind == "copy":
+            add(path, copy.deepcopy(get(op.get("from", ""))))
+        elif kind == "test":
+            if get(path) != op.get("value"):
+                raise ApiError(422, "Invalid", "the server rejected our request due to an error in our request: "
+                               "testing value %s failed" % path)
+        else:
+            raise err_bad("Unexpected kind: %s" % kind)
+    return doc
+
+
+# Strategic merge patch: the lists Kubernetes merges by a key instead of replacing (patchMergeKey).
+SMP_MERGE_KEYS = {"containers": "name", "initContainers": "name", "ephemeralContainers": "name", "env": "name",
+                  "volumes": "name", "volumeMounts": "mountPath", "volumeDevices": "devicePath",
+                  "imagePullSecrets": "name", "hostAliases": "ip", "conditions": "type", "ownerReferences": "uid",
+                  "secrets": "name", "resourceClaims": "name", "topologySpreadConstraints": "topologyKey",
+                  "ports": None}  # ports: containerPort in a container, port in a Service
+SMP_PRIMITIVE_SETS = {"finalizers"}
+
+
+def _merge_key(field, items):
+    key = SMP_MERGE_KEYS.get(field)
+    if field == "ports":
+        for it in items:
+            if isinstance(it, dict):
+                return "containerPort" if "containerPort" in it else "port"
+        return "port"
+    return key
+
+
+def strategic_merge(orig, patch):
+    """Apply a strategic merge patch (what kubectl apply, edit, label and set send) to orig."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    if patch.get("$patch") == "replace":
+        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+    if patch.get("$patch") == "delete":
+        return None
+    out = copy.deepcopy(orig) if isinstance(orig, dict) else {}
+    orders = {}
+    retain = patch.get("$retainKeys")
+    for k, v in patch.items():
+        if k in ("$patch", "$retainKeys"):
+            continue
+        if k.startswith("$setElementOrder/"):
+            orders[k[len("$setElementOrder/"):]] = v
+            continue
+        if k.startswith("$deleteFromPrimitiveList/"):
+            f = k[len("$deleteFromPrimitiveList/"):]
+            if isinstance(out.get(f), list):
+                out[f] = [x for x in out[f] if x not in (v or [])]
+            continue
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, dict):
+            merged = strategic_merge(out.get(k), v)
+            if merged is None:
+                out.pop(k, None)
+            else:
+                out[k] = merged
+        elif isinstance(v, list):
+            out[k] = _merge_list(k, out.get(k), v)
+        else:
+            out[k] = v
+    for f, order in orders.items():
+        if isinstance(out.get(f), list):
+            out[f] = _apply_order(f, out[f], order)
+    if isinstance(retain, list):
+        for k in list(out):
+            if k not in retain and k not in patch:
+                del out[k]
+    return out
+
+
+def _merge_list(field, orig, patch):
+    orig = orig if isinstance(orig, list) else []
+    if field in SMP_PRIMITIVE_SETS:
+        out = list(orig)
+        for x in patch:
+            if x not in out:
+                out.append(copy.deepcopy(x))
+        return out
+    if field not in SMP_MERGE_KEYS or not all(isinstance(x, dict) for x in patch):
+        return [copy.deepcopy(x) for x in patch]  # atomic lists are replaced
+    if any(x.get("$patch") == "replace" for x in patch):
+        return [copy.deepcopy(x) for x in patch if x.get("$patch") != "replace"]
+    key = _merge_key(field, patch + orig)
+    out = [copy.deepcopy(x) for x in orig]
+    for item in patch:
+        kv = item.get(key)
+        idx = next((i for i, o in enumerate(out) if isinstance(o, dict) and o.get(key) == kv), None)
+        if item.get("$patch") == "delete":
+            if idx is not None:
+                del out[idx]
+            continue
+        if idx is None:
+            out.append(strategic_merge({}, item))
+        else:
+            out[idx] = strategic_merge(out[idx], item)
+    return out
+
+
+def _apply_order(field, items, order):
+    """$setElementOrder: the patch's order of merge-key values; elements it does not name keep their place last."""
+    key = _merge_key(field, items) if field in SMP_MERGE_KEYS else None
+    pos = {}
+    for i, o in enumerate(order or []):
+        pos[dumps(o.get(key) if key and isinstance(o, dict) else o)] = i
+    def rank(ix):
+        i, x = ix
+        k = dumps(x.get(key) if key and isinstance(x, dict) else x)
+        return (pos.get(k, len(pos) + i),)
+    return [x for _, x in sorted(enumerate(items), key=rank)]
+
+
+# ==== store =========================================================================================
+
+class Event:
+    """One change in the history: what a watch from an older resourceVersion replays."""
+    __slots__ = ("rv", "type", "key", "ns", "obj", "old")
+
+    def __init__(self, rv, type_, key, ns, obj, old):
+        self.rv, self.type, self.key, self.ns, self.obj, self.old = rv, type_, key, ns, obj, old
+
+
+class Store:
+    """Every object, one global resourceVersion counter (like etcd) and the event history.
+
+    Stored dicts are never mutated in place: every write stores a fresh copy, so readers may hold
+    references outside the lock. Watch queues are fed under the lock, so a watch registered while
+    holding it sees every later event exactly once and in order.
+    """
+
+    def __init__(self, history_max):
+        self.lock = threading.RLock()
+        self.rv = 0
+        self.objects = {r.key: {} for r in RESOURCES}  # (group, plural) -> {(ns, name): obj}
+        self.history = collections.deque()
+        self.history_max = history_max
+        self.compacted = 0  # the newest resourceVersion whose event is forgotten
+        self.watchers = set()
+        self.kicks = []  # threading.Events set on every change (controllers, kubelet)
+        self.ip_counter = 10
+
+    # -- reading
+
+    def get(self, res, ns, name):
+        with self.lock:
+            o = self.objects[res.key].get((ns or "", name))
+            if o is None:
+                raise err_not_found(res, name)
+            return copy.deepcopy(o)
+
+    def peek(self, res, ns, name):
+        """The stored object itself (read-only) or None."""
+        with self.lock:
+            return self.objects[res.key].get((ns or "", name))
+
+    def all(self, res, ns=None):
+        """Stored objects (read-only), sorted like etcd keys: namespace, then name."""
+        with self.lock:
+            items = [o for (n, _), o in self.objects[res.key].items() if ns is None or n == ns]
+        return sorted(items, key=lambda o: (meta(o).get("namespace", ""), meta(o).get("name", "")))
+
+    def list(self, res, ns, lsel, fsel):
+        with self.lock:
+            items = [copy.deepcopy(o) for o in self.all(res, ns)
+                     if lsel.matches(meta(o).get("labels")) and fsel.matches(o)]
+            return items, str(self.rv)
+
+    # -- writing
+
+    def _commit(self, res, type_, obj, old):
+        """Bump the counter, store (or drop) obj, record the event and hand it to watches."""
+        self.rv += 1
+        m = meta(obj)
+        m["resourceVersion"] = str(self.rv)
+        key = (m.get("namespace", "") if res.namespaced else "", m["name"])
+        if type_ == "DELETED":
+            self.objects[res.key].pop(key, None)
+        else:
+            self.objects[res.key][key] = obj
+        ev = Event(self.rv, type_, res.key, key[0], copy.deepcopy(obj), old)
+        self.history.append(ev)
+        while len(self.history) > self.history_max:
+            self.compacted = self.history.popleft().rv
+        for w in list(self.watchers):
+            w.offer(ev)
+        for k in self.kicks:
+            k.set()
+        return copy.deepcopy(obj)
+
+    def create(self, res, ns, body, dry_run=False, internal=False):
+        with self.lock:
+            obj = copy.deepcopy(body)
+            m = meta(obj)
+            if res.namespaced:
+                if m.get("namespace") and ns and m["namespace"] != ns:
+                    raise err_bad("the namespace of the provided object does not match the namespace sent on "
+                                  "the request")
+                m["namespace"] = ns
+                nso = self.objects[R_NS.key].get(("", ns))
+                if nso is None:
+                    raise ApiError(404, "NotFound", 'namespaces "%s" not found' % ns,
+                                   {"name": ns, "kind": "namespaces"})
+                if meta(nso).get("deletionTimestamp") and not internal:
+                    raise ApiError(403, "Forbidden", '%s "%s" is forbidden: unable to create new content in '
+                                   'namespace %s because it is being terminated' % (res.gr, m.get("name", ""), ns),
+                                   {"name": m.get("name", ""), "group": res.group, "kind": res.plural})
+            else:
+                m.pop("namespace", None)
+            if not m.get("name"):
+                if m.get("generateName"):
+                    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+                    m["name"] = m["generateName"] + "".join(random.choice(alphabet) for _ in range(5))
+                else:
+                    raise err_invalid(res, "", [("metadata.name", "Required value: name or generateName is "
+                                                                  "required")])
+            name = m["name"]
+            valid = DNS1123_LABEL if res in (R_NS, R_SVC) else DNS1123_SUB
+            if not valid.match(name) or len(name) > 253:
+                raise err_invalid(res, name, [("metadata.name", 'Invalid value: "%s": a lowercase RFC 1123 '
+                                               'subdomain must consist of lower case alphanumeric characters, '
+                                               '\'-\' or \'.\', and must start and end with an alphanumeric '
+                                               'character' % name)])
+            if obj.get("kind") not in (None, "", res.kind) or obj.get("apiVersion") not in (None, "",
+                                                                                             res.api_version):
+                raise err_bad("the API version in the data (%s) does not match the expected API version (%s)"
+                              % (obj.get("apiVersion"), res.api_version) if obj.get("kind") == res.kind else
+                              "%s in version \"%s\" cannot be handled as a %s: no kind \"%s\" is registered"
+                              % (obj.get("kind"), res.version, res.kind, obj.get("kind")))
+            if (m.get("namespace", ""), name) in self.objects[res.key]:
+                raise err_exists(res, name)
+            obj["apiVersion"], obj["kind"] = res.api_version, res.kind
+            for k in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"):
+                m.pop(k, None)
+            m["uid"] = str(uuid.uuid4())
+            m["creationTimestamp"] = now_ts()
+            m["generation"] = 1
+            if res.has_status and not internal:
+                obj.pop("status", None)
+            defaults(res, obj, self)
+            if dry_run:
+                m["resourceVersion"] = str(self.rv)
+                return obj
+            out = self._commit(res, "ADDED", obj, None)
+            after_create(res, out, self)
+            return out
+
+    def update(self, res, ns, name, body, subresource=None, dry_run=False, check_rv=True):
+        """PUT: the whole object (or, for the status subresource, its status)."""
+        with self.lock:
+            cur = self.objects[res.key].get((ns or "", name))
+            if cur is None:
+                raise err_not_found(res, name)
+            new = copy.deepcopy(body)
+            m = meta(new)
+            if m.get("name") not in (None, name):
+                raise err_bad('the name of the object (%s) does not match the name on the URL (%s)'
+                              % (m.get("name"), name))
+            rv = m.get("resourceVersion")
+            if check_rv and rv and rv != meta(cur).get("resourceVersion"):
+                raise err_conflict(res, name)
+            return self._replace(res, cur, new, subresource, dry_run)
+
+    def _replace(self, res, cur, new, subresource, dry_run):
+        cm, m = meta(cur), meta(new)
+        if res.has_status:
+            if subresource == "status":  # only status changes
+                st = new.get("status")
+                new = copy.deepcopy(cur)
+                if st is None:
+                    new.pop("status", None)
+                else:
+                    new["status"] = st
+                m = meta(new)
+            elif "status" in cur:
+                new["status"] = copy.deepcopy(cur["status"])
+            else:
+                new.pop("status", None)
+        new["apiVersion"], new["kind"] = res.api_version, res.kind
+        for k in ("uid", "creationTimestamp", "namespace", "name", "deletionTimestamp",
+                  "deletionGracePeriodSeconds", "generation"):
+            if k in cm:
+                m[k] = cm[k]
+            else:
+                m.pop(k, None)
+        m.pop("managedFields", None)
+        normalize(res, new, cur)
+        spec_of = lambda o: {k: v for k, v in o.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+        if spec_of(new) != spec_of(cur):
+            m["generation"] = cm.get("generation", 1) + 1
+        m["resourceVersion"] = cm.get("resourceVersion")
+        if new == cur:
+            return copy.deepcopy(cur)  # a no-op write bumps nothing, like the real server
+        if dry_run:
+            return new
+        # an object being deleted goes once its last finalizer is removed
+        if m.get("deletionTimestamp") and not m.get("finalizers") and res not in (R_POD, R_NS):
+            return self._commit(res, "DELETED", new, cur)
+        return self._commit(res, "MODIFIED", new, cur)
+
+    def patch(self, res, ns, name, ctype, body, subresource=None, dry_run=False):
+        with self.lock:
+            cur = self.objects[res.key].get((ns or "", name))
+            if ctype == "application/apply-patch+yaml":  # server-side apply, approximated
+                if cur is None:
+                    return self.create(res, ns, body, dry_run), 201
+            if cur is None:
+                raise err_not_found(res, name)
+            new = self._patched(cur, ctype, body)
+            rv = meta(new).get("resourceVersion")
+            if rv and rv != meta(cur).get("resourceVersion"):
+                raise err_conflict(res, name)
+            return self._replace(res, cur, new, subresource, dry_run), 200
+
+    @staticmethod
+    def _patched(cur, ctype, body):
+        if ctype == "application/json-patch+json":
+            return json_patch(cur, body)
+        if not isinstance(body, dict):
+            raise err_bad("the patch must be a JSON object")
+        if ctype == "application/merge-patch+json":
+            return json_merge_patch(cur, body)
+        if ctype in ("application/strategic-merge-patch+json", "application/apply-patch+yaml"):
+            return strategic_merge(cur, body)
+        raise err_media(ctype)
+
+    def mutate(self, res, ns, name, fn, uid=None):
+        """Internal read-modify-write (controllers, kubelet): fn edits a copy; no conflict checks."""
+        with self.lock:
+            cur = self.objects[res.key].get((ns or "", name))
+            if cur is None or (uid and meta(cur).get("uid") != uid):
+                return None
+            new = copy.deepcopy(cur)
+            fn(new)
+            if new == cur:
+                return cur
+            return self._commit(res, "MODIFIED", new, cur)
+
+    def delete(self, res, ns, name, opts, dry_run=False):
+        """DELETE: graceful for pods (deletionTimestamp; the kubelet removes it), at once for the rest."""
+        with self.lock:
+            cur = self.objects[res.key].get((ns or "", name))
+            if cur is None:
+                raise err_not_found(res, name)
+            cm = meta(cur)
+            pre = opts.get("preconditions") or {}
+            if pre.get("uid") and pre["uid"] != cm.get("uid"):
+                raise err_conflict(res, name, "Precondition failed: UID in precondition: %s, UID in object meta: "
+                                   "%s" % (pre["uid"], cm.get("uid")))
+            if pre.get("resourceVersion") and pre["resourceVersion"] != cm.get("resourceVersion"):
+                raise err_conflict(res, name, "Precondition failed: ResourceVersion in precondition: %s, "
+                                   "ResourceVersion in object meta: %s" % (pre["resourceVersion"],
+                                                                          cm.get("resourceVersion")))
+            policy = opts.get("propagationPolicy") or ("Orphan" if opts.get("orphanDependents") else "Background")
+            if dry_run:
+                return copy.deepcopy(cur), 200
+            if policy == "Orphan":
+                self._orphan(cm.get("uid"))
+            grace = opts.get("gracePeriodSeconds")
+            if res is R_POD:
+                if grace is None:
+                    grace = dig(cur, "spec", "terminationGracePeriodSeconds", default=30)
+                grace = max(0, int(grace))
+                if grace == 0:
+                    return self.remove(res, ns, name), 200
+                old_grace = cm.get("deletionGracePeriodSeconds")
+                if old_grace is not None and grace >= old_grace:
+                    return copy.deepcopy(cur), 200  # a grace period can only be shortened
+                return self.mutate(res, ns, name, lambda o: meta(o).update(
+                    deletionTimestamp=now_ts(time.time() + grace), deletionGracePeriodSeconds=grace)), 200
+            if res is R_NS or policy == "Foreground" or cm.get("finalizers"):
+                # kept until the garbage collector or the namespace controller is done with it
+                def mark(o):
+                    om = meta(o)
+                    om.setdefault("deletionTimestamp", now_ts())
+                    om.setdefault("deletionGracePeriodSeconds", 0)
+                    if policy == "Foreground" and res is not R_NS:
+                        om["finalizers"] = list(dict.fromkeys((om.get("finalizers") or []) + ["foregroundDeletion"]))
+                    if res is R_NS:
+                        o.setdefault("status", {})["phase"] = "Terminating"
+                return self.mutate(res, ns, name, mark), 200
+            return self.remove(res, ns, name), 200
+
+    def remove(self, res, ns, name, uid=None):
+        """Drop the object now (a DELETED event): the end of a graceful delete."""
+        with self.lock:
+            cur = self.objects[res.key].get((ns or "", name))
+            if cur is None or (uid and meta(cur).get("uid") != uid):
+                return None
+            return self._commit(res, "DELETED", copy.deepcopy(cur), cur)
+
+    def _orphan(self, uid):
+        for r in RESOURCES:
+            for o in self.all(r):
+                refs = meta(o).get("ownerReferences") or []
+                if any(ref.get("uid") == uid for ref in refs):
+                    m = meta(o)
+                    self.mutate(r, m.get("namespace"), m["name"], lambda x: meta(x).update(
+                        ownerReferences=[ref for ref in refs if ref.get("uid") != uid]))
+
+    # -- watching
+
+    def watch(self, watcher, since):
+        """Register a watch: queue its initial events (ADDED for all, or the history after `since`)."""
+        with self.lock:
+            if since is None:
+                for o in self.all(watcher.res, watcher.ns):
+                    if watcher.matches(o):
+                        watcher.put("ADDED", copy.deepcopy(o))
+            else:
+                if since < self.compacted:
+                    raise ApiError(410, "Expired", "too old resource version: %d (%d)" % (since, self.compacted))
+                for ev in self.history:
+                    if ev.rv > since:
+                        watcher.offer(ev)
+            self.watchers.add(watcher)
+
+    def unwatch(self, watcher):
+        with self.lock:
+            self.watchers.discard(watcher)
+
+    def compact(self):
+        with self.lock:
+            self.history.clear()
+            self.compacted = self.rv
+            return self.rv
+
+
+def pod_spec_defaults(spec):
+    """The defaults the real server fills into a pod spec (so -o yaml and apply look as usual)."""
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        c.setdefault("terminationMessagePath", "/dev/termination-log")
+        c.setdefault("terminationMessagePolicy", "File")
+        img = c.get("image", "")
+        c.setdefault("imagePullPolicy", "Always" if ":" not in img.rsplit("/", 1)[-1] or img.endswith(":latest")
+                     else "IfNotPresent")
+        c.setdefault("resources", {})
+        for p in c.get("ports") or []:
+            p.setdefault("protocol", "TCP")
+        for pk in ("readinessProbe", "livenessProbe", "startupProbe"):
+            if isinstance(c.get(pk), dict):
+                for k, v in (("timeoutSeconds", 1), ("periodSeconds", 10), ("successThreshold", 1),
+                             ("failureThreshold", 3)):
+                    c[pk].setdefault(k, v)
+
+
+def normalize(res, obj, old):
+    """What every write does to an object of this kind (create and update)."""
+    if res is R_SECRET:
+        sd = obj.pop("stringData", None)
+        if isinstance(sd, dict):
+            data = obj.setdefault("data", {}) or {}
+            obj["data"] = data
+            for k, v in sd.items():
+                data[k] = base64.b64encode(str(v).encode()).decode()
+        obj.setdefault("type", "Opaque")
+    elif res is R_SVC:
+        spec = obj.setdefault("spec", {})
+        if old is not None and not spec.get("clusterIP"):
+            for k in ("clusterIP", "clusterIPs"):
+                if dig(old, "spec", k) is not None:
+                    spec[k] = copy.deepcopy(old["spec"][k])
+    elif res is R_STS:
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("replicas", 1)
+
+
+def defaults(res, obj, store):
+    """Create-time defaults and allocations."""
+    normalize(res, obj, None)
+    m = meta(obj)
+    if res is R_NS:
+        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+        obj["status"] = {"phase": "Active"}
+        m.setdefault("labels", {})["kubernetes.io/metadata.name"] = m["name"]
+    elif res is R_POD:
+        spec = obj.setdefault("spec", {})
+        pod_spec_defaults(spec)
+        spec.setdefault("serviceAccountName", spec.get("serviceAccount", "default"))
+        spec.setdefault("serviceAccount", spec["serviceAccountName"])
+        spec.setdefault("enableServiceLinks", True)
+        spec.setdefault("nodeName", NODE_NAME)  # the "scheduler" binds every pod at once, to the one node
+        obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+    elif res is R_SVC:
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("type", "ClusterIP")
+        spec.setdefault("sessionAffinity", "None")
+        if spec.get("clusterIP") != "None":
+            store.ip_counter += 1
+            spec["clusterIP"] = "10.96.%d.%d" % (store.ip_counter // 250, store.ip_counter % 250 + 1)
+        spec["clusterIPs"] = [spec["clusterIP"]]
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+        for p in spec.get("ports") or []:
+            p.setdefault("protocol", "TCP")
+            p.setdefault("targetPort", p.get("port"))
+        obj["status"] = {"loadBalancer": {}}
+    elif res is R_STS:
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("podManagementPolicy", "OrderedReady")
+        spec.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("persistentVolumeClaimRetentionPolicy", {"whenDeleted": "Retain", "whenScaled": "Retain"})
+        pod_spec_defaults(spec.setdefault("template", {}).setdefault("spec", {}))
+        obj["status"] = {"replicas": 0, "availableReplicas": 0}
+    elif res is R_DEPLOY:
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("replicas", 1)
+        spec.setdefault("strategy", {"type": "RollingUpdate",
+                                     "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("progressDeadlineSeconds", 600)
+        pod_spec_defaults(spec.setdefault("template", {}).setdefault("spec", {}))
+        obj["status"] = {}
+    elif res is R_SA:
+        pass
+
+
+def after_create(res, obj, store):
+    if res is R_NS:  # the service account controller's "default"
+        name = meta(obj)["name"]
+        if store.peek(R_SA, name, "default") is None:
+            store.create(R_SA, name, {"metadata": {"name": "default"}}, internal=True)
+
+
+# ==== watch hub =====================================================================================
+
+DROP = object()  # queued to a watch: close its connection abruptly
+
+
+class Watcher:
+    """One open watch: a filter over the store's events and the queue its connection drains."""
+    counter = 0
+
+    def __init__(self, res, ns, lsel, fsel, conn):
+        Watcher.counter += 1
+        self.id = Watcher.counter
+        self.res, self.ns, self.lsel, self.fsel, self.conn = res, ns, lsel, fsel, conn
+        self.q = queue.Queue()
+        self.rng = random.Random("%s-%d" % (OPT.seed if OPT else 0, self.id))
+
+    def matches(self, obj):
+        if obj is None:
+            return False
+        if self.ns is not None and meta(obj).get("namespace", "") != self.ns:
+            return False
+        return self.lsel.matches(meta(obj).get("labels")) and self.fsel.matches(obj)
+
+    def put(self, type_, obj):
+        self.q.put((type_, obj))
+
+    def offer(self, ev):
+        """Translate one change for this watch (real semantics: an object that stops matching is DELETED)."""
+        if ev.key != self.res.key or (self.ns is not None and ev.ns != self.ns):
+            return
+        cur = ev.type != "DELETED" and self.matches(ev.obj)
+        old = self.matches(ev.old)
+        if cur and not old:
+            self.put("ADDED", ev.obj)
+        elif cur and old:
+            self.put("MODIFIED", ev.obj)
+        elif old:
+            gone = copy.deepcopy(ev.old)
+            meta(gone)["resourceVersion"] = str(ev.rv)  # the previous content, at the event's version
+            self.put("DELETED", gone)
+
+    def drop(self):
+        """Abort the connection: shutdown(2) from this thread ends a blocked write; the queue wakes a reader."""
+        self.q.put(DROP)
+        try:
+            socket.socket.shutdown(self.conn, socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def drop_watches(store):
+    with store.lock:
+        ws = list(store.watchers)
+    for w in ws:
+        w.drop()
+    return len(ws)
+
+
+# ==== tables and discovery ==========================================================================
+
+def col(name, type_="string", priority=0, fmt="", desc=""):
+    return {"name": name, "type": type_, "format": fmt, "description": desc or name, "priority": priority}
+
+
+def pod_status_text(pod):
+    """kubectl's STATUS column for a pod (printPod, abridged)."""
+    st = pod.get("status") or {}
+    reason = st.get("reason") or st.get("phase") or "Pending"
+    inits = dig(pod, "spec", "initContainers", default=[]) or []
+    initializing = False
+    for i, cs in enumerate(st.get("initContainerStatuses") or []):
+        state = cs.get("state") or {}
+        t, w = state.get("terminated"), state.get("waiting")
+        if t and t.get("exitCode") == 0:
+            continue
+        if t:
+            reason = "Init:" + (t.get("reason") or ("Signal:%d" % t["signal"] if t.get("signal") else
+                                                     "ExitCode:%d" % t.get("exitCode", 0)))
+        elif w and w.get("reason") and w["reason"] != "PodInitializing":
+            reason = "Init:" + w["reason"]
+        else:
+            reason = "Init:%d/%d" % (i, len(inits))
+        initializing = True
+        break
+    if not initializing:
+        has_running = False
+        for cs in reversed(st.get("containerStatuses") or []):
+            state = cs.get("state") or {}
+            w, t = state.get("waiting"), state.get("terminated")
+            if w and w.get("reason"):
+                reason = w["reason"]
+            elif t and t.get("reason"):
+                reason = t["reason"]
+            elif t:
+                reason = "Signal:%d" % t["signal"] if t.get("signal") else "ExitCode:%d" % t.get("exitCode", 0)
+            elif state.get("running") and cs.get("ready"):
+                has_running = True
+        if reason == "Completed" and has_running:
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
+            reason = "Running" if ready else "NotReady"
+    if meta(pod).get("deletionTimestamp"):
+        reason = "Terminating"
+    return reason
+
+
+def table_columns(res):
+    age = col("Age", desc="CreationTimestamp is a timestamp representing the server time when this object was "
+                          "created.")
+    name = col("Name", fmt="name", desc="Name must be unique within a namespace.")
+    if res is R_POD:
+        return [name, col("Ready"), col("Status"), col("Restarts", "string"), age, col("IP", priority=1),
+                col("Node", priority=1), col("Nominated Node", priority=1), col("Readiness Gates", priority=1)]
+    if res is R_STS:
+        return [name, col("Ready"), age, col("Containers", priority=1), col("Images", priority=1)]
+    if res is R_DEPLOY:
+        return [name, col("Ready"), col("Up-to-date", "integer"), col("Available", "integer"), age,
+                col("Containers", priority=1), col("Images", priority=1), col("Selector", priority=1)]
+    if res is R_SVC:
+        return [name, col("Type"), col("Cluster-IP"), col("External-IP"), col("Port(s)"), age,
+                col("Selector", priority=1)]
+    if res is R_CM:
+        return [name, col("Data", "integer"), age]
+    if res is R_SECRET:
+        return [name, col("Type"), col("Data", "integer"), age]
+    if res is R_NS:
+        return [name, col("Status"), age]
+    if res.plural == "events":
+        return [col("Last Seen"), col("Type"), col("Reason"), col("Object"), col("Subobject", priority=1),
+                col("Source", priority=1), col("Message"), col("First Seen", priority=1),
+                col("Count", "integer", priority=1), col("Name", priority=1)]
+    return [name, age]
+
+
+def table_cells(res, o):
+    m = meta(o)
+    name, age = m.get("name", ""), age_of(m.get("creationTimestamp"))
+    spec, st = o.get("spec") or {}, o.get("status") or {}
+    if res is R_POD:
+        css = st.get("containerStatuses") or []
+        ready = sum(1 for c in css if c.get("ready"))
+        restarts = sum(c.get("restartCount", 0) for c in css)
+        last = max((parse_ts(dig(c, "lastState", "terminated", "finishedAt")) or 0 for c in css), default=0)
+        rtext = "%d (%s ago)" % (restarts, human_age(time.time() - last)) if restarts and last else str(restarts)
+        return [name, "%d/%d" % (ready, len(spec.get("containers") or [])), pod_status_text(o), rtext, age,
+                st.get("podIP") or "<none>", spec.get("nodeName") or "<none>", "<none>", "<none>"]
+    if res in (R_STS, R_DEPLOY):
+        cs = dig(spec, "template", "spec", "containers", default=[]) or []
+        names, images = ",".join(c.get("name", "") for c in cs), ",".join(c.get("image", "") for c in cs)
+        ready = "%d/%d" % (st.get("readyReplicas", 0), spec.get("replicas", 1))
+        if res is R_STS:
+            return [name, ready, age, names, images]
+        return [name, ready, st.get("updatedReplicas", 0), st.get("availableReplicas", 0), age, names, images,
+                selector_from_label_selector(spec.get("selector")) or "<none>"]
+    if res is R_SVC:
+        ports = ",".join("%s/%s" % (p.get("port"), p.get("protocol", "TCP")) for p in spec.get("ports") or [])
+        sel = ",".join("%s=%s" % kv for kv in sorted((spec.get("selector") or {}).items()))
+        return [name, spec.get("type", "ClusterIP"), spec.get("clusterIP", "<none>"), "<none>", ports or "<none>",
+                age, sel or "<none>"]
+    if res is R_CM:
+        return [name, len(o.get("data") or {}) + len(o.get("binaryData") or {}), age]
+    if res is R_SECRET:
+        return [name, o.get("type", "Opaque"), len(o.get("data") or {}), age]
+    if res is R_NS:
+        return [name, st.get("phase", "Active"), age]
+    if res.plural == "events":
+        inv = o.get("involvedObject") or o.get("regarding") or {}
+        last = o.get("lastTimestamp") or o.get("eventTime") or dig(o, "series", "lastObservedTime") or \
+            m.get("creationTimestamp")
+        first = o.get("firstTimestamp") or o.get("eventTime") or m.get("creationTimestamp")
+        src = dig(o, "source", "component") or o.get("reportingComponent") or o.get("reportingController") or ""
+        return [age_of(last), o.get("type", ""), o.get("reason", ""),
+                "%s/%s" % ((inv.get("kind") or "").lower(), inv.get("name", "")), inv.get("fieldPath", ""), src,
+                o.get("message") or o.get("note") or "", age_of(first), o.get("count", 1), name]
+    return [name, age]
+
+
+def row_object(res, o, include):
+    if include == "None":
+        return None
+    if include == "Object":
+        full = copy.deepcopy(o)
+        full["apiVersion"], full["kind"] = res.api_version, res.kind
+        return full
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": copy.deepcopy(meta(o))}
+
+
+def to_table(res, objs, include, rv, columns=True):
+    rows = []
+    for o in objs:
+        row = {"cells": table_cells(res, o)}
+        ro = row_object(res, o, include)
+        if ro is not None:
+            row["object"] = ro
+        rows.append(row)
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv},
+            "columnDefinitions": table_columns(res) if columns else [], "rows": rows}
+
+
+def api_resource_list(group, version):
+    out = []
+    for r in RESOURCES:
+        if r.group != group or r.version != version:
+            continue
+        d = {"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind,
+             "verbs": list(ALL_VERBS)}
+        if r.short:
+            d["shortNames"] = r.short
+        if r.categories:
+            d["categories"] = r.categories
+        d["storageVersionHash"] = base64.b64encode(hashlib.sha256(r.gr.encode()).digest()[:8]).decode()
+        out.append(d)
+        for name, g, v, kind, verbs in r.subresources:
+            s = {"name": "%s/%s" % (r.plural, name), "singularName": "", "namespaced": r.namespaced,
+                 "kind": kind or r.kind, "verbs": verbs}
+            if g is not None:
+                s["group"], s["version"] = g, v
+            out.append(s)
+    gv = version if not group else "%s/%s" % (group, version)
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}
+
+
+def api_group(group):
+    vs = [{"groupVersion": "%s/%s" % (group, v), "version": v} for v in GROUPS[group]]
+    return {"name": group, "versions": vs, "preferredVersion": vs[0]}
+
+
+def openapi_v3_root():
+    paths = {}
+    for g, vs in GROUPS.items():
+        for v in vs:
+            p = "api/%s" % v if not g else "apis/%s/%s" % (g, v)
+            paths[p] = {"serverRelativeURL": "/openapi/v3/%s?hash=%s" % (p, openapi_hash(g, v))}
+    return {"paths": paths}
+
+
+def openapi_hash(group, version):
+    return hashlib.sha512(dumps(openapi_v3_doc(group, version)).encode()).hexdigest()[:64].upper()
+
+
+def openapi_v3_doc(group, version):
+    """Just enough OpenAPI v3 for kubectl: each PATCH operation names its kind and the fieldValidation parameter,
+    so `kubectl apply` (--validate=strict) asks the server to validate instead of fetching schemas. No schemas:
+    kubectl then computes strategic merge patches from its built-in types."""
+    paths = {}
+    fv = {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True},
+          "description": "Strict, Warn or Ignore: the simulator accepts all three and does not reject unknown "
+                         "fields."}
+    for r in RESOURCES:
+        if r.group != group or r.version != version:
+            continue
+        prefix = "/api/%s" % version if not group else "/apis/%s/%s" % (group, version)
+        base = prefix + ("/namespaces/{namespace}/%s" % r.plural if r.namespaced else "/%s" % r.plural)
+        gvk = {"group": group, "version": version, "kind": r.kind}
+        op = lambda verb: {"operationId": "%s%s" % (verb, r.kind), "x-kubernetes-action": verb,
+                           "x-kubernetes-group-version-kind": gvk, "parameters": [fv],
+                           "responses": {"200": {"description": "OK"}}}
+        paths[base] = {"post": op("post"), "get": op("list")}
+        paths[base + "/{name}"] = {"get": op("get"), "put": op("put"), "patch": op("patch"),
+                                   "delete": op("delete")}
+    return {"openapi": "3.0.0", "info": {"title": "Kubernetes (apisim)", "version": K8S_VERSION["gitVersion"]},
+            "paths": paths, "components": {"schemas": {}}}
+
+
+# ==== controllers ===================================================================================
+
+def is_terminating(o):
+    return bool(meta(o).get("deletionTimestamp"))
+
+
+def pod_ready(p):
+    return p.get("status", {}).get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in p.get("status", {}).get("conditions") or [])
+
+
+def owned_by(o, uid):
+    return any(r.get("uid") == uid for r in meta(o).get("ownerReferences") or [])
+
+
+def template_hash(tmpl):
+    return hashlib.sha256(dumps(tmpl).encode()).hexdigest()[:10]
+
+
+def record_event(store, involved, reason, message, type_="Normal", component="apisim"):
+    """A core Event about an object, deduplicated by (object, reason, message) like the real recorder."""
+    m = meta(involved)
+    ns = m.get("namespace") or "default"
+    now = now_ts()
+    for ev in store.all(R_EVENT, ns):
+        if dig(ev, "involvedObject", "uid") == m.get("uid") and ev.get("reason") == reason and \
+                ev.get("message") == message:
+            store.mutate(R_EVENT, ns, meta(ev)["name"], lambda e: e.update(count=e.get("count", 1) + 1,
+                                                                            lastTimestamp=now))
+            return
+    try:
+        store.create(R_EVENT, ns, {
+            "metadata": {"name": "%s.%x" % (m.get("name"), int(time.time() * 1e9) + random.randrange(1 << 20))},
+            "involvedObject": {"kind": involved.get("kind"), "namespace": ns, "name": m.get("name"),
+                               "uid": m.get("uid"), "apiVersion": involved.get("apiVersion"),
+                               "resourceVersion": m.get("resourceVersion")},
+            "reason": reason, "message": message, "type": type_, "count": 1, "firstTimestamp": now,
+            "lastTimestamp": now, "source": {"component": component}, "reportingComponent": component},
+            internal=True)
+    except ApiError:
+        pass
+
+
+class Controllers(threading.Thread):
+    """The StatefulSet and Deployment controllers, the garbage collector and the namespace controller.
+
+    Level-triggered: every pass looks at the whole store (small in tests) and writes only what differs, so
+    a pass with nothing to do writes nothing and the loop settles."""
+
+    def __init__(self, store, stop):
+        threading.Thread.__init__(self, name="controllers", daemon=True)
+        self.store, self.stop = store, stop
+        self.kick = threading.Event()
+        store.kicks.append(self.kick)
+
+    def run(self):
+        while not self.stop.is_set():
+            self.kick.wait(0.5)
+            self.kick.clear()
+            try:
+                for sts in self.store.all(R_STS):
+                    if not is_terminating(sts):
+                        self.statefulset(sts)
+                for d in self.store.all(R_DEPLOY):
+                    self.deployment(d)
+                self.garbage_collect()
+                self.namespaces()
+            except Exception:  # a controller bug must not stop the simulator: log it and go on
+                traceback.print_exc()
+
+    # -- StatefulSet
+
+    def statefulset(self, sts):
+        st, m, spec = self.store, meta(sts), sts.get("spec") or {}
+        ns, name, uid = m.get("namespace"), m["name"], m["uid"]
+        replicas = spec.get("replicas", 1)
+        tmpl = spec.get("template") or {}
+        rev = "%s-%s" % (name, template_hash(tmpl))
+        parallel = spec.get("podManagementPolicy") == "Parallel"
+        pods = {}
+        for p in st.all(R_POD, ns):
+            mm = re.match(r"^%s-(\d+)$" % re.escape(name), meta(p)["name"])
+            if mm and owned_by(p, uid):
+                pods[int(mm.group(1))] = p
+        # ended pods are deleted, and made again below once gone
+        for o, p in pods.items():
+            if not is_terminating(p) and p.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                self.delete_pod(sts, p)
+        # missing ordinals
+        for o in range(replicas):
+            if o in pods:
+                if not parallel and not (pod_ready(pods[o]) and not is_terminating(pods[o])):
+                    break  # OrderedReady: the next one waits for this one to be Running and Ready
+                continue
+            if st.peek(R_POD, ns, "%s-%d" % (name, o)) is not None:
+                if parallel:
+                    continue  # a pod of that name (ours terminating, or someone else's) is in the way
+                break
+            self.create_pod(sts, o, rev)
+            if not parallel:
+                break
+        # scale down: the highest ordinals first
+        condemned = sorted((o for o, p in pods.items() if o >= replicas and not is_terminating(p)), reverse=True)
+        if parallel:
+            for o in condemned:
+                self.delete_pod(sts, pods[o])
+        elif condemned and not any(is_terminating(p) for p in pods.values()):
+            self.delete_pod(sts, pods[condemned[0]])
+        # rolling update: one outdated pod at a time, highest ordinal first, once the rest are ready
+        strategy = spec.get("updateStrategy") or {}
+        partition = dig(strategy, "rollingUpdate", "partition", default=0) or 0
+        live = [pods.get(o) for o in range(replicas)]
+        if strategy.get("type", "RollingUpdate") == "RollingUpdate" and all(
+                p is not None and not is_terminating(p) and pod_ready(p) for p in live):
+            old = [o for o in range(replicas - 1, partition - 1, -1)
+                   if meta(live[o]).get("labels", {}).get("controller-revision-hash") != rev]
+            if old:
+                self.delete_pod(sts, live[old[0]])
+        # status
+        current = [p for o, p in pods.items() if not is_terminating(p)]
+        updated = sum(1 for p in current if meta(p).get("labels", {}).get("controller-revision-hash") == rev)
+        ready = sum(1 for p in current if pod_ready(p))
+        old_status = sts.get("status") or {}
+        cur_rev = rev if updated == len(current) else old_status.get("currentRevision", rev)
+        status = {"observedGeneration": m.get("generation", 1), "replicas": len(current),
+                  "availableReplicas": ready, "currentRevision": cur_rev, "updateRevision": rev, "collisionCount": 0}
+        for k, v in (("readyReplicas", ready), ("updatedReplicas", updated),
+                     ("currentReplicas", updated if cur_rev == rev else len(current) - updated)):
+            if v:
+                status[k] = v  # omitempty, as the real API serializes them
+        if status != old_status:
+            st.mutate(R_STS, ns, name, lambda o: o.update(status=status), uid=uid)
+
+    def create_pod(self, sts, ordinal, rev):
+        m, spec = meta(sts), sts.get("spec") or {}
+        name = "%s-%d" % (m["name"], ordinal)
+        tmpl = copy.deepcopy(spec.get("template") or {})
+        tm = tmpl.get("metadata") or {}
+        labels = dict(tm.get("labels") or {})
+        labels.update({"statefulset.kubernetes.io/pod-name": name, "apps.kubernetes.io/pod-index": str(ordinal),
+                       "controller-revision-hash": rev})
+        pspec = tmpl.get("spec") or {}
+        pspec["hostname"] = name
+        if spec.get("serviceName"):
+            pspec["subdomain"] = spec["serviceName"]
+        vols = pspec.setdefault("volumes", [])
+        for claim in spec.get("volumeClaimTemplates") or []:
+            cn = meta(claim).get("name")
+            if cn and not any(v.get("name") == cn for v in vols):
+                vols.append({"name": cn, "persistentVolumeClaim": {"claimName": "%s-%s" % (cn, name)}})
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "generateName": m["name"] + "-", "labels": labels,
+                            "annotations": dict(tm.get("annotations") or {}),
+                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": m["name"],
+                                                 "uid": m["uid"], "controller": True,
+                                                 "blockOwnerDeletion": True}]},
+               "spec": pspec}
+        if not pod["metadata"]["annotations"]:
+            del pod["metadata"]["annotations"]
+        try:
+            self.store.create(R_POD, m["namespace"], pod, internal=True)
+            record_event(self.store, sts, "SuccessfulCreate", "create Pod %s in StatefulSet %s successful"
+                         % (name, m["name"]), component="statefulset-controller")
+        except ApiError as e:
+            log("statefulset %s: cannot create pod %s: %s" % (m["name"], name, e))
+
+    def delete_pod(self, sts, pod):
+        pm = meta(pod)
+        try:
+            self.store.delete(R_POD, pm["namespace"], pm["name"], {"preconditions": {"uid": pm["uid"]}})
+            record_event(self.store, sts, "SuccessfulDelete", "delete Pod %s in StatefulSet %s successful"
+                         % (pm["name"], meta(sts)["name"]), component="statefulset-controller")
+        except ApiError:
+            pass
+
+    # -- Deployment: stored, never run (tests run the coordinator outside the simulator)
+
+    def deployment(self, d):
+        m = meta(d)
+        status = dict(d.get("status") or {})
+        status["observedGeneration"] = m.get("generation", 1)
+        if status != (d.get("status") or {}):
+            self.store.mutate(R_DEPLOY, m.get("namespace"), m["name"], lambda o: o.update(status=status),
+                              uid=m["uid"])
+
+    # -- garbage collector: dependents of a gone owner are deleted (background cascade)
+
+    def garbage_collect(self):
+        st = self.store
+        uids, everything = {}, []
+        for r in RESOURCES:
+            for o in st.all(r):
+                uids[meta(o).get("uid")] = o
+                everything.append((r, o))
+        for r, o in everything:
+            m = meta(o)
+            refs = m.get("ownerReferences") or []
+            if refs and not any(ref.get("uid") in uids and not ("foregroundDeletion" in (meta(uids[ref["uid"]]).get(
+                    "finalizers") or [])) for ref in refs) and not is_terminating(o):
+                try:
+                    st.delete(r, m.get("namespace"), m["name"], {"preconditions": {"uid": m["uid"]}})
+                except ApiError:
+                    pass
+            # foreground deletion: the owner goes once its dependents are gone
+            if is_terminating(o) and "foregroundDeletion" in (m.get("finalizers") or []):
+                if not any(owned_by(x, m["uid"]) for _, x in everything):
+                    st.mutate(r, m.get("namespace"), m["name"], lambda x: meta(x).update(
+                        finalizers=[f for f in meta(x).get("finalizers") or [] if f != "foregroundDeletion"]))
+                    cur = st.peek(r, m.get("namespace"), m["name"])
+                    if cur is not None and not meta(cur).get("finalizers"):
+                        st.remove(r, m.get("namespace"), m["name"], uid=m["uid"])
+
+    # -- namespaces: a terminating namespace is emptied, then removed
+
+    def namespaces(self):
+        st = self.store
+        for nso in st.all(R_NS):
+            if not is_terminating(nso):
+                continue
+            ns, left = meta(nso)["name"], 0
+            for r in RESOURCES:
+                if not r.namespaced:
+                    continue
+                for o in st.all(r, ns):
+                    left += 1
+                    if not is_terminating(o):
+                        try:
+                            st.delete(r, ns, meta(o)["name"], {})
+                        except ApiError:
+                            pass
+                    elif r is not R_POD and not meta(o).get("finalizers"):
+                        st.remove(r, ns, meta(o)["name"])
+            if not left:
+                st.remove(R_NS, "", ns, uid=meta(nso)["uid"])
+
+
+# ==== kubelet =======================================================================================
+
+PR_SET_PDEATHSIG = 1
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before any fork
+except (OSError, AttributeError):
+    _prctl = None
+
+
+def _child_setup():
+    """In the container's process, before exec: die with the simulator (its kubelet thread), even on SIGKILL."""
+    if _prctl is not None:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+WATCHDOG = r"""
+import os, signal, sys
+groups = set()
+for line in sys.stdin:
+    line = line.strip()
+    if line.startswith("-"):
+        groups.discard(int(line[1:]))
+    elif line:
+        groups.add(int(line))
+for g in groups:
+    try:
+        os.killpg(g, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+class ConfigError(Exception):
+    """A pod that cannot start yet: a missing Secret, ConfigMap or key (it stays Pending and is retried)."""
+
+    def __init__(self, reason, message):
+        Exception.__init__(self, message)
+        self.reason, self.message = reason, message
+
+
+def sig_name(n):
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return "SIG%d" % n
+
+
+class Container:
+    """One container of a pod: its spec, its current process and what Kubernetes reports about it."""
+
+    def __init__(self, spec, init):
+        self.spec, self.init, self.name = spec, init, spec.get("name", "")
+        self.proc = None
+        self.pgid = None
+        self.state = "waiting"
+        self.waiting_reason, self.waiting_message = "ContainerCreating", ""
+        self.started_at = self.finished_at = None
+        self.exit_code, self.exit_signal, self.term_reason, self.term_message = None, None, None, None
+        self.last_term = None
+        self.restart_count = 0
+        self.backoff = None
+        self.next_start = 0.0
+        self.gen = 0  # bumped at every start; probers of an older instance stop
+        self.liveness_kill_gen = 0  # the instance a failed liveness probe already had SIGTERMed
+        self.probe_ready = False
+        self.liveness_failed = False
+        self.log_starts = []  # byte offsets of each instance in the log: `kubectl logs` shows the last
+        self.run = None  # (argv, env, cwd) once resolved
+
+    def ready(self):
+        return self.state == "running" and (self.probe_ready or not self.spec.get("readinessProbe")) and not \
+            self.init
+
+    def terminated_dict(self):
+        d = {"exitCode": self.exit_code, "reason": self.term_reason, "startedAt": self.started_at,
+             "finishedAt": self.finished_at, "containerID": "apisim://%s" % (self.proc.pid if self.proc else 0)}
+        if self.exit_signal:
+            d["signal"] = self.exit_signal
+        if self.term_message:
+            d["message"] = self.term_message
+        return d
+
+    def status(self, pod_name, ns, uid):
+        s = {"name": self.name, "image": self.spec.get("image", ""), "imageID": "",
+             "ready": self.ready(), "restartCount": self.restart_count, "started": self.state == "running"}
+        if self.proc is not None:
+            s["containerID"] = "apisim://%d" % self.proc.pid
+        if self.state == "running":
+            s["state"] = {"running": {"startedAt": self.started_at}}
+        elif self.state == "terminated":
+            s["state"] = {"terminated": self.terminated_dict()}
+        else:
+            w = {"reason": self.waiting_reason}
+            if self.waiting_message:
+                w["message"] = self.waiting_message
+            s["state"] = {"waiting": w}
+        s["lastState"] = {"terminated": self.last_term} if self.last_term else {}
+        if self.init:
+            del s["started"]
+        return s
+
+
+class PodRuntime:
+    """What the kubelet knows of one pod it runs (keyed by uid)."""
+
+    def __init__(self, pod, ip, pdir):
+        m = meta(pod)
+        self.ns, self.name, self.uid = m.get("namespace"), m["name"], m["uid"]
+        self.ip, self.dir = ip, pdir
+        spec = pod.get("spec") or {}
+        self.policy = spec.get("restartPolicy", "Always")
+        self.inits = [Container(c, True) for c in spec.get("initContainers") or []]
+        self.mains = [Container(c, False) for c in spec.get("containers") or []]
+        self.prepared = False
+        self.config_error = None
+        self.next_prepare = 0.0
+        self.start_time = now_ts()
+        self.terminating, self.kill_at, self.killed = False, None, False
+        self.transitions = {}  # condition type -> (status, lastTransitionTime)
+        self.next_volume_sync = 0.0
+        self.mounts = []  # (mountPath, host path), longest first, per container name
+        self.record = {"namespace": self.ns, "name": self.name, "uid": self.uid, "ip": ip, "pid": None, "pids": [],
+                       "exit_codes": [], "signals": [], "containers": {}, "created": now_ts(), "started": None,
+                       "removed": None, "dir": pdir}
+        for c in self.inits + self.mains:
+            self.record["containers"][c.name] = {"pids": [], "exit_codes": [], "signals": [], "restarts": 0}
+
+    def all(self):
+        return self.inits + self.mains
+
+    def running(self):
+        return [c for c in self.all() if c.state == "running"]
+
+    def note_signal(self, c, sig):
+        name = sig_name(sig)
+        self.record["containers"][c.name]["signals"].append(name)
+        if not self.record["signals"] or self.record["signals"][-1] != name:
+            self.record["signals"].append(name)
+
+
+class Kubelet(threading.Thread):
+    """Runs every pod's containers as processes in their own process groups, reports status, restarts them
+    as restartPolicy says, probes readiness and liveness, and carries out graceful deletions.
+
+    All processes are spawned from this one long-lived thread: PR_SET_PDEATHSIG fires when the thread that
+    forked a child exits, so spawning from short-lived threads would kill containers early."""
+
+    def __init__(self, store, stop, root, bin_dirs, node):
+        threading.Thread.__init__(self, name="kubelet", daemon=True)
+        self.store, self.stop, self.root, self.bin_dirs, self.node = store, stop, root, bin_dirs, node
+        self.kick = threading.Event()
+        store.kicks.append(self.kick)
+        self.pods = {}  # uid -> PodRuntime
+        self.records = []  # every PodRuntime.record ever, for /_sim/pods
+        self.lock = threading.Lock()  # guards records and the containers' probe flags
+        self.ips = set()
+        self.watchdog = None
+        self.dead = False
+        try:
+            self.watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG], stdin=subprocess.PIPE,
+                                             start_new_session=True)
+        except OSError as e:
+            log("no watchdog (%s): processes may outlive a SIGKILLed simulator" % e)
+
+    def tell_watchdog(self, line):
+        if self.watchdog is not None:
+            try:
+                self.watchdog.stdin.write(("%s\n" % line).encode())
+                self.watchdog.stdin.flush()
+            except (OSError, ValueError):
+                pass
+
+    def run(self):
+        while not self.stop.is_set():
+            self.kick.wait(0.1)
+            self.kick.clear()
+            try:
+                self.sync_all()
+            except Exception:  # log and carry on: one bad pod must not stop every other
+                traceback.print_exc()
+        self.shutdown()  # here, before this thread ends and PR_SET_PDEATHSIG SIGKILLs every container
+
+    def sync_all(self):
+        with self.store.lock:
+            pods = {meta(p)["uid"]: p for p in self.store.all(R_POD)}
+        # pods removed from the store without us (force delete, grace 0): kill at once
+        for uid, rt in list(self.pods.items()):
+            if uid not in pods:
+                rt.terminating = True
+                self.kill_now(rt)
+                self.finish(rt, remove=False)
+        for uid, pod in pods.items():
+            rt = self.pods.get(uid)
+            if rt is None:
+                if self.dead:
+                    continue
+                rt = self.admit(pod)
+            self.sync(rt, pod)
+
+    # -- admission: an IP, a directory, volumes
+
+    def alloc_ip(self):
+        base = [int(x) for x in OPT.pod_ip_start.split(".")]
+        n = (base[1] << 16) | (base[2] << 8) | base[3]
+        while True:
+            ip = "127.%d.%d.%d" % ((n >> 16) & 255, (n >> 8) & 255, n & 255)
+            if (n & 255) not in (0, 255) and ip not in self.ips:
+                self.ips.add(ip)
+                return ip
+            n += 1
+            if n >= 1 << 24:
+                raise RuntimeError("no free loopback address")
+
+    def admit(self, pod):
+        m = meta(pod)
+        pdir = os.path.join(self.root, m.get("namespace", ""), m["name"])
+        os.makedirs(pdir, exist_ok=True)
+        self.archive(pdir)
+        with open(os.path.join(pdir, ".uid"), "w") as f:
+            f.write(m["uid"])
+        rt = PodRuntime(pod, self.alloc_ip(), pdir)
+        self.pods[rt.uid] = rt
+        with self.lock:
+            self.records.append(rt.record)
+        return rt
+
+    def archive(self, pdir):
+        """A new pod with an old pod's name: the old one's logs and volumes move to previous/<uid>/."""
+        try:
+            with open(os.path.join(pdir, ".uid")) as f:
+                old = f.read().strip()
+        except OSError:
+            return
+        dest = os.path.join(pdir, "previous", old)
+        os.makedirs(dest, exist_ok=True)
+        for entry in os.listdir(pdir):
+            if entry != "previous":
+                shutil.move(os.path.join(pdir, entry), os.path.join(dest, entry))
+        with self.lock:
+            for r in self.records:
+                if r["uid"] == old:
+                    r["dir"] = dest
+
+    def lookup(self, res, ns, name):
+        o = self.store.peek(res, ns, name)
+        return o
+
+    def key_value(self, res, ns, name, key, optional, what):
+        o = self.lookup(res, ns, name)
+        if o is None:
+            if optional:
+                return None
+            raise ConfigError("CreateContainerConfigError", '%s "%s" not found' % (what.lower(), name))
+        if res is R_SECRET:
+            v = (o.get("data") or {}).get(key)
+            if v is not None:
+                return base64.b64decode(v).decode(errors="replace")
+        else:
+            v = (o.get("data") or {}).get(key)
+            if v is None and key in (o.get("binaryData") or {}):
+                v = base64.b64decode(o["binaryData"][key]).decode(errors="replace")
+            if v is not None:
+                return v
+        if optional:
+            return None
+        raise ConfigError("CreateContainerConfigError", "couldn't find key %s in %s %s/%s" % (key, what, ns, name))
+
+    def field_ref(self, pod, rt, path):
+        m = meta(pod)
+        mm = re.match(r"^metadata\.(labels|annotations)\['(.*)'\]$", path)
+        if mm:
+            return (m.get(mm.group(1)) or {}).get(mm.group(2), "")
+        if path in ("metadata.labels", "metadata.annotations"):
+            d = m.get(path.split(".")[1]) or {}
+            return "\n".join('%s="%s"' % kv for kv in sorted(d.items()))
+        vals = {"metadata.name": m["name"], "metadata.namespace": m.get("namespace", ""), "metadata.uid": m["uid"],
+                "status.podIP": rt.ip, "status.podIPs": rt.ip, "status.hostIP": "127.0.0.1",
+                "status.hostIPs": "127.0.0.1", "spec.nodeName": self.node,
+                "spec.serviceAccountName": dig(pod, "spec", "serviceAccountName", default="default")}
+        if path not in vals:
+            raise ConfigError("CreateContainerConfigError", "unsupported fieldPath: %s" % path)
+        return vals[path]
+
+    def resource_ref(self, pod, ref):
+        c = next((c for c in dig(pod, "spec", "containers", default=[]) if c.get("name") == ref.get(
+            "containerName")), (dig(pod, "spec", "containers", default=[{}]) or [{}])[0])
+        kind, what = ref.get("resource", "limits.cpu").split(".", 1)
+        v = dig(c, "resources", kind, what)
+        if v is None:
+            v = str(os.cpu_count() or 1) if what == "cpu" else str(
+                os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) if what == "memory" else "0"
+        return str(v)
+
+    def write_files(self, d, files, mode=None):
+        """Write {relative path: bytes} into d, changing only what differs (a running pod sees updates)."""
+        for rel, data in files.items():
+            p = os.path.join(d, rel)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            try:
+                with open(p, "rb") as f:
+                    if f.read() == data:
+                        continue
+            except OSError:
+                pass
+            tmp = p + ".apisim-tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            if mode is not None:
+                os.chmod(tmp, mode)
+            os.replace(tmp, p)
+
+    def source_files(self, pod, rt, src, kind, ns):
+        """The files of a configMap, secret or downwardAPI volume source."""
+        files = {}
+        if kind in ("configMap", "secret"):
+            res = R_CM if kind == "configMap" else R_SECRET
+            name = src.get("name") if kind == "configMap" else src.get("secretName", src.get("name"))
+            o = self.lookup(res, ns, name)
+            if o is None:
+                if src.get("optional"):
+                    return files
+                raise ConfigError("ContainerCreating", 'MountVolume.SetUp failed: %s "%s" not found'
+                                  % (kind.lower(), name))
+            data = {}
+            for k, v in (o.get("data") or {}).items():
+                data[k] = base64.b64decode(v) if res is R_SECRET else v.encode()
+            for k, v in (o.get("binaryData") or {}).items():
+                data[k] = base64.b64decode(v)
+            items = src.get("items")
+            if items:
+                for it in items:
+                    if it.get("key") not in data:
+                        if src.get("optional"):
+                            continue
+                        raise ConfigError("ContainerCreating", "MountVolume.SetUp failed: configmap references "
+                                          "non-existent config key: %s" % it.get("key"))
+                    files[it.get("path", it["key"])] = data[it["key"]]
+            else:
+                files.update(data)
+        elif kind == "downwardAPI":
+            for it in src.get("items") or []:
+                if it.get("fieldRef"):
+                    v = self.field_ref(pod, rt, it["fieldRef"].get("fieldPath", ""))
+                else:
+                    v = self.resource_ref(pod, it.get("resourceFieldRef") or {})
+                files[it["path"]] = v.encode()
+        return files
+
+    def volumes(self, pod, rt, refresh=False):
+        """Materialize the pod's volumes under <pod dir>/volumes/<name>/; returns {name: host path}."""
+        ns = rt.ns
+        out = {}
+        for v in dig(pod, "spec", "volumes", default=[]) or []:
+            name = v.get("name", "")
+            d = os.path.join(rt.dir, "volumes", name)
+            if "hostPath" in v:
+                out[name] = v["hostPath"].get("path", "/")
+                continue
+            if "persistentVolumeClaim" in v:  # lives on across pods: <root>/<ns>/pvc/<claim>/
+                d = os.path.join(self.root, ns, "pvc", v["persistentVolumeClaim"].get("claimName", name))
+                os.makedirs(d, exist_ok=True)
+                out[name] = d
+                continue
+            os.makedirs(d, exist_ok=True)
+            out[name] = d
+            mode = None
+            files = None
+            for kind in ("configMap", "secret", "downwardAPI"):
+                if kind in v:
+                    files = self.source_files(pod, rt, v[kind] or {}, kind, ns)
+                    mode = (v[kind] or {}).get("defaultMode")
+            if "projected" in v:
+                files = {}
+                for src in (v["projected"] or {}).get("sources") or []:
+                    for kind in ("configMap", "secret", "downwardAPI"):
+                        if kind in src:
+                            files.update(self.source_files(pod, rt, src[kind] or {}, kind, ns))
+                mode = (v["projected"] or {}).get("defaultMode")
+            if files is not None:
+                self.write_files(d, files, mode)
+            # emptyDir (medium and sizeLimit ignored) and anything else: a plain directory
+        return out
+
+    def expand(self, s, env):
+        """$(VAR) from the variables defined so far; $$(VAR) is a literal $(VAR)."""
+        def sub(m):
+            if m.group(0).startswith("$$"):
+                return m.group(0)[1:]
+            return env.get(m.group(1), m.group(0))
+        return re.sub(r"\$?\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)", sub, s)
+
+    def container_env(self, pod, rt, c):
+        spec = c.spec
+        env = collections.OrderedDict()
+        for ef in spec.get("envFrom") or []:
+            prefix = ef.get("prefix", "")
+            for kind, res in (("configMapRef", R_CM), ("secretRef", R_SECRET)):
+                ref = ef.get(kind)
+                if not ref:
+                    continue
+                o = self.lookup(res, rt.ns, ref.get("name"))
+                if o is None:
+                    if ref.get("optional"):
+                        continue
+                    raise ConfigError("CreateContainerConfigError", '%s "%s" not found'
+                                      % ("configmap" if res is R_CM else "secret", ref.get("name")))
+                for k, v in sorted((o.get("data") or {}).items()):
+                    if re.match(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", prefix + k):
+                        env[prefix + k] = base64.b64decode(v).decode(errors="replace") if res is R_SECRET else v
+        for e in spec.get("env") or []:
+            name, vf = e.get("name"), e.get("valueFrom")
+            if vf is None:
+                env[name] = self.expand(str(e.get("value", "")), env)
+            elif vf.get("fieldRef"):
+                env[name] = self.field_ref(pod, rt, vf["fieldRef"].get("fieldPath", ""))
+            elif vf.get("resourceFieldRef"):
+                env[name] = self.resource_ref(pod, vf["resourceFieldRef"])
+            elif vf.get("secretKeyRef") or vf.get("configMapKeyRef"):
+                ref = vf.get("secretKeyRef") or vf.get("configMapKeyRef")
+                res, what = (R_SECRET, "Secret") if vf.get("secretKeyRef") else (R_CM, "ConfigMap")
+                v = self.key_value(res, rt.ns, ref.get("name"), ref.get("key"), ref.get("optional"), what)
+                if v is not None:
+                    env[name] = v
+        return env
+
+    def rewrite(self, s, mounts):
+        """A path under a mountPath (longest first) becomes the same path under the volume's sandbox directory;
+        `--flag=/mount/path` too."""
+        if not isinstance(s, str):
+            return s
+        for mp, hp in mounts:
+            mpn = mp.rstrip("/")
+            if s == mpn or s.startswith(mpn + "/"):
+                return hp + s[len(mpn):]
+        if s.startswith("-") and "=" in s:
+            flag, val = s.split("=", 1)
+            nv = self.rewrite(val, mounts)
+            if nv != val:
+                return flag + "=" + nv
+        return s
+
+    def prepare(self, pod, rt):
+        """Volumes, then each container's argv, env and working directory (ConfigError if something's missing)."""
+        vols = self.volumes(pod, rt)
+        for c in rt.all():
+            mounts = []
+            for vm in c.spec.get("volumeMounts") or []:
+                mp, vname = vm.get("mountPath", ""), vm.get("name")
+                if vname not in vols or mp.rstrip("/") == "":
+                    continue
+                hp = vols[vname]
+                if vm.get("subPath"):
+                    hp = os.path.join(hp, vm["subPath"])
+                    if not os.path.exists(hp):
+                        os.makedirs(hp, exist_ok=True)
+                mounts.append((mp, hp))
+            mounts.sort(key=lambda x: -len(x[0].rstrip("/")))
+            env = self.container_env(pod, rt, c)
+            env = collections.OrderedDict((k, self.rewrite(v, mounts)) for k, v in env.items())
+            base = collections.OrderedDict()
+            base["PATH"] = os.pathsep.join(self.bin_dirs + [os.environ.get("PATH", "/usr/bin:/bin")])
+            base["HOME"] = rt.dir
+            base["HOSTNAME"] = dig(pod, "spec", "hostname") or rt.name
+            base.update(env)
+            argv = [self.rewrite(self.expand(str(a), base), mounts) for a in
+                    (c.spec.get("command") or []) + (c.spec.get("args") or [])]
+            if not c.spec.get("command"):
+                # no command: the image name's last path element stands for its entrypoint
+                img = (c.spec.get("image") or "").rsplit("/", 1)[-1].split(":")[0].split("@")[0]
+                argv = [img] + argv
+            cwd = self.rewrite(c.spec.get("workingDir") or rt.dir, mounts)
+            c.run = (argv, dict(base), cwd)
+            c.mounts = mounts
+        rt.prepared = True
+
+    # -- processes
+
+    def resolve(self, cmd, env):
+        if "/" in cmd:
+            return cmd if os.access(cmd, os.X_OK) and os.path.isfile(cmd) else None
+        for d in self.bin_dirs + env.get("PATH", "").split(os.pathsep):
+            p = os.path.join(d, cmd)
+            if d and os.path.isfile(p) and os.access(p, os.X_OK):
+                return p
+        return None
+
+    def spawn(self, rt, c):
+        argv, env, cwd = c.run
+        log_path = os.path.join(rt.dir, "%s.log" % c.name)
+        if c.gen:  # not its first instance: a restart
+            c.restart_count += 1
+            rt.record["containers"][c.name]["restarts"] = c.restart_count
+        c.gen += 1
+        c.probe_ready, c.liveness_failed = False, False
+        c.started_at = now_ts()
+        c.exit_code = c.exit_signal = c.term_reason = c.term_message = None
+        exe = self.resolve(argv[0], env) if argv and argv[0] else None
+        with open(log_path, "ab") as lf:
+            c.log_starts.append(lf.tell())
+            if exe is None:
+                c.proc = None
+                return self.start_failed(rt, c, 'exec: "%s": executable file not found in $PATH'
+                                         % (argv[0] if argv else ""))
+            try:
+                os.makedirs(cwd, exist_ok=True)
+                c.proc = subprocess.Popen([exe] + argv[1:], executable=exe, env=env, cwd=cwd,
+                                          stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT,
+                                          start_new_session=True, preexec_fn=_child_setup)
+            except OSError as e:
+                c.proc = None
+                return self.start_failed(rt, c, "failed to start %s: %s" % (argv[0], e))
+        c.pgid = c.proc.pid
+        self.tell_watchdog(c.pgid)
+        c.state = "running"
+        rec = rt.record
+        rec["pids"].append(c.proc.pid)
+        rec["containers"][c.name]["pids"].append(c.proc.pid)
+        if not c.init:
+            rec["pid"] = rt.mains[0].proc.pid if rt.mains[0].proc else c.proc.pid
+        rec["started"] = rec["started"] or now_ts()
+        for kind in ("readinessProbe", "livenessProbe"):
+            if isinstance(c.spec.get(kind), dict) and not c.init:
+                threading.Thread(target=self.prober, args=(rt, c, c.gen, kind, c.spec[kind]),
+                                 daemon=True, name="probe-%s-%s" % (rt.name, c.name)).start()
+
+    def start_failed(self, rt, c, message):
+        """Like a runtime that cannot exec the entrypoint: terminated with 128, reason StartError."""
+        c.state = "terminated"
+        c.exit_code, c.term_reason, c.term_message = 128, "StartError", message
+        c.finished_at = now_ts()
+        rt.record["exit_codes"].append(128)
+        rt.record["containers"][c.name]["exit_codes"].append(128)
+        self.after_exit(rt, c)
+
+    def reap(self, rt, c):
+        """A container's process ended: record it and decide on a restart."""
+        code = c.proc.returncode
+        if OPT.kill_after_exit:
+            self.killpg(c, signal.SIGKILL)  # what is left of the container goes with it, like its cgroup
+        if code < 0:
+            c.exit_signal, c.exit_code = -code, 128 - code
+        else:
+            c.exit_code = code
+        c.term_reason = "Completed" if c.exit_code == 0 else "Error"
+        if c.liveness_failed:
+            c.term_message = "Container %s failed liveness probe, will be restarted" % c.name
+        c.state = "terminated"
+        c.finished_at = now_ts()
+        rt.record["exit_codes"].append(c.exit_code)
+        rt.record["containers"][c.name]["exit_codes"].append(c.exit_code)
+        self.after_exit(rt, c)
+
+    def after_exit(self, rt, c):
+        policy = rt.policy
+        restart = not rt.terminating and (policy == "Always" or (policy == "OnFailure" and c.exit_code != 0))
+        if c.init and c.exit_code == 0:
+            restart = False
+        if not restart:
+            return
+        ran = (parse_ts(c.finished_at) or 0) - (parse_ts(c.started_at) or 0)
+        if c.backoff is None or ran >= 10 * 60:
+            c.backoff = OPT.restart_backoff
+        c.last_term = c.terminated_dict()
+        c.state = "waiting"
+        c.waiting_reason = "CrashLoopBackOff"
+        c.waiting_message = "back-off %gs restarting failed container=%s pod=%s_%s(%s)" % (
+            c.backoff, c.name, rt.name, rt.ns, rt.uid)
+        c.next_start = time.monotonic() + c.backoff
+        c.backoff = min(c.backoff * 2, max(10.0, OPT.restart_backoff))
+
+    def killpg(self, c, sig, rt=None):
+        if c.pgid is None:
+            return
+        try:
+            os.killpg(c.pgid, sig)
+        except OSError:
+            return
+        if rt is not None:
+            rt.note_signal(c, sig)
+
+    def kill_now(self, rt):
+        """SIGKILL every process of the pod and wait (briefly) for them."""
+        for c in rt.all():
+            if c.state == "running":
+                self.killpg(c, signal.SIGKILL, rt)
+        deadline = time.monotonic() + 2
+        for c in rt.all():
+            if c.state == "running" and c.proc is not None:
+                try:
+                    c.proc.wait(max(0.01, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+                if c.proc.poll() is not None:
+                    self.reap(rt, c)
+
+    def finish(self, rt, remove=True):
+        """The pod is done on this node: kill leftovers, free its IP, drop it from the store."""
+        for c in rt.all():
+            if c.pgid is not None:
+                try:
+                    os.killpg(c.pgid, signal.SIGKILL)  # whatever the container left behind
+                except OSError:
+                    pass
+                self.tell_watchdog("-%d" % c.pgid)
+        self.pods.pop(rt.uid, None)
+        self.ips.discard(rt.ip)
+        rt.record["removed"] = now_ts()
+        if remove:
+            self.store.remove(R_POD, rt.ns, rt.name, uid=rt.uid)
+
+    # -- one pod
+
+    def sync(self, rt, pod):
+        now = time.monotonic()
+        for c in rt.all():
+            if c.state == "running" and c.proc is not None and c.proc.poll() is not None:
+                self.reap(rt, c)
+        if is_terminating(pod) and not rt.terminating:
+            rt.terminating = True
+            grace = meta(pod).get("deletionGracePeriodSeconds", 30) or 0
+            rt.kill_at = now + grace
+            for c in rt.running():
+                self.killpg(c, signal.SIGTERM, rt)
+        if rt.terminating:  # nothing restarts; the pod goes once no container runs
+            if rt.running() and now >= rt.kill_at and not rt.killed:
+                rt.killed = True
+                for c in rt.running():
+                    self.killpg(c, signal.SIGKILL, rt)
+            if not rt.running():
+                self.write_status(rt, pod, final=True)
+                self.finish(rt)
+            return
+        if not rt.prepared:
+            if now < rt.next_prepare:
+                return
+            try:
+                self.prepare(pod, rt)
+                rt.config_error = None
+            except ConfigError as e:
+                rt.config_error = e
+                rt.next_prepare = now + 1.0
+                for c in rt.all():
+                    c.waiting_reason, c.waiting_message = e.reason, e.message
+                self.write_status(rt, pod)
+                return
+        elif now >= rt.next_volume_sync:
+            rt.next_volume_sync = now + 2.0
+            try:
+                self.volumes(pod, rt, refresh=True)  # configMap and secret updates reach running pods
+            except ConfigError:
+                pass
+        # init containers one at a time, then every container
+        for c in rt.inits:
+            if c.state == "terminated" and c.exit_code == 0:
+                continue
+            if c.state == "waiting" and now >= c.next_start:
+                self.spawn(rt, c)
+            break
+        else:
+            for c in rt.mains:
+                if c.state == "waiting" and now >= c.next_start:
+                    self.spawn(rt, c)  # the first start, or a restart after its back-off
+                elif c.state == "running" and c.liveness_failed and c.liveness_kill_gen != c.gen:
+                    c.liveness_kill_gen = c.gen  # killed like a deletion would; restartPolicy decides the rest
+                    self.killpg(c, signal.SIGTERM, rt)
+        self.write_status(rt, pod)
+
+    def phase(self, rt):
+        if rt.config_error or not rt.prepared:
+            return "Pending"
+        for c in rt.inits:
+            if c.state == "terminated" and c.exit_code == 0:
+                continue
+            return "Failed" if c.state == "terminated" else "Pending"  # terminated here: nothing will restart it
+        if any(c.state == "running" or (c.state == "waiting" and c.gen) for c in rt.mains):
+            return "Running"
+        if any(c.state == "waiting" for c in rt.mains):
+            return "Pending"
+        return "Succeeded" if all(c.exit_code == 0 for c in rt.mains) else "Failed"
+
+    def condition(self, rt, type_, ok, reason=None, message=None):
+        st = "True" if ok else "False"
+        prev = rt.transitions.get(type_)
+        if prev is None or prev[0] != st:
+            rt.transitions[type_] = (st, now_ts())
+        c = {"type": type_, "status": st, "lastProbeTime": None, "lastTransitionTime": rt.transitions[type_][1]}
+        if not ok and reason:
+            c["reason"], c["message"] = reason, message
+        return c
+
+    def write_status(self, rt, pod, final=False):
+        phase = self.phase(rt)
+        if final:
+            phase = "Succeeded" if all(c.exit_code in (0, None) for c in rt.mains) and phase != "Failed" else \
+                "Failed" if phase != "Pending" else "Pending"
+        inits_done = all(c.state == "terminated" and c.exit_code == 0 for c in rt.inits)
+        unready = [c.name for c in rt.mains if not c.ready()]
+        ready = not unready and not final and phase == "Running"
+        msg = "containers with unready status: [%s]" % " ".join(unready)
+        status = {
+            "phase": phase,
+            "conditions": [
+                self.condition(rt, "PodReadyToStartContainers", rt.prepared),
+                self.condition(rt, "Initialized", inits_done, "ContainersNotInitialized",
+                               "containers with incomplete status: [%s]" % " ".join(
+                                   c.name for c in rt.inits if not (c.state == "terminated" and c.exit_code == 0))),
+                self.condition(rt, "Ready", ready, "ContainersNotReady", msg),
+                self.condition(rt, "ContainersReady", ready, "ContainersNotReady", msg),
+                self.condition(rt, "PodScheduled", True)],
+            "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
+            "podIP": rt.ip, "podIPs": [{"ip": rt.ip}],
+            "startTime": rt.start_time,
+            "containerStatuses": [c.status(rt.name, rt.ns, rt.uid) for c in rt.mains],
+            "qosClass": "BestEffort",
+        }
+        if rt.inits:
+            status["initContainerStatuses"] = [c.status(rt.name, rt.ns, rt.uid) for c in rt.inits]
+        if final:
+            for cs in status["containerStatuses"] + status.get("initContainerStatuses", []):
+                cs["ready"] = False
+                cs["started"] = False
+
+        def apply(o):
+            o["status"] = status
+            o.setdefault("spec", {})["nodeName"] = self.node
+        self.store.mutate(R_POD, rt.ns, rt.name, apply, uid=rt.uid)
+
+    # -- probes (one thread per probed container instance)
+
+    def probe_once(self, rt, c, probe):
+        timeout = float(probe.get("timeoutSeconds", 1))
+        try:
+            if "exec" in probe:
+                argv, env, cwd = c.run
+                cmd = [self.rewrite(self.expand(str(a), env), c.mounts) for a in probe["exec"].get("command") or []]
+                exe = self.resolve(cmd[0], env) if cmd else None
+                if exe is None:
+                    return False
+                r = subprocess.run([exe] + cmd[1:], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout,
+                                   start_new_session=True)
+                return r.returncode == 0
+            if "tcpSocket" in probe or "httpGet" in probe:
+                p = probe.get("tcpSocket") or probe.get("httpGet")
+                port = p.get("port")
+                if isinstance(port, str) and not port.isdigit():
+                    port = next((cp.get("containerPort") for cp in c.spec.get("ports") or []
+                                 if cp.get("name") == port), None)
+                host = p.get("host") or rt.ip
+                if "tcpSocket" in probe:
+                    socket.create_connection((host, int(port)), timeout=timeout).close()
+                    return True
+                conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+                try:
+                    conn.request("GET", p.get("path", "/"), headers={"User-Agent": "kube-probe/1.33"})
+                    return 200 <= conn.getresponse().status < 400
+                finally:
+                    conn.close()
+            if "grpc" in probe:
+                return False
+        except (OSError, subprocess.SubprocessError, ValueError, TypeError, http.client.HTTPException):
+            return False
+        return True
+
+    def prober(self, rt, c, gen, kind, probe):
+        if self.stop.wait(float(probe.get("initialDelaySeconds", 0))):
+            return
+        ok_run = bad_run = 0
+        while not self.stop.is_set() and c.gen == gen and c.state == "running":
+            ok = self.probe_once(rt, c, probe)
+            if c.gen != gen:
+                return
+            ok_run, bad_run = (ok_run + 1, 0) if ok else (0, bad_run + 1)
+            with self.lock:
+                if kind == "readinessProbe":
+                    if ok and ok_run >= probe.get("successThreshold", 1):
+                        c.probe_ready = True
+                    elif not ok and (bad_run >= probe.get("failureThreshold", 3) or not c.probe_ready):
+                        c.probe_ready = False
+                elif not ok and bad_run >= probe.get("failureThreshold", 3):
+                    c.liveness_failed = True
+            self.kick.set()
+            if self.stop.wait(float(probe.get("periodSeconds", 10))):
+                return
+
+    # -- the end
+
+    def shutdown(self):
+        """The simulator is going: SIGTERM every container, then SIGKILL what is left after a second."""
+        self.dead = True
+        groups = [c for rt in list(self.pods.values()) for c in rt.all() if c.state == "running"]
+        for c in groups:
+            try:
+                os.killpg(c.pgid, signal.SIGTERM)
+            except OSError:
+                pass
+        deadline = time.monotonic() + 1.0
+        for c in groups:
+            try:
+                c.proc.wait(max(0.01, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for rt in list(self.pods.values()):
+            for c in rt.all():
+                if c.pgid is not None:
+                    try:
+                        os.killpg(c.pgid, signal.SIGKILL)
+                    except OSError:
+                        pass
+        if self.watchdog is not None:
+            try:
+                self.watchdog.stdin.close()
+            except OSError:
+                pass
+
+    def sim_records(self):
+        with self.lock:
+            return copy.deepcopy(self.records)
+
+    def log_path(self, ns, name, container):
+        return os.path.join(self.root, ns, name, "%s.log" % container)
+
+    def runtime(self, uid):
+        return self.pods.get(uid)
+
+
+# ==== HTTP handler ==================================================================================
+
+class SimServer(ThreadingHTTPServer):
+    """The listening socket; TLS per connection (handshake in the connection's thread); every open
+    connection tracked so /_sim/unreachable can cut them all."""
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, addr, handler, ssl_ctx, sim):
+        self.ssl_ctx, self.sim = ssl_ctx, sim
+        self.conns = set()
+        self.conns_lock = threading.Lock()
+        ThreadingHTTPServer.__init__(self, addr, handler)
+
+    def get_request(self):
+        sock, addr = self.socket.accept()
+        if self.ssl_ctx is not None:
+            sock = self.ssl_ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        with self.conns_lock:
+            self.conns.add(sock)
+        return sock, addr
+
+    def shutdown_request(self, request):
+        with self.conns_lock:
+            self.conns.discard(request)
+        ThreadingHTTPServer.shutdown_request(self, request)
+
+    def cut_all(self):
+        with self.conns_lock:
+            conns = list(self.conns)
+        for s in conns:
+            try:
+                socket.socket.shutdown(s, socket.SHUT_RDWR)
+            except OSError:
+                pass
+        return len(conns)
+
+    def handle_error(self, request, client_address):
+        e = sys.exc_info()[1]
+        if isinstance(e, (OSError, ssl.SSLError, ValueError)):
+            if OPT.verbose:
+                log("connection from %s:%s: %s" % (client_address[0], client_address[1], e))
+            return
+        ThreadingHTTPServer.handle_error(self, request, client_address)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "apisim/1.33"
+    sys_version = ""
+    disable_nagle_algorithm = True  # watch events are small writes that must leave at once
+
+    # -- plumbing
+
+    def setup(self):
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(10)
+            self.request.do_handshake()
+            self.request.settimeout(None)
+        BaseHTTPRequestHandler.setup(self)
+
+    def log_request(self, code="-", size="-"):
+        if OPT.verbose:
+            log("%s %s %s" % (self.command, self.path, code))
+
+    def log_message(self, fmt, *args):
+        if OPT.verbose:
+            log("%s: %s" % (self.address_string(), fmt % args))
+
+    def do_GET(self):
+        self.dispatch()
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_GET
+
+    def read_body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            out = b""
+            while True:
+                n = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if n == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return out
+                out += self.rfile.read(n)
+                self.rfile.readline()
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n > 0 else b""
+
+    def send(self, code, body, ctype="application/json"):
+        if not isinstance(body, bytes):
+            body = (dumps(body) + "\n").encode() if ctype.startswith("application/json") else body.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-cache, private")
+        self.send_header("Audit-Id", str(uuid.uuid4()))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def json_body(self):
+        if not self.body:
+            raise err_bad("the request body is empty")
+        try:
+            return json.loads(self.body)
+        except ValueError as e:
+            raise err_bad("error decoding the request body as JSON: %s" % e)
+
+    def authorized(self):
+        if not OPT.token:
+            return True
+        h = self.headers.get("Authorization", "")
+        return h.startswith("Bearer ") and hmac.compare_digest(h[7:].strip().encode(), OPT.token.encode())
+
+    def dispatch(self):
+        sim = self.server.sim
+        self.body = self.read_body()
+        url = urlsplit(self.path)
+        self.q = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        path = url.path.rstrip("/") or "/"
+        try:
+            if not self.authorized():
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+            if path.startswith("/_sim/"):
+                return self.sim_endpoint(sim, path[6:])
+            if self.command not in ("GET", "HEAD") and not path.startswith(("/api/", "/apis/")):
+                raise err_method()
+            if path == "/":
+                return self.send(200, {"paths": ["/api", "/api/v1", "/apis", "/openapi/v3", "/version",
+                                                 "/healthz", "/_sim/pods"]})
+            if path == "/version":
+                return self.send(200, K8S_VERSION)
+            if path in ("/healthz", "/livez", "/readyz"):
+                return self.send(200, "ok", "text/plain; charset=utf-8")
+            if path == "/api":
+                return self.send(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+                    {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:%d" % sim.port}]})
+            if path == "/apis":
+                return self.send(200, {"kind": "APIGroupList", "apiVersion": "v1",
+                                       "groups": [api_group(g) for g in GROUPS if g]})
+            if path.startswith("/openapi/"):
+                return self.openapi(path)
+            parts = [p for p in path.split("/") if p]
+            if parts[0] == "api" and len(parts) == 2 and parts[1] in GROUPS[""]:
+                return self.send(200, api_resource_list("", parts[1]))
+            if parts[0] == "apis" and len(parts) == 2 and parts[1] in GROUPS:
+                g = api_group(parts[1])
+                g.update(kind="APIGroup", apiVersion="v1")
+                return self.send(200, g)
+            if parts[0] == "apis" and len(parts) == 3 and parts[2] in GROUPS.get(parts[1], ()):
+                return self.send(200, api_resource_list(parts[1], parts[2]))
+            return self.resource(sim, parts)
+        except ApiError as e:
+            self.send(e.code, e.status)
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            self.close_connection = True
+        except Exception as e:  # a simulator bug: answer 500 and say where
+            traceback.print_exc()
+            try:
+                self.send(500, status_obj(500, "InternalError", "Internal error occurred: %s" % e))
+            except OSError:
+                self.close_connection = True
+
+    def openapi(self, path):
+        if path == "/openapi/v3":
+            return self.send(200, openapi_v3_root())
+        m = re.match(r"^/openapi/v3/(api/(v1)|apis/([^/]+)/([^/]+))$", path)
+        if m:
+            group, version = (("", m.group(2)) if m.group(2) else (m.group(3), m.group(4)))
+            if version in GROUPS.get(group, ()):
+                return self.send(200, openapi_v3_doc(group, version))
+        # no OpenAPI v2: kubectl falls back to its built-in types for client-side apply
+        raise err_no_route()
+
+    # -- /_sim/ fault and inspection endpoints
+
+    def sim_endpoint(self, sim, what):
+        if what == "healthz":
+            return self.send(200, {"ok": True, "resourceVersion": str(sim.store.rv)})
+        if what == "pods" and self.command == "GET":
+            return self.send(200, sim.kubelet.sim_records())
+        if self.command != "POST":
+            raise err_method()
+        if what == "drop-watches":
+            return self.send(200, {"dropped": drop_watches(sim.store)})
+        if what == "hold-watches":
+            # every open watch dropped and new ones refused (503) for a while; everything else answers,
+            # so a test can change things the watchers must then catch up with
+            try:
+                seconds = float(self.q.get("seconds", "5"))
+            except ValueError:
+                raise err_bad("seconds must be a number")
+            sim.watches_held_until = time.monotonic() + seconds
+            return self.send(200, {"dropped": drop_watches(sim.store), "held": seconds})
+        if what == "compact":
+            return self.send(200, {"compacted": str(sim.store.compact())})
+        if what == "unreachable":
+            try:
+                seconds = float(self.q.get("seconds", "5"))
+            except ValueError:
+                raise err_bad("seconds must be a number")
+            self.send(200, {"unreachable": seconds})
+            self.close_connection = True
+            threading.Thread(target=sim.go_dark, args=(seconds,), daemon=True, name="unreachable").start()
+            return
+        raise err_no_route()
+
+    # -- resources
+
+    def resource(self, sim, parts):
+        if parts[0] == "api" and len(parts) >= 3:
+            group, version, rest = "", parts[1], parts[2:]
+        elif parts[0] == "apis" and len(parts) >= 4:
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise err_no_route()
+        watch_path = False
+        if rest and rest[0] == "watch":  # the deprecated /watch/ paths
+            watch_path, rest = True, rest[1:]
+        ns = None
+        if len(rest) >= 3 and rest[0] == "namespaces" and (group, version, rest[2]) in BY_GVR and \
+                BY_GVR[(group, version, rest[2])].namespaced:
+            ns, rest = rest[1], rest[2:]
+        if not rest or len(rest) > 3:
+            raise err_no_route()
+        res = BY_GVR.get((group, version, rest[0]))
+        if res is None:
+            raise err_no_route()
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if (res.namespaced and ns is None and name is not None) or (not res.namespaced and ns is not None):
+            raise err_no_route()
+        if sub is not None and sub not in [s[0] for s in res.subresources]:
+            raise err_no_route()
+        store, cmd, q = sim.store, self.command, self.q
+        dry = q.get("dryRun") == "All"
+        if watch_path or (name is None and cmd == "GET" and q.get("watch") in ("1", "true", "True")):
+            if name is not None:  # /watch/namespaces/ns/pods/name
+                q["fieldSelector"] = ",".join(x for x in (q.get("fieldSelector"), "metadata.name=" + name) if x)
+            return self.watch(sim, res, ns)
+        if name is None:
+            if cmd in ("GET", "HEAD"):
+                return self.list(store, res, ns)
+            if cmd == "POST":
+                if res.namespaced and ns is None:
+                    raise err_method()
+                return self.send(201, store.create(res, ns, self.json_body(), dry))
+            if cmd == "DELETE":
+                return self.delete_collection(store, res, ns, dry)
+            raise err_method()
+        if sub == "log":
+            if cmd != "GET":
+                raise err_method()
+            return self.logs(sim, ns, name)
+        if sub == "scale":
+            return self.scale(store, res, ns, name, dry)
+        if cmd in ("GET", "HEAD"):
+            obj = store.get(res, ns, name)
+            if self.wants_table():
+                return self.send(200, to_table(res, [obj], self.q.get("includeObject", "Metadata"),
+                                               meta(obj).get("resourceVersion")))
+            return self.send(200, obj)
+        if cmd == "PUT":
+            return self.send(200, store.update(res, ns, name, self.json_body(), sub, dry))
+        if cmd == "PATCH":
+            ctype = self.headers.get("Content-Type", "").split(";")[0].strip()
+            if ctype not in PATCH_TYPES:
+                raise err_media(ctype)
+            obj, code = store.patch(res, ns, name, ctype, self.json_body(), sub, dry)
+            return self.send(code, obj)
+        if cmd == "DELETE":
+            opts = self.delete_options()
+            obj, code = store.delete(res, ns, name, opts, dry)
+            if res is R_POD or is_terminating(obj):
+                return self.send(code, obj)
+            return self.send(200, status_obj(200, None, None, {"name": name, "group": res.group,
+                                                               "kind": res.plural, "uid": meta(obj).get("uid")},
+                                             status="Success"))
+        raise err_method()
+
+    def delete_options(self):
+        opts = self.json_body() if self.body.strip() else {}
+        for k in ("gracePeriodSeconds", "propagationPolicy", "orphanDependents"):
+            if k in self.q:
+                v = self.q[k]
+                opts[k] = int(v) if k == "gracePeriodSeconds" else (v == "true" if k == "orphanDependents" else v)
+        return opts
+
+    def wants_table(self):
+        return "as=Table" in self.headers.get("Accept", "")
+
+    def selectors(self):
+        return LabelSelector(self.q.get("labelSelector", "")), FieldSelector(self.q.get("fieldSelector", ""))
+
+    def list(self, store, res, ns):
+        lsel, fsel = self.selectors()
+        items, rv = store.list(res, ns, lsel, fsel)
+        if self.wants_table():
+            return self.send(200, to_table(res, items, self.q.get("includeObject", "Metadata"), rv))
+        # limit is accepted and ignored: every list is answered whole, without `continue`
+        return self.send(200, {"kind": res.kind + "List", "apiVersion": res.api_version,
+                               "metadata": {"resourceVersion": rv}, "items": items})
+
+    def delete_collection(self, store, res, ns, dry):
+        lsel, fsel = self.selectors()
+        opts = self.delete_options()
+        items, rv = store.list(res, ns, lsel, fsel)
+        for o in items:
+            try:
+                store.delete(res, meta(o).get("namespace"), meta(o)["name"], opts, dry)
+            except ApiError:
+                pass
+        return self.send(200, {"kind": res.kind + "List", "apiVersion": res.api_version,
+                               "metadata": {"resourceVersion": str(store.rv)}, "items": items})
+
+    def scale(self, store, res, ns, name, dry):
+        """The autoscaling/v1 Scale subresource of a StatefulSet or Deployment."""
+        def as_scale(o):
+            m = meta(o)
+            return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+                    "metadata": {"name": m["name"], "namespace": m.get("namespace"), "uid": m.get("uid"),
+                                 "resourceVersion": m.get("resourceVersion"),
+                                 "creationTimestamp": m.get("creationTimestamp")},
+                    "spec": {"replicas": dig(o, "spec", "replicas", default=1)},
+                    "status": {"replicas": dig(o, "status", "replicas", default=0),
+                               "selector": selector_from_label_selector(dig(o, "spec", "selector"))}}
+        cur = store.get(res, ns, name)
+        if self.command == "GET":
+            return self.send(200, as_scale(cur))
+        if self.command == "PUT":
+            body = self.json_body()
+        elif self.command == "PATCH":
+            ctype = self.headers.get("Content-Type", "").split(";")[0].strip()
+            if ctype not in PATCH_TYPES:
+                raise err_media(ctype)
+            body = Store._patched(as_scale(cur), ctype, self.json_body())
+        else:
+            raise err_method()
+        replicas = dig(body, "spec", "replicas")
+        if not isinstance(replicas, int) or replicas < 0:
+            raise ApiError(422, "Invalid", 'Scale.autoscaling "%s" is invalid: spec.replicas: Invalid value: %s: '
+                           'must be greater than or equal to 0' % (name, dumps(replicas)))
+        rv = dig(body, "metadata", "resourceVersion")
+        if rv and rv != meta(cur).get("resourceVersion"):
+            raise err_conflict(res, name)
+        cur["spec"]["replicas"] = replicas
+        out = store.update(res, ns, name, cur, None, dry, check_rv=False)
+        return self.send(200, as_scale(out))
+
+    # -- watch
+
+    def watch(self, sim, res, ns):
+        if time.monotonic() < sim.watches_held_until:
+            raise ApiError(503, "ServiceUnavailable", "watches are held (/_sim/hold-watches)")
+        store = sim.store
+        lsel, fsel = self.selectors()
+        rv = self.q.get("resourceVersion", "")
+        since = None
+        if rv not in ("", "0"):
+            try:
+                since = int(rv)
+            except ValueError:
+                raise err_bad('invalid resource version: "%s"' % rv)
+        timeout = float(self.q["timeoutSeconds"]) if self.q.get("timeoutSeconds") else None
+        bookmarks = self.q.get("allowWatchBookmarks") in ("1", "true", "True")
+        table = self.wants_table()
+        include = self.q.get("includeObject", "Metadata")
+        w = Watcher(res, ns, lsel, fsel, self.request)
+        expired = None
+        try:
+            store.watch(w, since)
+        except ApiError as e:
+            if e.code != 410:
+                raise
+            expired = e.status
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        self.close_connection = False
+        first_table = [True]
+
+        def encode(type_, obj):
+            if table and type_ != "BOOKMARK" and type_ != "ERROR":
+                obj = to_table(res, [obj], include, meta(obj).get("resourceVersion"), columns=first_table[0])
+                first_table[0] = False
+            return (dumps({"type": type_, "object": obj}) + "\n").encode()
+
+        def chunk(data):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+        try:
+            if expired is not None:  # 200, one ERROR event, a clean end: what the real server does
+                chunk(encode("ERROR", expired))
+                self.wfile.write(b"0\r\n\r\n")
+                return
+            end = time.monotonic() + timeout if timeout is not None else None
+            interval = OPT.bookmark_interval
+            next_bm = time.monotonic() + interval if bookmarks else None
+            while True:
+                now = time.monotonic()
+                waits = [t - now for t in (end, next_bm) if t is not None]
+                try:
+                    item = w.q.get(timeout=max(0.0, min(waits)) if waits else 1.0)
+                except queue.Empty:
+                    now = time.monotonic()
+                    if sim.stop.is_set():
+                        raise ConnectionAbortedError("the simulator is stopping")
+                    if end is not None and now >= end:
+                        self.wfile.write(b"0\r\n\r\n")  # timeoutSeconds: a clean end
+                        return
+                    if next_bm is not None and now >= next_bm:
+                        next_bm = now + interval
+                        with store.lock:  # every event up to this version is already written
+                            bm_rv = str(store.rv) if w.q.empty() else None
+                        if bm_rv:
+                            chunk(encode("BOOKMARK", {"kind": res.kind, "apiVersion": res.api_version,
+                                                      "metadata": {"resourceVersion": bm_rv, "annotations": {
+                                                          "k8s.io/initial-events-end": "true"}}}))
+                    continue
+                if item is DROP:
+                    raise ConnectionAbortedError("dropped")
+                data = encode(*item)
+                r = w.rng.random()
+                if r < OPT.chunk_chaos / 2 and len(data) > 2:
+                    # one event across two chunks: clients must buffer partial lines
+                    cut = w.rng.randrange(1, len(data) - 1)
+                    chunk(data[:cut])
+                    time.sleep(0.002)
+                    chunk(data[cut:])
+                    continue
+                if r < OPT.chunk_chaos:
+                    # two events in one chunk, when a second is ready
+                    try:
+                        nxt = w.q.get_nowait()
+                        if nxt is DROP:
+                            w.q.put(DROP)
+                        else:
+                            data += encode(*nxt)
+                    except queue.Empty:
+                        pass
+                chunk(data)
+        except (OSError, ConnectionAbortedError, ValueError):
+            # dropped, cut or the client went: end without a terminating chunk
+            self.close_connection = True
+            try:
+                socket.socket.shutdown(self.request, socket.SHUT_RDWR)
+            except OSError:
+                pass
+        finally:
+            store.unwatch(w)
+
+    # -- logs
+
+    def logs(self, sim, ns, name):
+        pod = sim.store.get(R_POD, ns, name)
+        names = [c.get("name") for c in dig(pod, "spec", "containers", default=[]) or []]
+        inits = [c.get("name") for c in dig(pod, "spec", "initContainers", default=[]) or []]
+        c = self.q.get("container")
+        if not c:
+            if len(names) != 1:
+                raise err_bad("a container name must be specified for pod %s, choose one of: [%s]"
+                              % (name, " ".join(names)))
+            c = names[0]
+        if c not in names + inits:
+            raise err_bad("container %s is not valid for pod %s" % (c, name))
+        rt = sim.kubelet.runtime(meta(pod)["uid"])
+        cont = next((x for x in rt.all() if x.name == c), None) if rt else None
+        path = sim.kubelet.log_path(ns, name, c)
+        if cont is None or not cont.log_starts:
+            raise err_bad('container "%s" in pod "%s" is waiting to start: %s' % (
+                c, name, cont.waiting_reason if cont else "ContainerCreating"))
+        # the file keeps every instance of the container; the API shows the current one (or the previous)
+        start, end = cont.log_starts[-1], None
+        if self.q.get("previous") in ("1", "true"):
+            if len(cont.log_starts) < 2:
+                raise err_bad('previous terminated container "%s" in pod "%s" not found' % (c, name))
+            start, end = cont.log_starts[-2], cont.log_starts[-1]
+        try:
+            with open(path, "rb") as f:
+                f.seek(start)
+                data = f.read() if end is None else f.read(end - start)
+        except OSError:
+            data = b""
+        if self.q.get("tailLines"):
+            n = int(self.q["tailLines"])
+            lines = data.splitlines(True)
+            data = b"".join(lines[-n:]) if n > 0 else b""
+        if self.q.get("limitBytes"):
+            data = data[:int(self.q["limitBytes"])]
+        if self.q.get("follow") not in ("1", "true"):
+            return self.send(200, data, "text/plain")
+        # follow: stream what the container writes until it (or the pod) ends
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        pos = start + len(data) if not self.q.get("tailLines") else os.path.getsize(path)
+        try:
+            if data:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            while not sim.stop.is_set():
+                time.sleep(0.1)
+                with open(path, "rb") as f:
+                    f.seek(pos)
+                    more = f.read()
+                if more:
+                    pos += len(more)
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(more), more))
+                elif cont is None or cont.state != "running" or sim.kubelet.runtime(meta(pod)["uid"]) is None:
+                    break
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            self.close_connection = True
+
+
+# ==== main ==========================================================================================
+
+class Simulator:
+    """The store, the controllers, the kubelet and the (restartable) HTTP server."""
+
+    def __init__(self, opt):
+        self.opt = opt
+        self.stop = threading.Event()
+        self.store = Store(opt.history)
+        self.watches_held_until = 0.0  # /_sim/hold-watches
+        self.ssl_ctx = None
+        self.port = opt.port
+        self.server = None
+        self.server_lock = threading.Lock()
+        self.down = False
+        for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
+            self.store.create(R_NS, None, {"metadata": {"name": ns}}, internal=True)
+        self.store.create(BY_KEY[("", "nodes")], None, {
+            "metadata": {"name": opt.node_name, "labels": {"kubernetes.io/hostname": opt.node_name,
+                                                            "kubernetes.io/os": "linux"}},
+            "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}},
+            internal=True)
+        bin_dirs = [os.path.abspath(d) for spec in opt.bin_dir for d in spec.split(os.pathsep) if d]
+        self.kubelet = Kubelet(self.store, self.stop, os.path.abspath(opt.root), bin_dirs, opt.node_name)
+        self.controllers = Controllers(self.store, self.stop)
+
+    def make_tls(self, d):
+        """A CA and a server certificate for 127.0.0.1 and localhost, made with the openssl tool (kept if
+        already there, so a restarted simulator keeps its kubeconfig valid)."""
+        os.makedirs(d, exist_ok=True)
+        ca, crt, key = (os.path.join(d, n) for n in ("ca.crt", "server.crt", "server.key"))
+        if not all(os.path.exists(p) for p in (ca, crt, key)):
+            cakey, csr, ext = (os.path.join(d, n) for n in ("ca.key", "server.csr", "server.ext"))
+            with open(ext, "w") as f:
+                f.write("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+                        "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n")
+            ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+            run = lambda *a: subprocess.run(["openssl"] + list(a), check=True, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.PIPE)
+            try:
+                run("req", "-x509", *ec, "-keyout", cakey, "-out", ca, "-days", "3650", "-subj", "/CN=apisim-ca",
+                    "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+                run("req", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=apisim")
+                run("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", cakey, "-CAcreateserial", "-out", crt,
+                    "-days", "3650", "-extfile", ext)
+            except subprocess.CalledProcessError as e:
+                sys.exit("apisim: openssl failed: %s" % e.stderr.decode(errors="replace"))
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(crt, key)
+        ctx.set_alpn_protocols(["http/1.1"])  # no h2: kubectl then speaks HTTP/1.1
+        self.ssl_ctx = ctx
+
+    def listen(self):
+        for attempt in range(100):
+            try:
+                srv = SimServer(("127.0.0.1", self.port), Handler, self.ssl_ctx, self)
+                break
+            except OSError:
+                if attempt == 99:
+                    raise
+                time.sleep(0.1)
+        self.port = srv.server_address[1]
+        self.server = srv
+        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True,
+                         name="http").start()
+
+    def go_dark(self, seconds):
+        """/_sim/unreachable: nothing listens and every connection is cut; the rest goes on."""
+        with self.server_lock:
+            time.sleep(0.05)  # let the answer to the request leave first
+            srv = self.server
+            srv.shutdown()
+            srv.server_close()
+            drop_watches(self.store)
+            srv.cut_all()
+            log("unreachable for %gs" % seconds)
+            if self.stop.wait(seconds):
+                return
+            self.listen()
+            log("reachable again on port %d" % self.port)
+
+    def write_kubeconfig(self, path):
+        scheme = "https" if self.ssl_ctx else "http"
+        lines = ["apiVersion: v1", "kind: Config", "clusters:", "- name: apisim", "  cluster:",
+                 "    server: %s://127.0.0.1:%d" % (scheme, self.port)]
+        if self.ssl_ctx:
+            lines.append("    certificate-authority: %s" % os.path.abspath(os.path.join(self.opt.tls_dir, "ca.crt")))
+        lines += ["contexts:", "- name: apisim", "  context:", "    cluster: apisim", "    user: apisim",
+                  "    namespace: default", "current-context: apisim", "users:", "- name: apisim", "  user:"]
+        lines.append("    token: %s" % self.opt.token if self.opt.token else "    {}")
+        lines.append("preferences: {}")
+        atomic_write(path, "\n".join(lines) + "\n")
+
+    def shutdown(self):
+        """Stop everything; the kubelet thread SIGTERMs (then SIGKILLs) every container as it ends."""
+        if self.down:
+            return
+        self.down = True
+        self.stop.set()
+        if self.kubelet.is_alive():
+            self.kubelet.join(5)
+        else:
+            self.kubelet.shutdown()
+        srv = self.server
+        if srv is not None:
+            srv.cut_all()
+
+
+def atomic_write(path, text):
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def main(argv=None):
+    global OPT
+    ap = argparse.ArgumentParser(description="A Kubernetes API server simulator with a process-running kubelet.")
+    ap.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
+    ap.add_argument("--port-file", help="write the port here once listening")
+    ap.add_argument("--token", default="", help="bearer token every request must carry (none: no auth)")
+    ap.add_argument("--tls-dir", help="make a CA and a server certificate here with openssl and serve HTTPS")
+    ap.add_argument("--kubeconfig-out", help="write a kubeconfig for kubectl and the coordinator here")
+    ap.add_argument("--root", default=None, help="sandbox for pods: <root>/<ns>/<pod>/ (default: a temp dir)")
+    ap.add_argument("--bin-dir", action="append", default=[],
+                    help="where container commands are looked up before PATH (repeatable, or colon-separated)")
+    ap.add_argument("--bookmark-interval", type=float, default=1.0, help="seconds between watch bookmarks")
+    ap.add_argument("--history", type=int, default=10000, help="events kept for watches to resume from")
+    ap.add_argument("--seed", type=int, default=1, help="seed for the watch chunking chaos")
+    ap.add_argument("--chunk-chaos", type=float, default=0.3,
+                    help="probability an event is split across chunks or shares one (0: never)")
+    ap.add_argument("--restart-backoff", type=float, default=1.0,
+                    help="first container restart delay in seconds; doubles up to 10")
+    ap.add_argument("--kill-after-exit", action="store_true",
+                    help="when a container's main process exits, SIGKILL the rest of its process group "
+                         "(what a runtime does to the container's cgroup)")
+    ap.add_argument("--node-name", default="sim-node")
+    ap.add_argument("--pod-ip-start", default="127.0.1.1", help="first pod address (loopback, 127.x.y.z)")
+    ap.add_argument("--verbose", "-v", action="store_true", help="log one line per request to stderr")
+    OPT = ap.parse_args(argv)
+    global NODE_NAME
+    NODE_NAME = OPT.node_name
+    if not re.match(r"^127\.\d+\.\d+\.\d+$", OPT.pod_ip_start):
+        ap.error("--pod-ip-start must be a 127.x.y.z address")
+    if OPT.root is None:
+        import tempfile
+        OPT.root = tempfile.mkdtemp(prefix="apisim-")
+    os.makedirs(OPT.root, exist_ok=True)
+
+    sim = Simulator(OPT)
+    if OPT.tls_dir:
+        sim.make_tls(OPT.tls_dir)
+    atexit.register(sim.shutdown)
+
+    def on_signal(signum, frame):
+        sim.stop.set()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    sim.listen()
+    sim.kubelet.start()
+    sim.controllers.start()
+    if OPT.kubeconfig_out:
+        sim.write_kubeconfig(OPT.kubeconfig_out)
+    if OPT.port_file:
+        atomic_write(OPT.port_file, "%d\n" % sim.port)
+    log("listening on %s://127.0.0.1:%d, pods under %s" % ("https" if sim.ssl_ctx else "http", sim.port, OPT.root))
+    while not sim.stop.wait(0.5):
+        pass
+    sim.shutdown()
+    log("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
