@@ -11,10 +11,11 @@
 # Sources are found by directory, so adding a module is adding its files:
 #   common/ kernels/ worker/ coordinator/ *.c  -> build/lib/librowshift.a
 #   ctl/*.c                                     -> build/bin/rowshiftctl
-#   kernels/cuda/*.cu                           -> build/lib/librowshift_cuda.a (when nvcc exists)
+#   kernels/cuda/*.cu, worker/transport_nccl.c  -> build/lib/librowshift_cuda.a (when nvcc exists)
 #   tests/unit/test_NAME.c                      -> one cmocka binary per module
 #   tests/unit/*.c not named test_*             -> support code linked into every unit test
-#   tests/gpu/test_NAME.c                       -> GPU test binaries
+#   tests/gpu/test_NAME.c, bench_NAME.c         -> GPU test and benchmark binaries (when nvcc exists)
+#   tests/gpu/*.c not named test_* or bench_*   -> support code linked into every GPU binary
 #   tests/fuzz/fuzz_NAME.c                      -> libFuzzer targets, corpus in tests/fuzz/corpus/NAME/
 #   tests/bench/bench_NAME.c                    -> benchmark binaries
 #   tests/integration/NAME.sh                   -> multi-process tests, run after the unit tests
@@ -30,10 +31,12 @@ WERROR ?=
 CPPFLAGS += -I. -D_GNU_SOURCE
 CFLAGS += -std=c11 -g $(OPT) -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral $(WERROR) -MMD -MP
 LDLIBS += -lwebsockets -lcurl -ljansson -lpthread -lm
-NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCHS) -Xcompiler -Wall,-fPIC -I.
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCHS) -Xcompiler -Wall,-fPIC -I. -D_GNU_SOURCE $(if $(WERROR),-Werror all-warnings -Xcompiler -Werror)
 
 MAINS := coordinator/main.c worker/main.c ctl/rowshiftctl.c
-LIB_SRCS := $(filter-out $(MAINS),$(wildcard common/*.c kernels/*.c worker/*.c coordinator/*.c))
+# C sources that need the CUDA and NCCL headers: built into the CUDA library, only where nvcc exists
+NCCL_SRCS := $(wildcard worker/transport_nccl.c)
+LIB_SRCS := $(filter-out $(MAINS) $(NCCL_SRCS),$(wildcard common/*.c kernels/*.c worker/*.c coordinator/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB := $(BUILD)/lib/librowshift.a
 
@@ -52,13 +55,18 @@ FUZZ_NAMES := $(FUZZ_SRCS:tests/fuzz/fuzz_%.c=%)
 
 ifneq ($(NVCC),)
 CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
-CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.o)
+NCCL_OBJS := $(NCCL_SRCS:%.c=$(BUILD)/obj/%.o)
+CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.o) $(NCCL_OBJS)
 CUDA_LIB := $(BUILD)/lib/librowshift_cuda.a
-GPU_SRCS := $(wildcard tests/gpu/*.c)
+GPU_SRCS := $(wildcard tests/gpu/test_*.c tests/gpu/bench_*.c)
+GPU_SUPPORT_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(GPU_SRCS),$(wildcard tests/gpu/*.c))) \
+	$(BUILD)/obj/tests/unit/transport_conformance.o
 GPU_BINS := $(GPU_SRCS:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 GPU_TESTS := $(filter $(BUILD)/tests/gpu/test_%,$(GPU_BINS))
 GPU_BENCHES := $(filter $(BUILD)/tests/gpu/bench_%,$(GPU_BINS))
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib -lcublas -lcudart -lnccl -lstdc++
+# C code that includes CUDA or NCCL headers (-isystem: their warnings are not ours)
+$(NCCL_OBJS) $(BUILD)/obj/tests/gpu/%.o: CPPFLAGS += -isystem $(CUDA_HOME)/include
 endif
 
 .PHONY: all deps tools test unit fuzz-build integration asan ubsan fuzz fuzz-smoke bench bench-gpu test-gpu demo clean
@@ -116,7 +124,7 @@ $(BUILD)/tests/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-$(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(CUDA_LIB) $(LIB)
+$(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(GPU_SUPPORT_OBJS) $(CUDA_LIB) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(CUDA_LDLIBS) -lcmocka $(LDLIBS) -o $@
 
@@ -128,6 +136,8 @@ test: all tools
 	@rm -f $(BUILD)/test-results
 	@BUILD=$(BUILD) bash tests/run.sh unit $(UNIT_BINS)
 	@BUILD=$(BUILD) bash tests/run.sh gpu $(GPU_TESTS)
+	@[ -n "$(GPU_TESTS)" ] || { echo "== gpu: skipped: no CUDA toolkit (nvcc), the CUDA code was not built"; \
+	  echo "SKIP gpu (all): no CUDA toolkit (nvcc), the CUDA code was not built" >>$(BUILD)/test-results; }
 	@$(MAKE) --no-print-directory fuzz-smoke
 	@BUILD=$(BUILD) bash tests/run.sh integration $(wildcard tests/integration/*.sh)
 	@BUILD=$(BUILD) bash tests/run.sh --summary
@@ -173,11 +183,13 @@ bench: all
 	@BUILD=$(BUILD) bash tests/bench/run.sh $(BENCH_BINS) $(wildcard tests/bench/bench_*.sh)
 
 test-gpu: all
+	@[ -n "$(GPU_TESTS)" ] || { echo "test-gpu: no CUDA toolkit (nvcc): nothing to run"; exit 1; }
 	@rm -f $(BUILD)/test-results
 	@BUILD=$(BUILD) RS_REQUIRE_GPU=1 bash tests/run.sh gpu $(GPU_TESTS)
 	@BUILD=$(BUILD) bash tests/run.sh --summary
 
 bench-gpu: all
+	@[ -n "$(GPU_BENCHES)" ] || { echo "bench-gpu: no CUDA toolkit (nvcc) or no GPU benchmark: nothing to run"; exit 1; }
 	@BUILD=$(BUILD) RS_REQUIRE_GPU=1 bash tests/bench/run.sh $(GPU_BENCHES)
 
 demo: all
