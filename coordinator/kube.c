@@ -197,6 +197,7 @@ static void upsert(rs_kube *k, json_t *obj)
 	if (!read_pod(k, obj, &p))
 		return;
 	pod_entry *e = find_pod(k, p.name);
+	int news = !e;
 	if (!e) {
 		if (rs_grow(&k->pods, &k->cap, k->npods + 1, sizeof(*k->pods)) != RS_OK)
 			return;
@@ -205,8 +206,11 @@ static void upsert(rs_kube *k, json_t *obj)
 	} else if (!p.ended && e->pod.ended) {
 		e->gone_reported = 0; /* its container runs again */
 	}
+	/* only what membership depends on is a change: status updates that keep it (a restart count, a
+	   condition's timestamp) must not keep restarting the coordinator's debounce */
+	news |= e->pod.ready != p.ready || e->pod.terminating != p.terminating || e->pod.ended != p.ended;
 	e->pod = p;
-	if (k->h.pod_changed)
+	if (news && k->h.pod_changed)
 		k->h.pod_changed(k->h.ctx, &e->pod);
 	if (p.ended) {
 		const char *phase = json_string_value(json_object_get(json_object_get(obj, "status"), "phase"));
