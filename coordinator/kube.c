@@ -266,8 +266,12 @@ static size_t on_stream(char *data, size_t size, size_t nmemb, void *ctx)
 	rs_kube *k = ctx;
 	rs_err err = {0};
 	size_t n = size * nmemb;
+	long code = 0;
 	if (k->stream_bad)
 		return 0;
+	/* an error answer (a 503, a 401) is a Status, not an event stream: finished() deals with its code */
+	if (curl_easy_getinfo(k->easy, CURLINFO_RESPONSE_CODE, &code) != CURLE_OK || code != 200)
+		return n;
 	if (rs_watch_feed(&k->wp, data, n, on_event, k, &err) != RS_OK) {
 		RS_WARN("kubernetes: %s; listing again", err.msg);
 		k->stream_bad = 1;
@@ -424,7 +428,10 @@ static void finished(rs_kube *k, CURLcode res)
 		k->retry_at = rs_now();
 		return;
 	}
-	back_off(k, "watching pods: %s", res == CURLE_OK ? "HTTP error" : why);
+	if (res == CURLE_OK)
+		back_off(k, "watching pods: HTTP %ld", code);
+	else
+		back_off(k, "watching pods: %s", why);
 }
 
 void rs_kube_poll(rs_kube *k)

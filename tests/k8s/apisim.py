@@ -3,9 +3,10 @@
 
 It speaks enough of the real API (discovery, OpenAPI v3 for field
 validation, list/get/create/update/patch/delete, watch with bookmarks and
-410 Expired, Table output, pods/log, the scale subresource) over HTTP/1.1
-(TLS optional, bearer token) that the real kubectl, helm and the
-coordinator's libcurl client work against it unmodified. A StatefulSet
+410 Expired, Table output, pods/log, the scale subresource, protobuf bodies
+of the simple kinds kubectl create sends) over HTTP/1.1 (TLS optional,
+bearer token) that the real kubectl, helm and the coordinator's libcurl
+client work against it unmodified. A StatefulSet
 controller makes pods, a garbage collector cascades deletions, and a
 "kubelet" runs every pod's containers as real processes on this machine,
 each pod on its own loopback address (127.0.1.N). Fault endpoints under
@@ -13,8 +14,9 @@ each pod on its own loopback address (127.0.1.N). Fault endpoints under
 
 Python 3.9+ standard library only. See tests/k8s/README.md.
 
-Sections: utilities and errors, resources, selectors, patches, store,
-watch hub, tables and discovery, controllers, kubelet, HTTP handler, main.
+Sections: utilities and errors, resources, selectors, patches, protobuf
+request bodies, store, watch hub, tables and discovery, controllers,
+kubelet, HTTP handler, main.
 """
 
 import argparse
@@ -32,6 +34,7 @@ import os
 import queue
 import random
 import re
+import select
 import shutil
 import signal
 import socket
@@ -51,6 +54,7 @@ K8S_VERSION = {"major": "1", "minor": "33", "gitVersion": "v1.33.0-apisim", "git
 
 OPT = None  # the parsed command line, set by main()
 NODE_NAME = "sim-node"
+TRACE_LOCK = threading.Lock()
 
 
 def log(msg):
@@ -210,9 +214,9 @@ class Resource:
         self.key = (group, plural)
 
 
-def _subs(*names, status=True):
-    out = [(n, None, None, None, ["get"] if n == "log" else ["get", "patch", "update"]) for n in names]
-    return out
+def _subs(*names):
+    """Subresources served as the parent's kind: log (get), status (get, patch, update)."""
+    return [(n, None, None, None, ["get"] if n == "log" else ["get", "patch", "update"]) for n in names]
 
 
 SCALE = ("scale", "autoscaling", "v1", "Scale", ["get", "patch", "update"])
@@ -606,6 +610,147 @@ def _apply_order(field, items, order):
     return [x for _, x in sorted(enumerate(items), key=rank)]
 
 
+# ==== protobuf request bodies =======================================================================
+# kubectl's `create namespace|configmap|secret|serviceaccount|service|role|...` send their object as
+# Kubernetes protobuf ("k8s\0" + runtime.Unknown). These schemas (field numbers from the API's
+# generated.proto) cover those simple kinds; a field not listed is refused (415), never dropped.
+
+PB_SCHEMAS = {
+    "TypeMeta": {1: ("apiVersion", "string"), 2: ("kind", "string")},
+    "Unknown": {1: ("typeMeta", "TypeMeta"), 2: ("raw", "raw"), 3: ("contentEncoding", "string"),
+                4: ("contentType", "string")},
+    "ObjectMeta": {1: ("name", "string"), 2: ("generateName", "string"), 3: ("namespace", "string"),
+                   4: ("selfLink", "string"), 5: ("uid", "string"), 6: ("resourceVersion", "string"),
+                   7: ("generation", "int"), 11: ("labels", "map:string"), 12: ("annotations", "map:string"),
+                   13: ("ownerReferences", "[OwnerReference"), 14: ("finalizers", "[string"),
+                   17: ("managedFields", "skip"), 8: ("creationTimestamp", "skip")},
+    "OwnerReference": {1: ("kind", "string"), 3: ("name", "string"), 4: ("uid", "string"),
+                       5: ("apiVersion", "string"), 6: ("controller", "bool"), 7: ("blockOwnerDeletion", "bool")},
+    "Namespace": {1: ("metadata", "ObjectMeta"), 2: ("spec", "NamespaceSpec"), 3: ("status", "skip")},
+    "NamespaceSpec": {1: ("finalizers", "[string")},
+    "ConfigMap": {1: ("metadata", "ObjectMeta"), 2: ("data", "map:string"), 3: ("binaryData", "map:bytes"),
+                  4: ("immutable", "bool")},
+    "Secret": {1: ("metadata", "ObjectMeta"), 2: ("data", "map:bytes"), 3: ("type", "string"),
+               4: ("stringData", "map:string"), 5: ("immutable", "bool")},
+    "ServiceAccount": {1: ("metadata", "ObjectMeta"), 2: ("secrets", "[ObjectReference"),
+                       3: ("imagePullSecrets", "[LocalObjectReference"), 4: ("automountServiceAccountToken", "bool")},
+    "ObjectReference": {1: ("kind", "string"), 2: ("namespace", "string"), 3: ("name", "string"),
+                        4: ("uid", "string"), 5: ("apiVersion", "string"), 6: ("resourceVersion", "string"),
+                        7: ("fieldPath", "string")},
+    "LocalObjectReference": {1: ("name", "string")},
+    "Service": {1: ("metadata", "ObjectMeta"), 2: ("spec", "ServiceSpec"), 3: ("status", "skip")},
+    "ServiceSpec": {1: ("ports", "[ServicePort"), 2: ("selector", "map:string"), 3: ("clusterIP", "string"),
+                    4: ("type", "string"), 5: ("externalIPs", "[string"), 7: ("sessionAffinity", "string"),
+                    8: ("loadBalancerIP", "string"), 9: ("loadBalancerSourceRanges", "[string"),
+                    10: ("externalName", "string"), 11: ("externalTrafficPolicy", "string"),
+                    12: ("healthCheckNodePort", "int0"), 13: ("publishNotReadyAddresses", "bool"),
+                    17: ("ipFamilyPolicy", "string"), 18: ("clusterIPs", "[string"), 19: ("ipFamilies", "[string"),
+                    20: ("allocateLoadBalancerNodePorts", "bool"), 21: ("loadBalancerClass", "string"),
+                    22: ("internalTrafficPolicy", "string"), 23: ("trafficDistribution", "string")},
+    "ServicePort": {1: ("name", "string"), 2: ("protocol", "string"), 3: ("port", "int"),
+                    4: ("targetPort", "IntOrString"), 5: ("nodePort", "int0"), 6: ("appProtocol", "string")},
+    "IntOrString": {1: ("type", "int"), 2: ("intVal", "int"), 3: ("strVal", "string")},
+    "PolicyRule": {1: ("verbs", "[string"), 2: ("apiGroups", "[string"), 3: ("resources", "[string"),
+                   4: ("resourceNames", "[string"), 5: ("nonResourceURLs", "[string")},
+    "Role": {1: ("metadata", "ObjectMeta"), 2: ("rules", "[PolicyRule")},
+    "ClusterRole": {1: ("metadata", "ObjectMeta"), 2: ("rules", "[PolicyRule")},
+    "Subject": {1: ("kind", "string"), 2: ("apiGroup", "string"), 3: ("name", "string"), 4: ("namespace", "string")},
+    "RoleRef": {1: ("apiGroup", "string"), 2: ("kind", "string"), 3: ("name", "string")},
+    "RoleBinding": {1: ("metadata", "ObjectMeta"), 2: ("subjects", "[Subject"), 3: ("roleRef", "RoleRef")},
+    "ClusterRoleBinding": {1: ("metadata", "ObjectMeta"), 2: ("subjects", "[Subject"), 3: ("roleRef", "RoleRef")},
+    "DeleteOptions": {1: ("gracePeriodSeconds", "int"), 2: ("preconditions", "Preconditions"),
+                      3: ("orphanDependents", "bool"), 4: ("propagationPolicy", "string"), 5: ("dryRun", "[string"),
+                      6: ("ignoreStoreReadErrorWithClusterBreakingPotential", "bool")},
+    "Preconditions": {1: ("uid", "string"), 2: ("resourceVersion", "string")},
+}
+
+
+class ProtoError(Exception):
+    pass
+
+
+def _varint(buf, i):
+    n = shift = 0
+    while True:
+        if i >= len(buf):
+            raise ProtoError("truncated varint")
+        b = buf[i]
+        i += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return n, i
+
+
+def _pb_fields(buf):
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            v, i = _varint(buf, i)
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            v, i = buf[i:i + n], i + n
+        elif wire == 1:
+            v, i = buf[i:i + 8], i + 8
+        elif wire == 5:
+            v, i = buf[i:i + 4], i + 4
+        else:
+            raise ProtoError("wire type %d" % wire)
+        yield field, v
+
+
+def pb_decode(buf, msg):
+    schema, out = PB_SCHEMAS[msg], {}
+    for field, v in _pb_fields(buf):
+        if field not in schema:
+            raise ProtoError("field %d of %s" % (field, msg))
+        name, typ = schema[field]
+        repeated, typ = typ.startswith("["), typ.lstrip("[")
+        if typ == "skip":
+            continue
+        if typ.startswith("map:"):
+            entry = dict(_pb_fields(v))
+            val = entry.get(2, b"")
+            out.setdefault(name, {})[entry.get(1, b"").decode()] = \
+                base64.b64encode(val).decode() if typ == "map:bytes" else val.decode()
+            continue
+        if typ == "string":
+            val = v.decode()
+        elif typ == "raw":
+            val = v
+        elif typ in ("int", "int0"):
+            val = v - (1 << 64) if v >= 1 << 63 else v
+            if typ == "int0" and not val:
+                continue  # omitempty
+        elif typ == "bool":
+            val = bool(v)
+        else:
+            val = pb_decode(v, typ)
+        if repeated:
+            out.setdefault(name, []).append(val)
+        elif val != "" and val is not False:  # gogo-protobuf writes empty optionals; JSON omits them
+            out[name] = val
+    if msg == "IntOrString":
+        return out.get("strVal", "") if out.get("type") == 1 else out.get("intVal", 0)
+    return out
+
+
+def decode_protobuf(body):
+    """A Kubernetes protobuf object as JSON-like dicts; ProtoError for a kind or field not covered."""
+    if not body.startswith(b"k8s\x00"):
+        raise ProtoError("no k8s protobuf magic")
+    unk = pb_decode(body[4:], "Unknown")
+    tm = unk.get("typeMeta") or {}
+    kind = tm.get("kind", "")
+    if kind not in PB_SCHEMAS or kind in ("Unknown", "TypeMeta") or unk.get("contentEncoding"):
+        raise ProtoError("kind %s" % kind)
+    obj = pb_decode(unk.get("raw", b""), kind)
+    obj["apiVersion"], obj["kind"] = tm.get("apiVersion"), kind
+    return obj
+
+
 # ==== store =========================================================================================
 
 class Event:
@@ -895,13 +1040,16 @@ class Store:
 
     # -- watching
 
-    def watch(self, watcher, since):
+    def watch(self, watcher, since, end_bookmark=None):
         """Register a watch: queue its initial events (ADDED for all, or the history after `since`)."""
         with self.lock:
             if since is None:
                 for o in self.all(watcher.res, watcher.ns):
                     if watcher.matches(o):
                         watcher.put("ADDED", copy.deepcopy(o))
+                if end_bookmark is not None:
+                    meta(end_bookmark)["resourceVersion"] = str(self.rv)
+                    watcher.put("BOOKMARK", end_bookmark)
             else:
                 if since < self.compacted:
                     raise ApiError(410, "Expired", "too old resource version: %d (%d)" % (since, self.compacted))
@@ -995,6 +1143,9 @@ def defaults(res, obj, store):
         for p in spec.get("ports") or []:
             p.setdefault("protocol", "TCP")
             p.setdefault("targetPort", p.get("port"))
+            if spec["type"] in ("NodePort", "LoadBalancer") and not p.get("nodePort"):
+                store.ip_counter += 1
+                p["nodePort"] = 30000 + store.ip_counter % 2768
         obj["status"] = {"loadBalancer": {}}
     elif res is R_STS:
         spec = obj.setdefault("spec", {})
@@ -1227,8 +1378,9 @@ def api_resource_list(group, version):
     for r in RESOURCES:
         if r.group != group or r.version != version:
             continue
+        verbs = [v for v in ALL_VERBS if not (v == "deletecollection" and r.plural in ("namespaces", "nodes"))]
         d = {"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind,
-             "verbs": list(ALL_VERBS)}
+             "verbs": verbs}
         if r.short:
             d["shortNames"] = r.short
         if r.categories:
@@ -1587,10 +1739,12 @@ class Container:
         self.next_start = 0.0
         self.gen = 0  # bumped at every start; probers of an older instance stop
         self.liveness_kill_gen = 0  # the instance a failed liveness probe already had SIGTERMed
+        self.liveness_kill_at = float("inf")  # ... and when it gets SIGKILL
         self.probe_ready = False
         self.liveness_failed = False
         self.log_starts = []  # byte offsets of each instance in the log: `kubectl logs` shows the last
         self.run = None  # (argv, env, cwd) once resolved
+        self.mounts = []  # (mountPath, sandbox path), longest first
 
     def ready(self):
         return self.state == "running" and (self.probe_ready or not self.spec.get("readinessProbe")) and not \
@@ -1641,9 +1795,9 @@ class PodRuntime:
         self.next_prepare = 0.0
         self.start_time = now_ts()
         self.terminating, self.kill_at, self.killed = False, None, False
+        self.remove_at = 0.0  # a deleted pod is removed no sooner than this
         self.transitions = {}  # condition type -> (status, lastTransitionTime)
         self.next_volume_sync = 0.0
-        self.mounts = []  # (mountPath, host path), longest first, per container name
         self.record = {"namespace": self.ns, "name": self.name, "uid": self.uid, "ip": ip, "pid": None, "pids": [],
                        "exit_codes": [], "signals": [], "containers": {}, "created": now_ts(), "started": None,
                        "removed": None, "dir": pdir}
@@ -1767,8 +1921,7 @@ class Kubelet(threading.Thread):
                     r["dir"] = dest
 
     def lookup(self, res, ns, name):
-        o = self.store.peek(res, ns, name)
-        return o
+        return self.store.peek(res, ns, name)
 
     def key_value(self, res, ns, name, key, optional, what):
         o = self.lookup(res, ns, name)
@@ -1871,7 +2024,7 @@ class Kubelet(threading.Thread):
                 files[it["path"]] = v.encode()
         return files
 
-    def volumes(self, pod, rt, refresh=False):
+    def volumes(self, pod, rt):
         """Materialize the pod's volumes under <pod dir>/volumes/<name>/; returns {name: host path}."""
         ns = rt.ns
         out = {}
@@ -2077,7 +2230,8 @@ class Kubelet(threading.Thread):
 
     def after_exit(self, rt, c):
         policy = rt.policy
-        restart = not rt.terminating and (policy == "Always" or (policy == "OnFailure" and c.exit_code != 0))
+        deleting = rt.terminating or is_terminating(self.store.peek(R_POD, rt.ns, rt.name) or {})
+        restart = not deleting and (policy == "Always" or (policy == "OnFailure" and c.exit_code != 0))
         if c.init and c.exit_code == 0:
             restart = False
         if not restart:
@@ -2142,6 +2296,10 @@ class Kubelet(threading.Thread):
                 self.reap(rt, c)
         if is_terminating(pod) and not rt.terminating:
             rt.terminating = True
+            # the pod object stays a moment even if its containers end at once, as with a real kubelet:
+            # `kubectl delete` GETs the pod, then lists and watches it; a pod gone and made again by its
+            # controller in between would leave kubectl waiting for a deletion it missed
+            rt.remove_at = now + OPT.removal_delay
             grace = meta(pod).get("deletionGracePeriodSeconds", 30) or 0
             rt.kill_at = now + grace
             for c in rt.running():
@@ -2153,7 +2311,8 @@ class Kubelet(threading.Thread):
                     self.killpg(c, signal.SIGKILL, rt)
             if not rt.running():
                 self.write_status(rt, pod, final=True)
-                self.finish(rt)
+                if now >= rt.remove_at:
+                    self.finish(rt)
             return
         if not rt.prepared:
             if now < rt.next_prepare:
@@ -2171,7 +2330,7 @@ class Kubelet(threading.Thread):
         elif now >= rt.next_volume_sync:
             rt.next_volume_sync = now + 2.0
             try:
-                self.volumes(pod, rt, refresh=True)  # configMap and secret updates reach running pods
+                self.volumes(pod, rt)  # configMap and secret updates reach running pods
             except ConfigError:
                 pass
         # init containers one at a time, then every container
@@ -2187,7 +2346,11 @@ class Kubelet(threading.Thread):
                     self.spawn(rt, c)  # the first start, or a restart after its back-off
                 elif c.state == "running" and c.liveness_failed and c.liveness_kill_gen != c.gen:
                     c.liveness_kill_gen = c.gen  # killed like a deletion would; restartPolicy decides the rest
+                    c.liveness_kill_at = now + float(dig(pod, "spec", "terminationGracePeriodSeconds", default=30))
                     self.killpg(c, signal.SIGTERM, rt)
+                elif c.state == "running" and c.liveness_kill_gen == c.gen and now >= c.liveness_kill_at:
+                    c.liveness_kill_at = float("inf")
+                    self.killpg(c, signal.SIGKILL, rt)
         self.write_status(rt, pod)
 
     def phase(self, rt):
@@ -2332,6 +2495,11 @@ class Kubelet(threading.Thread):
                         os.killpg(c.pgid, signal.SIGKILL)
                     except OSError:
                         pass
+        for c in groups:  # reap them: no zombies left for an init that may not reap
+            try:
+                c.proc.wait(1.0)
+            except subprocess.TimeoutExpired:
+                pass
         if self.watchdog is not None:
             try:
                 self.watchdog.stdin.close()
@@ -2453,6 +2621,13 @@ class Handler(BaseHTTPRequestHandler):
     def json_body(self):
         if not self.body:
             raise err_bad("the request body is empty")
+        if self.headers.get("Content-Type", "").startswith("application/vnd.kubernetes.protobuf"):
+            try:
+                return decode_protobuf(self.body)
+            except (ProtoError, UnicodeDecodeError, KeyError) as e:
+                raise ApiError(415, "UnsupportedMediaType", "apisim decodes protobuf only for Namespace, "
+                               "ConfigMap, Secret, ServiceAccount, Service and RBAC objects (%s); send "
+                               "application/json (kubectl apply -f, kubectl create -f)" % e, {})
         try:
             return json.loads(self.body)
         except ValueError as e:
@@ -2597,7 +2772,7 @@ class Handler(BaseHTTPRequestHandler):
                 if res.namespaced and ns is None:
                     raise err_method()
                 return self.send(201, store.create(res, ns, self.json_body(), dry))
-            if cmd == "DELETE":
+            if cmd == "DELETE" and res not in (R_NS, BY_KEY[("", "nodes")]):  # no deletecollection there
                 return self.delete_collection(store, res, ns, dry)
             raise err_method()
         if sub == "log":
@@ -2717,10 +2892,21 @@ class Handler(BaseHTTPRequestHandler):
         bookmarks = self.q.get("allowWatchBookmarks") in ("1", "true", "True")
         table = self.wants_table()
         include = self.q.get("includeObject", "Metadata")
+        def bookmark(rv, initial_end):
+            # only the bookmark ending the initial events (sendInitialEvents=true) carries the annotation:
+            # client-go's reflector ends a watch when it sees it
+            m = {"resourceVersion": rv}
+            if initial_end:
+                m["annotations"] = {"k8s.io/initial-events-end": "true"}
+            return {"kind": res.kind, "apiVersion": res.api_version, "metadata": m}
+
+        send_initial = self.q.get("sendInitialEvents") in ("1", "true", "True")
+        if send_initial:
+            since = None  # a watch-list: every object, then a bookmark saying so
         w = Watcher(res, ns, lsel, fsel, self.request)
         expired = None
         try:
-            store.watch(w, since)
+            store.watch(w, since, bookmark(None, True) if send_initial and bookmarks else None)
         except ApiError as e:
             if e.code != 410:
                 raise
@@ -2741,6 +2927,9 @@ class Handler(BaseHTTPRequestHandler):
 
         def chunk(data):
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            if OPT.trace_watches:
+                with TRACE_LOCK, open(OPT.trace_watches, "ab") as f:
+                    f.write(b"%.3f watch %d %s chunk %r\n" % (time.time(), w.id, self.path.encode(), data))
 
         try:
             if expired is not None:  # 200, one ERROR event, a clean end: what the real server does
@@ -2759,6 +2948,9 @@ class Handler(BaseHTTPRequestHandler):
                     now = time.monotonic()
                     if sim.stop.is_set():
                         raise ConnectionAbortedError("the simulator is stopping")
+                    if select.select([self.request], [], [], 0)[0]:
+                        # a streaming client sends nothing: readable means it closed (or sent a TLS alert)
+                        raise ConnectionAbortedError("the client went away")
                     if end is not None and now >= end:
                         self.wfile.write(b"0\r\n\r\n")  # timeoutSeconds: a clean end
                         return
@@ -2767,9 +2959,7 @@ class Handler(BaseHTTPRequestHandler):
                         with store.lock:  # every event up to this version is already written
                             bm_rv = str(store.rv) if w.q.empty() else None
                         if bm_rv:
-                            chunk(encode("BOOKMARK", {"kind": res.kind, "apiVersion": res.api_version,
-                                                      "metadata": {"resourceVersion": bm_rv, "annotations": {
-                                                          "k8s.io/initial-events-end": "true"}}}))
+                            chunk(encode("BOOKMARK", bookmark(bm_rv, False)))
                     continue
                 if item is DROP:
                     raise ConnectionAbortedError("dropped")
@@ -3001,6 +3191,9 @@ def main(argv=None):
                     help="probability an event is split across chunks or shares one (0: never)")
     ap.add_argument("--restart-backoff", type=float, default=1.0,
                     help="first container restart delay in seconds; doubles up to 10")
+    ap.add_argument("--removal-delay", type=float, default=0.5,
+                    help="a gracefully deleted pod is removed no sooner than this many seconds after its deletion")
+    ap.add_argument("--trace-watches", metavar="FILE", help="debugging: append every watch event written to FILE")
     ap.add_argument("--kill-after-exit", action="store_true",
                     help="when a container's main process exits, SIGKILL the rest of its process group "
                          "(what a runtime does to the container's cgroup)")
