@@ -32,7 +32,7 @@ python3 tests/k8s/apisim.py --port 0 --port-file "$tmp/sim.port" --token "$simto
 sim_pid=$!
 wait_for "$tmp/sim.port" . 30 || { echo "the simulator did not start"; cat "$tmp/sim.err"; exit 1; }
 simport=$(cat "$tmp/sim.port")
-export KUBECONFIG=$tmp/kubeconfig
+export KUBECONFIG=$tmp/kubeconfig KUBECACHEDIR=$tmp/kube-cache  # no discovery cache shared between runs
 k() { timeout 30 $kubectl -n $ns "$@"; }
 sim() { curl -sS --max-time 10 --cacert "$tmp/tls/ca.crt" -H "Authorization: Bearer $simtok" -X POST \
 	"https://127.0.0.1:$simport/_sim/$1"; }
