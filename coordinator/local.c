@@ -230,7 +230,7 @@ void rs_local_stop_all(rs_local *l, int timeout_ms)
 			left += l->p[i].pid != 0;
 		if (!left || rs_now() >= until)
 			break;
-		usleep(20000);
+		rs_sleep(0.02);
 	}
 	for (size_t i = 0; i < l->n; i++) {
 		proc *p = &l->p[i];

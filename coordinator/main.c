@@ -178,6 +178,24 @@ static rs_status kube_config(const kube_args *a, rs_kube_config *kc, rs_err *err
 	return rs_kube_config_load(a->kubeconfig ? a->kubeconfig : path, a->context, kc, err);
 }
 
+/* The status stream's last events (the job is done) reach its clients before the server goes: at most 1 s. */
+static void flush_status(rs_server *srv)
+{
+	for (double until = rs_now() + 1; rs_now() < until && rs_server_status_queued(srv) > 0;)
+		rs_server_service(srv, 20);
+}
+
+/* A failed job: tell every member to stop, and give the messages a moment to leave. */
+static void stop_members(rs_job *job, rs_server *srv)
+{
+	if (!job || !srv)
+		return;
+	rs_job_stop_all(job);
+	for (int k = 0; k < 10; k++)
+		rs_server_service(srv, 20);
+}
+
+/* --kubernetes: the workers are the pods of a StatefulSet; the job is kept in a ConfigMap. The exit status. */
 static int run_kubernetes(const kube_args *a)
 {
 	static rs_job_options o;
@@ -271,17 +289,12 @@ static int run_kubernetes(const kube_args *a)
 		st = rs_err_set(&err, RS_EABORTED, "%s", rs_job_error(job));
 		goto fail;
 	}
-	for (double until = rs_now() + 1; rs_now() < until && rs_server_status_queued(srv) > 0;)
-		rs_server_service(srv, 20);
+	flush_status(srv);
 	rc = 0;
 	goto out;
 fail:
 	RS_ERROR("%s", err.msg[0] ? err.msg : rs_status_str(st));
-	if (job && srv) {
-		rs_job_stop_all(job);
-		for (int k = 0; k < 10; k++)
-			rs_server_service(srv, 20);
-	}
+	stop_members(job, srv);
 out:
 	rs_server_destroy(srv);
 	rs_job_destroy(job);
@@ -514,18 +527,12 @@ int main(int argc, char **argv)
 		goto fail;
 	}
 	rc = 0;
-	/* the status stream's last events (the job is done) reach its clients before the server goes */
-	for (double until = rs_now() + 1; rs_now() < until && rs_server_status_queued(srv) > 0;)
-		rs_server_service(srv, 20);
+	flush_status(srv);
 	rs_server_service(srv, 0);
 	goto out;
 fail:
 	RS_ERROR("%s", err.msg[0] ? err.msg : rs_status_str(st));
-	if (job && srv) {
-		rs_job_stop_all(job);
-		for (int k = 0; k < 10; k++)
-			rs_server_service(srv, 20);
-	}
+	stop_members(job, srv);
 out:
 	/* workers exit on their own when done or told to stop; bound the wait */
 	if (lw) {
@@ -539,7 +546,7 @@ out:
 			if (srv)
 				rs_server_service(srv, 50);
 			else
-				usleep(50000);
+				rs_sleep(0.05);
 		}
 		rs_local_stop_all(lw, 0);
 	}

@@ -111,7 +111,7 @@ static rs_status link_reconnect(coord_link *l, rs_err *err)
 		if (rs_now() - l->lost_at > l->grace_ms / 1000.0)
 			return rs_err_set(err, RS_EPEER, "the coordinator at %s stayed away for %d ms (%s)", l->url,
 					  l->grace_ms, e.msg[0] ? e.msg : rs_status_str(st));
-		usleep(100000);
+		rs_sleep(0.1);
 	}
 	return RS_OK;
 }
@@ -374,7 +374,7 @@ static rs_status stage(worker *w, const rs_msg_start *s, rs_plan *plan, rs_err *
 	if (st == RS_OK && s->rank < s->world)
 		st = rs_transport_subset(w->st_uni, (int32_t)s->world, &w->st_t);
 	if (st == RS_OK && w->stall_ms > 0)
-		usleep((useconds_t)(w->stall_ms * 1000)); /* test hook: a window to kill someone during MIGRATE */
+		rs_sleep(w->stall_ms / 1000.0); /* test hook: a window to kill someone during MIGRATE */
 	if (st == RS_OK) {
 		progress_ctx pc = {w, s->generation, 0};
 		rs_reshard_spec spec = {.old_plan = prev, .new_plan = plan, .union_of_old = union_of_old,

@@ -202,8 +202,7 @@ static rs_status connect_peer(tcp *t, const rs_tcp_config *cfg, int32_t j, int64
 		if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
 			last_errno = errno;
 			close(fd);
-			struct timespec ts = {0, 20 * 1000000};
-			nanosleep(&ts, NULL);
+			rs_sleep(0.02);
 			continue;
 		}
 		tune_socket(fd);

@@ -436,26 +436,10 @@ def json_patch(doc, ops):
     if not isinstance(ops, list):
         raise err_bad("json patch must be an array of operations")
 
-    def parent(path):
-        parts = _pointer(path)
-        if not parts:
-            raise ApiError(422, "Invalid", "the JSON pointer %r names the whole document" % path)
+    def walk(path, parts):
+        """The value at parts (the tokens of the pointer path) in doc."""
         cur = doc
-        for p in parts[:-1]:
-            if isinstance(cur, list):
-                try:
-                    cur = cur[int(p)]
-                except (ValueError, IndexError):
-                    raise ApiError(422, "Invalid", "path %s: no element %s" % (path, p))
-            elif isinstance(cur, dict) and p in cur:
-                cur = cur[p]
-            else:
-                raise ApiError(422, "Invalid", "doc is missing path: \"%s\": missing value" % path)
-        return cur, parts[-1]
-
-    def get(path):
-        cur = doc
-        for p in _pointer(path):
+        for p in parts:
             if isinstance(cur, list):
                 try:
                     cur = cur[int(p)]
@@ -466,6 +450,15 @@ def json_patch(doc, ops):
             else:
                 raise ApiError(422, "Invalid", "doc is missing path: \"%s\": missing value" % path)
         return cur
+
+    def parent(path):
+        parts = _pointer(path)
+        if not parts:
+            raise ApiError(422, "Invalid", "the JSON pointer %r names the whole document" % path)
+        return walk(path, parts[:-1]), parts[-1]
+
+    def get(path):
+        return walk(path, _pointer(path))
 
     def add(path, value):
         c, k = parent(path)

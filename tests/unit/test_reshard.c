@@ -27,6 +27,7 @@
 #include "tests/unit/world_harness.h"
 #include "worker/train.h"
 #include "worker/transport_tcp.h"
+#include "tests/unit/scratch.h"
 
 #include <inttypes.h>
 #include <signal.h>
@@ -78,8 +79,7 @@ static int setup(void **state)
 {
 	(void)state;
 	rs_err err = {0};
-	snprintf(dir, sizeof(dir), "/tmp/rs-test-reshard-%d", (int)getpid());
-	if (mkdir(dir, 0700) != 0 || rs_config_load(config_path, &cfg, &err) != RS_OK)
+	if (rs_scratch_make(dir, sizeof(dir), "reshard") != 0 || rs_config_load(config_path, &cfg, &err) != RS_OK)
 		return -1;
 	for (int g = 0; g < GENS; g++) {
 		rs_world w = rs_world_make(cfg, world_of[g], 0, 0, 0);
@@ -98,12 +98,10 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	char cmd[128];
 	for (int g = 0; g < GENS; g++)
 		rs_plan_free(plans[g]);
 	rs_config_free(cfg);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return rs_scratch_remove(dir);
 }
 
 /* Append "TAG G v0 v1 ..." to this member's record file. */

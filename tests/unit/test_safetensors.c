@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "common/safetensors.h"
+#include "tests/unit/scratch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,16 +24,13 @@ static char dir[64];
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/rs-test-st-%d", (int)getpid());
-	return mkdir(dir, 0700);
+	return rs_scratch_make(dir, sizeof(dir), "st");
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return rs_scratch_remove(dir);
 }
 
 static void test_round_trip(void **state)

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "coordinator/state.h"
+#include "tests/unit/scratch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,22 +24,34 @@ static char dir[64], path[128];
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/rs-test-state-%d", (int)getpid());
+	if (rs_scratch_make(dir, sizeof(dir), "state") != 0)
+		return -1;
 	snprintf(path, sizeof(path), "%s/state.json", dir);
-	return mkdir(dir, 0700);
+	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return rs_scratch_remove(dir);
 }
 
-/* A state in the middle of a 2 -> 3 reshard. Plans are opaque JSON here. */
-static void sample(rs_state *s, char **world, char **uni, int32_t *uoo, uint64_t *before, rs_state_worker *w)
+/* A state in the middle of a 2 -> 3 reshard, with the arrays it points into. Plans are opaque JSON here. */
+typedef struct sample_state {
+	rs_state s;
+	char *world[2], *uni[3];
+	int32_t uoo[2];
+	uint64_t before[2];
+	rs_state_worker w[2];
+} sample_state;
+
+static rs_state *sample(sample_state *x)
 {
+	rs_state *s = &x->s;
+	char **world = x->world, **uni = x->uni;
+	int32_t *uoo = x->uoo;
+	uint64_t *before = x->before;
+	rs_state_worker *w = x->w;
 	memset(s, 0, sizeof(*s));
 	s->phase = RS_STATE_MIGRATING;
 	s->generation = 4, s->step = 50, s->bound = 120;
@@ -63,19 +76,22 @@ static void sample(rs_state *s, char **world, char **uni, int32_t *uoo, uint64_t
 	w[0] = (rs_state_worker){"worker-0", 100};
 	w[1] = (rs_state_worker){"worker-1", 101};
 	s->workers = w, s->nworkers = 2;
+	return s;
+}
+
+static void sample_free(sample_state *x)
+{
+	json_decref(x->s.plan);
+	json_decref(x->s.attempt_plan);
 }
 
 static void test_round_trip(void **state)
 {
 	(void)state;
-	rs_state s, back;
-	char *world[2], *uni[3];
-	int32_t uoo[2];
-	uint64_t before[2];
-	rs_state_worker w[2];
+	sample_state x;
+	rs_state back, *s = sample(&x);
 	rs_err err = {0};
-	sample(&s, world, uni, uoo, before, w);
-	assert_int_equal(rs_state_write(path, &s, &err), RS_OK);
+	assert_int_equal(rs_state_write(path, s, &err), RS_OK);
 	struct stat st;
 	assert_int_equal(stat(path, &st), 0);
 	assert_int_equal(st.st_mode & 0777, 0600); /* it holds the join token */
@@ -87,8 +103,8 @@ static void test_round_trip(void **state)
 	assert_int_equal(back.generation, 4);
 	assert_int_equal(back.step, 50);
 	assert_int_equal(back.bound, 120);
-	assert_true(json_equal(back.plan, s.plan));
-	assert_true(json_equal(back.attempt_plan, s.attempt_plan));
+	assert_true(json_equal(back.plan, s->plan));
+	assert_true(json_equal(back.attempt_plan, s->attempt_plan));
 	assert_int_equal(back.nworld, 2);
 	assert_string_equal(back.world[1], "worker-1");
 	assert_int_equal(back.nuni, 3);
@@ -107,30 +123,25 @@ static void test_round_trip(void **state)
 	assert_int_equal(back.workers[1].pid, 101);
 	rs_state_free(&back);
 	/* a training state has no attempt */
-	s.phase = RS_STATE_TRAINING;
-	s.attempt_generation = 0;
-	s.save = "/tmp/ckpt";
-	assert_int_equal(rs_state_write(path, &s, &err), RS_OK);
+	s->phase = RS_STATE_TRAINING;
+	s->attempt_generation = 0;
+	s->save = "/tmp/ckpt";
+	assert_int_equal(rs_state_write(path, s, &err), RS_OK);
 	assert_int_equal(rs_state_read(path, &back, &err), RS_OK);
 	assert_int_equal(back.attempt_generation, 0);
 	assert_null(back.uni);
 	assert_string_equal(back.save, "/tmp/ckpt");
 	rs_state_free(&back);
-	json_decref(s.plan);
-	json_decref(s.attempt_plan);
+	sample_free(&x);
 }
 
 /* Replace the first occurrence of `from` in the sample's JSON by `to` and parse: it must be refused, naming `field`. */
 static void refused(const char *from, const char *to, const char *field)
 {
-	rs_state s, back;
-	char *world[2], *uni[3];
-	int32_t uoo[2];
-	uint64_t before[2];
-	rs_state_worker w[2];
+	sample_state x;
+	rs_state back;
 	rs_err err = {0};
-	sample(&s, world, uni, uoo, before, w);
-	json_t *j = rs_state_to_json(&s);
+	json_t *j = rs_state_to_json(sample(&x));
 	char *text = json_dumps(j, JSON_COMPACT);
 	assert_non_null(text);
 	char *at = strstr(text, from);
@@ -148,8 +159,7 @@ static void refused(const char *from, const char *to, const char *field)
 	free(edited);
 	free(text);
 	json_decref(j);
-	json_decref(s.plan);
-	json_decref(s.attempt_plan);
+	sample_free(&x);
 }
 
 static void test_refused(void **state)
@@ -187,13 +197,8 @@ static void test_damaged(void **state)
 		assert_true(err.msg[0] != 0);
 	}
 	/* a truncated file, as a full disk leaves it */
-	rs_state s;
-	char *world[2], *uni[3];
-	int32_t uoo[2];
-	uint64_t before[2];
-	rs_state_worker w[2];
-	sample(&s, world, uni, uoo, before, w);
-	json_t *j = rs_state_to_json(&s);
+	sample_state x;
+	json_t *j = rs_state_to_json(sample(&x));
 	char *text = json_dumps(j, JSON_COMPACT);
 	for (size_t cut = 0; cut < strlen(text); cut += 7) {
 		memset(&err, 0, sizeof(err));
@@ -201,8 +206,7 @@ static void test_damaged(void **state)
 	}
 	free(text);
 	json_decref(j);
-	json_decref(s.plan);
-	json_decref(s.attempt_plan);
+	sample_free(&x);
 	char missing[160];
 	snprintf(missing, sizeof(missing), "%s/none.json", dir);
 	assert_int_equal(rs_state_read(missing, &back, &err), RS_ENOTFOUND);

@@ -19,6 +19,7 @@
 #include "worker/data.h"
 #include "worker/metrics.h"
 #include "worker/train.h"
+#include "tests/unit/scratch.h"
 
 #include <math.h>
 #include <signal.h>
@@ -42,8 +43,7 @@ static int setup(void **state)
 {
 	(void)state;
 	rs_err err = {0};
-	snprintf(dir, sizeof(dir), "/tmp/rs-test-train-%d", (int)getpid());
-	if (mkdir(dir, 0700) != 0)
+	if (rs_scratch_make(dir, sizeof(dir), "train") != 0)
 		return -1;
 	return rs_config_load(config_path, &cfg, &err) == RS_OK ? 0 : -1;
 }
@@ -51,9 +51,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	if (system(cmd) != 0)
+	if (rs_scratch_remove(dir) != 0)
 		return -1;
 	rs_config_free(cfg);
 	return 0;
