@@ -11,7 +11,9 @@
 # Sources are found by directory, so adding a module is adding its files:
 #   common/ kernels/ worker/ coordinator/ *.c  -> build/lib/librowshift.a
 #   ctl/*.c                                     -> build/bin/rowshiftctl
-#   kernels/cuda/*.cu, worker/transport_nccl.c  -> build/lib/librowshift_cuda.a (when nvcc exists)
+#   kernels/cuda/*.cu, worker/transport_nccl.c,
+#   worker/engine_cuda.c                        -> build/lib/librowshift_cuda.a (when nvcc exists; the
+#                                                  worker then links it and picks a GPU when it has one)
 #   tests/unit/test_NAME.c                      -> one cmocka binary per module
 #   tests/unit/*.c not named test_*             -> support code linked into every unit test
 #   tests/gpu/test_NAME.c, bench_NAME.c         -> GPU test and benchmark binaries (when nvcc exists)
@@ -35,8 +37,8 @@ NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCHS) -Xcompiler -Wall,-fPIC -I. -D_GNU_SOUR
 
 MAINS := coordinator/main.c worker/main.c ctl/rowshiftctl.c
 # C sources that need the CUDA and NCCL headers: built into the CUDA library, only where nvcc exists
-NCCL_SRCS := $(wildcard worker/transport_nccl.c)
-LIB_SRCS := $(filter-out $(MAINS) $(NCCL_SRCS),$(wildcard common/*.c kernels/*.c worker/*.c coordinator/*.c))
+CUDA_C_SRCS := $(wildcard worker/transport_nccl.c worker/engine_cuda.c)
+LIB_SRCS := $(filter-out $(MAINS) $(CUDA_C_SRCS),$(wildcard common/*.c kernels/*.c worker/*.c coordinator/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB := $(BUILD)/lib/librowshift.a
 
@@ -55,8 +57,8 @@ FUZZ_NAMES := $(FUZZ_SRCS:tests/fuzz/fuzz_%.c=%)
 
 ifneq ($(NVCC),)
 CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
-NCCL_OBJS := $(NCCL_SRCS:%.c=$(BUILD)/obj/%.o)
-CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.o) $(NCCL_OBJS)
+CUDA_C_OBJS := $(CUDA_C_SRCS:%.c=$(BUILD)/obj/%.o)
+CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.o) $(CUDA_C_OBJS)
 CUDA_LIB := $(BUILD)/lib/librowshift_cuda.a
 GPU_SRCS := $(wildcard tests/gpu/test_*.c tests/gpu/bench_*.c)
 GPU_SUPPORT_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(GPU_SRCS),$(wildcard tests/gpu/*.c))) \
@@ -66,7 +68,11 @@ GPU_TESTS := $(filter $(BUILD)/tests/gpu/test_%,$(GPU_BINS))
 GPU_BENCHES := $(filter $(BUILD)/tests/gpu/bench_%,$(GPU_BINS))
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib -lcublas -lcudart -lnccl -lstdc++
 # C code that includes CUDA or NCCL headers (-isystem: their warnings are not ours)
-$(NCCL_OBJS) $(BUILD)/obj/tests/gpu/%.o: CPPFLAGS += -isystem $(CUDA_HOME)/include
+$(CUDA_C_OBJS) $(BUILD)/obj/tests/gpu/%.o: CPPFLAGS += -isystem $(CUDA_HOME)/include
+# The worker: the CUDA engine, with the static runtime (it finds the driver at run time, when there is one)
+WORKER_CUDA := $(CUDA_LIB)
+WORKER_CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcudart_static -ldl -lrt -lstdc++
+$(BUILD)/obj/worker/main.o: CPPFLAGS += -DRS_HAVE_CUDA
 endif
 
 .PHONY: all deps tools test unit fuzz-build integration asan ubsan fuzz fuzz-smoke bench bench-gpu test-gpu demo clean
@@ -107,9 +113,9 @@ $(BUILD)/bin/rowshift-coordinator: $(BUILD)/obj/coordinator/main.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-$(BUILD)/bin/rowshift-worker: $(BUILD)/obj/worker/main.o $(LIB)
+$(BUILD)/bin/rowshift-worker: $(BUILD)/obj/worker/main.o $(WORKER_CUDA) $(LIB)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(LDFLAGS) $(BUILD)/obj/worker/main.o $(WORKER_CUDA) $(LIB) $(WORKER_CUDA_LDLIBS) $(LDLIBS) -o $@
 
 CTL_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard ctl/*.c))
 $(BUILD)/bin/rowshiftctl: $(CTL_OBJS) $(LIB)

@@ -33,6 +33,10 @@
 #include "common/plan.h"
 #include "common/proto.h"
 #include "worker/control.h"
+#include "worker/engine.h"
+#ifdef RS_HAVE_CUDA
+#include "worker/engine_cuda.h"
+#endif
 #include "worker/train.h"
 #include "worker/transport_tcp.h"
 
@@ -203,6 +207,7 @@ typedef struct run {
 
 typedef struct worker {
 	const rs_config *cfg;
+	rs_engine *engine;      /* where the shards live and the kernels run */
 	coord_link link;
 	const char *host;
 	int tmo;
@@ -299,7 +304,7 @@ static rs_status start_fresh(worker *w, const rs_msg_start *s, rs_plan *plan, rs
 	RSCHECK(relisten(w, err));
 	rs_status st = connect_peers(w, s, &w->t, err);
 	if (st == RS_OK)
-		st = rs_trainer_create(w->cfg, plan, w->t, &w->tr, err);
+		st = rs_trainer_create(w->cfg, plan, w->t, w->engine, &w->tr, err);
 	if (st == RS_OK && s->load) {
 		int64_t step;
 		double t0 = rs_now();
@@ -378,7 +383,8 @@ static rs_status stage(worker *w, const rs_msg_start *s, rs_plan *plan, rs_err *
 	if (st == RS_OK) {
 		progress_ctx pc = {w, s->generation, 0};
 		rs_reshard_spec spec = {.old_plan = prev, .new_plan = plan, .union_of_old = union_of_old,
-					.uni = w->st_uni, .train_t = w->st_t, .progress = on_progress, .progress_ctx = &pc};
+					.uni = w->st_uni, .train_t = w->st_t, .engine = w->engine, .progress = on_progress,
+					.progress_ctx = &pc};
 		st = rs_trainer_stage(w->cfg, w->tr, &spec, &w->st_tr, &rst, &why);
 	}
 	free(union_of_old);
@@ -581,9 +587,38 @@ static rs_status handle(worker *w, json_t *msg, int *exit_now, rs_err *err)
 	return RS_OK;
 }
 
+/*
+ * The engine `spec` names: cpu, cuda, cuda:N, or auto (CUDA device 0 when
+ * this build has CUDA and the machine a device, else the CPU).
+ */
+static rs_status open_engine(const char *spec, rs_engine **out, rs_err *err)
+{
+	*out = rs_engine_cpu();
+	if (!strcmp(spec, "cpu"))
+		return RS_OK;
+	int device = 0;
+	if (strcmp(spec, "auto") && strcmp(spec, "cuda")) {
+		char *end;
+		if (strncmp(spec, "cuda:", 5) || !spec[5] || (device = (int)strtol(spec + 5, &end, 10)) < 0 || *end)
+			return rs_err_set(err, RS_EINVAL, "--device: '%s' is not auto, cpu, cuda or cuda:N", spec);
+	}
+#ifdef RS_HAVE_CUDA
+	const char *why;
+	if (!strcmp(spec, "auto") && !rs_cuda_devices(&why)) {
+		RS_INFO("device: the CPU (no CUDA device: %s)", why);
+		return RS_OK;
+	}
+	return rs_engine_cuda_create(device, out, err);
+#else
+	if (!strcmp(spec, "auto"))
+		return RS_OK;
+	return rs_err_set(err, RS_EUNSUPPORTED, "--device %s: this worker was built without CUDA", spec);
+#endif
+}
+
 int main(int argc, char **argv)
 {
-	const char *url = NULL, *config = NULL, *name = NULL, *host = NULL, *fault = NULL;
+	const char *url = NULL, *config = NULL, *name = NULL, *host = NULL, *fault = NULL, *device = NULL;
 	int64_t timeout_ms = 30000, grace_ms = 60000;
 	bool help = false;
 	rs_param params[] = {
@@ -593,6 +628,7 @@ int main(int argc, char **argv)
 		RS_PARAM("--host", "POD_IP", RS_PARAM_STR, "127.0.0.1", "ADDR", "address peers reach this worker's transport on", &host),
 		RS_PARAM("--timeout-ms", "ROWSHIFT_TIMEOUT_MS", RS_PARAM_INT, "30000", "MS", "bound on every wait for a peer or the coordinator's answer", &timeout_ms),
 		RS_PARAM("--coordinator-grace-ms", "ROWSHIFT_COORDINATOR_GRACE_MS", RS_PARAM_INT, "60000", "MS", "how long to wait for a lost coordinator to come back before exiting", &grace_ms),
+		RS_PARAM("--device", "ROWSHIFT_DEVICE", RS_PARAM_STR, "auto", "DEV", "where the shards live and the kernels run: auto (a CUDA device if there is one), cpu, cuda or cuda:N", &device),
 		RS_PARAM("--fault", "ROWSHIFT_FAULT", RS_PARAM_STR, NULL, "HOOK", "tests only: corrupt-chunk (the first chunk received is damaged) or stall-ms=N (every reshard waits N ms before moving rows)", &fault),
 		RS_PARAM("--help", NULL, RS_PARAM_FLAG, NULL, NULL, "show this help", &help),
 	};
@@ -648,6 +684,8 @@ int main(int argc, char **argv)
 			.grace_ms = (int)(grace_ms > 0 && grace_ms < 86400000 ? grace_ms : 60000)};
 	RSCHECKGOTO(rs_config_load(config, &cfg, &err), st, fail);
 	w.cfg = cfg;
+	RSCHECKGOTO(open_engine(device, &w.engine, &err), st, fail);
+	RS_INFO("shards and kernels on %s", w.engine->name);
 	RSCHECKGOTO(relisten(&w, &err), st, fail);
 	/* the coordinator may not be up yet: the grace period covers the first join too */
 	w.link.lost_at = rs_now();
@@ -689,6 +727,7 @@ out:
 		rs_control_flush(w.link.ctl, 1000);
 	drop_staged(&w);
 	rs_trainer_destroy(w.tr);
+	rs_engine_destroy(w.engine);
 	rs_transport_destroy(w.t);
 	rs_transport_destroy(w.uni);
 	rs_plan_free(w.plan);

@@ -30,11 +30,8 @@
 #include "common/planner.h"
 #include "common/rng.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 int rs_reshard_fault_for_tests;
 
@@ -518,7 +515,9 @@ rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs
 	RSCHECKGOTO(rs_plan_diff(cfg, spec->old_plan, spec->new_plan, old_to_new, &g.moves, &g.nmoves, err), st, out);
 	/* the new shards need no initial values: every row is kept or received */
 	if (spec->train_t)
-		RSCHECKGOTO(rs__trainer_alloc(cfg, spec->new_plan, spec->train_t, old ? old->data : NULL, 0, &g.nt, err),
+		RSCHECKGOTO(rs__trainer_alloc(cfg, spec->new_plan, spec->train_t,
+					      spec->engine ? spec->engine : old ? old->engine : NULL, old ? old->data : NULL, 0,
+					      &g.nt, err),
 			    st, out);
 	double t0 = rs_now();
 	if (old && g.nt)
@@ -609,13 +608,10 @@ static void release_unused(const rs_trainer *tr, rs__mem *m)
 	}
 	if (!lo)
 		return;
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	size_t head = ((size_t)(lo - base)) / page * page;
-	size_t tail = ((size_t)(hi - base) + page - 1) / page * page;
-	if (head && madvise(base, head, MADV_DONTNEED) != 0)
-		RS_WARN("madvise: %s", strerror(errno));
-	if (tail < m->len && madvise(base + tail, m->len - tail, MADV_DONTNEED) != 0)
-		RS_WARN("madvise: %s", strerror(errno));
+	if (lo > base)
+		m->engine->ops->release(m->engine, base, (size_t)(lo - base));
+	if (hi < base + m->len)
+		m->engine->ops->release(m->engine, hi, (size_t)(base + m->len - hi));
 }
 
 void rs_trainer_commit(rs_trainer *staged, rs_trainer *old)
@@ -625,6 +621,8 @@ void rs_trainer_commit(rs_trainer *staged, rs_trainer *old)
 		old->owns_data = 0;
 	}
 	rs_trainer_destroy(old);
+	if (staged)
+		staged->on_host = 1; /* the rows were copied and received by the host */
 	/* memory the new shards share with the old ones: the parts that held moved rows go back to the system */
 	for (int i = 0; staged && i < staged->nshards; i++) {
 		lshard *ls = &staged->shards[i];

@@ -13,17 +13,21 @@
 #include "common/rng.h"
 #include "worker/metrics.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 /* ---- growable arrays ---------------------------------------------------------- */
 
 static rs_status i64_push(i64vec *a, int64_t x)
+{
+	RSCHECK(rs_grow(&a->v, &a->cap, a->n + 1, sizeof(*a->v)));
+	a->v[a->n++] = x;
+	return RS_OK;
+}
+
+static rs_status i32_push(i32vec *a, int32_t x)
 {
 	RSCHECK(rs_grow(&a->v, &a->cap, a->n + 1, sizeof(*a->v)));
 	a->v[a->n++] = x;
@@ -85,8 +89,8 @@ static rs_status build_tables(rs_trainer *tr, int init)
 			*ls = (lshard){.table = t, .s = *s};
 			int64_t sf = rs_emb_state_floats(cfg->optimizer.kind, s->cols);
 			ls->emb = (rs_emb_shard){.dtype = tc->dtype, .nrows = s->rows, .dim = s->cols};
-			ls->wmem = rs__mem_new((size_t)s->rows * (size_t)s->cols * (size_t)rs_dtype_size(tc->dtype));
-			ls->smem = sf ? rs__mem_new(sizeof(float) * (size_t)(s->rows * sf)) : NULL;
+			ls->wmem = rs__mem_new(tr->engine, (size_t)s->rows * (size_t)s->cols * (size_t)rs_dtype_size(tc->dtype));
+			ls->smem = sf ? rs__mem_new(tr->engine, sizeof(float) * (size_t)(s->rows * sf)) : NULL;
 			if (!ls->wmem || (sf && !ls->smem))
 				return RS_ENOMEM;
 			ls->emb.weights = ls->wmem->base;
@@ -153,41 +157,45 @@ static rs_status build_tables(rs_trainer *tr, int init)
 	return RS_OK;
 }
 
-rs__mem *rs__mem_new(size_t len)
+rs__mem *rs__mem_new(rs_engine *e, size_t len)
 {
 	rs__mem *m = malloc(sizeof(*m));
+	rs_err err = {0};
 	if (!m)
 		return NULL;
-	/* anonymous pages: zero, and taken from the system only when first touched */
-	m->base = mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (m->base == MAP_FAILED) {
+	m->engine = e;
+	m->len = len ? len : 1;
+	m->refs = 1;
+	if (!(m->base = e->ops->alloc(e, m->len, &err))) {
+		RS_ERROR("%s", err.msg);
 		free(m);
 		return NULL;
 	}
-	m->len = len ? len : 1;
-	m->refs = 1;
 	return m;
 }
 
-void rs__mem_populate(rs__mem *m)
-{
-#ifdef MADV_POPULATE_WRITE
-	if (madvise(m->base, m->len, MADV_POPULATE_WRITE) == 0)
-		return;
-#endif
-	/* older kernels: touch every page (they are zero, so writing zero changes nothing) */
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	for (size_t o = 0; o < m->len; o += page)
-		((volatile char *)m->base)[o] = 0;
-}
+void rs__mem_populate(rs__mem *m) { m->engine->ops->prefetch(m->engine, m->base, m->len, 1); }
 
 void rs__mem_unref(rs__mem *m)
 {
 	if (!m || --m->refs > 0)
 		return;
-	if (munmap(m->base, m->len) != 0)
-		RS_WARN("munmap of %zu bytes: %s", m->len, strerror(errno));
+	m->engine->ops->free(m->engine, m->base, m->len);
 	free(m);
+}
+
+void rs__trainer_prefetch(rs_trainer *tr, int to_host)
+{
+	rs_engine *e = tr->engine;
+	for (int i = 0; i < tr->nshards; i++) {
+		const lshard *ls = &tr->shards[i];
+		size_t wb = (size_t)ls->s.cols * (size_t)rs_dtype_size(ls->emb.dtype);
+		size_t sb = sizeof(float) * (size_t)rs_emb_state_floats(tr->cfg->optimizer.kind, ls->s.cols);
+		e->ops->prefetch(e, ls->emb.weights, (size_t)ls->s.rows * wb, to_host);
+		if (sb)
+			e->ops->prefetch(e, ls->emb.state, (size_t)ls->s.rows * sb, to_host);
+	}
+	tr->on_host = to_host;
 }
 
 lshard *rs__local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col)
@@ -215,14 +223,14 @@ static int range_of(const block *b, int64_t row)
 	return lo;
 }
 
-rs_status rs_trainer_create(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_trainer **out,
-			    rs_err *err)
+rs_status rs_trainer_create(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_engine *engine,
+			    rs_trainer **out, rs_err *err)
 {
-	return rs__trainer_alloc(cfg, plan, t, NULL, 1, out, err);
+	return rs__trainer_alloc(cfg, plan, t, engine, NULL, 1, out, err);
 }
 
-rs_status rs__trainer_alloc(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_data *data, int init,
-			    rs_trainer **out, rs_err *err)
+rs_status rs__trainer_alloc(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_engine *engine,
+			    rs_data *data, int init, rs_trainer **out, rs_err *err)
 {
 	rs_trainer *tr = calloc(1, sizeof(*tr));
 	rs_status st;
@@ -230,6 +238,8 @@ rs_status rs__trainer_alloc(const rs_config *cfg, const rs_plan *plan, rs_transp
 	if (!tr)
 		return RS_ENOMEM;
 	tr->cfg = cfg;
+	tr->engine = rs_engine_or_cpu(engine);
+	tr->on_host = 1; /* initial values are written by the host */
 	tr->plan = plan;
 	tr->t = t;
 	tr->rank = t->rank;
@@ -286,6 +296,10 @@ void rs_trainer_destroy(rs_trainer *tr)
 		rs__mem_unref(tr->shards[i].smem);
 		rs_emb_workspace_free(&tr->shards[i].ws);
 		rs_emb_grad_free(&tr->shards[i].grad);
+		free(tr->shards[i].boff.v);
+		free(tr->shards[i].bids.v);
+		free(tr->shards[i].bdst.v);
+		free(tr->shards[i].bval.v);
 	}
 	for (int t = 0; tr->tables && t < tr->cfg->ntables; t++) {
 		for (int b = 0; b < tr->tables[t].nblocks; b++) {
@@ -355,6 +369,105 @@ static int64_t resolve(rs_trainer *tr, int t, int64_t id, int64_t step, int trai
 			memset(ls->emb.state + local * sf, 0, sizeof(float) * (size_t)sf);
 	}
 	return slot;
+}
+
+/*
+ * The owner's side of a lookup: resolve every id received to its row and
+ * sort the requests into bags of the local shards holding those rows
+ * (lshard.boff/bids/bdst, in request order). *floats gets the length of
+ * the answers: the requests' column counts added up.
+ */
+static rs_status gather_bags(rs_trainer *tr, int64_t step, int training, size_t *floats)
+{
+	for (int i = 0; i < tr->nshards; i++) {
+		lshard *ls = &tr->shards[i];
+		ls->boff.n = ls->bids.n = ls->bdst.n = 0;
+		RSCHECK(i32_push(&ls->boff, 0));
+	}
+	size_t o = 0;
+	for (size_t q = 0; q < tr->in_off[tr->world];) {
+		int32_t f = (int32_t)tr->in.v[q];
+		int t = tr->feat_table[f];
+		const block *bl = &tr->tables[t].blocks[tr->in.v[q + 1]];
+		int64_t cnt = tr->in.v[q + 3];
+		for (int64_t j = 0; j < cnt; j++) {
+			int64_t row = resolve(tr, t, tr->in.v[q + 4 + j], step, training);
+			tr->in_row.v[q + 4 + j] = row;
+			if (row < 0)
+				continue;
+			int32_t li = bl->local[range_of(bl, row)];
+			lshard *ls = li >= 0 ? &tr->shards[li] : NULL;
+			if (!ls || row < ls->s.row_offset || row >= ls->s.row_offset + ls->s.rows) {
+				RS_ERROR("table '%s': a peer asked for row %lld, which is not held here",
+					 tr->cfg->tables[t].name, (long long)row);
+				return RS_EPEER;
+			}
+			if (!ls->bdst.n || ls->bdst.v[ls->bdst.n - 1] != (int64_t)o) {
+				/* this request's first id in this shard: a new bag */
+				RSCHECK(i64_push(&ls->bdst, (int64_t)o));
+				RSCHECK(i32_push(&ls->boff, ls->boff.v[ls->boff.n - 1]));
+			}
+			RSCHECK(i64_push(&ls->bids, row - ls->s.row_offset));
+			ls->boff.v[ls->boff.n - 1]++;
+		}
+		o += (size_t)bl->cols;
+		q += 4 + (size_t)cnt;
+	}
+	*floats = o;
+	return RS_OK;
+}
+
+/* Pool every local shard's bags on the engine and add the sums into the answers (floats of out). */
+static rs_status pool_bags(rs_trainer *tr, float *out, size_t floats)
+{
+	memset(out, 0, sizeof(float) * floats);
+	for (int i = 0; i < tr->nshards; i++) {
+		lshard *ls = &tr->shards[i];
+		size_t nb = ls->bdst.n, cols = (size_t)ls->s.cols;
+		rs_err err = {0};
+		if (!nb)
+			continue;
+		RSCHECK(rs_grow(&ls->bval.v, &ls->bval.cap, nb * cols, sizeof(float)));
+		rs_status st = tr->engine->ops->forward(tr->engine, &ls->emb, ls->boff.v, (int32_t)nb, ls->bids.v,
+							RS_POOL_SUM, ls->bval.v, (int64_t)cols, &err);
+		if (st != RS_OK) {
+			RS_ERROR("table '%s': %s", tr->cfg->tables[ls->table].name, err.msg);
+			return st;
+		}
+		for (size_t k = 0; k < nb; k++) {
+			float *dst = out + ls->bdst.v[k];
+			const float *src = ls->bval.v + k * cols;
+			for (size_t c = 0; c < cols; c++)
+				dst[c] += src[c];
+		}
+	}
+	return RS_OK;
+}
+
+/*
+ * The owner's side of the backward: every local shard's bags of this step
+ * again, each with the gradient of its request (grad, laid out like the
+ * answers), one fused optimizer update per distinct row.
+ */
+static rs_status update_bags(rs_trainer *tr, const float *grad)
+{
+	for (int i = 0; i < tr->nshards; i++) {
+		lshard *ls = &tr->shards[i];
+		size_t nb = ls->bdst.n, cols = (size_t)ls->s.cols;
+		rs_err err = {0};
+		if (!nb)
+			continue;
+		for (size_t k = 0; k < nb; k++)
+			memcpy(ls->bval.v + k * cols, grad + ls->bdst.v[k], sizeof(float) * cols);
+		rs_status st = tr->engine->ops->backward(tr->engine, &ls->emb, &ls->ws, &ls->grad, ls->boff.v, (int32_t)nb,
+							 ls->bids.v, RS_POOL_SUM, ls->bval.v, (int64_t)cols,
+							 &tr->cfg->optimizer, tr->updates, &err);
+		if (st != RS_OK) {
+			RS_ERROR("table '%s': %s", tr->cfg->tables[ls->table].name, err.msg);
+			return st;
+		}
+	}
+	return RS_OK;
 }
 
 /* Send every bag's IDs to their owners, pool, and gather the partial sums into tr->pooled. */
@@ -438,39 +551,16 @@ static rs_status lookup(rs_trainer *tr, int64_t step, int training)
 	free(packed.v);
 	if (st != RS_OK)
 		goto out;
-	/* answer: the partial pooled sum of each record over the rows held here */
+	/* answer: the partial pooled sum of each record over the rows held here, in rank order */
 	size_t floats = 0;
-	for (size_t q = 0; q < total;) {
-		const block *bl = &tr->tables[tr->feat_table[tr->in.v[q]]].blocks[tr->in.v[q + 1]];
-		floats += (size_t)bl->cols;
-		q += 4 + (size_t)tr->in.v[q + 3];
-	}
+	RSCHECKGOTO(gather_bags(tr, step, training, &floats), st, out);
 	if (rs_grow(&tr->out.v, &tr->out.cap, floats + 1, sizeof(float)) != RS_OK)
 		goto out;
-	float *o = tr->out.v;
+	RSCHECKGOTO(pool_bags(tr, tr->out.v, floats), st, out);
 	for (int32_t p = 0; p < w; p++) {
 		size_t sent_bytes = 0;
-		for (size_t q = tr->in_off[p]; q < tr->in_off[p + 1];) {
-			int32_t f = (int32_t)tr->in.v[q];
-			int t = tr->feat_table[f];
-			const block *bl = &tr->tables[t].blocks[tr->in.v[q + 1]];
-			int64_t cnt = tr->in.v[q + 3];
-			memset(o, 0, sizeof(float) * (size_t)bl->cols);
-			for (int64_t j = 0; j < cnt; j++) {
-				int64_t row = resolve(tr, t, tr->in.v[q + 4 + j], step, training);
-				tr->in_row.v[q + 4 + j] = row;
-				if (row < 0)
-					continue;
-				int r = range_of(bl, row);
-				const lshard *ls = &tr->shards[bl->local[r]];
-				int64_t local = row - ls->s.row_offset;
-				for (int32_t c = 0; c < bl->cols; c++)
-					o[c] += rs_emb_get(ls->emb.weights, ls->emb.dtype, local * bl->cols + c);
-			}
-			o += bl->cols;
-			sent_bytes += sizeof(float) * (size_t)bl->cols;
-			q += 4 + (size_t)cnt;
-		}
+		for (size_t q = tr->in_off[p]; q < tr->in_off[p + 1]; q += 4 + (size_t)tr->in.v[q + 3])
+			sent_bytes += sizeof(float) * (size_t)tr->tables[tr->feat_table[tr->in.v[q]]].blocks[tr->in.v[q + 1]].cols;
 		tr->scount[p] = sent_bytes;
 	}
 	for (int32_t p = 0; p < w; p++)
@@ -501,8 +591,13 @@ static rs_status lookup(rs_trainer *tr, int64_t step, int training)
 		const tinfo *ti = &tr->tables[tr->feat_table[f]];
 		float *base = tr->pooled + tr->feat_off[f];
 		if (ti->dp_shard >= 0) {
-			RSCHECKGOTO(rs_emb_forward(&tr->shards[ti->dp_shard].emb, b->offsets[f], n, b->ids[f], tc->pooling,
-						   base, tr->emb_width), st, out);
+			rs_err err = {0};
+			st = tr->engine->ops->forward(tr->engine, &tr->shards[ti->dp_shard].emb, b->offsets[f], n, b->ids[f],
+						      tc->pooling, base, tr->emb_width, &err);
+			if (st != RS_OK) {
+				RS_ERROR("table '%s': %s", tc->name, err.msg);
+				goto out;
+			}
 		} else if (tc->pooling == RS_POOL_MEAN) {
 			for (int32_t i = 0; i < n; i++) {
 				int32_t len = b->offsets[f][i + 1] - b->offsets[f][i];
@@ -542,8 +637,9 @@ static rs_status dp_update(rs_trainer *tr, lshard *ls, const rs_optimizer_config
 			memmove(buf + all.n * dim, buf + r * dim, sizeof(float) * (size_t)dim);
 			all.rows[all.n++] = r;
 		}
-	rs_emb_apply(&ls->emb, &all, opt, tr->updates);
-	st = RS_OK;
+	rs_err err = {0};
+	if ((st = tr->engine->ops->apply(tr->engine, &ls->emb, &all, opt, tr->updates, &err)) != RS_OK)
+		RS_ERROR("table '%s': %s", tr->cfg->tables[ls->table].name, err.msg);
 out:
 	free(all.rows);
 	free(buf);
@@ -557,6 +653,8 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats)
 	int64_t lo = g * tr->rank / tr->world, hi = g * (tr->rank + 1) / tr->world;
 	double loss = 0;
 
+	if (tr->on_host)
+		rs__trainer_prefetch(tr, 0);
 	RSCHECK(rs_data_fill(tr->data, step * g + lo, (int32_t)(hi - lo), &tr->batch));
 	RSCHECK(lookup(tr, step, 1));
 	int32_t n = tr->batch.size;
@@ -591,25 +689,9 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats)
 			o += s->cols;
 		}
 	RSCHECK(rs_transport_alltoallv(tr->t, tr->back.v, tr->rcount, tr->out.v, tr->scount));
-	/* owners: accumulate per row (records in rank order), then one update per row */
-	const float *gin = tr->out.v;
-	for (size_t q = 0; q < tr->in_off[tr->world];) {
-		int32_t f = (int32_t)tr->in.v[q];
-		const block *bl = &tr->tables[tr->feat_table[f]].blocks[tr->in.v[q + 1]];
-		int64_t cnt = tr->in.v[q + 3];
-		for (int64_t j = 0; j < cnt; j++) {
-			int64_t row = tr->in_row.v[q + 4 + j];
-			if (row < 0)
-				continue;
-			lshard *ls = &tr->shards[bl->local[range_of(bl, row)]];
-			int32_t one[2] = {0, 1};
-			int64_t local = row - ls->s.row_offset;
-			RSCHECK(rs_emb_grad_accumulate(&ls->ws, &ls->grad, bl->cols, one, 1, &local, RS_POOL_SUM, gin,
-						       bl->cols));
-		}
-		gin += bl->cols;
-		q += 4 + (size_t)cnt;
-	}
+	/* owners: one fused update per distinct row of each shard (requests in rank order) */
+	RSCHECK(update_bags(tr, tr->out.v));
+	/* data-parallel tables: the local gradient, all-reduced, applied everywhere */
 	for (int f = 0; f < tr->nfeat; f++) {
 		const tinfo *ti = &tr->tables[tr->feat_table[f]];
 		if (ti->dp_shard < 0)
@@ -619,15 +701,9 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats)
 					       tr->batch.ids[f], cfg->tables[tr->feat_table[f]].pooling,
 					       tr->dpooled + tr->feat_off[f], tr->emb_width));
 	}
-	for (int i = 0; i < tr->nshards; i++) {
-		lshard *ls = &tr->shards[i];
-		if (tr->tables[ls->table].dp_shard == i) {
-			RSCHECK(dp_update(tr, ls, &cfg->optimizer));
-		} else if (ls->grad.n) {
-			rs_emb_apply(&ls->emb, &ls->grad, &cfg->optimizer, tr->updates);
-			rs_emb_grad_clear(&ls->ws, &ls->grad);
-		}
-	}
+	for (int i = 0; i < tr->nshards; i++)
+		if (tr->tables[tr->shards[i].table].dp_shard == i)
+			RSCHECK(dp_update(tr, &tr->shards[i], &cfg->optimizer));
 	if (stats)
 		*stats = (rs_step_stats){.step = step, .loss = (double)l / (double)g, .auc = -1, .pause = lp[1] > 0};
 	return RS_OK;
@@ -812,6 +888,7 @@ out:
 rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err *err)
 {
 	rs_status st = RS_OK;
+	rs__trainer_prefetch(tr, 1);
 	for (int i = 0; i < tr->nshards && st == RS_OK; i++) {
 		const lshard *ls = &tr->shards[i];
 		if (tr->tables[ls->table].dp_shard == i && tr->rank != 0)
@@ -947,6 +1024,7 @@ rs_status rs_trainer_load(rs_trainer *tr, const char *dir, int64_t *step, rs_err
 	rs_st_file *f = NULL;
 	rs_status st;
 	RSCHECK(rs_checkpoint_read_index(dir, &index, step, err));
+	rs__trainer_prefetch(tr, 1);
 	for (int i = 0; i < tr->nshards; i++) {
 		const lshard *ls = &tr->shards[i];
 		const rs_table_config *tc = &cfg->tables[ls->table];

@@ -26,6 +26,7 @@
 
 #include "common/config.h"
 #include "common/plan.h"
+#include "worker/engine.h"
 #include "worker/transport.h"
 
 typedef struct rs_trainer rs_trainer;
@@ -46,10 +47,11 @@ void rs_trainer_request_pause(rs_trainer *tr);
 
 /*
  * A trainer for `rank` of plan's world, talking over t (borrowed; its world
- * must be the plan's). Allocates and initializes this rank's shards.
+ * must be the plan's), its shards and kernels on `engine` (borrowed; NULL:
+ * the CPU). Allocates and initializes this rank's shards.
  */
-rs_status rs_trainer_create(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_trainer **out,
-			    rs_err *err);
+rs_status rs_trainer_create(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_engine *engine,
+			    rs_trainer **out, rs_err *err);
 void rs_trainer_destroy(rs_trainer *tr);
 
 /* Train one step (collective: every rank calls it with the same step). */
@@ -109,6 +111,7 @@ typedef struct rs_reshard_spec {
 	const int32_t *union_of_old; /* old_plan->world.ranks entries */
 	rs_transport *uni;
 	rs_transport *train_t;       /* the new world's transport (rs_transport_subset of uni), NULL when leaving */
+	rs_engine *engine;           /* the new trainer's engine; NULL: the old trainer's (the CPU for a joiner) */
 	size_t chunk_bytes;          /* the largest chunk of rows sent at once; 0: RS_RESHARD_CHUNK_BYTES */
 	/*
 	 * Called after each round when not NULL: sent[u] is what this member has

@@ -9,6 +9,7 @@
 
 #include "worker/train.h"
 #include "kernels/embedding.h"
+#include "worker/engine.h"
 #include "kernels/zch.h"
 #include "worker/data.h"
 #include "worker/dense.h"
@@ -21,21 +22,38 @@
  * goes last frees it.
  */
 typedef struct rs__mem {
+	rs_engine *engine;  /* whose memory it is */
 	void *base;
 	size_t len;
 	int refs;
 } rs__mem;
 
-/* len bytes of zeros, one reference; NULL when out of memory. */
-rs__mem *rs__mem_new(size_t len);
+/* len bytes of zeros of engine e, one reference; NULL when out of memory. */
+rs__mem *rs__mem_new(rs_engine *e, size_t len);
 void rs__mem_unref(rs__mem *m);
 
 /*
- * Fault all of m's pages in now: receiving into pages the kernel must
- * first find costs several times the copy itself (measured: 0.5 GB/s into
- * fresh pages on loopback, 1.5 GB/s into populated ones).
+ * Fault all of m's pages in now, where the host reads and writes them:
+ * receiving into pages the kernel must first find costs several times the
+ * copy itself (measured: 0.5 GB/s into fresh pages on loopback, 1.5 GB/s
+ * into populated ones).
  */
 void rs__mem_populate(rs__mem *m);
+
+typedef struct i32vec {
+	int32_t *v;
+	size_t n, cap;
+} i32vec;
+
+typedef struct i64vec {
+	int64_t *v;
+	size_t n, cap;
+} i64vec;
+
+typedef struct fvec {
+	float *v;
+	size_t n, cap;
+} fvec;
 
 /* One shard this rank holds: the plan's rectangle and its memory. */
 typedef struct lshard {
@@ -45,6 +63,16 @@ typedef struct lshard {
 	rs_emb_shard emb;
 	rs_emb_workspace ws;
 	rs_emb_grad grad;
+	/*
+	 * The requests of this step that hit this shard, as bags for its
+	 * kernels: bag k pools local rows bids[boff[k] .. boff[k+1]) and
+	 * belongs to the request whose answer (and gradient) starts at float
+	 * bdst[k] of the trainer's answer buffer. Built in lookup(), used
+	 * again by the backward of the same step.
+	 */
+	i32vec boff;
+	i64vec bids, bdst;
+	fvec bval;              /* the bags' pooled sums, then their gradients */
 } lshard;
 
 /* One column block of a table: its row ranges, who owns each, which are here. */
@@ -64,16 +92,6 @@ typedef struct tinfo {
 	int64_t spb;        /* ZCH slots per bucket */
 } tinfo;
 
-typedef struct i64vec {
-	int64_t *v;
-	size_t n, cap;
-} i64vec;
-
-typedef struct fvec {
-	float *v;
-	size_t n, cap;
-} fvec;
-
 /* A request this rank sent: where its answer goes. */
 typedef struct sent {
 	int32_t f, c, i, cols;
@@ -86,6 +104,8 @@ typedef struct sentvec {
 
 struct rs_trainer {
 	const rs_config *cfg;
+	rs_engine *engine;  /* borrowed: where the shards live and the kernels run */
+	int on_host;        /* the host touched whole shards since the last step: move them back to the engine */
 	const rs_plan *plan;
 	rs_transport *t;
 	int32_t rank, world;
@@ -119,8 +139,11 @@ struct rs_trainer {
  * `data` is borrowed when not NULL (a reshard's new trainer shares the old
  * one's source until commit); otherwise the config's source is opened.
  */
-rs_status rs__trainer_alloc(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_data *data, int init,
-			    rs_trainer **out, rs_err *err);
+rs_status rs__trainer_alloc(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_engine *engine,
+			    rs_data *data, int init, rs_trainer **out, rs_err *err);
+
+/* Tell the engine where shards are wanted next: by the host (reshards, checkpoints, checksums) or the kernels. */
+void rs__trainer_prefetch(rs_trainer *tr, int to_host);
 
 /* The local shard of table t holding (row, col), or NULL. */
 lshard *rs__local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col);

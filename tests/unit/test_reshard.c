@@ -177,7 +177,7 @@ static int elastic_member(int m)
 			return 101;
 		rs_status st;
 		if (g == 0) {
-			st = rs_trainer_create(cfg, plans[0], nt_t, &ntr, &err);
+			st = rs_trainer_create(cfg, plans[0], nt_t, NULL, &ntr, &err);
 		} else {
 			rs_reshard_spec spec = {.old_plan = plans[g - 1], .new_plan = plans[g], .union_of_old = union_of_old[g],
 						.uni = nuni, .train_t = nt_t, .chunk_bytes = CHUNK_BYTES};
@@ -256,7 +256,7 @@ static int static_body(int32_t rank, rs_transport *t, rs_status st, const char *
 	rs_trainer *tr;
 	rs_err err = {0};
 	char path[128];
-	if (st != RS_OK || rs_trainer_create(cfg, plans[0], t, &tr, &err) != RS_OK) {
+	if (st != RS_OK || rs_trainer_create(cfg, plans[0], t, NULL, &tr, &err) != RS_OK) {
 		fprintf(stderr, "rank %d: %s %s\n", rank, msg, err.msg);
 		return 100;
 	}

@@ -67,7 +67,7 @@ static int train_body(int32_t rank, rs_transport *t, rs_status st, const char *m
 		fprintf(stderr, "rank %d: transport: %s\n", rank, msg);
 		return 100;
 	}
-	if (rs_trainer_create(cfg, plan, t, &tr, &err) != RS_OK) {
+	if (rs_trainer_create(cfg, plan, t, NULL, &tr, &err) != RS_OK) {
 		fprintf(stderr, "rank %d: trainer: %s\n", rank, err.msg);
 		return 101;
 	}
@@ -159,7 +159,7 @@ static int learn_body(int32_t rank, rs_transport *t, rs_status st, const char *m
 	(void)msg;
 	rs_trainer *tr;
 	rs_err err = {0};
-	if (st != RS_OK || rs_trainer_create(cfg, plan, t, &tr, &err) != RS_OK)
+	if (st != RS_OK || rs_trainer_create(cfg, plan, t, NULL, &tr, &err) != RS_OK)
 		return 100;
 	double auc0, auc, ll;
 	if (rs_trainer_evaluate(tr, 8192, &auc0, &ll) != RS_OK)
@@ -209,7 +209,7 @@ static int dying_body(int32_t rank, rs_transport *t, rs_status st, const char *m
 	(void)msg;
 	rs_trainer *tr;
 	rs_err err = {0};
-	if (st != RS_OK || rs_trainer_create(cfg, plan, t, &tr, &err) != RS_OK)
+	if (st != RS_OK || rs_trainer_create(cfg, plan, t, NULL, &tr, &err) != RS_OK)
 		return 100;
 	for (int64_t s = 0; s < 1000; s++) {
 		if (rank == 2 && s == 5)

@@ -1,0 +1,266 @@
+/*
+ * engine_cuda.c - the CUDA engine (see engine_cuda.h).
+ *
+ * A call copies its batch (offsets, ids, gradients) into device buffers
+ * that grow to the largest batch seen, runs the kernel on the engine's
+ * stream, copies the outputs back and waits: the trainer's host code may
+ * touch shard memory as soon as a call returns. Bad ids, which only the
+ * device sees, are reported by the same call (rs_cuda_emb_ws_check).
+ */
+#include "worker/engine_cuda.h"
+#include "common/log.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/embedding_cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cuda_engine {
+	rs_engine base;
+	int device;
+	cudaStream_t stream;
+	rs_cuda_emb_ws *ws;
+	int64_t ws_ids;         /* what ws was made for */
+	int32_t ws_dim;
+	void *d_buf;            /* the batch on the device: offsets, ids, rows, gradients, outputs */
+	size_t d_cap;
+} cuda_engine;
+
+int rs_cuda_devices(const char **why)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess) {
+		if (why)
+			*why = cudaGetErrorString(e);
+		return 0;
+	}
+	if (why)
+		*why = n ? "" : "no CUDA device";
+	return n;
+}
+
+static struct cudaMemLocation on_device(int device)
+{
+	struct cudaMemLocation loc = {.type = cudaMemLocationTypeDevice, .id = device};
+	return loc;
+}
+
+/* Make this thread use the engine's device (threads of one process may hold engines of several). */
+static rs_status use_device(cuda_engine *c, rs_err *err)
+{
+	CUDACHECK(err, cudaSetDevice(c->device));
+	return RS_OK;
+}
+
+static void *cuda_alloc(rs_engine *e, size_t len, rs_err *err)
+{
+	cuda_engine *c = (cuda_engine *)e;
+	void *p = NULL;
+	if (use_device(c, err) != RS_OK)
+		return NULL;
+	cudaError_t ce = cudaMallocManaged(&p, len, cudaMemAttachGlobal);
+	if (ce != cudaSuccess) {
+		rs_err_set(err, RS_ENOMEM, "shard memory: cudaMallocManaged of %zu bytes: %s", len, cudaGetErrorString(ce));
+		return NULL;
+	}
+	/* pages live on the device; the host's rare accesses migrate them */
+	ce = cudaMemAdvise(p, len, cudaMemAdviseSetPreferredLocation, on_device(c->device));
+	if (ce == cudaSuccess)
+		ce = cudaMemsetAsync(p, 0, len, c->stream);
+	if (ce == cudaSuccess)
+		ce = cudaStreamSynchronize(c->stream);
+	if (ce != cudaSuccess) {
+		rs_err_set(err, RS_ECUDA, "shard memory of %zu bytes: %s", len, cudaGetErrorString(ce));
+		cudaFree(p);
+		return NULL;
+	}
+	return p;
+}
+
+static void cuda_free(rs_engine *e, void *p, size_t len)
+{
+	cuda_engine *c = (cuda_engine *)e;
+	cudaError_t ce = cudaSetDevice(c->device);
+	if (ce == cudaSuccess)
+		ce = cudaFree(p);
+	if (ce != cudaSuccess)
+		RS_WARN("cudaFree of %zu bytes of shard memory: %s", len, cudaGetErrorString(ce));
+}
+
+static void cuda_release(rs_engine *e, void *p, size_t len)
+{
+	/* managed memory goes back as a whole, when its last shard goes */
+	(void)e, (void)p, (void)len;
+}
+
+static void cuda_prefetch(rs_engine *e, void *p, size_t len, int to_host)
+{
+	cuda_engine *c = (cuda_engine *)e;
+	struct cudaMemLocation loc = to_host ? (struct cudaMemLocation){.type = cudaMemLocationTypeHost, .id = 0}
+					     : on_device(c->device);
+	cudaError_t ce = len ? cudaMemPrefetchAsync(p, len, loc, 0, c->stream) : cudaSuccess;
+	if (ce == cudaSuccess)
+		ce = cudaStreamSynchronize(c->stream);
+	if (ce != cudaSuccess) /* only a hint: the pages still migrate on access */
+		RS_WARN("prefetching %zu bytes of shard memory to the %s: %s", len, to_host ? "host" : "device",
+			cudaGetErrorString(ce));
+}
+
+/* Device room for `bytes` of batch, and a workspace for nids ids of width dim. */
+static rs_status reserve(cuda_engine *c, size_t bytes, int64_t nids, int32_t dim, rs_err *err)
+{
+	RSCHECK(use_device(c, err));
+	if (bytes > c->d_cap) {
+		size_t cap = bytes > 2 * c->d_cap ? bytes : 2 * c->d_cap;
+		CUDACHECK(err, cudaFree(c->d_buf));
+		c->d_buf = NULL, c->d_cap = 0;
+		CUDACHECK(err, cudaMalloc(&c->d_buf, cap));
+		c->d_cap = cap;
+	}
+	if (nids < 1)
+		nids = 1;
+	if (!c->ws || nids > c->ws_ids || dim > c->ws_dim) {
+		int64_t ids = nids > 2 * c->ws_ids ? nids : 2 * c->ws_ids;
+		int32_t d = dim > c->ws_dim ? dim : c->ws_dim;
+		rs_cuda_emb_ws_destroy(c->ws);
+		c->ws = NULL;
+		RSCHECK(rs_cuda_emb_ws_create(ids, d, &c->ws, err));
+		c->ws_ids = ids, c->ws_dim = d;
+	}
+	return RS_OK;
+}
+
+/* Offsets (rounded up to 8 bytes), then ids: the layout at the start of the batch buffer. */
+static size_t ids_at(int32_t nbags) { return ((sizeof(int32_t) * (size_t)(nbags + 1)) + 7) / 8 * 8; }
+
+/* Copy a batch's offsets and ids in; *nids gets the id count. */
+static rs_status copy_bags(cuda_engine *c, const int32_t *offsets, int32_t nbags, const int64_t *ids, int64_t *nids,
+			   rs_err *err)
+{
+	char *d = c->d_buf;
+	*nids = offsets[nbags];
+	CUDACHECK(err, cudaMemcpyAsync(d, offsets, sizeof(int32_t) * (size_t)(nbags + 1), cudaMemcpyHostToDevice,
+				       c->stream));
+	if (*nids)
+		CUDACHECK(err, cudaMemcpyAsync(d + ids_at(nbags), ids, sizeof(int64_t) * (size_t)*nids,
+					       cudaMemcpyHostToDevice, c->stream));
+	return RS_OK;
+}
+
+static rs_status cuda_forward(rs_engine *e, const rs_emb_shard *s, const int32_t *offsets, int32_t nbags,
+			      const int64_t *ids, rs_pooling pooling, float *out, int64_t out_stride, rs_err *err)
+{
+	cuda_engine *c = (cuda_engine *)e;
+	if (nbags <= 0)
+		return RS_OK;
+	int64_t nids = offsets[nbags];
+	size_t at_out = ids_at(nbags) + sizeof(int64_t) * (size_t)nids;
+	size_t row = sizeof(float) * (size_t)s->dim;
+	RSCHECK(reserve(c, at_out + row * (size_t)nbags, nids, s->dim, err));
+	RSCHECK(copy_bags(c, offsets, nbags, ids, &nids, err));
+	char *d = c->d_buf;
+	float *d_out = (float *)(d + at_out);
+	RSCHECK(rs_cuda_emb_forward(s, (const int32_t *)d, nbags, (const int64_t *)(d + ids_at(nbags)), nids, pooling,
+				    d_out, s->dim, c->ws, c->stream, err));
+	CUDACHECK(err, cudaMemcpy2DAsync(out, sizeof(float) * (size_t)out_stride, d_out, row, row, (size_t)nbags,
+					 cudaMemcpyDeviceToHost, c->stream));
+	return rs_cuda_emb_ws_check(c->ws, c->stream, err);
+}
+
+static rs_status cuda_backward(rs_engine *e, rs_emb_shard *s, rs_emb_workspace *ws, rs_emb_grad *g,
+			       const int32_t *offsets, int32_t nbags, const int64_t *ids, rs_pooling pooling,
+			       const float *grad_out, int64_t grad_stride, const rs_optimizer_config *opt, int64_t step,
+			       rs_err *err)
+{
+	cuda_engine *c = (cuda_engine *)e;
+	(void)ws, (void)g; /* the CPU's scratch: the device has its own */
+	if (nbags <= 0)
+		return RS_OK;
+	int64_t nids = offsets[nbags];
+	size_t at_grad = ids_at(nbags) + sizeof(int64_t) * (size_t)nids;
+	size_t row = sizeof(float) * (size_t)s->dim;
+	RSCHECK(reserve(c, at_grad + row * (size_t)nbags, nids, s->dim, err));
+	RSCHECK(copy_bags(c, offsets, nbags, ids, &nids, err));
+	char *d = c->d_buf;
+	float *d_grad = (float *)(d + at_grad);
+	CUDACHECK(err, cudaMemcpy2DAsync(d_grad, row, grad_out, sizeof(float) * (size_t)grad_stride, row, (size_t)nbags,
+					 cudaMemcpyHostToDevice, c->stream));
+	RSCHECK(rs_cuda_emb_backward(s, (const int32_t *)d, nbags, (const int64_t *)(d + ids_at(nbags)), nids, pooling,
+				     d_grad, s->dim, opt, step, c->ws, c->stream, err));
+	return rs_cuda_emb_ws_check(c->ws, c->stream, err);
+}
+
+static rs_status cuda_apply(rs_engine *e, rs_emb_shard *s, const rs_emb_grad *g, const rs_optimizer_config *opt,
+			    int64_t step, rs_err *err)
+{
+	cuda_engine *c = (cuda_engine *)e;
+	if (g->n <= 0)
+		return RS_OK;
+	if (g->n > INT32_MAX)
+		return rs_err_set(err, RS_EUNSUPPORTED, "cuda apply: %lld rows at once", (long long)g->n);
+	int32_t n = (int32_t)g->n;
+	size_t rows_b = sizeof(int64_t) * (size_t)n, grad_b = sizeof(float) * (size_t)n * (size_t)s->dim;
+	RSCHECK(reserve(c, 8 + rows_b + grad_b, 1, s->dim, err));
+	char *d = c->d_buf;
+	CUDACHECK(err, cudaMemcpyAsync(d, &n, sizeof(n), cudaMemcpyHostToDevice, c->stream));
+	CUDACHECK(err, cudaMemcpyAsync(d + 8, g->rows, rows_b, cudaMemcpyHostToDevice, c->stream));
+	CUDACHECK(err, cudaMemcpyAsync(d + 8 + rows_b, g->grad, grad_b, cudaMemcpyHostToDevice, c->stream));
+	RSCHECK(rs_cuda_emb_apply(s, (const int64_t *)(d + 8), (const float *)(d + 8 + rows_b), (const int32_t *)d, n,
+				  opt, step, c->stream, err));
+	/* the host's n and rows must outlive the copies: wait */
+	CUDACHECK(err, cudaStreamSynchronize(c->stream));
+	return RS_OK;
+}
+
+static void cuda_destroy(rs_engine *e)
+{
+	cuda_engine *c = (cuda_engine *)e;
+	if (cudaSetDevice(c->device) == cudaSuccess) {
+		rs_cuda_emb_ws_destroy(c->ws);
+		cudaFree(c->d_buf);
+		cudaStreamDestroy(c->stream);
+	}
+	free(c);
+}
+
+static const rs_engine_ops cuda_ops = {
+	.alloc = cuda_alloc,
+	.free = cuda_free,
+	.release = cuda_release,
+	.prefetch = cuda_prefetch,
+	.forward = cuda_forward,
+	.backward = cuda_backward,
+	.apply = cuda_apply,
+	.destroy = cuda_destroy,
+};
+
+rs_status rs_engine_cuda_create(int device, rs_engine **out, rs_err *err)
+{
+	const char *why;
+	int n = rs_cuda_devices(&why);
+	*out = NULL;
+	if (device < 0 || device >= n)
+		return rs_err_set(err, RS_ECUDA, "CUDA device %d: %s", device,
+				  n ? "no such device" : why);
+	int managed = 0;
+	CUDACHECK(err, cudaDeviceGetAttribute(&managed, cudaDevAttrConcurrentManagedAccess, device));
+	if (!managed)
+		return rs_err_set(err, RS_EUNSUPPORTED,
+				  "CUDA device %d: no concurrent managed access (shards live in managed memory)", device);
+	cuda_engine *c = calloc(1, sizeof(*c));
+	if (!c)
+		return rs_err_set(err, RS_ENOMEM, "CUDA engine: out of memory");
+	c->base.ops = &cuda_ops;
+	c->device = device;
+	snprintf(c->base.name, sizeof(c->base.name), "cuda:%d", device);
+	rs_status st;
+	CUDACHECKGOTO(err, cudaSetDevice(device), st, fail);
+	CUDACHECKGOTO(err, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), st, fail);
+	*out = &c->base;
+	return RS_OK;
+fail:
+	free(c);
+	return st;
+}
