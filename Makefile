@@ -17,6 +17,7 @@
 #   tests/unit/test_NAME.c                      -> one cmocka binary per module
 #   tests/unit/*.c not named test_*             -> support code linked into every unit test
 #   tests/gpu/test_NAME.c, bench_NAME.c         -> GPU test and benchmark binaries (when nvcc exists)
+#   tests/gpu/NAME.sh, bench_NAME.sh            -> GPU test and benchmark scripts (exit 77 without a device)
 #   tests/gpu/*.c not named test_* or bench_*   -> support code linked into every GPU binary
 #   tests/fuzz/fuzz_NAME.c                      -> libFuzzer targets, corpus in tests/fuzz/corpus/NAME/
 #   tests/bench/bench_NAME.c                    -> benchmark binaries
@@ -64,8 +65,9 @@ GPU_SRCS := $(wildcard tests/gpu/test_*.c tests/gpu/bench_*.c)
 GPU_SUPPORT_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(GPU_SRCS),$(wildcard tests/gpu/*.c))) \
 	$(BUILD)/obj/tests/unit/transport_conformance.o
 GPU_BINS := $(GPU_SRCS:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
-GPU_TESTS := $(filter $(BUILD)/tests/gpu/test_%,$(GPU_BINS))
-GPU_BENCHES := $(filter $(BUILD)/tests/gpu/bench_%,$(GPU_BINS))
+# the kernel and transport tests, then the scripts (training on the GPU engine, compute-sanitizer)
+GPU_TESTS := $(filter $(BUILD)/tests/gpu/test_%,$(GPU_BINS)) $(filter-out tests/gpu/bench_%,$(wildcard tests/gpu/*.sh))
+GPU_BENCHES := $(filter $(BUILD)/tests/gpu/bench_%,$(GPU_BINS)) $(wildcard tests/gpu/bench_*.sh)
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib -lcublas -lcudart -lnccl -lstdc++
 # C code that includes CUDA or NCCL headers (-isystem: their warnings are not ours)
 $(CUDA_C_OBJS) $(BUILD)/obj/tests/gpu/%.o: CPPFLAGS += -isystem $(CUDA_HOME)/include

@@ -620,7 +620,7 @@ int main(int argc, char **argv)
 {
 	const char *url = NULL, *config = NULL, *name = NULL, *host = NULL, *fault = NULL, *device = NULL;
 	int64_t timeout_ms = 30000, grace_ms = 60000;
-	bool help = false;
+	bool help = false, check_device = false;
 	rs_param params[] = {
 		RS_PARAM("--coordinator", "ROWSHIFT_COORDINATOR", RS_PARAM_STR, NULL, "URL", "the coordinator's control channel, ws://HOST:PORT", &url),
 		RS_PARAM("--config", "ROWSHIFT_CONFIG", RS_PARAM_STR, NULL, "FILE", "model config (JSON)", &config),
@@ -630,6 +630,7 @@ int main(int argc, char **argv)
 		RS_PARAM("--coordinator-grace-ms", "ROWSHIFT_COORDINATOR_GRACE_MS", RS_PARAM_INT, "60000", "MS", "how long to wait for a lost coordinator to come back before exiting", &grace_ms),
 		RS_PARAM("--device", "ROWSHIFT_DEVICE", RS_PARAM_STR, "auto", "DEV", "where the shards live and the kernels run: auto (a CUDA device if there is one), cpu, cuda or cuda:N", &device),
 		RS_PARAM("--fault", "ROWSHIFT_FAULT", RS_PARAM_STR, NULL, "HOOK", "tests only: corrupt-chunk (the first chunk received is damaged) or stall-ms=N (every reshard waits N ms before moving rows)", &fault),
+		RS_PARAM("--check-device", NULL, RS_PARAM_FLAG, NULL, NULL, "open the --device, say which it is and exit (0: usable)", &check_device),
 		RS_PARAM("--help", NULL, RS_PARAM_FLAG, NULL, NULL, "show this help", &help),
 	};
 	const int np = (int)(sizeof(params) / sizeof(params[0]));
@@ -649,6 +650,16 @@ int main(int argc, char **argv)
 	}
 	if (help) {
 		rs_params_usage(stdout, usage, params, np);
+		return 0;
+	}
+	if (check_device) {
+		rs_engine *e;
+		if (open_engine(device, &e, &err) != RS_OK) {
+			fprintf(stderr, "rowshift-worker: %s\n", err.msg);
+			return 1;
+		}
+		printf("%s\n", e->name);
+		rs_engine_destroy(e);
 		return 0;
 	}
 	const char *token = getenv("ROWSHIFT_JOIN_TOKEN");
