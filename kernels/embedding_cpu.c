@@ -165,8 +165,7 @@ rs_status rs_emb_grad_accumulate(rs_emb_workspace *ws, rs_emb_grad *g, int32_t d
 				 int32_t nbags, const int64_t *ids, rs_pooling pooling, const float *grad_out,
 				 int64_t grad_stride)
 {
-	/* at most one new row per id */
-	RSCHECK(grad_reserve(g, g->n + (nbags > 0 ? offsets[nbags] - offsets[0] : 0), dim));
+	RSCHECK(grad_reserve(g, g->n, dim)); /* the width check; rows are made room for as they appear */
 	for (int32_t i = 0; i < nbags; i++) {
 		int32_t b = offsets[i], e = offsets[i + 1];
 		const float *restrict go = grad_out + (int64_t)i * grad_stride;
@@ -186,6 +185,8 @@ rs_status rs_emb_grad_accumulate(rs_emb_workspace *ws, rs_emb_grad *g, int32_t d
 			int32_t k = ws->slot_of_row[r];
 			float *restrict acc;
 			if (k < 0) {
+				if (g->n == g->cap)
+					RSCHECK(grad_reserve(g, g->n + 1, dim));
 				k = (int32_t)g->n++;
 				ws->slot_of_row[r] = k;
 				g->rows[k] = r;

@@ -89,10 +89,26 @@ static void cuda_free(rs_engine *e, void *p, size_t len)
 		RS_WARN("cudaFree of %zu bytes of shard memory: %s", len, cudaGetErrorString(ce));
 }
 
+/* Managed pages are at most this large; a range released is cut inward to it. */
+#define MANAGED_PAGE ((uintptr_t)2 << 20)
+
 static void cuda_release(rs_engine *e, void *p, size_t len)
 {
-	/* managed memory goes back as a whole, when its last shard goes */
-	(void)e, (void)p, (void)len;
+	cuda_engine *c = (cuda_engine *)e;
+	uintptr_t lo = ((uintptr_t)p + MANAGED_PAGE - 1) / MANAGED_PAGE * MANAGED_PAGE;
+	uintptr_t hi = ((uintptr_t)p + len) / MANAGED_PAGE * MANAGED_PAGE;
+	if (hi <= lo)
+		return;
+	/* the rows that moved away: their pages go back, device and host alike */
+	void *ptr = (void *)lo;
+	size_t n = (size_t)(hi - lo);
+	cudaError_t ce = cudaSetDevice(c->device);
+	if (ce == cudaSuccess)
+		ce = cudaMemDiscardBatchAsync(&ptr, &n, 1, 0, c->stream);
+	if (ce == cudaSuccess)
+		ce = cudaStreamSynchronize(c->stream);
+	if (ce != cudaSuccess) /* the memory stays taken until its last shard goes */
+		RS_WARN("discarding %zu unused bytes of shard memory: %s", n, cudaGetErrorString(ce));
 }
 
 static void cuda_prefetch(rs_engine *e, void *p, size_t len, int to_host)
@@ -100,7 +116,9 @@ static void cuda_prefetch(rs_engine *e, void *p, size_t len, int to_host)
 	cuda_engine *c = (cuda_engine *)e;
 	struct cudaMemLocation loc = to_host ? (struct cudaMemLocation){.type = cudaMemLocationTypeHost, .id = 0}
 					     : on_device(c->device);
-	cudaError_t ce = len ? cudaMemPrefetchAsync(p, len, loc, 0, c->stream) : cudaSuccess;
+	cudaError_t ce = cudaSetDevice(c->device);
+	if (ce == cudaSuccess && len)
+		ce = cudaMemPrefetchAsync(p, len, loc, 0, c->stream);
 	if (ce == cudaSuccess)
 		ce = cudaStreamSynchronize(c->stream);
 	if (ce != cudaSuccess) /* only a hint: the pages still migrate on access */
@@ -122,7 +140,9 @@ static rs_status reserve(cuda_engine *c, size_t bytes, int64_t nids, int32_t dim
 	if (nids < 1)
 		nids = 1;
 	if (!c->ws || nids > c->ws_ids || dim > c->ws_dim) {
-		int64_t ids = nids > 2 * c->ws_ids ? nids : 2 * c->ws_ids;
+		int64_t ids = c->ws_ids;
+		if (nids > ids) /* grown by doubling, within the kernels' int32 counts */
+			ids = nids > 2 * ids ? nids : 2 * ids < INT32_MAX ? 2 * ids : INT32_MAX;
 		int32_t d = dim > c->ws_dim ? dim : c->ws_dim;
 		rs_cuda_emb_ws_destroy(c->ws);
 		c->ws = NULL;
@@ -149,7 +169,7 @@ static rs_status copy_bags(cuda_engine *c, const int32_t *offsets, int32_t nbags
 	return RS_OK;
 }
 
-static rs_status cuda_forward(rs_engine *e, const rs_emb_shard *s, const int32_t *offsets, int32_t nbags,
+static rs_status run_forward(rs_engine *e, const rs_emb_shard *s, const int32_t *offsets, int32_t nbags,
 			      const int64_t *ids, rs_pooling pooling, float *out, int64_t out_stride, rs_err *err)
 {
 	cuda_engine *c = (cuda_engine *)e;
@@ -169,7 +189,7 @@ static rs_status cuda_forward(rs_engine *e, const rs_emb_shard *s, const int32_t
 	return rs_cuda_emb_ws_check(c->ws, c->stream, err);
 }
 
-static rs_status cuda_backward(rs_engine *e, rs_emb_shard *s, rs_emb_workspace *ws, rs_emb_grad *g,
+static rs_status run_backward(rs_engine *e, rs_emb_shard *s, rs_emb_workspace *ws, rs_emb_grad *g,
 			       const int32_t *offsets, int32_t nbags, const int64_t *ids, rs_pooling pooling,
 			       const float *grad_out, int64_t grad_stride, const rs_optimizer_config *opt, int64_t step,
 			       rs_err *err)
@@ -192,7 +212,7 @@ static rs_status cuda_backward(rs_engine *e, rs_emb_shard *s, rs_emb_workspace *
 	return rs_cuda_emb_ws_check(c->ws, c->stream, err);
 }
 
-static rs_status cuda_apply(rs_engine *e, rs_emb_shard *s, const rs_emb_grad *g, const rs_optimizer_config *opt,
+static rs_status run_apply(rs_engine *e, rs_emb_shard *s, const rs_emb_grad *g, const rs_optimizer_config *opt,
 			    int64_t step, rs_err *err)
 {
 	cuda_engine *c = (cuda_engine *)e;
@@ -223,6 +243,43 @@ static void cuda_destroy(rs_engine *e)
 		cudaStreamDestroy(c->stream);
 	}
 	free(c);
+}
+
+/*
+ * After a failed call: wait for what it queued (copies may still read the
+ * caller's buffers) and clear the flags it may have raised, so that the
+ * next call starts clean.
+ */
+static rs_status settle(cuda_engine *c, rs_status st)
+{
+	if (st == RS_OK)
+		return st;
+	if (c->ws)
+		(void)rs_cuda_emb_ws_check(c->ws, c->stream, NULL);
+	else
+		(void)cudaStreamSynchronize(c->stream);
+	return st;
+}
+
+static rs_status cuda_forward(rs_engine *e, const rs_emb_shard *s, const int32_t *offsets, int32_t nbags,
+			      const int64_t *ids, rs_pooling pooling, float *out, int64_t out_stride, rs_err *err)
+{
+	return settle((cuda_engine *)e, run_forward(e, s, offsets, nbags, ids, pooling, out, out_stride, err));
+}
+
+static rs_status cuda_backward(rs_engine *e, rs_emb_shard *s, rs_emb_workspace *ws, rs_emb_grad *g,
+			       const int32_t *offsets, int32_t nbags, const int64_t *ids, rs_pooling pooling,
+			       const float *grad_out, int64_t grad_stride, const rs_optimizer_config *opt, int64_t step,
+			       rs_err *err)
+{
+	return settle((cuda_engine *)e, run_backward(e, s, ws, g, offsets, nbags, ids, pooling, grad_out, grad_stride,
+						     opt, step, err));
+}
+
+static rs_status cuda_apply(rs_engine *e, rs_emb_shard *s, const rs_emb_grad *g, const rs_optimizer_config *opt,
+			    int64_t step, rs_err *err)
+{
+	return settle((cuda_engine *)e, run_apply(e, s, g, opt, step, err));
 }
 
 static const rs_engine_ops cuda_ops = {

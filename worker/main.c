@@ -608,7 +608,14 @@ static rs_status open_engine(const char *spec, rs_engine **out, rs_err *err)
 		RS_INFO("device: the CPU (no CUDA device: %s)", why);
 		return RS_OK;
 	}
-	return rs_engine_cuda_create(device, out, err);
+	rs_status st = rs_engine_cuda_create(device, out, err);
+	if (st != RS_OK && !strcmp(spec, "auto")) {
+		RS_WARN("device: the CPU (CUDA device 0 cannot be used: %s)", err->msg);
+		*out = rs_engine_cpu();
+		err->msg[0] = 0;
+		return RS_OK;
+	}
+	return st;
 #else
 	if (!strcmp(spec, "auto"))
 		return RS_OK;

@@ -385,6 +385,19 @@ static rs_status gather_bags(rs_trainer *tr, int64_t step, int training, size_t 
 		RSCHECK(i32_push(&ls->boff, 0));
 	}
 	size_t o = 0;
+	/* every record [feature, block, sample, n, ids...] lies whole inside its sender's part */
+	for (int32_t p = 0; p < tr->world; p++)
+		for (size_t q = tr->in_off[p], end = tr->in_off[p + 1]; q < end; q += 4 + (size_t)tr->in.v[q + 3]) {
+			int64_t f = -1, c = -1, cnt = -1;
+			if (end - q >= 4)
+				f = tr->in.v[q], c = tr->in.v[q + 1], cnt = tr->in.v[q + 3];
+			if (f < 0 || f >= tr->nfeat || c < 0 || c >= tr->tables[tr->feat_table[f]].nblocks || cnt < 0 ||
+			    (uint64_t)cnt > end - q - 4) {
+				RS_ERROR("rank %d sent a malformed request (feature %lld, block %lld, %lld ids)", p,
+					 (long long)f, (long long)c, (long long)cnt);
+				return RS_EPEER;
+			}
+		}
 	for (size_t q = 0; q < tr->in_off[tr->world];) {
 		int32_t f = (int32_t)tr->in.v[q];
 		int t = tr->feat_table[f];

@@ -401,6 +401,8 @@ rs_status rs_cuda_emb_ws_create(int64_t max_ids, int32_t max_dim, rs_cuda_emb_ws
 	CUDACHECKGOTO(err, cudaMalloc((void **)&ws->flags, 2 * sizeof(unsigned)), st, fail);
 	ws->rowcheck = ws->flags + 1;
 	CUDACHECKGOTO(err, cudaMemset(ws->flags, 0, 2 * sizeof(unsigned)), st, fail);
+	/* that memset ran on the legacy stream, which the caller's non-blocking streams do not wait for */
+	CUDACHECKGOTO(err, cudaDeviceSynchronize(), st, fail);
 	CUDACHECKGOTO(err, cudaMallocHost((void **)&ws->h_flags, sizeof(unsigned)), st, fail);
 	CUDACHECKGOTO(err, cub::DeviceRadixSort::SortPairs(NULL, a, ws->keys_in, ws->keys_out, ws->pos_in, ws->pos_out,
 							   (int)max_ids, 0, 64),

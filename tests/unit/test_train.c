@@ -4,7 +4,8 @@
  *     workers, tables of every sharding type, ends with the same weights
  *     (bounded relative difference) and the same loss curve;
  *   - learning: held-out AUC climbs well above 0.5 toward the teacher's;
- *   - a worker killed mid-training makes the others stop with an error.
+ *   - a worker killed mid-training makes the others stop with an error;
+ *   - a malformed request from a peer fails the step with RS_EPEER (no crash).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -242,12 +243,77 @@ static void test_killed_worker_stops_the_others(void **state)
 	print_message("the others stopped %.2f s after the kill\n", world_now() - t0);
 }
 
+/* A feature of a plain (not ZCH, not data-parallel) table: requests for it go to the rows' owners. */
+static int64_t plain_feature(void)
+{
+	int64_t f = 0;
+	for (int t = 0; t < cfg->ntables; f += cfg->tables[t].nfeatures, t++)
+		if (!cfg->tables[t].has_zch && plan->tables[t].sharding != RS_SHARD_DP)
+			return f;
+	return -1;
+}
+
+static int64_t bad_request[5]; /* what rank 1 sends rank 0 in place of its requests */
+
+/* Rank 0 trains a step; rank 1 answers the request all-to-all with bad_request. */
+static int hostile_body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
+{
+	(void)msg;
+	if (st != RS_OK)
+		return 100;
+	if (rank == 0) {
+		rs_trainer *tr;
+		rs_err err = {0};
+		if (rs_trainer_create(cfg, plan, t, NULL, &tr, &err) != RS_OK)
+			return 101;
+		rs_status r = rs_trainer_step(tr, 0, NULL);
+		rs_trainer_destroy(tr);
+		return r == RS_EPEER ? 0 : 60;
+	}
+	size_t sc[2] = {sizeof(bad_request), 0}, rc[2];
+	if (rs_transport_alltoall_counts(t, sc, rc) != RS_OK)
+		return 102;
+	void *in = malloc(rc[0] + rc[1] + 1);
+	st = in ? rs_transport_alltoallv(t, bad_request, sc, in, rc) : RS_ENOMEM;
+	free(in);
+	return st == RS_OK ? 0 : 103;
+}
+
+static void test_malformed_request_is_refused(void **state)
+{
+	(void)state;
+	rs_world wd = rs_world_make(cfg, 2, 0, 0, 0);
+	rs_err err = {0};
+	assert_int_equal(rs_planner_plan(cfg, &wd, NULL, NULL, &plan, &err), RS_OK);
+	int64_t f = plain_feature();
+	assert_true(f >= 0);
+	/* [feature, block, sample, n, id] */
+	const int64_t cases[][5] = {
+		{(int64_t)1 << 40, 0, 0, 1, 5}, /* no such feature */
+		{f, 99, 0, 1, 5},               /* no such column block */
+		{f, 0, 0, 1000, 5},             /* more ids than the message holds */
+		{f, 0, 0, -3, 5},               /* a negative count */
+		{f, 0, 0, 1, 1000000000},       /* a row no shard here holds */
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		memcpy(bad_request, cases[k], sizeof(bad_request));
+		world wo = {.n = 2, .timeout_ms = 20000, .absent = -1, .bad_token = -1, .bad_generation = -1,
+			    .reap_last = -1, .body = hostile_body};
+		world_run(&wo);
+		if (wo.exit_code[0] != 0 || wo.exit_code[1] != 0)
+			fail_msg("case %zu: rank 0 exited %d, rank 1 %d", k, wo.exit_code[0], wo.exit_code[1]);
+	}
+	rs_plan_free(plan);
+	plan = NULL;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_world_size_invariance),
 		cmocka_unit_test(test_learns_toward_the_teacher),
 		cmocka_unit_test(test_killed_worker_stops_the_others),
+		cmocka_unit_test(test_malformed_request_is_refused),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
