@@ -16,7 +16,7 @@ if [ -z "$san" ]; then
 	exit 1
 fi
 fails=0
-for t in "$BUILD"/tests/gpu/test_embedding_cuda; do
+for t in "$BUILD"/tests/gpu/test_*_cuda; do
 	for tool in memcheck racecheck synccheck; do
 		extra=""
 		[ $tool = memcheck ] && extra="--leak-check full"
