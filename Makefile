@@ -71,10 +71,11 @@ GPU_BENCHES := $(filter $(BUILD)/tests/gpu/bench_%,$(GPU_BINS)) $(wildcard tests
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib -lcublas -lcudart -lnccl -lstdc++
 # C code that includes CUDA or NCCL headers (-isystem: their warnings are not ours)
 $(CUDA_C_OBJS) $(BUILD)/obj/tests/gpu/%.o: CPPFLAGS += -isystem $(CUDA_HOME)/include
-# The worker: the CUDA engine, with the static runtime (it finds the driver at run time, when there is one)
+# The worker: the CUDA engine and NCCL, with the static CUDA runtime (it finds the driver at run time, when there is one)
 WORKER_CUDA := $(CUDA_LIB)
-WORKER_CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcudart_static -ldl -lrt -lstdc++
-$(BUILD)/obj/worker/main.o: CPPFLAGS += -DRS_HAVE_CUDA
+WORKER_CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib \
+	-lnccl -lcudart_static -ldl -lrt -lstdc++
+$(BUILD)/obj/worker/main.o: CPPFLAGS += -DRS_HAVE_CUDA -isystem $(CUDA_HOME)/include
 endif
 
 .PHONY: all deps tools test unit fuzz-build integration asan ubsan fuzz fuzz-smoke bench bench-gpu test-gpu demo clean

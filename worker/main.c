@@ -36,6 +36,7 @@
 #include "worker/engine.h"
 #ifdef RS_HAVE_CUDA
 #include "worker/engine_cuda.h"
+#include "worker/transport_nccl.h"
 #endif
 #include "worker/train.h"
 #include "worker/transport_tcp.h"
@@ -208,6 +209,8 @@ typedef struct run {
 typedef struct worker {
 	const rs_config *cfg;
 	rs_engine *engine;      /* where the shards live and the kernels run */
+	int cuda_device;        /* the engine's CUDA device, or -1 */
+	int nccl;               /* the generations' transports are NCCL communicators (bootstrapped over TCP) */
 	coord_link link;
 	const char *host;
 	int tmo;
@@ -285,6 +288,17 @@ static rs_status connect_peers(worker *w, const rs_msg_start *s, rs_transport **
 	w->lfd = -1; /* the transport owns it now, even when it fails */
 	rs_status st = rs_tcp_transport_create(&tc, out, err);
 	free(addrs);
+#ifdef RS_HAVE_CUDA
+	rs_transport *nt;
+	if (st == RS_OK && w->nccl) {
+		/* rank 0's unique id goes to the others over the TCP mesh their join token admitted */
+		if ((st = rs_nccl_transport_bootstrap(*out, w->cuda_device, (uint64_t)s->generation, w->tmo, &nt, err)) ==
+		    RS_OK)
+			*out = nt;
+		else
+			rs_transport_destroy(*out), *out = NULL;
+	}
+#endif
 	return st;
 }
 
@@ -591,9 +605,10 @@ static rs_status handle(worker *w, json_t *msg, int *exit_now, rs_err *err)
  * The engine `spec` names: cpu, cuda, cuda:N, or auto (CUDA device 0 when
  * this build has CUDA and the machine a device, else the CPU).
  */
-static rs_status open_engine(const char *spec, rs_engine **out, rs_err *err)
+static rs_status open_engine(const char *spec, rs_engine **out, int *cuda_device, rs_err *err)
 {
 	*out = rs_engine_cpu();
+	*cuda_device = -1;
 	if (!strcmp(spec, "cpu"))
 		return RS_OK;
 	int device = 0;
@@ -609,6 +624,8 @@ static rs_status open_engine(const char *spec, rs_engine **out, rs_err *err)
 		return RS_OK;
 	}
 	rs_status st = rs_engine_cuda_create(device, out, err);
+	if (st == RS_OK)
+		*cuda_device = device;
 	if (st != RS_OK && !strcmp(spec, "auto")) {
 		RS_WARN("device: the CPU (CUDA device 0 cannot be used: %s)", err->msg);
 		*out = rs_engine_cpu();
@@ -626,6 +643,7 @@ static rs_status open_engine(const char *spec, rs_engine **out, rs_err *err)
 int main(int argc, char **argv)
 {
 	const char *url = NULL, *config = NULL, *name = NULL, *host = NULL, *fault = NULL, *device = NULL;
+	const char *transport = NULL;
 	int64_t timeout_ms = 30000, grace_ms = 60000;
 	bool help = false, check_device = false;
 	rs_param params[] = {
@@ -637,6 +655,7 @@ int main(int argc, char **argv)
 		RS_PARAM("--coordinator-grace-ms", "ROWSHIFT_COORDINATOR_GRACE_MS", RS_PARAM_INT, "60000", "MS", "how long to wait for a lost coordinator to come back before exiting", &grace_ms),
 		RS_PARAM("--device", "ROWSHIFT_DEVICE", RS_PARAM_STR, "auto", "DEV", "where the shards live and the kernels run: auto (a CUDA device if there is one), cpu, cuda or cuda:N", &device),
 		RS_PARAM("--fault", "ROWSHIFT_FAULT", RS_PARAM_STR, NULL, "HOOK", "tests only: corrupt-chunk (the first chunk received is damaged) or stall-ms=N (every reshard waits N ms before moving rows)", &fault),
+		RS_PARAM("--transport", "ROWSHIFT_TRANSPORT", RS_PARAM_STR, "tcp", "KIND", "between workers: tcp, or nccl (one worker per GPU; needs a CUDA --device)", &transport),
 		RS_PARAM("--check-device", NULL, RS_PARAM_FLAG, NULL, NULL, "open the --device, say which it is and exit (0: usable)", &check_device),
 		RS_PARAM("--help", NULL, RS_PARAM_FLAG, NULL, NULL, "show this help", &help),
 	};
@@ -661,7 +680,8 @@ int main(int argc, char **argv)
 	}
 	if (check_device) {
 		rs_engine *e;
-		if (open_engine(device, &e, &err) != RS_OK) {
+		int dev;
+		if (open_engine(device, &e, &dev, &err) != RS_OK) {
 			fprintf(stderr, "rowshift-worker: %s\n", err.msg);
 			return 1;
 		}
@@ -702,8 +722,19 @@ int main(int argc, char **argv)
 			.grace_ms = (int)(grace_ms > 0 && grace_ms < 86400000 ? grace_ms : 60000)};
 	RSCHECKGOTO(rs_config_load(config, &cfg, &err), st, fail);
 	w.cfg = cfg;
-	RSCHECKGOTO(open_engine(device, &w.engine, &err), st, fail);
+	RSCHECKGOTO(open_engine(device, &w.engine, &w.cuda_device, &err), st, fail);
 	RS_INFO("shards and kernels on %s", w.engine->name);
+	if (!strcmp(transport, "nccl")) {
+		w.nccl = 1;
+		if (w.cuda_device < 0) {
+			st = rs_err_set(&err, RS_EINVAL, "--transport nccl needs the worker on a CUDA device (it is on %s)",
+					w.engine->name);
+			goto fail;
+		}
+	} else if (strcmp(transport, "tcp")) {
+		st = rs_err_set(&err, RS_EINVAL, "--transport: '%s' is not tcp or nccl", transport);
+		goto fail;
+	}
 	RSCHECKGOTO(relisten(&w, &err), st, fail);
 	/* the coordinator may not be up yet: the grace period covers the first join too */
 	w.link.lost_at = rs_now();

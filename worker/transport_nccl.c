@@ -42,6 +42,7 @@ typedef struct nccl {
 	cudaEvent_t done;
 	char *stage;        /* device staging for host buffers */
 	size_t stage_cap;
+	rs_transport *boot; /* the transport the id came over (rs_nccl_transport_bootstrap), owned */
 } nccl;
 
 static rs_status failv(nccl *t, rs_status st, const char *fmt, va_list ap)
@@ -316,6 +317,8 @@ static void nccl_abort(rs_transport *base)
 {
 	/* async-signal-safe: the waiting thread sees the flag and aborts the communicator */
 	atomic_store(&((nccl *)base)->aborted, 1);
+	if (((nccl *)base)->boot)
+		rs_transport_abort(((nccl *)base)->boot);
 }
 
 static void nccl_destroy(rs_transport *base)
@@ -352,6 +355,7 @@ static void nccl_destroy(rs_transport *base)
 		RS_WARN("cudaFree failed in the NCCL transport's destroy");
 	if (t->own_stream && cudaStreamDestroy(t->stream) != cudaSuccess)
 		RS_WARN("cudaStreamDestroy failed in the NCCL transport's destroy");
+	rs_transport_destroy(t->boot);
 	free(t);
 }
 
@@ -464,6 +468,34 @@ rs_status rs_nccl_transport_create(const rs_nccl_config *cfg, rs_transport **out
 		return st;
 	}
 	*out = &t->base;
+	return RS_OK;
+}
+
+rs_status rs_nccl_transport_bootstrap(rs_transport *boot, int device, uint64_t generation, int timeout_ms,
+				      rs_transport **out, rs_err *err)
+{
+	rs_nccl_config c = {.rank = boot->rank, .world = boot->world, .device = device, .generation = generation,
+			    .timeout_ms = timeout_ms};
+	*out = NULL;
+	if (boot->rank == 0) {
+		RSCHECK(rs_nccl_unique_id(&c.id, err));
+		rs_xfer *to = calloc((size_t)boot->world, sizeof(*to));
+		if (!to)
+			return rs_err_set(err, RS_ENOMEM, "transport nccl: out of memory");
+		for (int32_t r = 1; r < boot->world; r++)
+			to[r - 1] = (rs_xfer){r, &c.id, sizeof(c.id)};
+		rs_status st = rs_transport_exchange(boot, to, boot->world - 1, NULL, 0);
+		free(to);
+		if (st != RS_OK)
+			return rs_err_set(err, st, "transport nccl: handing out the unique id: %s", rs_transport_error(boot));
+	} else {
+		rs_xfer from = {0, &c.id, sizeof(c.id)};
+		rs_status st = rs_transport_exchange(boot, NULL, 0, &from, 1);
+		if (st != RS_OK)
+			return rs_err_set(err, st, "transport nccl: receiving the unique id: %s", rs_transport_error(boot));
+	}
+	RSCHECK(rs_nccl_transport_create(&c, out, err));
+	((nccl *)*out)->boot = boot;
 	return RS_OK;
 }
 

@@ -4,9 +4,9 @@
  * Built only where the CUDA toolkit and NCCL are (build/lib/librowshift_cuda.a).
  *
  * Set-up: rank 0 of a generation makes an ncclUniqueId
- * (rs_nccl_unique_id); how every member receives it (the coordinator's
- * control channel) is the caller's business. Each member then calls
- * rs_nccl_transport_create with it. The communicator is non-blocking
+ * (rs_nccl_unique_id) and every member calls rs_nccl_transport_create with
+ * it; rs_nccl_transport_bootstrap does both, handing the id out over the
+ * generation's TCP transport (what the worker uses). The communicator is non-blocking
  * (ncclConfig_t.blocking = 0): every NCCL call returns at once and the
  * transport polls ncclCommGetAsyncError and the stream, bounded by the
  * timeout; a dead or hung peer, an NCCL error or rs_transport_abort makes
@@ -48,6 +48,16 @@ typedef struct rs_nccl_config {
 
 /* A fresh unique id (rank 0 of a generation calls this and hands it out). */
 rs_status rs_nccl_unique_id(ncclUniqueId *id, rs_err *err);
+
+/*
+ * The worker's way in: collective over every rank of `boot` (the
+ * generation's TCP transport, whose peers joined with the join token): rank
+ * 0 makes the unique id and sends it to the others over boot, then every
+ * rank creates its communicator on `device`. On success *out owns boot
+ * (destroyed and aborted with it); on failure boot is still the caller's.
+ */
+rs_status rs_nccl_transport_bootstrap(rs_transport *boot, int device, uint64_t generation, int timeout_ms,
+				      rs_transport **out, rs_err *err);
 
 /*
  * Create this rank's communicator and wait (bounded) until every rank has

@@ -3,8 +3,10 @@
 # binaries: worker processes sharing one GPU (TCP between them, shards and
 # kernels on the device) reach the weights CPU workers reach, and a
 # 2 -> 3 -> 2 elastic run on the GPU (rows moved out of and into managed
-# memory) reaches the weights of a static run. Exits 77 (skipped) when no
-# CUDA device can be used.
+# memory) reaches the weights of a static run; one worker on the NCCL
+# transport (NCCL needs a GPU per rank: one rank here, sending to itself)
+# reaches the one-CPU-worker weights. Exits 77 (skipped) when no CUDA
+# device can be used.
 #
 # The documented tolerance is max_rel <= 1e-5 (the CPU's between world
 # sizes); the kernels are meant to be bit-exact, and the figures printed say
@@ -21,7 +23,7 @@ echo "train_gpu: workers on $dev"
 # run NAME DEVICE ARGS...: a local job whose workers use DEVICE, saving its checkpoint in $tmp/NAME
 run() {
 	local name=$1 device=$2; shift 2
-	ROWSHIFT_DEVICE=$device timeout 300 "$bin/rowshift-coordinator" --local --steps 150 --save "$tmp/$name" "$@" \
+	ROWSHIFT_DEVICE=$device ROWSHIFT_TRANSPORT=${TRANSPORT:-tcp} timeout 300 "$bin/rowshift-coordinator" --local --steps 150 --save "$tmp/$name" "$@" \
 		>"$tmp/$name.out" 2>"$tmp/$name.err"
 }
 
@@ -51,4 +53,11 @@ check "elastic GPU = static GPU (max_rel <= 1e-5)" \
 	"$bin/rowshiftctl" checkpoint diff "$tmp/dlrm-small-gpu" "$tmp/elastic" --max-rel 1e-5
 check "elastic GPU = static CPU (max_rel <= 1e-5)" \
 	"$bin/rowshiftctl" checkpoint diff "$tmp/dlrm-small-cpu" "$tmp/elastic" --max-rel 1e-5
+# the NCCL transport, at the one rank a GPU allows
+run one-cpu cpu --workers 1 --config $model
+check "1 CPU worker trains 150 steps" test $? = 0
+TRANSPORT=nccl run one-nccl cuda --workers 1 --config $model
+check "1 GPU worker on the NCCL transport trains 150 steps" test $? = 0
+check "GPU + NCCL and CPU + TCP reach the same weights (max_rel <= 1e-5)" \
+	"$bin/rowshiftctl" checkpoint diff "$tmp/one-cpu" "$tmp/one-nccl" --max-rel 1e-5
 finish_checks train_gpu

@@ -93,6 +93,16 @@ check "rowshiftctl reports what it asked" grep -q "scaling to 3 workers" "$tmp/s
 "$bin/rowshiftctl" scale --workers 2 --admin-file "$tmp/admin.json" >"$tmp/scale3.out" 2>&1
 check "scaling a job that ended fails clearly" bash -c "grep -q 'is a coordinator running' $tmp/scale3.out"
 
+# a worker refuses devices and transports it cannot use, before joining anyone
+ROWSHIFT_JOIN_TOKEN=t timeout 20 "$bin/rowshift-worker" --coordinator ws://127.0.0.1:1 --config examples/dlrm-small.json \
+	--device cpu --transport nccl >"$tmp/dev1.out" 2>&1
+check "--transport nccl on the CPU is refused, saying why" grep -q "transport nccl needs the worker on a CUDA device" "$tmp/dev1.out"
+ROWSHIFT_JOIN_TOKEN=t timeout 20 "$bin/rowshift-worker" --coordinator ws://127.0.0.1:1 --config examples/dlrm-small.json \
+	--device tpu >"$tmp/dev2.out" 2>&1
+check "an unknown --device is refused, naming it" grep -q "'tpu' is not auto, cpu, cuda or cuda:N" "$tmp/dev2.out"
+check "--check-device says where a default worker's shards go" bash -c \
+	"\"$bin/rowshift-worker\" --check-device | grep -Eq '^(cpu|cuda:0)\$'"
+
 # 3. a worker with the wrong join token is refused
 port=$(free_port)
 # (no `timeout` wrapper in front: $! must be the coordinator itself; the trap cleans up)
