@@ -28,7 +28,15 @@ struct rs_dense {
 	float **act;     /* act[l]: input of layer l (n x in); act[nlayers]: logits (n x 1) */
 	float **dact;    /* gradient of each act */
 	float *z;        /* the interaction's input vectors, bottom output first (n x (F+1) x D), dot only */
+	rs_dense_gemm_fn gemm; /* the layers' products elsewhere (rs_dense_set_gemm), or NULL: the loops below */
+	void *gemm_ctx;
 };
+
+void rs_dense_set_gemm(rs_dense *m, rs_dense_gemm_fn fn, void *ctx)
+{
+	m->gemm = fn;
+	m->gemm_ctx = ctx;
+}
 
 static size_t add_layer(rs_dense *m, int32_t in, int32_t out, int relu)
 {
@@ -155,9 +163,18 @@ static rs_status reserve(rs_dense *m, int32_t n)
 }
 
 /* y = act(W x + b) for n rows */
-static void layer_forward(const rs_dense *m, const layer *ly, const float *x, float *y, int32_t n)
+static rs_status layer_forward(const rs_dense *m, const layer *ly, const float *x, float *y, int32_t n)
 {
 	const float *W = m->params + ly->w, *b = m->params + ly->b;
+	if (m->gemm) {
+		RSCHECK(m->gemm(m->gemm_ctx, 0, 1, n, ly->out, ly->in, x, W, 0, y)); /* x W^T */
+		for (int32_t i = 0; i < n; i++)
+			for (int32_t o = 0; o < ly->out; o++) {
+				float s = y[(size_t)i * (size_t)ly->out + (size_t)o] + b[o];
+				y[(size_t)i * (size_t)ly->out + (size_t)o] = ly->relu && s < 0 ? 0 : s;
+			}
+		return RS_OK;
+	}
 	for (int32_t i = 0; i < n; i++) {
 		const float *restrict xi = x + (size_t)i * (size_t)ly->in;
 		float *restrict yi = y + (size_t)i * (size_t)ly->out;
@@ -169,13 +186,22 @@ static void layer_forward(const rs_dense *m, const layer *ly, const float *x, fl
 			yi[o] = ly->relu && s < 0 ? 0 : s;
 		}
 	}
+	return RS_OK;
 }
 
 /* dy (n x out, already through the activation) -> parameter grads and dx (n x in) */
-static void layer_backward(rs_dense *m, const layer *ly, const float *x, const float *dy, float *dx, int32_t n)
+static rs_status layer_backward(rs_dense *m, const layer *ly, const float *x, const float *dy, float *dx, int32_t n)
 {
 	const float *W = m->params + ly->w;
 	float *dW = m->grads + ly->w, *db = m->grads + ly->b;
+	if (m->gemm) {
+		RSCHECK(m->gemm(m->gemm_ctx, 1, 0, ly->out, ly->in, n, dy, x, 1, dW)); /* dW += dy^T x */
+		RSCHECK(m->gemm(m->gemm_ctx, 0, 0, n, ly->in, ly->out, dy, W, 0, dx)); /* dx = dy W */
+		for (int32_t i = 0; i < n; i++)
+			for (int32_t o = 0; o < ly->out; o++)
+				db[o] += dy[(size_t)i * (size_t)ly->out + (size_t)o];
+		return RS_OK;
+	}
 	for (int32_t i = 0; i < n; i++) {
 		const float *restrict xi = x + (size_t)i * (size_t)ly->in;
 		const float *restrict dyi = dy + (size_t)i * (size_t)ly->out;
@@ -194,6 +220,7 @@ static void layer_backward(rs_dense *m, const layer *ly, const float *x, const f
 			}
 		}
 	}
+	return RS_OK;
 }
 
 /* Zero the gradient where a ReLU output was clamped. */
@@ -266,13 +293,13 @@ static rs_status forward(rs_dense *m, const float *dense, const float *pooled, i
 	memcpy(m->act[0], dense, sizeof(float) * (size_t)n * RS_NUM_DENSE);
 	for (int l = 0; l < m->nbottom; l++) {
 		float *y = l + 1 == m->nbottom ? m->dact[m->nbottom] : m->act[l + 1]; /* bottom output kept aside */
-		layer_forward(m, &m->layers[l], m->act[l], y, n);
+		RSCHECK(layer_forward(m, &m->layers[l], m->act[l], y, n));
 	}
 	/* the bottom output is parked in dact[nbottom] (free until the backward pass) */
 	*bottom = m->dact[m->nbottom];
 	interact(m, *bottom, pooled, n);
 	for (int l = m->nbottom; l < m->nlayers; l++)
-		layer_forward(m, &m->layers[l], m->act[l], m->act[l + 1], n);
+		RSCHECK(layer_forward(m, &m->layers[l], m->act[l], m->act[l + 1], n));
 	return RS_OK;
 }
 
@@ -312,24 +339,26 @@ rs_status rs_dense_forward_backward(rs_dense *m, const float *dense, const float
 		loss += (double)(fmaxf(x, 0) + log1pf(expf(-fabsf(x))) - y * x);
 		dlogit[i] = 1.0f / (1.0f + expf(-x)) - y;
 	}
-	for (int l = m->nlayers - 1; l >= m->nbottom; l--) {
+	rs_status st = RS_OK;
+	for (int l = m->nlayers - 1; st == RS_OK && l >= m->nbottom; l--) {
 		layer *ly = &m->layers[l];
 		if (ly->relu)
 			relu_mask(m->act[l + 1], m->dact[l + 1], (size_t)n * (size_t)ly->out);
-		layer_backward(m, ly, m->act[l], m->dact[l + 1], m->dact[l], n);
+		st = layer_backward(m, ly, m->act[l], m->dact[l + 1], m->dact[l], n);
 	}
-	interact_backward(m, m->dact[m->nbottom], dbottom, dpooled, n);
-	for (int l = m->nbottom - 1; l >= 0; l--) {
+	if (st == RS_OK)
+		interact_backward(m, m->dact[m->nbottom], dbottom, dpooled, n);
+	for (int l = m->nbottom - 1; st == RS_OK && l >= 0; l--) {
 		layer *ly = &m->layers[l];
 		const float *y = l + 1 == m->nbottom ? bcopy : m->act[l + 1];
 		float *dy = l + 1 == m->nbottom ? dbottom : m->dact[l + 1];
 		relu_mask(y, dy, (size_t)n * (size_t)ly->out);
-		layer_backward(m, ly, m->act[l], dy, m->dact[l], n);
+		st = layer_backward(m, ly, m->act[l], dy, m->dact[l], n);
 	}
 	free(dbottom);
 	free(bcopy);
 	*loss_sum = loss;
-	return RS_OK;
+	return st;
 }
 
 void rs_dense_sgd(rs_dense *m, float lr, float scale)

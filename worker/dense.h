@@ -56,4 +56,16 @@ rs_status rs_dense_predict(rs_dense *m, const float *dense, const float *pooled,
 /* params -= lr * scale * grads; then grads = 0. */
 void rs_dense_sgd(rs_dense *m, float lr, float scale);
 
+/*
+ * The layers' matrix products, when something faster than the built-in
+ * loops is at hand (the CUDA engine's cuBLAS): row-major, host arrays,
+ *   C[m x n] = op(A) op(B) + beta C,  op(A) m x k, op(B) k x n,
+ * op = transpose when ta / tb. Results then depend on fn's summation
+ * order (no longer bit-identical to the loops; deterministic if fn is).
+ * NULL restores the loops.
+ */
+typedef rs_status (*rs_dense_gemm_fn)(void *ctx, int ta, int tb, int32_t m, int32_t n, int32_t k, const float *a,
+				      const float *b, float beta, float *c);
+void rs_dense_set_gemm(rs_dense *m, rs_dense_gemm_fn fn, void *ctx);
+
 #endif

@@ -47,6 +47,9 @@ typedef struct rs_engine_ops {
 	/* rs_emb_apply */
 	rs_status (*apply)(rs_engine *e, rs_emb_shard *s, const rs_emb_grad *g, const rs_optimizer_config *opt,
 			   int64_t step, rs_err *err);
+	/* the dense network's matrix products (rs_dense_gemm_fn, ctx = the engine), or NULL: the dense loops */
+	rs_status (*gemm)(void *e, int ta, int tb, int32_t m, int32_t n, int32_t k, const float *a, const float *b,
+			  float beta, float *c);
 	void (*destroy)(rs_engine *e);
 } rs_engine_ops;
 

@@ -12,6 +12,9 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/embedding_cuda.h"
 
+#include <cublas_v2.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +28,60 @@ typedef struct cuda_engine {
 	int32_t ws_dim;
 	void *d_buf;            /* the batch on the device: offsets, ids, rows, gradients, outputs */
 	size_t d_cap;
+	cublasHandle_t blas;    /* the dense network's products */
+	float *g_buf;           /* their operands and result */
+	size_t g_cap;
 } cuda_engine;
+
+/*
+ * cuBLAS is opened when the first CUDA engine is made, not linked: its
+ * libraries are large (loading them costs a CPU worker 200 MB and a tenth
+ * of a second), and only GPU workers use them.
+ */
+#define CUBLAS_SONAME "libcublas.so." RS__STR(CUBLAS_VER_MAJOR)
+#define RS__STR(x) RS__STR2(x)
+#define RS__STR2(x) #x
+
+static struct {
+	cublasStatus_t (*create)(cublasHandle_t *);
+	cublasStatus_t (*destroy)(cublasHandle_t);
+	cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+	cublasStatus_t (*set_math_mode)(cublasHandle_t, cublasMath_t);
+	cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float *,
+				const float *, int, const float *, int, const float *, float *, int);
+	const char *(*status_string)(cublasStatus_t);
+	char why[256];      /* empty when loaded */
+} blas;
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void load_blas(void)
+{
+	void *h = dlopen(CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		snprintf(blas.why, sizeof(blas.why), "dlopen(%s): %s", CUBLAS_SONAME, dlerror());
+		return;
+	}
+	struct {
+		const char *name;
+		void **fn;
+	} syms[] = {{"cublasCreate_v2", (void **)&blas.create},         {"cublasDestroy_v2", (void **)&blas.destroy},
+		    {"cublasSetStream_v2", (void **)&blas.set_stream},  {"cublasSetMathMode", (void **)&blas.set_math_mode},
+		    {"cublasSgemm_v2", (void **)&blas.sgemm},           {"cublasGetStatusString", (void **)&blas.status_string}};
+	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++)
+		if (!(*syms[i].fn = dlsym(h, syms[i].name))) {
+			snprintf(blas.why, sizeof(blas.why), "%s has no %s", CUBLAS_SONAME, syms[i].name);
+			return;
+		}
+}
+
+/* CUBLASCHECK(err, call): a cuBLAS call, failing the function with RS_ECUDA and naming the call, file and line. */
+#define CUBLASCHECK(err, call)                                                                               \
+	do {                                                                                                 \
+		cublasStatus_t rs__bs = (call);                                                              \
+		if (rs__bs != CUBLAS_STATUS_SUCCESS)                                                         \
+			return rs_err_set(err, RS_ECUDA, "%s:%d: %s failed: %s", __FILE__, __LINE__, #call, \
+					  blas.status_string(rs__bs));                                       \
+	} while (0)
 
 int rs_cuda_devices(const char **why)
 {
@@ -234,13 +290,56 @@ static rs_status run_apply(rs_engine *e, rs_emb_shard *s, const rs_emb_grad *g, 
 	return RS_OK;
 }
 
+/*
+ * Row-major C[m x n] = op(A) op(B) + beta C with cuBLAS (column-major): the
+ * same memory read column-major is C^T = op(B)^T op(A)^T, so B goes first.
+ * IEEE fp32 arithmetic (no TF32): the dense network is small, and CPU and
+ * GPU runs should differ by summation order only.
+ */
+static rs_status run_gemm(cuda_engine *c, int ta, int tb, int32_t m, int32_t n, int32_t k, const float *a,
+			  const float *b, float beta, float *cm, rs_err *err)
+{
+	size_t na = (size_t)m * (size_t)k, nb = (size_t)k * (size_t)n, nc = (size_t)m * (size_t)n;
+	if (m <= 0 || n <= 0)
+		return RS_OK;
+	RSCHECK(use_device(c, err));
+	if (na + nb + nc > c->g_cap) {
+		size_t cap = na + nb + nc > 2 * c->g_cap ? na + nb + nc : 2 * c->g_cap;
+		CUDACHECK(err, cudaFree(c->g_buf));
+		c->g_buf = NULL, c->g_cap = 0;
+		CUDACHECK(err, cudaMalloc((void **)&c->g_buf, sizeof(float) * cap));
+		c->g_cap = cap;
+	}
+	float *da = c->g_buf, *db = da + na, *dc = db + nb, one = 1.0f;
+	if (k > 0) {
+		CUDACHECK(err, cudaMemcpyAsync(da, a, sizeof(float) * na, cudaMemcpyHostToDevice, c->stream));
+		CUDACHECK(err, cudaMemcpyAsync(db, b, sizeof(float) * nb, cudaMemcpyHostToDevice, c->stream));
+	}
+	if (beta != 0)
+		CUDACHECK(err, cudaMemcpyAsync(dc, cm, sizeof(float) * nc, cudaMemcpyHostToDevice, c->stream));
+	if (k > 0) {
+		CUBLASCHECK(err, blas.sgemm(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
+					     &one, db, tb ? k : n, da, ta ? m : k, &beta, dc, n));
+	} else if (beta == 0) {
+		CUDACHECK(err, cudaMemsetAsync(dc, 0, sizeof(float) * nc, c->stream));
+	}
+	CUDACHECK(err, cudaMemcpyAsync(cm, dc, sizeof(float) * nc, cudaMemcpyDeviceToHost, c->stream));
+	CUDACHECK(err, cudaStreamSynchronize(c->stream));
+	return RS_OK;
+}
+
+
 static void cuda_destroy(rs_engine *e)
 {
 	cuda_engine *c = (cuda_engine *)e;
 	if (cudaSetDevice(c->device) == cudaSuccess) {
+		if (c->blas)
+			blas.destroy(c->blas);
+		cudaFree(c->g_buf);
 		rs_cuda_emb_ws_destroy(c->ws);
 		cudaFree(c->d_buf);
-		cudaStreamDestroy(c->stream);
+		if (c->stream)
+			cudaStreamDestroy(c->stream);
 	}
 	free(c);
 }
@@ -282,6 +381,17 @@ static rs_status cuda_apply(rs_engine *e, rs_emb_shard *s, const rs_emb_grad *g,
 	return settle((cuda_engine *)e, run_apply(e, s, g, opt, step, err));
 }
 
+static rs_status cuda_gemm(void *e, int ta, int tb, int32_t m, int32_t n, int32_t k, const float *a, const float *b,
+			   float beta, float *cm)
+{
+	cuda_engine *c = e;
+	rs_err err = {0};
+	rs_status st = settle(c, run_gemm(c, ta, tb, m, n, k, a, b, beta, cm, &err));
+	if (st != RS_OK)
+		RS_ERROR("dense network: %s", err.msg);
+	return st;
+}
+
 static const rs_engine_ops cuda_ops = {
 	.alloc = cuda_alloc,
 	.free = cuda_free,
@@ -290,6 +400,7 @@ static const rs_engine_ops cuda_ops = {
 	.forward = cuda_forward,
 	.backward = cuda_backward,
 	.apply = cuda_apply,
+	.gemm = cuda_gemm,
 	.destroy = cuda_destroy,
 };
 
@@ -315,9 +426,23 @@ rs_status rs_engine_cuda_create(int device, rs_engine **out, rs_err *err)
 	rs_status st;
 	CUDACHECKGOTO(err, cudaSetDevice(device), st, fail);
 	CUDACHECKGOTO(err, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), st, fail);
+	if (pthread_once(&blas_once, load_blas) != 0 || blas.why[0]) {
+		st = rs_err_set(err, RS_ECUDA, "cuBLAS: %s", blas.why[0] ? blas.why : "pthread_once failed");
+		goto fail;
+	}
+	cublasStatus_t bs = blas.create(&c->blas);
+	if (bs == CUBLAS_STATUS_SUCCESS)
+		bs = blas.set_stream(c->blas, c->stream);
+	if (bs == CUBLAS_STATUS_SUCCESS)
+		bs = blas.set_math_mode(c->blas, CUBLAS_PEDANTIC_MATH);
+	if (bs != CUBLAS_STATUS_SUCCESS) {
+		st = rs_err_set(err, RS_ECUDA, "%s:%d: setting up cuBLAS failed: %s", __FILE__, __LINE__,
+				blas.status_string(bs));
+		goto fail;
+	}
 	*out = &c->base;
 	return RS_OK;
 fail:
-	free(c);
+	cuda_destroy(&c->base);
 	return st;
 }

@@ -277,6 +277,8 @@ rs_status rs__trainer_alloc(const rs_config *cfg, const rs_plan *plan, rs_transp
 		tr->owns_data = 1;
 	}
 	RSCHECKGOTO(rs_dense_create(cfg, cfg->train.seed, &tr->dense, err), st, fail);
+	if (tr->engine->ops->gemm)
+		rs_dense_set_gemm(tr->dense, tr->engine->ops->gemm, tr->engine);
 	RSCHECKGOTO(rs_batch_init(&tr->batch, tr->nfeat), st, fail);
 	*out = tr;
 	return RS_OK;
