@@ -24,16 +24,6 @@
 #define BAG 20
 #define REPS 20
 
-static uint64_t rng = 12345;
-
-static uint64_t next_u64(void)
-{
-	uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 /* Milliseconds per repetition of what ran between two events. */
 static double ms_between(cudaEvent_t a, cudaEvent_t b, int reps)
 {
@@ -71,13 +61,13 @@ static int bench_dim(int32_t dim, double ref, cudaStream_t s, cudaEvent_t a, cud
 	for (int32_t i = 0; i <= NBAGS; i++)
 		off[i] = i * BAG;
 	for (int64_t j = 0; j < nids; j++) { /* heavy head, long tail: about Zipf */
-		double u = (double)(next_u64() >> 11) / 9007199254740992.0;
+		double u = (double)(gpu_test_rand() >> 11) / 9007199254740992.0;
 		ids[j] = (int64_t)((double)NROWS * pow(u, 3.0)) % NROWS;
 	}
 	rs_emb_shard h = {.dtype = RS_DTYPE_FP32, .nrows = NROWS, .dim = dim};
 	h.weights = malloc(sizeof(float) * (size_t)NROWS * (size_t)dim);
 	for (int64_t k = 0; k < (int64_t)NROWS * dim; k++)
-		((float *)h.weights)[k] = (float)(next_u64() % 2001) / 1000.0f - 1.0f;
+		((float *)h.weights)[k] = (float)(gpu_test_rand() % 2001) / 1000.0f - 1.0f;
 	rs_emb_shard d = h;
 	size_t wbytes = sizeof(float) * (size_t)NROWS * (size_t)dim;
 	GPU_CUDA(cudaMalloc(&d.weights, wbytes));
@@ -205,6 +195,7 @@ static int bench_dim(int32_t dim, double ref, cudaStream_t s, cudaEvent_t a, cud
 
 int main(void)
 {
+	gpu_test_seed(12345);
 	gpu_test_require_device("bench_embedding_cuda");
 	cudaStream_t s;
 	cudaEvent_t a, b;

@@ -8,6 +8,18 @@
 
 int gpu_test_checks, gpu_test_failures;
 
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+void gpu_test_seed(uint64_t seed) { rng_state = seed; }
+
+uint64_t gpu_test_rand(void)
+{
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
 void gpu_test_require_device(const char *prog)
 {
 	int n = 0;

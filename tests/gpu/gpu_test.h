@@ -31,6 +31,10 @@ extern int gpu_test_checks, gpu_test_failures;
 		}                                                             \
 	} while (0)
 
+/* Test inputs: splitmix64 from a fixed seed (the same inputs every run); gpu_test_seed restarts it. */
+uint64_t gpu_test_rand(void);
+void gpu_test_seed(uint64_t seed);
+
 /* Print "NAME: N checks, M failed" and return the exit code (0 or 1). */
 int gpu_test_summary(const char *prog);
 

@@ -14,17 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-
-static uint64_t next_u64(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static int64_t below(int64_t n) { return (int64_t)(next_u64() % (uint64_t)n); }
+static int64_t below(int64_t n) { return (int64_t)(gpu_test_rand() % (uint64_t)n); }
 
 /* The definition, one id at a time. */
 static void reference(const int32_t *off, int32_t nbags, const int64_t *ids, const int64_t *row_start,
@@ -136,6 +126,7 @@ static void one_case(int c, int32_t nbags, int32_t long_bag, int64_t rows, int32
 
 int main(void)
 {
+	gpu_test_seed(0x2545f4914f6cdd1dull);
 	gpu_test_require_device("test_bucketize_cuda");
 	cudaStream_t s;
 	GPU_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

@@ -22,17 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t next_u64(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static float uniform(float lo, float hi) { return lo + (hi - lo) * (float)((double)(next_u64() >> 11) / 9007199254740992.0); }
+static float uniform(float lo, float hi) { return lo + (hi - lo) * (float)((double)(gpu_test_rand() >> 11) / 9007199254740992.0); }
 
 static int64_t ulp_tol;
 
@@ -162,7 +152,7 @@ static void run_case(const gcase *c)
 	int32_t *offsets = malloc(sizeof(int32_t) * (size_t)(nbags + 1));
 	offsets[0] = c->first_offset;
 	for (int32_t i = 0; i < nbags; i++) {
-		int32_t len = i == c->nbags / 2 && c->long_bag ? c->long_bag : (int32_t)(next_u64() % (uint64_t)(c->max_len + 1));
+		int32_t len = i == c->nbags / 2 && c->long_bag ? c->long_bag : (int32_t)(gpu_test_rand() % (uint64_t)(c->max_len + 1));
 		if (i == c->nbags && c->long_bag) /* the extra bag: short, after the long one */
 			len = 1;
 		offsets[i + 1] = offsets[i] + len;
@@ -170,7 +160,7 @@ static void run_case(const gcase *c)
 	int64_t nids = offsets[nbags];
 	int64_t *ids = malloc(sizeof(int64_t) * (size_t)(nids + 1));
 	for (int64_t j = 0; j < nids; j++)
-		ids[j] = c->neg_every && j % c->neg_every == 0 ? -1 : (int64_t)(next_u64() % (uint64_t)c->id_range);
+		ids[j] = c->neg_every && j % c->neg_every == 0 ? -1 : (int64_t)(gpu_test_rand() % (uint64_t)c->id_range);
 	float *grad_out = malloc(sizeof(float) * (size_t)nbags * (size_t)c->dim + 1);
 	for (int64_t k = 0; k < (int64_t)nbags * c->dim; k++)
 		grad_out[k] = uniform(-1.0f, 1.0f);
@@ -265,7 +255,7 @@ static void run_case(const gcase *c)
 	int64_t np = c->nrows < 300 ? c->nrows : 300;
 	int64_t *prow = malloc(sizeof(int64_t) * (size_t)np);
 	for (int64_t i = 0; i < np; i++)
-		prow[i] = i % 5 && i > 0 ? (prow[i - 1] + 1) % c->nrows : (int64_t)(next_u64() % (uint64_t)c->nrows);
+		prow[i] = i % 5 && i > 0 ? (prow[i - 1] + 1) % c->nrows : (int64_t)(gpu_test_rand() % (uint64_t)c->nrows);
 	size_t pb = (size_t)np * rs_emb_packed_row_bytes(&hs, c->opt);
 	char *pcpu = malloc(pb + 1), *pgpu = malloc(pb + 1);
 	int64_t *d_prow = to_dev(prow, sizeof(int64_t) * (size_t)np);
