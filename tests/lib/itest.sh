@@ -5,6 +5,7 @@
 #   check DESCRIPTION COMMAND...   run COMMAND; print ok/FAILED; count failures in $fails
 #   wait_for FILE PATTERN SECONDS  until FILE has a line matching PATTERN (bounded)
 #   free_port                      a free TCP port on loopback
+#   moved_is_plan_diff FILE N      FILE (a coordinator's output) shows N reshards, each moving exactly its plan diff
 #   finish_checks NAME             print "NAME: N failed" and return the verdict
 BUILD=${BUILD:-build}
 bin=$BUILD/bin
@@ -20,6 +21,14 @@ wait_for() {
 	return 1
 }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+moved_is_plan_diff() {
+	python3 - "$1" "$2" <<'PY'
+import re, sys
+pairs = re.findall(r'staged and verified: moved .*?\((\d+) B; the plan diff: (\d+) B\)', open(sys.argv[1]).read())
+print('moved and plan diff, per reshard:', pairs)
+sys.exit(0 if len(pairs) == int(sys.argv[2]) and all(a == b and int(a) > 0 for a, b in pairs) else 1)
+PY
+}
 finish_checks() {
 	echo "$1: $fails failed"
 	[ "$fails" = 0 ]
