@@ -211,17 +211,27 @@ static rs_status reserve(cuda_engine *c, size_t bytes, int64_t nids, int32_t dim
 /* Offsets (rounded up to 8 bytes), then ids: the layout at the start of the batch buffer. */
 static size_t ids_at(int32_t nbags) { return ((sizeof(int32_t) * (size_t)(nbags + 1)) + 7) / 8 * 8; }
 
-/* Copy a batch's offsets and ids in; *nids gets the id count. */
-static rs_status copy_bags(cuda_engine *c, const int32_t *offsets, int32_t nbags, const int64_t *ids, int64_t *nids,
-			   rs_err *err)
+/*
+ * A batch of nbags > 0 bags on the device: its offsets (*d_off) and ids
+ * (*d_ids, *nids of them) copied in, and room for one row of s->dim floats
+ * per bag after them (*d_rows: the outputs or the gradients).
+ */
+static rs_status load_bags(cuda_engine *c, const rs_emb_shard *s, const int32_t *offsets, int32_t nbags,
+			   const int64_t *ids, const int32_t **d_off, const int64_t **d_ids, int64_t *nids,
+			   float **d_rows, rs_err *err)
 {
-	char *d = c->d_buf;
 	*nids = offsets[nbags];
+	size_t at_rows = ids_at(nbags) + sizeof(int64_t) * (size_t)*nids;
+	RSCHECK(reserve(c, at_rows + sizeof(float) * (size_t)s->dim * (size_t)nbags, *nids, s->dim, err));
+	char *d = c->d_buf;
 	CUDACHECK(err, cudaMemcpyAsync(d, offsets, sizeof(int32_t) * (size_t)(nbags + 1), cudaMemcpyHostToDevice,
 				       c->stream));
 	if (*nids)
 		CUDACHECK(err, cudaMemcpyAsync(d + ids_at(nbags), ids, sizeof(int64_t) * (size_t)*nids,
 					       cudaMemcpyHostToDevice, c->stream));
+	*d_off = (const int32_t *)d;
+	*d_ids = (const int64_t *)(d + ids_at(nbags));
+	*d_rows = (float *)(d + at_rows);
 	return RS_OK;
 }
 
@@ -229,17 +239,15 @@ static rs_status run_forward(rs_engine *e, const rs_emb_shard *s, const int32_t 
 			      const int64_t *ids, rs_pooling pooling, float *out, int64_t out_stride, rs_err *err)
 {
 	cuda_engine *c = (cuda_engine *)e;
+	const int32_t *d_off;
+	const int64_t *d_ids;
+	float *d_out;
+	int64_t nids;
+	size_t row = sizeof(float) * (size_t)s->dim;
 	if (nbags <= 0)
 		return RS_OK;
-	int64_t nids = offsets[nbags];
-	size_t at_out = ids_at(nbags) + sizeof(int64_t) * (size_t)nids;
-	size_t row = sizeof(float) * (size_t)s->dim;
-	RSCHECK(reserve(c, at_out + row * (size_t)nbags, nids, s->dim, err));
-	RSCHECK(copy_bags(c, offsets, nbags, ids, &nids, err));
-	char *d = c->d_buf;
-	float *d_out = (float *)(d + at_out);
-	RSCHECK(rs_cuda_emb_forward(s, (const int32_t *)d, nbags, (const int64_t *)(d + ids_at(nbags)), nids, pooling,
-				    d_out, s->dim, c->ws, c->stream, err));
+	RSCHECK(load_bags(c, s, offsets, nbags, ids, &d_off, &d_ids, &nids, &d_out, err));
+	RSCHECK(rs_cuda_emb_forward(s, d_off, nbags, d_ids, nids, pooling, d_out, s->dim, c->ws, c->stream, err));
 	CUDACHECK(err, cudaMemcpy2DAsync(out, sizeof(float) * (size_t)out_stride, d_out, row, row, (size_t)nbags,
 					 cudaMemcpyDeviceToHost, c->stream));
 	return rs_cuda_emb_ws_check(c->ws, c->stream, err);
@@ -251,20 +259,19 @@ static rs_status run_backward(rs_engine *e, rs_emb_shard *s, rs_emb_workspace *w
 			       rs_err *err)
 {
 	cuda_engine *c = (cuda_engine *)e;
+	const int32_t *d_off;
+	const int64_t *d_ids;
+	float *d_grad;
+	int64_t nids;
+	size_t row = sizeof(float) * (size_t)s->dim;
 	(void)ws, (void)g; /* the CPU's scratch: the device has its own */
 	if (nbags <= 0)
 		return RS_OK;
-	int64_t nids = offsets[nbags];
-	size_t at_grad = ids_at(nbags) + sizeof(int64_t) * (size_t)nids;
-	size_t row = sizeof(float) * (size_t)s->dim;
-	RSCHECK(reserve(c, at_grad + row * (size_t)nbags, nids, s->dim, err));
-	RSCHECK(copy_bags(c, offsets, nbags, ids, &nids, err));
-	char *d = c->d_buf;
-	float *d_grad = (float *)(d + at_grad);
+	RSCHECK(load_bags(c, s, offsets, nbags, ids, &d_off, &d_ids, &nids, &d_grad, err));
 	CUDACHECK(err, cudaMemcpy2DAsync(d_grad, row, grad_out, sizeof(float) * (size_t)grad_stride, row, (size_t)nbags,
 					 cudaMemcpyHostToDevice, c->stream));
-	RSCHECK(rs_cuda_emb_backward(s, (const int32_t *)d, nbags, (const int64_t *)(d + ids_at(nbags)), nids, pooling,
-				     d_grad, s->dim, opt, step, c->ws, c->stream, err));
+	RSCHECK(rs_cuda_emb_backward(s, d_off, nbags, d_ids, nids, pooling, d_grad, s->dim, opt, step, c->ws, c->stream,
+				     err));
 	return rs_cuda_emb_ws_check(c->ws, c->stream, err);
 }
 

@@ -144,18 +144,6 @@ static rs_status plan_chunks(stager *g, size_t chunk_bytes, int64_t *rounds)
 	return st;
 }
 
-/* The weights and state blocks of rows [row, row + n) of a shard. */
-static void row_blocks(const rs_config *cfg, const lshard *ls, int64_t row, int64_t n, void **w, size_t *wlen,
-		       void **s, size_t *slen)
-{
-	size_t wb = (size_t)ls->s.cols * (size_t)rs_dtype_size(ls->emb.dtype);
-	size_t sb = sizeof(float) * (size_t)rs_emb_state_floats(cfg->optimizer.kind, ls->s.cols);
-	*w = (char *)ls->emb.weights + (size_t)row * wb;
-	*wlen = (size_t)n * wb;
-	*s = sb ? (char *)ls->emb.state + (size_t)row * sb : NULL;
-	*slen = (size_t)n * sb;
-}
-
 /* The shard of trainer tr holding the whole rectangle of move m, or NULL. */
 static lshard *move_shard(const rs_trainer *tr, const rs_move *m)
 {
@@ -235,7 +223,7 @@ static rs_status copy_kept(stager *g)
 				/* the whole new shard is kept: it shares the old memory, nothing is copied */
 				void *w, *st;
 				size_t wl, sl;
-				row_blocks(cfg, os, r0 - os->s.row_offset, r1 - r0, &w, &wl, &st, &sl);
+				rs__row_blocks(cfg, os, r0 - os->s.row_offset, r1 - r0, &w, &wl, &st, &sl);
 				rs__mem_unref(ns->wmem);
 				rs__mem_unref(ns->smem);
 				ns->wmem = os->wmem, ns->smem = os->smem;
@@ -250,8 +238,8 @@ static rs_status copy_kept(stager *g)
 			if (!ti->zch) {
 				void *wo, *so, *wn, *sn;
 				size_t wl, sl;
-				row_blocks(cfg, os, r0 - os->s.row_offset, r1 - r0, &wo, &wl, &so, &sl);
-				row_blocks(cfg, ns, r0 - ns->s.row_offset, r1 - r0, &wn, &wl, &sn, &sl);
+				rs__row_blocks(cfg, os, r0 - os->s.row_offset, r1 - r0, &wo, &wl, &so, &sl);
+				rs__row_blocks(cfg, ns, r0 - ns->s.row_offset, r1 - r0, &wn, &wl, &sn, &sl);
 				memcpy(wn, wo, wl);
 				if (sl)
 					memcpy(sn, so, sl);
@@ -296,7 +284,7 @@ static rs_status chunk_blocks(const stager *g, const rs_trainer *tr, const chunk
 	if (!ls)
 		return rs_err_set(g->err, RS_EINVAL, "reshard: rank %d holds no %s shard for rows %lld.. of table '%s'", g->me,
 				  tr == g->old ? "old" : "new", (long long)m->row_offset, g->cfg->tables[m->table].name);
-	row_blocks(g->cfg, ls, m->row_offset - ls->s.row_offset + c->first, c->count, w, wl, s, sl);
+	rs__row_blocks(g->cfg, ls, m->row_offset - ls->s.row_offset + c->first, c->count, w, wl, s, sl);
 	return RS_OK;
 }
 
@@ -595,12 +583,13 @@ static void release_unused(const rs_trainer *tr, rs__mem *m)
 	for (int i = 0; i < tr->nshards; i++) {
 		const lshard *ls = &tr->shards[i];
 		char *b = NULL, *e = NULL;
-		size_t wb = (size_t)ls->s.cols * (size_t)rs_dtype_size(ls->emb.dtype);
-		size_t sb = sizeof(float) * (size_t)rs_emb_state_floats(tr->cfg->optimizer.kind, ls->s.cols);
+		void *w, *st;
+		size_t wl, sl;
+		rs__row_blocks(tr->cfg, ls, 0, ls->s.rows, &w, &wl, &st, &sl);
 		if (ls->wmem == m)
-			b = ls->emb.weights, e = b + (size_t)ls->s.rows * wb;
+			b = w, e = b + wl;
 		else if (ls->smem == m)
-			b = (char *)ls->emb.state, e = b + (size_t)ls->s.rows * sb;
+			b = st, e = b + sl;
 		if (!b)
 			continue;
 		lo = !lo || b < lo ? b : lo;
@@ -674,7 +663,7 @@ void rs_trainer_checksum(const rs_trainer *tr, uint64_t *per_table)
 			void *w, *s;
 			size_t wl, sl;
 			int live = 0;
-			row_blocks(cfg, ls, r, 1, &w, &wl, &s, &sl);
+			rs__row_blocks(cfg, ls, r, 1, &w, &wl, &s, &sl);
 			uint64_t id = ti->zch ? rs_zch_slot_id(ti->zch, ls->s.row_offset + r, &live) : 0;
 			/* where the row is in the table, then what it holds */
 			uint64_t h = rs_mix64((uint64_t)(ls->s.row_offset + r) * 0x9E3779B97F4A7C15ull + (uint64_t)ls->table);

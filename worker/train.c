@@ -184,16 +184,27 @@ void rs__mem_unref(rs__mem *m)
 	free(m);
 }
 
+void rs__row_blocks(const rs_config *cfg, const lshard *ls, int64_t row, int64_t n, void **w, size_t *wlen, void **s,
+		    size_t *slen)
+{
+	size_t wb = (size_t)ls->s.cols * (size_t)rs_dtype_size(ls->emb.dtype);
+	size_t sb = sizeof(float) * (size_t)rs_emb_state_floats(cfg->optimizer.kind, ls->s.cols);
+	*w = (char *)ls->emb.weights + (size_t)row * wb;
+	*wlen = (size_t)n * wb;
+	*s = sb ? (char *)ls->emb.state + (size_t)row * sb : NULL;
+	*slen = (size_t)n * sb;
+}
+
 void rs__trainer_prefetch(rs_trainer *tr, int to_host)
 {
 	rs_engine *e = tr->engine;
 	for (int i = 0; i < tr->nshards; i++) {
-		const lshard *ls = &tr->shards[i];
-		size_t wb = (size_t)ls->s.cols * (size_t)rs_dtype_size(ls->emb.dtype);
-		size_t sb = sizeof(float) * (size_t)rs_emb_state_floats(tr->cfg->optimizer.kind, ls->s.cols);
-		e->ops->prefetch(e, ls->emb.weights, (size_t)ls->s.rows * wb, to_host);
-		if (sb)
-			e->ops->prefetch(e, ls->emb.state, (size_t)ls->s.rows * sb, to_host);
+		void *w, *st;
+		size_t wl, sl;
+		rs__row_blocks(tr->cfg, &tr->shards[i], 0, tr->shards[i].s.rows, &w, &wl, &st, &sl);
+		e->ops->prefetch(e, w, wl, to_host);
+		if (sl)
+			e->ops->prefetch(e, st, sl, to_host);
 	}
 	tr->on_host = to_host;
 }
@@ -374,10 +385,12 @@ static int64_t resolve(rs_trainer *tr, int t, int64_t id, int64_t step, int trai
 }
 
 /*
- * The owner's side of a lookup: resolve every id received to its row and
- * sort the requests into bags of the local shards holding those rows
- * (lshard.boff/bids/bdst, in request order). *floats gets the length of
- * the answers: the requests' column counts added up.
+ * The owner's side of a lookup, one pass over the requests received:
+ * check each record [feature, block, sample, n, ids...] (whole, inside its
+ * sender's part), resolve its ids to rows and sort them into bags of the
+ * local shards holding those rows (lshard.boff/bids/bdst, in request
+ * order). tr->scount[p] gets the bytes of the answers for peer p; *floats
+ * the length of all the answers.
  */
 static rs_status gather_bags(rs_trainer *tr, int64_t step, int training, size_t *floats)
 {
@@ -387,9 +400,9 @@ static rs_status gather_bags(rs_trainer *tr, int64_t step, int training, size_t 
 		RSCHECK(i32_push(&ls->boff, 0));
 	}
 	size_t o = 0;
-	/* every record [feature, block, sample, n, ids...] lies whole inside its sender's part */
-	for (int32_t p = 0; p < tr->world; p++)
-		for (size_t q = tr->in_off[p], end = tr->in_off[p + 1]; q < end; q += 4 + (size_t)tr->in.v[q + 3]) {
+	for (int32_t p = 0; p < tr->world; p++) {
+		size_t first = o;
+		for (size_t q = tr->in_off[p], end = tr->in_off[p + 1]; q < end;) {
 			int64_t f = -1, c = -1, cnt = -1;
 			if (end - q >= 4)
 				f = tr->in.v[q], c = tr->in.v[q + 1], cnt = tr->in.v[q + 3];
@@ -399,34 +412,32 @@ static rs_status gather_bags(rs_trainer *tr, int64_t step, int training, size_t 
 					 (long long)f, (long long)c, (long long)cnt);
 				return RS_EPEER;
 			}
-		}
-	for (size_t q = 0; q < tr->in_off[tr->world];) {
-		int32_t f = (int32_t)tr->in.v[q];
-		int t = tr->feat_table[f];
-		const block *bl = &tr->tables[t].blocks[tr->in.v[q + 1]];
-		int64_t cnt = tr->in.v[q + 3];
-		for (int64_t j = 0; j < cnt; j++) {
-			int64_t row = resolve(tr, t, tr->in.v[q + 4 + j], step, training);
-			tr->in_row.v[q + 4 + j] = row;
-			if (row < 0)
-				continue;
-			int32_t li = bl->local[range_of(bl, row)];
-			lshard *ls = li >= 0 ? &tr->shards[li] : NULL;
-			if (!ls || row < ls->s.row_offset || row >= ls->s.row_offset + ls->s.rows) {
-				RS_ERROR("table '%s': a peer asked for row %lld, which is not held here",
-					 tr->cfg->tables[t].name, (long long)row);
-				return RS_EPEER;
+			int t = tr->feat_table[f];
+			const block *bl = &tr->tables[t].blocks[c];
+			for (int64_t j = 0; j < cnt; j++) {
+				int64_t row = resolve(tr, t, tr->in.v[q + 4 + j], step, training);
+				tr->in_row.v[q + 4 + j] = row;
+				if (row < 0)
+					continue;
+				int32_t li = bl->local[range_of(bl, row)];
+				lshard *ls = li >= 0 ? &tr->shards[li] : NULL;
+				if (!ls || row < ls->s.row_offset || row >= ls->s.row_offset + ls->s.rows) {
+					RS_ERROR("table '%s': rank %d asked for row %lld, which is not held here",
+						 tr->cfg->tables[t].name, p, (long long)row);
+					return RS_EPEER;
+				}
+				if (!ls->bdst.n || ls->bdst.v[ls->bdst.n - 1] != (int64_t)o) {
+					/* this request's first id in this shard: a new bag */
+					RSCHECK(i64_push(&ls->bdst, (int64_t)o));
+					RSCHECK(i32_push(&ls->boff, ls->boff.v[ls->boff.n - 1]));
+				}
+				RSCHECK(i64_push(&ls->bids, row - ls->s.row_offset));
+				ls->boff.v[ls->boff.n - 1]++;
 			}
-			if (!ls->bdst.n || ls->bdst.v[ls->bdst.n - 1] != (int64_t)o) {
-				/* this request's first id in this shard: a new bag */
-				RSCHECK(i64_push(&ls->bdst, (int64_t)o));
-				RSCHECK(i32_push(&ls->boff, ls->boff.v[ls->boff.n - 1]));
-			}
-			RSCHECK(i64_push(&ls->bids, row - ls->s.row_offset));
-			ls->boff.v[ls->boff.n - 1]++;
+			o += (size_t)bl->cols;
+			q += 4 + (size_t)cnt;
 		}
-		o += (size_t)bl->cols;
-		q += 4 + (size_t)cnt;
+		tr->scount[p] = sizeof(float) * (o - first);
 	}
 	*floats = o;
 	return RS_OK;
@@ -572,12 +583,6 @@ static rs_status lookup(rs_trainer *tr, int64_t step, int training)
 	if (rs_grow(&tr->out.v, &tr->out.cap, floats + 1, sizeof(float)) != RS_OK)
 		goto out;
 	RSCHECKGOTO(pool_bags(tr, tr->out.v, floats), st, out);
-	for (int32_t p = 0; p < w; p++) {
-		size_t sent_bytes = 0;
-		for (size_t q = tr->in_off[p]; q < tr->in_off[p + 1]; q += 4 + (size_t)tr->in.v[q + 3])
-			sent_bytes += sizeof(float) * (size_t)tr->tables[tr->feat_table[tr->in.v[q]]].blocks[tr->in.v[q + 1]].cols;
-		tr->scount[p] = sent_bytes;
-	}
 	for (int32_t p = 0; p < w; p++)
 		tr->rcount[p] = 0;
 	for (int32_t p = 0; p < w; p++)

@@ -145,6 +145,10 @@ rs_status rs__trainer_alloc(const rs_config *cfg, const rs_plan *plan, rs_transp
 /* Tell the engine where shards are wanted next: by the host (reshards, checkpoints, checksums) or the kernels. */
 void rs__trainer_prefetch(rs_trainer *tr, int to_host);
 
+/* The weights and optimizer state blocks of rows [row, row + n) of a shard (*s NULL, *slen 0 for SGD). */
+void rs__row_blocks(const rs_config *cfg, const lshard *ls, int64_t row, int64_t n, void **w, size_t *wlen, void **s,
+		    size_t *slen);
+
 /* The local shard of table t holding (row, col), or NULL. */
 lshard *rs__local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col);
 
