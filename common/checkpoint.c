@@ -2,6 +2,7 @@
  * checkpoint.c - see checkpoint.h.
  */
 #include "common/checkpoint.h"
+#include "common/file.h"
 #include "common/safetensors.h"
 
 #include <math.h>
@@ -46,12 +47,7 @@ rs_status rs_checkpoint_write_index(const char *dir, const rs_config *cfg, const
 		}
 	}
 	snprintf(path, sizeof(path), "%s/index.json", dir);
-	char tmp[4200];
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	if (json_dump_file(root, tmp, JSON_INDENT(1)) != 0 || rename(tmp, path) != 0)
-		st = rs_err_set(err, RS_EIO, "%s: cannot write", path);
-	else
-		st = RS_OK;
+	st = rs_file_write_json(path, 0644, root, JSON_INDENT(1), err);
 out:
 	json_decref(root);
 	return st;
@@ -63,15 +59,13 @@ static json_t *load_index(const char *dir, rs_err *err)
 {
 	char path[4096];
 	json_error_t jerr;
+	json_t *j;
 	snprintf(path, sizeof(path), "%s/index.json", dir);
-	json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	if (rs_file_read_json(path, RS_CHECKPOINT_INDEX_MAX_BYTES, &j, err) != RS_OK)
+		return NULL;
 	const char *format;
 	json_int_t version;
 	json_t *tables, *dense;
-	if (!j) {
-		rs_err_set(err, RS_EINVAL, "%s:%d: %s", path, jerr.line, jerr.text);
-		return NULL;
-	}
 	if (json_unpack_ex(j, &jerr, 0, "{s:s, s:I, s:o, s:o}", "format", &format, "version", &version, "tables",
 			   &tables, "dense", &dense) != 0 ||
 	    strcmp(format, "rowshift-checkpoint") != 0 || version != 1 || !json_is_array(tables)) {

@@ -24,6 +24,9 @@
 
 #include <jansson.h>
 
+/* The largest index.json read (a million shards fit). */
+#define RS_CHECKPOINT_INDEX_MAX_BYTES ((size_t)256 << 20)
+
 /* The file name of the shard at (row_offset, col_offset) of table t (into buf). */
 void rs_checkpoint_shard_file(const rs_table_config *t, const rs_shard *s, char *buf, size_t n);
 

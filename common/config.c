@@ -8,6 +8,7 @@
  * silently ignored setting.
  */
 #include "common/config.h"
+#include "common/file.h"
 #include "common/param.h"
 
 #include <errno.h>
@@ -548,37 +549,12 @@ fail:
 
 rs_status rs_config_load(const char *path, rs_config **out, rs_err *err)
 {
-	FILE *f = fopen(path, "rb");
-	char *buf = NULL;
-	size_t len = 0, cap = 0;
-	rs_status st;
-
+	char *buf;
+	size_t len;
 	*out = NULL;
-	if (!f)
-		return rs_err_set(err, RS_EIO, "%s: %s", path, strerror(errno));
-	for (;;) {
-		if (len == cap) {
-			cap = cap ? cap * 2 : 65536;
-			char *nb = cap > ((size_t)256 << 20) ? NULL : realloc(buf, cap);
-			if (!nb) {
-				fclose(f);
-				free(buf);
-				return rs_err_set(err, cap > ((size_t)256 << 20) ? RS_EINVAL : RS_ENOMEM,
-						  "%s: too large for a config (over 256 MiB) or out of memory", path);
-			}
-			buf = nb;
-		}
-		size_t n = fread(buf + len, 1, cap - len, f);
-		len += n;
-		if (n == 0)
-			break;
-	}
-	int bad_read = ferror(f);
-	fclose(f);
-	if (bad_read) {
-		free(buf);
-		return rs_err_set(err, RS_EIO, "%s: read error", path);
-	}
+	rs_status st = rs_file_read(path, RS_CONFIG_MAX_BYTES, &buf, &len, err);
+	if (st != RS_OK)
+		return st == RS_ENOTFOUND ? RS_EIO : st;
 	st = rs_config_parse(buf, len, path, out, err);
 	free(buf);
 	return st;
@@ -612,24 +588,6 @@ int rs_config_find_table(const rs_config *cfg, const char *name)
 		if (!strcmp(cfg->tables[i].name, name))
 			return i;
 	return -1;
-}
-
-int rs_dtype_size(rs_dtype d)
-{
-	return d == RS_DTYPE_FP32 ? 4 : 2;
-}
-
-uint64_t rs_optimizer_row_state_bytes(rs_optimizer kind, int32_t dim)
-{
-	switch (kind) {
-	case RS_OPT_SGD:
-		return 0;
-	case RS_OPT_ROWWISE_ADAGRAD:
-		return 4;
-	case RS_OPT_ADAM:
-		return 8 * (uint64_t)dim;
-	}
-	return 0;
 }
 
 uint64_t rs_table_row_bytes(const rs_config *cfg, const rs_table_config *t)

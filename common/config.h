@@ -16,13 +16,10 @@
 #define RS_CONFIG_H
 
 #include "common/status.h"
+#include "common/types.h"
 
 #include <stdbool.h>
 #include <stdint.h>
-
-typedef enum rs_pooling { RS_POOL_SUM = 0, RS_POOL_MEAN } rs_pooling;
-
-typedef enum rs_dtype { RS_DTYPE_FP32 = 0, RS_DTYPE_FP16, RS_DTYPE_BF16 } rs_dtype;
 
 typedef enum rs_sharding {
 	RS_SHARD_AUTO = 0,
@@ -35,14 +32,6 @@ typedef enum rs_sharding {
 	RS_SHARD_COUNT
 } rs_sharding;
 
-typedef enum rs_optimizer {
-	RS_OPT_SGD = 0,
-	RS_OPT_ROWWISE_ADAGRAD,
-	RS_OPT_ADAM,
-} rs_optimizer;
-
-typedef enum rs_eviction { RS_EVICT_LRU = 0, RS_EVICT_LFU } rs_eviction;
-
 typedef enum rs_interaction {
 	RS_INTERACTION_AUTO = 0, /* dot when every table dim == bottom MLP output, else cat */
 	RS_INTERACTION_DOT,
@@ -50,14 +39,6 @@ typedef enum rs_interaction {
 } rs_interaction;
 
 typedef enum rs_data_kind { RS_DATA_SYNTHETIC = 0, RS_DATA_CRITEO } rs_data_kind;
-
-/* Zero-collision hashing settings of one table ("zch": {...}). */
-typedef struct rs_zch_config {
-	uint32_t buckets;       /* default 768; >= 1 */
-	uint64_t slots;         /* rows of the table; a multiple of buckets */
-	rs_eviction eviction;   /* default lru */
-	uint32_t lfu_decay_steps; /* LFU counts halve every this many steps; default 1000 */
-} rs_zch_config;
 
 typedef struct rs_table_config {
 	char *name;
@@ -74,13 +55,6 @@ typedef struct rs_table_config {
 	bool has_zch;
 	rs_zch_config zch;      /* valid when has_zch */
 } rs_table_config;
-
-typedef struct rs_optimizer_config {
-	rs_optimizer kind;      /* default rowwise_adagrad */
-	float lr;               /* default 0.05 */
-	float eps;              /* default 1e-8 */
-	float beta1, beta2;     /* adam; default 0.9, 0.999 */
-} rs_optimizer_config;
 
 typedef struct rs_dense_config {
 	int32_t *bottom_mlp;    /* layer widths after the 13 dense inputs; default {64, D} */
@@ -124,10 +98,13 @@ typedef struct rs_config {
 	rs_cluster_config cluster;
 } rs_config;
 
+/* The largest config file read. */
+#define RS_CONFIG_MAX_BYTES ((size_t)256 << 20)
+
 /*
  * Read and validate the config in `path`. On success *out owns a new config.
- * On failure returns RS_EINVAL (bad content), RS_EIO (unreadable file) or
- * RS_ENOMEM, leaves *out NULL, and writes err.
+ * On failure returns RS_EINVAL (bad content), RS_EIO (unreadable or missing
+ * file) or RS_ENOMEM, leaves *out NULL, and writes err.
  */
 rs_status rs_config_load(const char *path, rs_config **out, rs_err *err);
 
@@ -139,15 +116,6 @@ void rs_config_free(rs_config *cfg);
 
 /* Index of the table named `name`, or -1. */
 int rs_config_find_table(const rs_config *cfg, const char *name);
-
-/* Bytes per element of a dtype (4 or 2). */
-int rs_dtype_size(rs_dtype d);
-
-/*
- * Optimizer state bytes per row of a table of width `dim` (stored in fp32):
- * sgd 0, rowwise_adagrad 4 (one accumulator), adam 8 * dim (two moments).
- */
-uint64_t rs_optimizer_row_state_bytes(rs_optimizer kind, int32_t dim);
 
 /* Bytes one row of table t takes with its optimizer state. */
 uint64_t rs_table_row_bytes(const rs_config *cfg, const rs_table_config *t);

@@ -4,20 +4,12 @@
  * are plandiff.c.
  */
 #include "common/plan.h"
-#include "common/planner.h"
+#include "common/cost.h"
+#include "common/limits.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-uint64_t rs_shard_bytes(const rs_config *cfg, const rs_table_config *t, const rs_shard *s)
-{
-	uint64_t per_row = (uint64_t)s->cols * (uint64_t)rs_dtype_size(t->dtype) +
-			   rs_optimizer_row_state_bytes(cfg->optimizer.kind, s->cols);
-	if (t->has_zch)
-		per_row += RS_ZCH_SLOT_META_BYTES;
-	return (uint64_t)s->rows * per_row;
-}
 
 void rs_plan_free(rs_plan *plan)
 {

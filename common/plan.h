@@ -28,28 +28,11 @@
 #define RS_PLAN_H
 
 #include "common/config.h"
+#include "common/shard.h"
 #include "common/status.h"
 
 #include <jansson.h>
 #include <stdint.h>
-
-typedef struct rs_world {
-	int32_t ranks;          /* W >= 1 */
-	int32_t ranks_per_node; /* >= 1; a partial last node is allowed */
-	uint64_t memory_per_rank; /* bytes for embeddings and optimizer state */
-	int32_t sharding_group; /* S; W when there is no 2D layout */
-} rs_world;
-
-typedef struct rs_shard {
-	int32_t rank;
-	int32_t replica;        /* replica group index, 0 without 2D */
-	int64_t row_offset;
-	int64_t rows;
-	int32_t col_offset;
-	int32_t cols;
-	uint32_t bucket_offset; /* ZCH tables only: buckets [bucket_offset, +buckets) */
-	uint32_t buckets;       /* 0 for non-ZCH tables */
-} rs_shard;
 
 typedef struct rs_table_plan {
 	char *name;
@@ -84,9 +67,6 @@ typedef struct rs_plan {
 	rs_plan_summary summary;
 } rs_plan;
 
-/* Bytes a shard of table t occupies: rows x (cols x dtype + optimizer state). */
-uint64_t rs_shard_bytes(const rs_config *cfg, const rs_table_config *t, const rs_shard *s);
-
 void rs_plan_free(rs_plan *plan);
 
 /* Sort a table's shards into the canonical (replica, col_offset, row_offset) order. */
@@ -113,6 +93,9 @@ json_t *rs_plan_to_json(const rs_plan *plan);
  */
 rs_status rs_plan_from_json(const json_t *root, const rs_config *cfg, const char *name,
 			    rs_plan **out, rs_err *err);
+
+/* The largest plan file read (rowshiftctl plan --previous). */
+#define RS_PLAN_MAX_BYTES ((size_t)1 << 30)
 
 /* Same from text (need not be NUL-terminated). */
 rs_status rs_plan_parse(const char *buf, size_t len, const rs_config *cfg, const char *name,

@@ -5,6 +5,7 @@
  * a diff costs O(shards log shards) per table.
  */
 #include "common/plandiff.h"
+#include "common/cost.h"
 #include "common/grow.h"
 
 #include <stdlib.h>

@@ -26,6 +26,7 @@
  */
 #include "common/planner.h"
 #include "common/clock.h"
+#include "common/cost.h"
 #include "common/buckets.h"
 #include "common/grow.h"
 #include "common/plandiff.h"
@@ -98,36 +99,6 @@ static rs_status push_shard(shard_vec *sv, rs_shard s)
 	RSCHECK(rs_grow(&sv->v, &sv->cap, sv->n + 1, sizeof(*sv->v)));
 	sv->v[sv->n++] = s;
 	return RS_OK;
-}
-
-double rs_shard_cost(const rs_config *cfg, const rs_table_config *t, rs_sharding sharding,
-		     const rs_world *world, const rs_shard *s)
-{
-	double replicas = (double)world->ranks / (double)world->sharding_group;
-	double batch = (double)cfg->train.global_batch / replicas;
-	double f = (double)t->nfeatures, d = rs_dtype_size(t->dtype);
-	double cols = s->cols;
-
-	if (sharding == RS_SHARD_DP) {
-		double lookup = batch / world->sharding_group * t->pooling_factor * f * cols * d;
-		return 3.0 * lookup + 2.0 * (double)t->rows * cols * 4.0;
-	}
-	double frac = (double)s->rows / (double)t->rows;
-	double lookup = batch * t->pooling_factor * f * frac * cols * d;
-	double output = batch * f * cols * 4.0;
-	return 3.0 * lookup + 2.0 * output;
-}
-
-rs_world rs_world_make(const rs_config *cfg, int32_t ranks, int32_t ranks_per_node,
-		       uint64_t memory_per_rank, int32_t sharding_group)
-{
-	rs_world w = {
-		.ranks = ranks,
-		.ranks_per_node = ranks_per_node > 0 ? ranks_per_node : cfg->cluster.ranks_per_node,
-		.memory_per_rank = memory_per_rank > 0 ? memory_per_rank : cfg->cluster.memory_per_rank,
-		.sharding_group = sharding_group > 0 ? sharding_group : ranks,
-	};
-	return w;
 }
 
 rs_status rs_planner_rank_map(int32_t n0, int32_t n, const int32_t *removed, int nremoved,

@@ -3,16 +3,7 @@
  * scratch or incrementally from the previous plan with as little movement as
  * balance allows.
  *
- * Cost model (bytes-equivalent per training step, for one shard of a table
- * with F features, pooling factor pf, global batch B, dtype size d; 2D
- * layouts use the per-replica-group batch B / R):
- *   lookup  = B * pf * F * (shard rows / table rows) * cols * d
- *   output  = B * F * cols * 4        pooled fp32 vectors leaving the shard
- *   cost    = 3 * lookup + 2 * output (forward read; backward read + write;
- *                                      forward output and its gradient back)
- * A data-parallel copy costs the lookups of the rank's own batch slice plus a
- * ring all-reduce of the table's gradient (2 * rows * cols * 4). Memory is
- * rows * (cols * d + optimizer state), plus the ZCH identity metadata.
+ * Shard costs and sizes come from the cost model (cost.h).
  *
  * Placement is deterministic: same config, world and previous plan give the
  * same plan on every machine.
@@ -21,24 +12,9 @@
 #define RS_PLANNER_H
 
 #include "common/config.h"
+#include "common/limits.h"
 #include "common/plan.h"
 #include "common/status.h"
-
-#define RS_MAX_RANKS 65536
-
-/* Bytes of ZCH bookkeeping per slot (raw ID and eviction metadata) that move with a row. */
-#define RS_ZCH_SLOT_META_BYTES 16
-
-/* Estimated per-step cost of one shard (see the cost model above). */
-double rs_shard_cost(const rs_config *cfg, const rs_table_config *t, rs_sharding sharding,
-		     const rs_world *world, const rs_shard *s);
-
-/*
- * The world described by the config's cluster defaults for `ranks` ranks,
- * with overrides where the arguments are > 0.
- */
-rs_world rs_world_make(const rs_config *cfg, int32_t ranks, int32_t ranks_per_node,
-		       uint64_t memory_per_rank, int32_t sharding_group);
 
 /*
  * Plan cfg's tables over `world`.

@@ -8,7 +8,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_MESSAGE_DEPTH 64
+static const char *const type_names[RS_MSG_TYPE_COUNT] = {
+	[RS_MSG_UNKNOWN] = "(unknown)", [RS_MSG_JOIN] = "join",         [RS_MSG_STAGING] = "staging",
+	[RS_MSG_STAGED] = "staged",     [RS_MSG_MIGRATING] = "migrating", [RS_MSG_COMMITTED] = "committed",
+	[RS_MSG_PAUSED] = "paused",     [RS_MSG_TRAINING] = "training", [RS_MSG_PROGRESS] = "progress",
+	[RS_MSG_DONE] = "done",         [RS_MSG_IDLE] = "idle",         [RS_MSG_LEAVE] = "leave",
+	[RS_MSG_SCALE] = "scale",       [RS_MSG_WELCOME] = "welcome",   [RS_MSG_REFUSED] = "refused",
+	[RS_MSG_START] = "start",       [RS_MSG_COMMIT] = "commit",     [RS_MSG_ABORT] = "abort",
+	[RS_MSG_RESUME] = "resume",     [RS_MSG_PAUSE] = "pause",       [RS_MSG_STOP] = "stop",
+	[RS_MSG_SCALING] = "scaling",   [RS_MSG_ERROR] = "error",
+};
+
+const char *rs_proto_type_name(rs_msg_type t)
+{
+	return (unsigned)t < RS_MSG_TYPE_COUNT ? type_names[t] : type_names[RS_MSG_UNKNOWN];
+}
+
+rs_msg_type rs_proto_kind(const json_t *msg)
+{
+	const char *t = json_string_value(json_object_get(msg, "type"));
+	for (int k = 1; t && k < RS_MSG_TYPE_COUNT; k++)
+		if (!strcmp(t, type_names[k]))
+			return (rs_msg_type)k;
+	return RS_MSG_UNKNOWN;
+}
 
 rs_status rs_proto_parse(const char *text, size_t len, json_t **out, const char **type, rs_err *err)
 {
@@ -48,11 +71,11 @@ rs_status rs_proto_migrating(json_t *msg, int64_t *generation, json_t **sent, rs
 	json_int_t gen;
 	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:o}", "type", &type, "generation", &gen, "sent", sent) != 0)
 		return rs_err_set(err, RS_EINVAL, "migrating: %s", jerr.text);
-	if (gen < 1 || !json_is_array(*sent) || json_array_size(*sent) > 65536)
+	if (gen < 1 || !json_is_array(*sent) || json_array_size(*sent) > RS_MAX_WORKERS)
 		return rs_err_set(err, RS_EINVAL, "migrating: a bad generation or \"sent\"");
 	for (size_t i = 0; i < json_array_size(*sent); i++) {
 		json_int_t u, b;
-		if (json_unpack_ex(json_array_get(*sent, i), &jerr, JSON_STRICT, "[I, I]", &u, &b) != 0 || u < 0 || u > 65535 ||
+		if (json_unpack_ex(json_array_get(*sent, i), &jerr, JSON_STRICT, "[I, I]", &u, &b) != 0 || u < 0 || u >= RS_MAX_WORKERS ||
 		    b < 0)
 			return rs_err_set(err, RS_EINVAL, "migrating: sent[%zu] is not [union rank, bytes]", i);
 	}
@@ -101,8 +124,8 @@ rs_status rs_proto_start(json_t *msg, rs_msg_start *s, rs_err *err)
 	s->generation = v[0], s->rank = v[1], s->world = v[2], s->first_step = v[3], s->steps = v[4];
 	s->eval_every = v[5], s->eval_samples = v[6], s->union_world = v[7] < 0 ? v[2] : v[7];
 	s->last = last;
-	if (s->generation < 1 || s->world < 1 || s->world > 65536 || s->union_world < s->world ||
-	    s->union_world > 65536 || s->rank < 0 || s->rank >= s->union_world || !json_is_array(s->peers) ||
+	if (s->generation < 1 || s->world < 1 || s->world > RS_MAX_WORKERS || s->union_world < s->world ||
+	    s->union_world > RS_MAX_WORKERS || s->rank < 0 || s->rank >= s->union_world || !json_is_array(s->peers) ||
 	    (int64_t)json_array_size(s->peers) != s->union_world || s->eval_every < 0 || s->eval_samples < 0 ||
 	    s->first_step < 0 || s->steps < s->first_step || !json_is_object(s->plan) ||
 	    (s->previous_plan && !json_is_object(s->previous_plan)) || (!s->previous_plan) != (!s->union_of_old) ||
@@ -260,4 +283,191 @@ rs_status rs_proto_checksums(const json_t *arr, uint64_t *out, int n, rs_err *er
 		out[i] = strtoull(h, &end, 16);
 	}
 	return RS_OK;
+}
+
+rs_status rs_proto_done(json_t *msg, int64_t *rank, int64_t *step, rs_err *err)
+{
+	json_error_t jerr;
+	const char *type;
+	json_int_t r, st;
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I}", "type", &type, "rank", &r, "step", &st) != 0)
+		return rs_err_set(err, RS_EINVAL, "done: %s", jerr.text);
+	if (r < 0 || st < 0)
+		return rs_err_set(err, RS_EINVAL, "done: a negative rank or step");
+	*rank = r, *step = st;
+	return RS_OK;
+}
+
+rs_status rs_proto_scale(json_t *msg, int32_t *workers, rs_err *err)
+{
+	json_error_t jerr;
+	const char *type;
+	json_int_t n;
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I}", "type", &type, "workers", &n) != 0 || n < 1 ||
+	    n > RS_MAX_WORKERS)
+		return rs_err_set(err, RS_EINVAL, "scale needs \"workers\": 1..%d", RS_MAX_WORKERS);
+	*workers = (int32_t)n;
+	return RS_OK;
+}
+
+rs_status rs_proto_reply(json_t *msg, rs_msg_type *type, const char **reason, int64_t *workers, rs_err *err)
+{
+	json_error_t jerr;
+	const char *t;
+	json_int_t id = 0, n = 0;
+	*type = rs_proto_kind(msg);
+	*reason = NULL;
+	*workers = 0;
+	switch (*type) {
+	case RS_MSG_WELCOME:
+		if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I}", "type", &t, "worker_id", &id) != 0)
+			return rs_err_set(err, RS_EINVAL, "welcome: %s", jerr.text);
+		return RS_OK;
+	case RS_MSG_REFUSED:
+	case RS_MSG_ERROR:
+		if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s}", "type", &t, "reason", reason) != 0)
+			return rs_err_set(err, RS_EINVAL, "%s: %s", rs_proto_type_name(*type), jerr.text);
+		return RS_OK;
+	case RS_MSG_SCALING:
+		if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I}", "type", &t, "workers", &n) != 0 || n < 1)
+			return rs_err_set(err, RS_EINVAL, "scaling: %s", n < 1 ? "no worker count" : jerr.text);
+		*workers = n;
+		return RS_OK;
+	default:
+		return rs_err_set(err, RS_EINVAL, "'%s' is not an answer", rs_proto_type(msg));
+	}
+}
+
+/* ---- builders ------------------------------------------------------------------------ */
+
+json_t *rs_proto_make_join(const rs_msg_join *m)
+{
+	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I}", "type", "join", "token", m->token, "worker", m->worker, "addr",
+			      m->addr, "pid", (json_int_t)m->pid);
+	if (j && m->incarnation && m->incarnation[0] &&
+	    json_object_set_new(j, "incarnation", json_string(m->incarnation)) != 0) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
+}
+
+json_t *rs_proto_make_welcome(int64_t worker_id)
+{
+	return json_pack("{s:s, s:I}", "type", "welcome", "worker_id", (json_int_t)worker_id);
+}
+
+/* Add key = v (a new reference, stolen) to j when v is not NULL; NULL (j freed) when that fails. */
+static json_t *opt_set(json_t *j, const char *key, json_t *v, int want)
+{
+	if (!j || !want)
+		return j;
+	if (!v || json_object_set_new(j, key, v) != 0) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
+}
+
+json_t *rs_proto_make_start(const rs_msg_start *m)
+{
+	json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:I, s:O, s:O, s:I, s:I, s:I, s:I, s:b}", "type", "start",
+			      "generation", (json_int_t)m->generation, "rank", (json_int_t)m->rank, "world",
+			      (json_int_t)m->world, "union_world", (json_int_t)m->union_world, "peers", m->peers, "plan",
+			      m->plan, "first_step", (json_int_t)m->first_step, "steps", (json_int_t)m->steps,
+			      "eval_every", (json_int_t)m->eval_every, "eval_samples", (json_int_t)m->eval_samples, "last",
+			      m->last);
+	j = opt_set(j, "previous_plan", json_incref(m->previous_plan), m->previous_plan != NULL);
+	j = opt_set(j, "union_of_old", json_incref(m->union_of_old), m->union_of_old != NULL);
+	j = opt_set(j, "save", m->save ? json_string(m->save) : NULL, m->save != NULL);
+	return opt_set(j, "load", m->load ? json_string(m->load) : NULL, m->load != NULL);
+}
+
+json_t *rs_proto_make_paused(const rs_msg_paused *m)
+{
+	json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:s}", "type", "paused", "rank", (json_int_t)m->rank, "generation",
+			      (json_int_t)m->generation, "step", (json_int_t)m->step, "addr", m->addr);
+	return opt_set(j, "checksum", json_incref(m->checksum), m->checksum != NULL);
+}
+
+json_t *rs_proto_make_staged(const rs_msg_staged *m)
+{
+	if (!m->ok)
+		return json_pack("{s:s, s:I, s:b, s:s}", "type", "staged", "generation", (json_int_t)m->generation, "ok", 0,
+				 "reason", m->reason ? m->reason : "no reason given");
+	json_t *j = json_pack("{s:s, s:I, s:b, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "type", "staged", "generation",
+			      (json_int_t)m->generation, "ok", 1, "sent_bytes", (json_int_t)m->sent_bytes, "recv_bytes",
+			      (json_int_t)m->recv_bytes, "wire_bytes", (json_int_t)m->wire_bytes, "kept_bytes",
+			      (json_int_t)m->kept_bytes, "connect_s", m->connect_s, "copy_s", m->copy_s, "move_s",
+			      m->move_s);
+	return opt_set(j, "checksum", json_incref(m->checksum), m->checksum != NULL);
+}
+
+json_t *rs_proto_make_resume(const rs_msg_resume *m)
+{
+	return json_pack("{s:s, s:I, s:I, s:b}", "type", "resume", "generation", (json_int_t)m->generation, "steps",
+			 (json_int_t)m->steps, "last", m->last);
+}
+
+json_t *rs_proto_make_progress(const rs_msg_progress *m)
+{
+	json_t *j = json_pack("{s:s, s:I, s:I, s:f, s:f}", "type", "progress", "rank", (json_int_t)m->rank, "step",
+			      (json_int_t)m->step, "loss", m->loss, "samples_per_s", m->samples_per_s);
+	j = opt_set(j, "auc", json_real(m->auc), m->auc >= 0);
+	return opt_set(j, "teacher_auc", json_real(m->teacher_auc), m->teacher_auc >= 0);
+}
+
+json_t *rs_proto_make_idle(const char *addr) { return json_pack("{s:s, s:s}", "type", "idle", "addr", addr); }
+
+json_t *rs_proto_make_done(int64_t rank, int64_t step)
+{
+	return json_pack("{s:s, s:I, s:I}", "type", "done", "rank", (json_int_t)rank, "step", (json_int_t)step);
+}
+
+json_t *rs_proto_make_scale(int32_t workers)
+{
+	return json_pack("{s:s, s:i}", "type", "scale", "workers", (int)workers);
+}
+
+json_t *rs_proto_make_scaling(int32_t workers)
+{
+	return json_pack("{s:s, s:i}", "type", "scaling", "workers", (int)workers);
+}
+
+json_t *rs_proto_make_migrating(int64_t generation, json_t *sent)
+{
+	return json_pack("{s:s, s:I, s:O}", "type", "migrating", "generation", (json_int_t)generation, "sent", sent);
+}
+
+json_t *rs_proto_make_generation(rs_msg_type type, int64_t generation, int64_t step, const char *reason)
+{
+	const char *name = rs_proto_type_name(type);
+	switch (type) {
+	case RS_MSG_COMMIT:
+	case RS_MSG_COMMITTED:
+	case RS_MSG_STAGING:
+		return json_pack("{s:s, s:I}", "type", name, "generation", (json_int_t)generation);
+	case RS_MSG_ABORT:
+		return json_pack("{s:s, s:I, s:s}", "type", name, "generation", (json_int_t)generation, "reason",
+				 reason ? reason : "no reason given");
+	case RS_MSG_TRAINING:
+		return json_pack("{s:s, s:I, s:I}", "type", name, "generation", (json_int_t)generation, "step",
+				 (json_int_t)step);
+	case RS_MSG_LEAVE:
+		return reason ? json_pack("{s:s, s:s}", "type", name, "reason", reason) : json_pack("{s:s}", "type", name);
+	default:
+		RS_ASSERT(!"not a message of the generation family");
+	}
+}
+
+json_t *rs_proto_make_plain(rs_msg_type type)
+{
+	RS_ASSERT(type == RS_MSG_PAUSE || type == RS_MSG_STOP);
+	return json_pack("{s:s}", "type", rs_proto_type_name(type));
+}
+
+json_t *rs_proto_make_reason(rs_msg_type type, const char *reason)
+{
+	RS_ASSERT(type == RS_MSG_REFUSED || type == RS_MSG_ERROR);
+	return json_pack("{s:s, s:s}", "type", rs_proto_type_name(type), "reason", reason);
 }

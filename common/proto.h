@@ -1,26 +1,64 @@
 /*
- * proto.h - the control protocol's messages (see README, "Control
- * protocol"): parsing JSON text into a typed message, and validating each
- * message type against its fixed schema (unknown keys are errors). Both the
- * coordinator and the worker read messages through here, and the fuzz
- * target drives it with arbitrary bytes.
+ * proto.h - the control protocol (see README, "Control protocol"): every
+ * message type, its builder and its parser side by side. The coordinator,
+ * the worker and rowshiftctl build and read messages only through here:
+ * a builder makes exactly what its parser accepts, parsers validate each
+ * message against its fixed schema (unknown keys are errors), and the
+ * fuzz target drives the parsers with arbitrary bytes.
  *
- * The structs borrow strings and JSON values from the message: they are
- * valid while the message is.
+ * Builders return a new reference, or NULL without memory; JSON values they
+ * are given are borrowed (the message takes its own reference). Parsed
+ * structs borrow strings and JSON values from the message: they are valid
+ * while the message is.
  */
 #ifndef RS_PROTO_H
 #define RS_PROTO_H
 
+#include "common/limits.h"
 #include "common/status.h"
 
 #include <jansson.h>
 #include <stdint.h>
+
+/* Every message type. */
+typedef enum rs_msg_type {
+	RS_MSG_UNKNOWN = 0, /* a type this protocol does not have */
+	/* worker (or rowshiftctl) -> coordinator */
+	RS_MSG_JOIN,
+	RS_MSG_STAGING,
+	RS_MSG_STAGED,
+	RS_MSG_MIGRATING,
+	RS_MSG_COMMITTED,
+	RS_MSG_PAUSED,
+	RS_MSG_TRAINING,
+	RS_MSG_PROGRESS,
+	RS_MSG_DONE,
+	RS_MSG_IDLE,
+	RS_MSG_LEAVE,
+	RS_MSG_SCALE,
+	/* coordinator -> worker (or rowshiftctl) */
+	RS_MSG_WELCOME,
+	RS_MSG_REFUSED,
+	RS_MSG_START,
+	RS_MSG_COMMIT,
+	RS_MSG_ABORT,
+	RS_MSG_RESUME,
+	RS_MSG_PAUSE,
+	RS_MSG_STOP,
+	RS_MSG_SCALING,
+	RS_MSG_ERROR,
+	RS_MSG_TYPE_COUNT
+} rs_msg_type;
 
 /* Parse a message: a JSON object with a string "type". *out gets a new reference. */
 rs_status rs_proto_parse(const char *text, size_t len, json_t **out, const char **type, rs_err *err);
 
 /* The "type" of a message, or "(untyped)": borrowed from msg. */
 const char *rs_proto_type(const json_t *msg);
+
+/* The type of a message (RS_MSG_UNKNOWN for an unknown or missing "type"), and a type's name. */
+rs_msg_type rs_proto_kind(const json_t *msg);
+const char *rs_proto_type_name(rs_msg_type t);
 
 typedef struct rs_msg_join {
 	const char *token, *worker, *addr;
@@ -98,5 +136,46 @@ json_t *rs_proto_checksums_to_json(const uint64_t *v, int n);
 
 /* Read n checksums written by rs_proto_checksums_to_json; RS_EINVAL when the array is not exactly that. */
 rs_status rs_proto_checksums(const json_t *arr, uint64_t *out, int n, rs_err *err);
+
+/* {"type":"done","rank","step"}: training ended at step (the last). */
+rs_status rs_proto_done(json_t *msg, int64_t *rank, int64_t *step, rs_err *err);
+
+/* {"type":"scale","workers"}: rowshiftctl asks for 1..RS_MAX_WORKERS workers. */
+rs_status rs_proto_scale(json_t *msg, int32_t *workers, rs_err *err);
+
+/*
+ * The coordinator's answer to a join or a request: welcome (*reason NULL),
+ * or refused / error (*reason its reason), or scaling (*workers). RS_EINVAL
+ * for anything else.
+ */
+rs_status rs_proto_reply(json_t *msg, rs_msg_type *type, const char **reason, int64_t *workers, rs_err *err);
+
+/* ---- builders ---------------------------------------------------------------- */
+
+json_t *rs_proto_make_join(const rs_msg_join *m);
+json_t *rs_proto_make_welcome(int64_t worker_id);
+json_t *rs_proto_make_start(const rs_msg_start *m);   /* previous_plan and union_of_old only for a reshard */
+json_t *rs_proto_make_paused(const rs_msg_paused *m);
+json_t *rs_proto_make_staged(const rs_msg_staged *m); /* counters and times only when ok */
+json_t *rs_proto_make_resume(const rs_msg_resume *m);
+json_t *rs_proto_make_progress(const rs_msg_progress *m); /* auc, teacher_auc when >= 0 */
+json_t *rs_proto_make_idle(const char *addr);
+json_t *rs_proto_make_done(int64_t rank, int64_t step);
+json_t *rs_proto_make_scale(int32_t workers);
+json_t *rs_proto_make_scaling(int32_t workers);
+
+/* {"type":"migrating","generation","sent":[[union rank, bytes], ...]}: sent (borrowed) as built by the caller. */
+json_t *rs_proto_make_migrating(int64_t generation, json_t *sent);
+
+/*
+ * The generation family (see rs_proto_generation): commit, committed and
+ * staging (generation), abort (generation, reason), training (generation,
+ * step), leave (reason only). reason may be NULL where it is optional.
+ */
+json_t *rs_proto_make_generation(rs_msg_type type, int64_t generation, int64_t step, const char *reason);
+
+/* pause and stop carry nothing; refused and error carry a reason. */
+json_t *rs_proto_make_plain(rs_msg_type type);
+json_t *rs_proto_make_reason(rs_msg_type type, const char *reason);
 
 #endif

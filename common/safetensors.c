@@ -3,6 +3,7 @@
  * arm64), like the format itself.
  */
 #include "common/safetensors.h"
+#include "common/file.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -36,93 +37,63 @@ static int64_t tensor_bytes(rs_st_dtype d, int ndim, const int64_t *shape)
 	return n > (uint64_t)INT64_MAX ? -1 : (int64_t)n;
 }
 
-static rs_status write_all(int fd, const void *buf, size_t len)
+/* What rs_st_write puts in the file after the header. */
+typedef struct st_body {
+	const char *header;     /* padded to a multiple of 8 */
+	size_t header_len;
+	const rs_st_tensor_in *tensors;
+	int n;
+} st_body;
+
+static rs_status write_body(int fd, void *ctx)
 {
-	const char *p = buf;
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return RS_EIO;
-		p += n;
-		len -= (size_t)n;
-	}
+	const st_body *b = ctx;
+	uint64_t hlen = b->header_len;
+	RSCHECK(rs_file_write_all(fd, &hlen, 8));
+	RSCHECK(rs_file_write_all(fd, b->header, b->header_len));
+	for (int i = 0; i < b->n; i++)
+		RSCHECK(rs_file_write_all(fd, b->tensors[i].data, (size_t)tensor_bytes(b->tensors[i].dtype,
+										      b->tensors[i].ndim,
+										      b->tensors[i].shape)));
 	return RS_OK;
 }
 
 rs_status rs_st_write(const char *path, const rs_st_tensor_in *tensors, int n, const json_t *metadata, rs_err *err)
 {
 	json_t *hdr = json_object();
-	char *text = NULL, *tmp = NULL;
-	int fd = -1;
-	rs_status st = RS_ENOMEM;
+	char *text = NULL;
+	rs_status st = RS_OK;
 	uint64_t off = 0;
 
-	if (!hdr)
-		goto out;
+	RSALLOCGOTO(hdr, st, out);
 	if (metadata && json_object_set(hdr, "__metadata__", (json_t *)metadata) != 0)
-		goto out;
+		RSFAILGOTO(st, RS_ENOMEM, out);
 	for (int i = 0; i < n; i++) {
 		int64_t bytes = tensor_bytes(tensors[i].dtype, tensors[i].ndim, tensors[i].shape);
 		json_t *shape = json_array();
 		if (bytes < 0 || !shape) {
 			json_decref(shape);
-			st = rs_err_set(err, RS_EINVAL, "%s: tensor '%s': bad shape", path, tensors[i].name);
-			goto out;
+			RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s: tensor '%s': bad shape", path, tensors[i].name), out);
 		}
 		for (int k = 0; k < tensors[i].ndim; k++)
 			json_array_append_new(shape, json_integer(tensors[i].shape[k]));
 		json_t *e = json_pack("{s:s, s:o, s:[I, I]}", "dtype", rs_st_dtype_name(tensors[i].dtype), "shape", shape,
 				      "data_offsets", (json_int_t)off, (json_int_t)(off + (uint64_t)bytes));
 		if (!e || json_object_set_new(hdr, tensors[i].name, e) != 0)
-			goto out;
+			RSFAILGOTO(st, RS_ENOMEM, out);
 		off += (uint64_t)bytes;
 	}
-	text = json_dumps(hdr, JSON_COMPACT);
-	if (!text)
-		goto out;
+	RSALLOCGOTO(text = json_dumps(hdr, JSON_COMPACT), st, out);
 	size_t len = strlen(text), padded = (len + 7) & ~(size_t)7;
 	char *p = realloc(text, padded + 1);
-	if (!p)
-		goto out;
+	RSALLOCGOTO(p, st, out);
 	text = p;
 	memset(text + len, ' ', padded - len);
-	if (asprintf(&tmp, "%s.tmp", path) < 0) {
-		tmp = NULL;
-		goto out;
-	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		st = rs_err_set(err, RS_EIO, "%s: %s", tmp, strerror(errno));
-		goto out;
-	}
-	uint64_t hlen = padded;
-	st = write_all(fd, &hlen, 8);
-	if (st == RS_OK)
-		st = write_all(fd, text, padded);
-	for (int i = 0; st == RS_OK && i < n; i++)
-		st = write_all(fd, tensors[i].data,
-			       (size_t)tensor_bytes(tensors[i].dtype, tensors[i].ndim, tensors[i].shape));
-	if (st == RS_OK && fsync(fd) != 0)
-		st = RS_EIO;
-	if (close(fd) != 0 && st == RS_OK)
-		st = RS_EIO;
-	fd = -1;
-	if (st == RS_OK && rename(tmp, path) != 0)
-		st = RS_EIO;
-	if (st != RS_OK) {
-		rs_err_set(err, st, "%s: cannot write: %s", path, strerror(errno));
-		unlink(tmp);
-	}
+	st_body body = {text, padded, tensors, n};
+	st = rs_file_write_atomic(path, 0644, write_body, &body, err);
 out:
-	if (fd >= 0) {
-		close(fd);
-		unlink(tmp);
-	}
 	if (st == RS_ENOMEM)
 		rs_err_set(err, st, "%s: out of memory", path);
-	free(tmp);
 	free(text);
 	json_decref(hdr);
 	return st;

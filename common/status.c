@@ -4,6 +4,7 @@
 #include "common/status.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 static const char *const status_names[RS_STATUS_COUNT] = {
 	[RS_OK] = "ok",
@@ -45,4 +46,11 @@ rs_status rs_err_set(rs_err *err, rs_status st, const char *fmt, ...)
 	rs_err_vset(err, st, fmt, ap);
 	va_end(ap);
 	return st;
+}
+
+void rs__assert_fail(const char *cond, const char *file, int line)
+{
+	fprintf(stderr, "rowshift: bug: %s:%d: assertion failed: %s\n", file, line, cond);
+	fflush(stderr);
+	abort();
 }

@@ -7,7 +7,12 @@
  * function also takes an `rs_err *` and writes one human-readable line into it
  * naming what was wrong and where ("dlrm.json: table 'ads': field 'dim': must
  * be > 0"). Callers print err->msg; they never have to compose it themselves.
- * Bugs are asserts, not statuses.
+ * Bugs are asserts (RS_ASSERT), not statuses.
+ *
+ * Error paths: a function with a cleanup label starts with `rs_status st =
+ * RS_OK` and reaches the label only through RSCHECKGOTO, RSFAILGOTO or
+ * RSALLOCGOTO, each of which sets st first, so a failure can never return
+ * RS_OK (a bare `goto out` after a later success would).
  */
 #ifndef RS_STATUS_H
 #define RS_STATUS_H
@@ -68,6 +73,35 @@ rs_status rs_err_vset(rs_err *err, rs_status st, const char *fmt, va_list ap);
 		if ((st) != RS_OK)             \
 			goto label;            \
 	} while (0)
+
+/* Fail with `code` (never RS_OK) at the cleanup label. */
+#define RSFAILGOTO(st, code, label)            \
+	do {                                   \
+		(st) = (code);                 \
+		goto label;                    \
+	} while (0)
+
+/* An allocation (or any pointer-returning call) that gave NULL: RS_ENOMEM at the cleanup label. */
+#define RSALLOCGOTO(ptr, st, label)            \
+	do {                                   \
+		if (!(ptr)) {                  \
+			(st) = RS_ENOMEM;      \
+			goto label;            \
+		}                              \
+	} while (0)
+
+/*
+ * A bug, never bad input: when cond is false, log file:line and the
+ * condition to stderr and abort. Always on (also in optimized builds);
+ * for invariants whose failure would otherwise corrupt memory or data.
+ */
+#define RS_ASSERT(cond)                                                     \
+	do {                                                                \
+		if (!(cond))                                                \
+			rs__assert_fail(#cond, __FILE__, __LINE__);         \
+	} while (0)
+
+void rs__assert_fail(const char *cond, const char *file, int line) __attribute__((noreturn));
 
 
 #endif

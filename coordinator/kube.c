@@ -2,6 +2,7 @@
  * kube.c - see kube.h.
  */
 #include "coordinator/kube.h"
+#include "common/file.h"
 #include "common/clock.h"
 #include "common/grow.h"
 #include "common/log.h"
@@ -71,26 +72,25 @@ struct rs_kube {
 
 static void read_token(rs_kube *k)
 {
+	char *buf = NULL;
+	size_t n = 0;
+	rs_err err = {0};
 	if (!k->cfg.token_file)
 		return;
-	FILE *f = fopen(k->cfg.token_file, "r");
-	char buf[16384];
-	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-	if (f)
-		fclose(f);
 	k->token_read_at = rs_now();
-	if (!n) {
-		RS_WARN("kubernetes: cannot read the token file %s: %s", k->cfg.token_file, f ? "empty" : strerror(errno));
+	if (rs_file_read(k->cfg.token_file, 16384, &buf, &n, &err) != RS_OK) {
+		RS_WARN("kubernetes: cannot read the token file: %s", err.msg);
 		return;
 	}
-	buf[n] = 0;
 	while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
 		buf[--n] = 0;
-	char *t = strdup(buf);
-	if (t) {
-		free(k->token);
-		k->token = t;
+	if (!n) {
+		RS_WARN("kubernetes: the token file %s is empty", k->cfg.token_file);
+		free(buf);
+		return;
 	}
+	free(k->token);
+	k->token = buf;
 }
 
 /* Authorization and TLS on an easy handle, as the configuration says. */

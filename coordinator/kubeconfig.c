@@ -2,6 +2,7 @@
  * kubeconfig.c - see kubeconfig.h.
  */
 #include "coordinator/kubeconfig.h"
+#include "common/file.h"
 #include "coordinator/yaml.h"
 
 #include <errno.h>
@@ -15,25 +16,8 @@
 /* A whole small file, NUL-terminated; NULL with err set when unreadable. */
 static char *slurp(const char *path, size_t max, size_t *len, rs_err *err)
 {
-	FILE *f = fopen(path, "rb");
-	char *buf = NULL;
-	if (!f) {
-		rs_err_set(err, RS_EIO, "%s: %s", path, strerror(errno));
-		return NULL;
-	}
-	buf = malloc(max + 1);
-	size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
-	int bad = !buf || ferror(f) || n > max;
-	fclose(f);
-	if (bad) {
-		rs_err_set(err, buf ? RS_EINVAL : RS_ENOMEM, "%s: %s", path, buf ? "unreadable or too large" : "out of memory");
-		free(buf);
-		return NULL;
-	}
-	buf[n] = 0;
-	if (len)
-		*len = n;
-	return buf;
+	char *buf;
+	return rs_file_read(path, max, &buf, len, err) == RS_OK ? buf : NULL;
 }
 
 static char *dup_path(const char *base_dir, const char *p)

@@ -61,9 +61,9 @@ static int token_equal(const char *a, const char *b)
 	return d == 0;
 }
 
-static void reply(rs_conn *c, const char *type, const char *reason)
+static void reply(rs_conn *c, rs_msg_type type, const char *reason)
 {
-	json_t *j = json_pack("{s:s, s:s}", "type", type, "reason", reason);
+	json_t *j = rs_proto_make_reason(type, reason);
 	if (j && rs_wsmsg_push(&c->io, j) == RS_OK)
 		lws_callback_on_writable(c->wsi);
 	json_decref(j);
@@ -78,23 +78,23 @@ static void on_text(rs_conn *c, const char *text, size_t len)
 
 	if (rs_proto_parse(text, len, &msg, &type, &err) != RS_OK) {
 		RS_WARN("control: from %s: %s", c->joined ? c->worker : "a new connection", err.msg);
-		reply(c, "error", err.msg);
+		reply(c, RS_MSG_ERROR, err.msg);
 		return;
 	}
 	if (!c->joined) {
 		rs_msg_join j;
 		if (rs_proto_join(msg, &j, &err) != RS_OK) {
 			RS_WARN("control: refused a connection: %s", err.msg);
-			reply(c, "refused", err.msg);
+			reply(c, RS_MSG_REFUSED, err.msg);
 			c->closing = 1;
 		} else if (!token_equal(j.token, s->token)) {
 			RS_WARN("control: refused worker '%s': bad join token", j.worker);
-			reply(c, "refused", "bad join token");
+			reply(c, RS_MSG_REFUSED, "bad join token");
 			c->closing = 1;
 		} else {
 			c->joined = 1;
 			snprintf(c->worker, sizeof(c->worker), "%s", j.worker);
-			json_t *w = json_pack("{s:s, s:I}", "type", "welcome", "worker_id", (json_int_t)++s->next_id);
+			json_t *w = rs_proto_make_welcome(++s->next_id);
 			if (w && rs_wsmsg_push(&c->io, w) == RS_OK)
 				lws_callback_on_writable(c->wsi);
 			json_decref(w);
@@ -131,7 +131,7 @@ static int callback_control(struct lws *wsi, enum lws_callback_reasons reason, v
 		case -1:
 			RS_WARN("control: from %s: message over %u bytes dropped", c->joined ? c->worker : "a new connection",
 				CONTROL_MAX_MESSAGE);
-			reply(c, "error", "message too large");
+			reply(c, RS_MSG_ERROR, "message too large");
 			break;
 		}
 		break;

@@ -4,6 +4,7 @@
  * a restarted coordinator must say which field is wrong instead of crashing.
  */
 #include "coordinator/state.h"
+#include "common/file.h"
 #include "common/proto.h"
 
 #include <errno.h>
@@ -78,43 +79,12 @@ json_t *rs_state_to_json(const rs_state *s)
 
 rs_status rs_state_write(const char *path, const rs_state *s, rs_err *err)
 {
-	char tmp[PATH_MAX], dir[PATH_MAX];
 	json_t *root = rs_state_to_json(s);
-	int fd = -1, bad = 1;
 	if (!root)
 		return rs_err_set(err, RS_ENOMEM, "state %s: out of memory", path);
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
-		json_decref(root);
-		return rs_err_set(err, RS_EINVAL, "state %s: path too long", path);
-	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd >= 0 && json_dumpfd(root, fd, JSON_COMPACT) == 0 && fsync(fd) == 0)
-		bad = 0;
-	int saved = errno;
-	if (fd >= 0 && close(fd) != 0 && !bad) {
-		bad = 1;
-		saved = errno;
-	}
+	rs_status st = rs_file_write_json(path, 0600, root, JSON_COMPACT, err);
 	json_decref(root);
-	if (!bad && rename(tmp, path) != 0) {
-		bad = 1;
-		saved = errno;
-	}
-	if (bad) {
-		unlink(tmp);
-		return rs_err_set(err, RS_EIO, "state %s: cannot write: %s", path, strerror(saved));
-	}
-	/* the rename itself must survive a crash */
-	snprintf(dir, sizeof(dir), "%s", path);
-	int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0 || fsync(dfd) != 0) {
-		saved = errno;
-		if (dfd >= 0)
-			close(dfd);
-		return rs_err_set(err, RS_EIO, "state %s: cannot sync its directory: %s", path, strerror(saved));
-	}
-	close(dfd);
-	return RS_OK;
+	return st;
 }
 
 /* ---- reading ---------------------------------------------------------------------- */
@@ -314,36 +284,11 @@ out:
 
 rs_status rs_state_read(const char *path, rs_state *s, rs_err *err)
 {
+	char *buf;
+	size_t len;
 	memset(s, 0, sizeof(*s));
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return rs_err_set(err, errno == ENOENT ? RS_ENOTFOUND : RS_EIO, "state %s: %s", path, strerror(errno));
-	char *buf = NULL;
-	size_t len = 0, cap = 0;
-	rs_status st = RS_OK;
-	for (;;) {
-		if (len == cap) {
-			char *nb = cap < RS_STATE_MAX_BYTES + 1 ? realloc(buf, cap ? cap * 2 : 65536) : NULL;
-			if (!nb) {
-				st = cap >= RS_STATE_MAX_BYTES + 1
-					     ? rs_err_set(err, RS_EINVAL, "state %s: larger than %zu bytes", path, RS_STATE_MAX_BYTES)
-					     : rs_err_set(err, RS_ENOMEM, "state %s: out of memory", path);
-				break;
-			}
-			buf = nb;
-			cap = cap ? cap * 2 : 65536;
-		}
-		size_t got = fread(buf + len, 1, cap - len, f);
-		len += got;
-		if (got == 0) {
-			if (ferror(f))
-				st = rs_err_set(err, RS_EIO, "state %s: read error", path);
-			break;
-		}
-	}
-	fclose(f);
-	if (st == RS_OK)
-		st = rs_state_parse(buf, len, path, s, err);
+	RSCHECK(rs_file_read(path, RS_STATE_MAX_BYTES, &buf, &len, err));
+	rs_status st = rs_state_parse(buf, len, path, s, err);
 	free(buf);
 	return st;
 }

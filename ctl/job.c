@@ -2,6 +2,7 @@
  * job.c - see ctl.h.
  */
 #include "ctl/ctl.h"
+#include "common/file.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -18,12 +19,14 @@ rs_status rs_ctl_find_job(const char *admin_file, const char *url, rs_ctl_job *o
 		out->status_token = dup_or_null(getenv("ROWSHIFT_STATUS_TOKEN"));
 		return out->url ? RS_OK : RS_ENOMEM;
 	}
-	json_error_t jerr;
-	json_t *adm = json_load_file(admin_file, 0, &jerr);
+	json_t *adm = NULL;
+	rs_err why = {0};
+	rs_status st = rs_file_read_json(admin_file, 65536, &adm, &why);
 	const char *u = json_string_value(json_object_get(adm, "url"));
 	const char *t = json_string_value(json_object_get(adm, "token"));
 	if (!u || !t) {
-		rs_err_set(err, RS_EINVAL, "%s: %s (is a coordinator running?)", admin_file, adm ? "no url and token" : jerr.text);
+		rs_err_set(err, RS_EINVAL, "%s (is a coordinator running?)",
+			   st == RS_OK ? "the admin file has no url and token" : why.msg);
 		json_decref(adm);
 		return RS_EINVAL;
 	}

@@ -5,12 +5,15 @@
  * Later issues add scale, status and checkpoint.
  */
 #include "common/checkpoint.h"
-#include "worker/control.h"
+#include "common/file.h"
+#include "common/control.h"
 #include "common/config.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "common/plan.h"
 #include "common/plandiff.h"
+#include "common/proto.h"
 #include "ctl/ctl.h"
 #include "common/planner.h"
 
@@ -83,37 +86,6 @@ static void print_plan(const rs_plan *plan, const rs_config *cfg)
 		printf("moved %s (lower bound %s)\n", a, b);
 	}
 	printf("planned in %.3f ms\n", s->plan_seconds * 1e3);
-}
-
-static rs_status read_file(const char *path, char **buf, size_t *len, rs_err *err)
-{
-	FILE *f = fopen(path, "rb");
-	size_t cap = 1 << 16, n = 0;
-	char *b = NULL;
-	if (!f)
-		return rs_err_set(err, RS_EIO, "%s: %s", path, strerror(errno));
-	for (;;) {
-		char *nb = realloc(b, cap);
-		if (!nb) {
-			free(b);
-			fclose(f);
-			return RS_ENOMEM;
-		}
-		b = nb;
-		n += fread(b + n, 1, cap - n, f);
-		if (n < cap)
-			break;
-		cap *= 2;
-	}
-	int bad = ferror(f);
-	fclose(f);
-	if (bad) {
-		free(b);
-		return rs_err_set(err, RS_EIO, "%s: read error", path);
-	}
-	*buf = b;
-	*len = n;
-	return RS_OK;
 }
 
 static rs_status parse_rank_list(const char *s, int32_t **out, int *n, rs_err *err)
@@ -199,7 +171,7 @@ static int cmd_plan(int argc, char **argv)
 	RSCHECKGOTO(rs_config_load(config, &cfg, &err), st, fail);
 	rs_world w = rs_world_make(cfg, (int32_t)world, (int32_t)rpn, memory, (int32_t)group);
 	if (previous) {
-		RSCHECKGOTO(read_file(previous, &buf, &len, &err), st, fail);
+		RSCHECKGOTO(rs_file_read(previous, RS_PLAN_MAX_BYTES, &buf, &len, &err), st, fail);
 		RSCHECKGOTO(rs_plan_parse(buf, len, cfg, previous, &prev, &err), st, fail);
 		if (remove)
 			RSCHECKGOTO(parse_rank_list(remove, &removed, &nremoved, &err), st, fail);
@@ -338,8 +310,8 @@ static int cmd_scale(int argc, char **argv)
 		rs_params_usage(stdout, usage, params, np);
 		return 0;
 	}
-	if (workers < 1 || workers > 256) {
-		fprintf(stderr, "rowshiftctl scale: --workers 1..256 is required\n%s\n", usage);
+	if (workers < 1 || workers > RS_MAX_WORKERS) {
+		fprintf(stderr, "rowshiftctl scale: --workers 1..%d is required\n%s\n", RS_MAX_WORKERS, usage);
 		return 2;
 	}
 	rs_ctl_job job;
@@ -357,19 +329,21 @@ static int cmd_scale(int argc, char **argv)
 		fprintf(stderr, "rowshiftctl scale: %s\n", err.msg);
 		goto out;
 	}
-	msg = json_pack("{s:s, s:I}", "type", "scale", "workers", (json_int_t)workers);
+	msg = rs_proto_make_scale((int32_t)workers);
 	if (!msg || rs_control_send(c, msg) != RS_OK || rs_control_recv(c, (int)timeout_ms, &reply) != RS_OK) {
 		fprintf(stderr, "rowshiftctl scale: no answer from %s\n", url);
 		goto out;
 	}
-	const char *type = json_string_value(json_object_get(reply, "type"));
-	if (type && !strcmp(type, "scaling")) {
+	rs_msg_type type;
+	const char *why;
+	int64_t scaling;
+	rs_err perr = {0};
+	if (rs_proto_reply(reply, &type, &why, &scaling, &perr) == RS_OK && type == RS_MSG_SCALING) {
 		printf("scaling to %lld workers: the job pauses at the next step boundary, moves rows and resumes\n",
 		       (long long)workers);
 		rc = 0;
 	} else {
-		const char *why = json_string_value(json_object_get(reply, "reason"));
-		fprintf(stderr, "rowshiftctl scale: refused: %s\n", why ? why : "no reason given");
+		fprintf(stderr, "rowshiftctl scale: refused: %s\n", why ? why : perr.msg[0] ? perr.msg : "no reason given");
 	}
 out:
 	json_decref(reply);

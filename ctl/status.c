@@ -7,7 +7,7 @@
 #include "ctl/ctl.h"
 #include "common/param.h"
 #include "common/proto.h"
-#include "worker/control.h"
+#include "common/control.h"
 
 #include <stdio.h>
 #include <stdlib.h>

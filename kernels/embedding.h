@@ -23,7 +23,7 @@
 #ifndef RS_EMBEDDING_H
 #define RS_EMBEDDING_H
 
-#include "common/config.h"
+#include "common/types.h"
 #include "common/status.h"
 
 #include <stdint.h>

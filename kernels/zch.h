@@ -35,7 +35,7 @@
 #ifndef RS_ZCH_H
 #define RS_ZCH_H
 
-#include "common/config.h"
+#include "common/types.h"
 #include "common/status.h"
 
 #include <stddef.h>

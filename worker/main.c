@@ -32,7 +32,7 @@
 #include "common/param.h"
 #include "common/plan.h"
 #include "common/proto.h"
-#include "worker/control.h"
+#include "common/control.h"
 #include "worker/engine.h"
 #ifdef RS_HAVE_CUDA
 #include "worker/engine_cuda.h"

@@ -23,6 +23,7 @@
  */
 #include "worker/train_internal.h"
 #include "common/clock.h"
+#include "common/cost.h"
 #include "common/crc32c.h"
 #include "common/grow.h"
 #include "common/log.h"

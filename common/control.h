@@ -1,9 +1,11 @@
 /*
- * control.h - the worker's end of the control channel: a libwebsockets
- * client serviced from the worker's own thread between training steps
- * (rs_control_poll) or while it waits for a message (rs_control_recv).
- * Every wait is bounded; a closed connection is RS_EPEER, so a worker whose
- * coordinator went away notices and exits.
+ * control.h - the client end of the coordinator's WebSocket server: the
+ * control channel (a worker's link, rowshiftctl's requests) and the
+ * read-only status stream. A libwebsockets client serviced from the
+ * caller's own thread, between training steps (rs_control_poll) or while
+ * it waits for a message (rs_control_recv). Every wait is bounded; a closed
+ * connection is RS_EPEER, so a worker whose coordinator went away notices.
+ * Messages are built and read with proto.h.
  */
 #ifndef RS_CONTROL_H
 #define RS_CONTROL_H

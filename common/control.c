@@ -1,9 +1,10 @@
 /*
  * control.c - see control.h.
  */
-#include "worker/control.h"
+#include "common/control.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/proto.h"
 #include "common/wsmsg.h"
 
 #include <libwebsockets.h>
@@ -237,8 +238,8 @@ rs_status rs_control_connect(const char *url, const char *token, const char *wor
 	rs_control *c;
 	*out = NULL;
 	RSCHECK(open_client(url, "rowshift-control", "/", NULL, &c, err));
-	json_t *join = json_pack("{s:s, s:s, s:s, s:s, s:I, s:s}", "type", "join", "token", token, "worker", worker,
-				 "addr", addr, "pid", (json_int_t)getpid(), "incarnation", incarnation());
+	rs_msg_join jm = {.token = token, .worker = worker, .addr = addr, .pid = getpid(), .incarnation = incarnation()};
+	json_t *join = rs_proto_make_join(&jm);
 	rs_status st = join ? rs_control_send(c, join) : RS_ENOMEM;
 	json_decref(join);
 	json_t *reply = NULL;
@@ -249,10 +250,13 @@ rs_status rs_control_connect(const char *url, const char *token, const char *wor
 		rs_control_close(c);
 		return st;
 	}
-	const char *type = json_string_value(json_object_get(reply, "type"));
-	if (!type || strcmp(type, "welcome") != 0) {
-		const char *why = json_string_value(json_object_get(reply, "reason"));
-		rs_err_set(err, RS_EINVAL, "control: %s refused the join: %s", url, why ? why : "no reason given");
+	rs_msg_type type;
+	const char *why;
+	int64_t workers;
+	rs_err perr = {0};
+	if (rs_proto_reply(reply, &type, &why, &workers, &perr) != RS_OK || type != RS_MSG_WELCOME) {
+		rs_err_set(err, RS_EINVAL, "control: %s refused the join: %s", url,
+			   why ? why : perr.msg[0] ? perr.msg : "no reason given");
 		json_decref(reply);
 		rs_control_close(c);
 		return RS_EINVAL;

@@ -1,0 +1,179 @@
+/*
+ * file.c - see file.h.
+ */
+#include "common/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+rs_status rs_file_read(const char *path, size_t max, char **buf, size_t *len, rs_err *err)
+{
+	struct stat sb;
+	char *b = NULL;
+	size_t n = 0;
+	rs_status st = RS_OK;
+	*buf = NULL;
+	/* O_NONBLOCK: opening a FIFO must not wait for a writer; a regular file ignores it */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return rs_err_set(err, errno == ENOENT ? RS_ENOTFOUND : RS_EIO, "%s: %s", path, strerror(errno));
+	if (fstat(fd, &sb) != 0)
+		RSFAILGOTO(st, rs_err_set(err, RS_EIO, "%s: %s", path, strerror(errno)), out);
+	if (!S_ISREG(sb.st_mode))
+		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s: not a regular file", path), out);
+	if ((uint64_t)sb.st_size > max)
+		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s: larger than %zu bytes", path, max), out);
+	/* the size may change under us: read to the end, never past max */
+	size_t cap = (size_t)sb.st_size + 1;
+	RSALLOCGOTO(b = malloc(cap), st, out);
+	for (;;) {
+		if (n + 1 == cap) {
+			char probe;
+			ssize_t more = n == max ? read(fd, &probe, 1) : 0;
+			if (more < 0 && errno != EINTR)
+				RSFAILGOTO(st, rs_err_set(err, RS_EIO, "%s: %s", path, strerror(errno)), out);
+			if (more > 0)
+				RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s: larger than %zu bytes", path, max), out);
+			if (n == max && more == 0)
+				break;
+			if (n == max)
+				continue; /* EINTR: probe again */
+			size_t ncap = cap * 2 < max + 1 ? cap * 2 : max + 1;
+			char *nb = realloc(b, ncap);
+			RSALLOCGOTO(nb, st, out);
+			b = nb, cap = ncap;
+		}
+		ssize_t got = read(fd, b + n, cap - 1 - n);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			RSFAILGOTO(st, rs_err_set(err, RS_EIO, "%s: %s", path, strerror(errno)), out);
+		if (got == 0)
+			break;
+		n += (size_t)got;
+	}
+	b[n] = 0;
+	*buf = b, b = NULL;
+	if (len)
+		*len = n;
+out:
+	if (st == RS_ENOMEM)
+		rs_err_set(err, st, "%s: out of memory", path);
+	free(b);
+	close(fd);
+	return st;
+}
+
+rs_status rs_file_read_json(const char *path, size_t max, json_t **out, rs_err *err)
+{
+	char *text;
+	size_t len;
+	json_error_t jerr;
+	*out = NULL;
+	RSCHECK(rs_file_read(path, max, &text, &len, err));
+	*out = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+	free(text);
+	if (!*out)
+		return rs_err_set(err, RS_EINVAL, "%s:%d: %s", path, jerr.line, jerr.text);
+	return RS_OK;
+}
+
+rs_status rs_file_write_all(int fd, const void *buf, size_t n)
+{
+	const char *p = buf;
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			if (w == 0)
+				errno = EIO;
+			return RS_EIO;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return RS_OK;
+}
+
+/* Make the rename of something in path's directory survive a crash. */
+static rs_status sync_dir(const char *path, rs_err *err)
+{
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s", path);
+	int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || fsync(dfd) != 0) {
+		int e = errno;
+		if (dfd >= 0)
+			close(dfd);
+		return rs_err_set(err, RS_EIO, "%s: cannot sync its directory: %s", path, strerror(e));
+	}
+	close(dfd);
+	return RS_OK;
+}
+
+rs_status rs_file_write_atomic(const char *path, mode_t mode, rs_file_writer fn, void *ctx, rs_err *err)
+{
+	char tmp[PATH_MAX];
+	if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= (int)sizeof(tmp))
+		return rs_err_set(err, RS_EINVAL, "%s: path too long", path);
+	/* mkostemp: a new name, O_EXCL (never someone else's file or link), mode 0600 until fchmod */
+	int fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return rs_err_set(err, RS_EIO, "%s: cannot create a temporary file: %s", path, strerror(errno));
+	rs_status st = fchmod(fd, mode) == 0 ? fn(fd, ctx) : RS_EIO;
+	int e = errno;
+	if (st == RS_OK && fsync(fd) != 0)
+		st = RS_EIO, e = errno;
+	if (close(fd) != 0 && st == RS_OK)
+		st = RS_EIO, e = errno;
+	if (st == RS_OK && rename(tmp, path) != 0)
+		st = RS_EIO, e = errno;
+	if (st != RS_OK) {
+		unlink(tmp);
+		return rs_err_set(err, st, "%s: cannot write: %s", path, st == RS_ENOMEM ? "out of memory" : strerror(e));
+	}
+	return sync_dir(path, err);
+}
+
+typedef struct buf_ctx {
+	const void *buf;
+	size_t len;
+} buf_ctx;
+
+static rs_status write_buf(int fd, void *ctx)
+{
+	buf_ctx *b = ctx;
+	return rs_file_write_all(fd, b->buf, b->len);
+}
+
+rs_status rs_file_write_buf(const char *path, mode_t mode, const void *buf, size_t len, rs_err *err)
+{
+	buf_ctx b = {buf, len};
+	return rs_file_write_atomic(path, mode, write_buf, &b, err);
+}
+
+rs_status rs_file_write_json(const char *path, mode_t mode, const json_t *j, size_t flags, rs_err *err)
+{
+	char *text = json_dumps(j, flags);
+	if (!text)
+		return rs_err_set(err, RS_ENOMEM, "%s: out of memory", path);
+	size_t n = strlen(text);
+	char *t = realloc(text, n + 2);
+	if (!t) {
+		free(text);
+		return rs_err_set(err, RS_ENOMEM, "%s: out of memory", path);
+	}
+	t[n] = '\n', t[n + 1] = 0;
+	rs_status st = rs_file_write_buf(path, mode, t, n + 1, err);
+	free(t);
+	return st;
+}

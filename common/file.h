@@ -1,0 +1,50 @@
+/*
+ * file.h - the one way rowshift reads and writes whole files.
+ *
+ * Reading: a whole file into memory, NUL-terminated, with a size limit,
+ * regular files only (a FIFO or a device is refused without blocking on
+ * it). Writing: atomically, so a reader sees the old file or the new one,
+ * never a torn one, also across a crash: the data goes to a fresh
+ * temporary file beside the target (created exclusively, never following a
+ * link), which is fsynced, renamed over the target, and then the
+ * directory is fsynced so the rename itself is durable.
+ *
+ * Every error names the file and what failed, in err.
+ */
+#ifndef RS_FILE_H
+#define RS_FILE_H
+
+#include "common/status.h"
+
+#include <jansson.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/*
+ * Read the whole regular file at path, at most max bytes. *buf gets a new
+ * NUL-terminated buffer (the caller frees it), *len its length without the
+ * NUL (len may be NULL). RS_ENOTFOUND when the file does not exist,
+ * RS_EINVAL when it is larger than max or not a regular file, RS_EIO when
+ * it cannot be read, RS_ENOMEM.
+ */
+rs_status rs_file_read(const char *path, size_t max, char **buf, size_t *len, rs_err *err);
+
+/* Parse the JSON file at path (at most max bytes, duplicate keys refused): *out a new reference. */
+rs_status rs_file_read_json(const char *path, size_t max, json_t **out, rs_err *err);
+
+/* Writes the file's contents to fd; returns RS_OK or the failure (errno kept for the message). */
+typedef rs_status (*rs_file_writer)(int fd, void *ctx);
+
+/* Replace path atomically with what fn writes; the file gets `mode` (e.g. 0600). */
+rs_status rs_file_write_atomic(const char *path, mode_t mode, rs_file_writer fn, void *ctx, rs_err *err);
+
+/* The same with len bytes of buf. */
+rs_status rs_file_write_buf(const char *path, mode_t mode, const void *buf, size_t len, rs_err *err);
+
+/* The same with j as JSON text (json_dumps flags, e.g. JSON_COMPACT), and a final newline. */
+rs_status rs_file_write_json(const char *path, mode_t mode, const json_t *j, size_t flags, rs_err *err);
+
+/* Write all n bytes to fd, riding out short writes and EINTR: RS_EIO with errno set on failure. */
+rs_status rs_file_write_all(int fd, const void *buf, size_t n);
+
+#endif
