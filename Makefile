@@ -16,6 +16,7 @@
 #                                                  worker then links it and picks a GPU when it has one)
 #   tests/unit/test_NAME.c                      -> one cmocka binary per module
 #   tests/unit/*.c not named test_*             -> support code linked into every unit test
+#   tests/unit/test_alloc_NAME.c                -> torture tests: linked with tests/unit/alloc/ (failing allocations)
 #   tests/gpu/test_NAME.c, bench_NAME.c         -> GPU test and benchmark binaries (when nvcc exists)
 #   tests/gpu/NAME.sh, bench_NAME.sh            -> GPU test and benchmark scripts (exit 77 without a device)
 #   tests/gpu/*.c not named test_* or bench_*   -> support code linked into every GPU binary
@@ -128,6 +129,13 @@ $(BUILD)/bin/rowshiftctl: $(CTL_OBJS) $(LIB)
 $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(UNIT_SUPPORT_OBJS) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ -lcmocka $(LDLIBS) -o $@
+
+# Torture tests: every allocation goes through tests/unit/alloc/alloc_fail.c, which can fail the N-th.
+ALLOC_WRAP := $(foreach f,malloc calloc realloc strdup strndup asprintf vasprintf posix_memalign aligned_alloc,-Wl,--wrap=$(f))
+$(BUILD)/tests/unit/test_alloc_%: $(BUILD)/obj/tests/unit/test_alloc_%.o $(BUILD)/obj/tests/unit/alloc/alloc_fail.o \
+		$(UNIT_SUPPORT_OBJS) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) $(ALLOC_WRAP) $^ -lcmocka $(LDLIBS) -o $@
 
 $(BUILD)/tests/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIB)
 	@mkdir -p $(@D)

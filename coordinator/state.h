@@ -25,13 +25,14 @@
 #ifndef RS_STATE_H
 #define RS_STATE_H
 
+#include "common/limits.h"
 #include "common/status.h"
 
 #include <jansson.h>
 #include <stdint.h>
 
 #define RS_STATE_MAX_BYTES ((size_t)512 << 20)
-#define RS_STATE_MAX_MEMBERS 65536
+#define RS_STATE_MAX_MEMBERS RS_MAX_WORKERS
 #define RS_STATE_MAX_SCHEDULE 64
 
 typedef enum rs_state_phase {
