@@ -5,6 +5,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/proto.h"
+#include "common/secret.h"
 #include "common/wsmsg.h"
 
 #include <libwebsockets.h>
@@ -169,17 +170,11 @@ static pthread_once_t incarnation_once = PTHREAD_ONCE_INIT;
 
 static void draw_incarnation(void)
 {
-	unsigned char raw[16] = {0};
-	FILE *f = fopen("/dev/urandom", "rb");
-	if (!f || fread(raw, 1, sizeof(raw), f) != sizeof(raw)) {
-		/* no /dev/urandom: time and pid still differ between restarts */
-		uint64_t t = (uint64_t)rs_now_ms() ^ ((uint64_t)getpid() << 32);
-		memcpy(raw, &t, sizeof(t));
+	if (rs_secret_hex(incarnation_text, sizeof(incarnation_text), 16) != RS_OK) {
+		/* no randomness from the kernel: time and pid still differ between restarts */
+		snprintf(incarnation_text, sizeof(incarnation_text), "%016llx%08x", (unsigned long long)rs_now_ms(),
+			 (unsigned)getpid());
 	}
-	if (f)
-		fclose(f);
-	for (size_t i = 0; i < sizeof(raw); i++)
-		snprintf(incarnation_text + 2 * i, 3, "%02x", raw[i]);
 }
 
 static const char *incarnation(void)

@@ -26,12 +26,18 @@
  *   DONE/FAILED  training ended / a member died holding the only copy of
  *                rows, or too many attempts failed: the reason is kept
  *
- * Generation, phase, plan and the attempt in flight are persisted
- * (state.h) before every decision, so a coordinator killed at any point
- * and restarted with the same state file (rs_job_recover) finds its
- * workers again as they rejoin and resolves the cycle: it commits an
+ * Generation, phase, plan and the attempt in flight are persisted through
+ * the membership source (a state file, a ConfigMap) before every decision,
+ * so a coordinator killed at any point and restarted (rs_job_recover) finds
+ * its workers again as they rejoin and resolves the cycle: it commits an
  * attempt that was decided, or one every member reports staged; otherwise
  * it aborts it.
+ *
+ * The job is built from parts (job_internal.h): membership (job_members.c),
+ * the cycle (job_cycle.c), control messages (job_dispatch.c), persistence
+ * and recovery (job_persist.c), one event fan-out to every report sink
+ * (job_events.c) and what the status stream, /metrics and the dashboard
+ * show (job_status.c).
  *
  * Single-threaded: every function runs on the coordinator's loop thread.
  */
@@ -48,7 +54,10 @@
 
 typedef struct rs_job rs_job;
 
-/* What the job needs from its membership source (local processes, Kubernetes pods). */
+/*
+ * The job's membership source: local processes (local.h) or the pods of a
+ * StatefulSet (kube_members.h). Every callback but replicas may be NULL.
+ */
 typedef struct rs_job_source {
 	void *ctx;
 	/* Want n workers (a StatefulSet's replicas). */
@@ -56,50 +65,70 @@ typedef struct rs_job_source {
 	int32_t (*replicas)(void *ctx);
 	/* 1 when a worker of this name is wanted (its ordinal is below the replicas). */
 	int (*wanted)(void *ctx, const char *name);
-	/* A worker joined with this pid (local mode adopts processes a previous coordinator started); may be NULL. */
+	/* A worker joined with this pid (local mode adopts processes a previous coordinator started). */
 	void (*joined)(void *ctx, const char *name, int64_t pid);
-	/* The workers' processes for the state file: up to max; returns the count. May be NULL. */
+	/* The workers' processes for the state: up to max; returns the count. */
 	int (*list)(void *ctx, const char **names, int64_t *pids, int max);
-	/* Stop restarting workers that exit (the job is ending). May be NULL. */
+	/* Stop restarting workers that exit (the job is ending). */
 	void (*ending)(void *ctx);
-	/* A reshard was committed, in words ("Resharded generation 5: 4 -> 8 workers, ..."). May be NULL. */
-	void (*resharded)(void *ctx, const char *message);
+	/* Something a platform engineer should see (Kubernetes: an Event on the StatefulSet). */
+	void (*event)(void *ctx, int warning, const char *reason, const char *message);
+	/* Persist the job's state (a file, a ConfigMap); NULL: not persisted. */
+	rs_status (*save_state)(void *ctx, const rs_state *s, rs_err *err);
 } rs_job_source;
+
+/* How the job reaches workers and status clients: the coordinator's server (rs_job_set_server) or a test's. */
+typedef struct rs_job_io {
+	void *ctx;
+	/* Queue msg (borrowed) to the member on connection c. */
+	rs_status (*send)(void *ctx, rs_conn *c, const json_t *msg);
+	/* Send a status event (borrowed) to every status client. */
+	void (*publish)(void *ctx, const json_t *ev);
+	int (*status_clients)(void *ctx);
+	/* Who is on c, for messages. */
+	const char *(*conn_name)(void *ctx, rs_conn *c);
+} rs_job_io;
 
 typedef struct rs_job_options {
 	const rs_config *cfg;
-	const char *config_path;  /* for the state file and a restart */
-	const char *url, *token;  /* the control channel, for the state file */
+	const char *config_path;  /* for the state and a restart */
+	const char *url, *token;  /* the control channel, for the state */
 	int64_t steps;
 	const char *save;         /* checkpoint directory at the end, or NULL */
 	const char *load;         /* a checkpoint generation 1 starts from, or NULL */
 	int64_t load_step;        /* its step: where training starts */
 	int debounce_ms;          /* longest wait for the rest of a membership change before acting */
 	int timeout_ms;           /* bound on each wait for workers (joining, pausing, staging, rejoining) */
-	int max_attempts;         /* reshard attempts aborted in a row before the job fails */
+	int max_attempts;         /* reshard attempts aborted in a row before the job fails (0: 3) */
 	int64_t sched_step[RS_STATE_MAX_SCHEDULE];
 	int32_t sched_workers[RS_STATE_MAX_SCHEDULE];
 	int nsched;
 	FILE *log_json;           /* one JSON line per progress report and per reshard, or NULL */
-	const char *state_path;   /* where the state is persisted (a file), or NULL */
-	/* or: persist through this (Kubernetes: a ConfigMap); wins over state_path when set */
-	rs_status (*save_state)(void *ctx, const rs_state *s, rs_err *err);
-	void *save_ctx;
+	FILE *report;             /* the human-readable report (progress, reshards); NULL: stdout */
+	double (*now)(void);      /* the clock (seconds, monotonic); NULL: rs_now */
 } rs_job_options;
 
 /*
  * A new job that starts with `workers` workers (asked of the source at the
- * first tick; 0: with the workers the source already has, as in Kubernetes). o and src are borrowed and must outlive it; o's strings may
+ * first tick; 0: with the workers the source already has, as in
+ * Kubernetes). o and src are borrowed and must outlive it; o's strings may
  * be filled in until then (the URL is known once the server listens).
  */
 rs_status rs_job_create(const rs_job_options *o, const rs_job_source *src, int32_t workers, rs_job **out,
 			rs_err *err);
 
-/* A job that resumes from a persisted state (read by rs_state_read); s stays the caller's. */
+/*
+ * A job that resumes from a persisted state (rs_state_read, or the
+ * source's); s stays the caller's. On failure *out is NULL and err says
+ * what in the state was wrong (RS_EINVAL) or RS_ENOMEM.
+ */
 rs_status rs_job_recover(const rs_job_options *o, const rs_job_source *src, const rs_state *s, rs_job **out,
 			 rs_err *err);
 
 void rs_job_destroy(rs_job *j);
+
+/* Parse a --schedule "STEP:WORKERS,..." (increasing steps) into o. */
+rs_status rs_job_parse_schedule(const char *text, rs_job_options *o, rs_err *err);
 
 /*
  * The server's handler for this job (pass it to rs_server_create): control
@@ -108,8 +137,11 @@ void rs_job_destroy(rs_job *j);
  */
 rs_server_handler rs_job_server_handler(rs_job *j);
 
-/* The server the job publishes status events on (after rs_server_create). */
+/* Reach members and status clients through srv (after rs_server_create). */
 void rs_job_set_server(rs_job *j, rs_server *srv);
+
+/* Or through io (tests); io is copied. */
+void rs_job_set_io(rs_job *j, const rs_job_io *io);
 
 /* The membership source saw something change (a pod appeared): restart the debounce. */
 void rs_job_changed(rs_job *j);
@@ -123,6 +155,10 @@ void rs_job_tick(rs_job *j);
 /* 0 while running; 1 when training is done; -1 when the job failed (rs_job_error says why). */
 int rs_job_finished(const rs_job *j);
 const char *rs_job_error(const rs_job *j);
+
+/* The phase's name ("starting", "training", ...) and the committed generation. */
+const char *rs_job_phase(const rs_job *j);
+int64_t rs_job_generation(const rs_job *j);
 
 /* Tell every connected member to stop (the job failed or is being torn down). */
 void rs_job_stop_all(rs_job *j);

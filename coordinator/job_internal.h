@@ -1,17 +1,22 @@
 /*
- * job_internal.h - the job's insides, shared by job.c (the resharding
- * cycle) and job_status.c (what the status stream, /metrics and the
- * dashboard show of it). Nothing else includes this; names here carry
- * the rs__ prefix where they are not static.
+ * job_internal.h - the job's insides, shared by its parts:
+ *   job.c           life cycle, the server glue, the tick
+ *   job_members.c   who the members are, who is wanted, when a change is ready
+ *   job_cycle.c     the generation cycle: start, pause, attempt, commit, abort
+ *   job_dispatch.c  what members say on the control channel
+ *   job_persist.c   the persisted state, and recovery from it
+ *   job_events.c    one event fan-out to every report sink
+ *   job_status.c    the status stream's snapshot, /metrics, /readyz, dashboard
+ * Nothing else includes this; names here carry the rs__ prefix where they
+ * are not static.
  */
 #ifndef RS_JOB_INTERNAL_H
 #define RS_JOB_INTERNAL_H
 
 #include "coordinator/job.h"
+#include "common/limits.h"
 #include "common/plan.h"
 #include "common/proto.h"
-
-#define MAX_MEMBERS 4096
 
 typedef enum phase {
 	P_STARTING,
@@ -29,7 +34,7 @@ extern const char *const rs__phase_names[];
 
 /* What a member last reported. */
 typedef enum mstate {
-	M_UNKNOWN,   /* recovered from the state file, not heard from since */
+	M_UNKNOWN,   /* recovered from the state, not heard from since */
 	M_IDLE,      /* joined, outside the world, listening at addr */
 	M_TRAINING,
 	M_PAUSED,
@@ -52,7 +57,6 @@ typedef struct member {
 	int64_t pid;              /* of the process that joined under this name, 0 when not known */
 	char incarnation[65];     /* its random per-process value, "" when not known */
 	double away_since;        /* disconnected since (0: connected) */
-	double paused_at;
 	uint64_t *paused_sum;     /* per table, its rows' checksum at its last pause */
 	int staged_ok;
 	char staged_why[256];
@@ -85,84 +89,203 @@ typedef struct pair_progress {
 } pair_progress;
 
 struct rs_job {
-	rs_job_options o;
+	rs_job_options o;         /* as given (max_attempts defaulted) */
 	const rs_config *cfg;
-	rs_job_source src;
 	int ntables;
-	member *m;
-	size_t nm, cap;
+	rs_job_source src;        /* where workers come from */
+	rs_job_io io;             /* how messages reach them and status clients */
 	phase ph;
 	double ph_at;             /* when the phase began */
-	/* the committed generation */
-	int64_t generation;
-	rs_plan *plan;
-	int32_t *world;           /* member index per rank */
-	int32_t nworld;
-	int64_t step, bound;      /* the world's run: from `step` (where it last started or paused) to `bound` */
-	int next_sched;
-	int pause_sent;
-	/* the attempt in flight */
-	int64_t agen, last_gen;
-	rs_plan *aplan;
-	int32_t *uni, nuni, aworld;
-	int32_t *union_of_old;
-	uint64_t *before;         /* per table, the old world's checksum */
-	int64_t abound;
-	int attempts;
-	char last_abort[256];
-	/* membership changes */
-	double last_change;       /* the last time the candidates changed */
-	double scale_at;          /* the last scale request (rowshiftctl or the schedule), 0 when none pending */
-	/* timings of the cycle in flight, for the report */
-	double t_first_paused, t_paused, t_attempt, t_staged, plan_s;
-	int pausing;              /* a world member reported paused since training last (re)started */
-	int64_t resume_step;      /* after a commit: the step training resumes at, -1 once it did */
-	double t_committed;
-	int reshards;
-	int32_t initial;          /* workers to start with; asked of the source at the first tick */
-	double loss_seen_at;      /* when a world member was first seen gone */
-	double t_started;         /* when the first workers were asked for; 0 once generation 1 made a step */
-	char why[512];
-	/* what the status stream, /metrics and the dashboard show */
-	rs_server *srv;           /* where events are published; NULL until set */
-	history_point *history;   /* a ring of HISTORY_MAX */
-	size_t nhistory, history_head;
-	reshard_record reshard_log[RESHARDS_MAX];
-	int nreshard_log;
-	uint64_t moved_total;     /* bytes moved by committed reshards */
-	int aborts;               /* attempts aborted, in all */
-	double pause_sum;
-	int pause_buckets[10];    /* pauses per /metrics histogram bucket (see job_status.c) */
-	pair_progress *pairs;     /* the attempt's pairs */
-	int npairs;
-	double last_migration_event;
-	history_point last;       /* the latest progress report */
-	double last_auc;
-	int32_t reshard_from;     /* the committed reshard's old world size, for its record */
-	uint64_t reshard_moved;   /* and the bytes it moved */
+	char why[512];            /* a failed job's reason */
+
+	/* the members: every worker that joined (or that the state named) */
+	struct {
+		member *v;
+		size_t n, cap;
+		double last_change;   /* when the candidates for the next world last changed */
+		double scale_at;      /* the last scale request (rowshiftctl or the schedule), 0 when none pending */
+		int32_t initial;      /* workers to start with; asked of the source at the first tick */
+		double loss_seen_at;  /* when a world member was first seen gone */
+	} mem;
+
+	/* the committed generation and its run */
+	struct {
+		int64_t generation;
+		rs_plan *plan;
+		int32_t *world;       /* member index per rank */
+		int32_t nworld;
+		int64_t step, bound;  /* the run: from `step` (where it last started or paused) to `bound` */
+		int next_sched;       /* the schedule's next entry */
+		int pause_sent;
+		int pausing;          /* a world member reported paused since training last (re)started */
+		int64_t resume_step;  /* after a commit: the step training resumes at, -1 once it did */
+	} cur;
+
+	/* the reshard attempt in flight (generation 0: none) */
+	struct {
+		int64_t generation;
+		int64_t last_generation; /* the highest generation number handed out */
+		rs_plan *plan;
+		int32_t *uni, nuni;   /* the union: the new world in rank order, then the members that leave */
+		int32_t nworld;       /* the new world's size */
+		int32_t *union_of_old; /* per old rank, its union rank */
+		uint64_t *before;     /* per table, the old world's checksum */
+		int64_t bound;
+		int failures;         /* attempts aborted in a row */
+		char last_abort[256];
+		pair_progress *pairs; /* sender -> receiver progress, from the plan diff */
+		int npairs;
+	} att;
+
+	/* timings of the cycle in flight, for its report */
+	struct {
+		double started;       /* when the first workers were asked for; 0 once generation 1 made a step */
+		double first_paused, paused, attempt, staged, committed;
+		double plan_s;
+		int32_t from;         /* the committed reshard's old world size */
+		uint64_t moved;       /* and the bytes it moved */
+	} t;
+
+	/* what the reports show */
+	struct {
+		int reshards;         /* committed */
+		int aborts;           /* attempts aborted, in all */
+		history_point *history; /* a ring of HISTORY_MAX */
+		size_t nhistory, history_head;
+		reshard_record log[RESHARDS_MAX];
+		int nlog;
+		uint64_t moved_total; /* bytes moved by committed reshards */
+		double pause_sum;
+		int pause_buckets[10]; /* pauses per /metrics histogram bucket (see job_status.c) */
+		double last_migration_event;
+		history_point last;   /* the latest progress report */
+		double last_auc;
+	} rep;
 };
 
-/* The snapshot the status stream starts with (README, "Status stream"): a new reference. */
-json_t *rs__job_snapshot(const rs_job *j);
+/* ---- job.c ---------------------------------------------------------------------------- */
+
+/* The job's clock (monotonic seconds), and the wall clock for the time stamps of status events. */
+double rs__job_now(const rs_job *j);
+double rs__unix_now(void);
+
+/* Queue msg (stolen) to member m, when connected. */
+void rs__job_send(rs_job *j, member *m, json_t *msg);
 
 /* Where training stands: the last step reported, or where the current run started. */
 int64_t rs__job_step(const rs_job *j);
 
-/* Publish ev (stolen) to the status stream. */
-void rs__job_publish(rs_job *j, json_t *ev);
+/* Enter phase p (and tell the status stream when it changed). */
+void rs__job_set_phase(rs_job *j, phase p);
 
-/* Record a progress report of rank 0 and publish it. */
-void rs__job_progress(rs_job *j, int64_t step, double loss, double auc, double samples_per_s);
+/* The job failed: keep the reason, stop restarting workers. */
+void rs__job_fail(rs_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Record a committed reshard (for /metrics and late-joining status clients) and publish it. */
-void rs__job_reshard(rs_job *j, const reshard_record *r);
+/* ---- job_members.c -------------------------------------------------------------------- */
 
-/* The attempt's pairs from its plan diff (begin_attempt); progress from "migrating" reports. */
-void rs__job_pairs_reset(rs_job *j);
-void rs__job_migration_event(rs_job *j, int force);
+int rs__member_find(const rs_job *j, const char *name);
+/* The member of this name, added when new; -1 when the job is full or memory ran out. */
+int rs__member_add(rs_job *j, const char *name);
+int rs__member_in_world(const rs_job *j, int i);
+int rs__member_in_union(const rs_job *j, int i);
+/* Gone for good: its process exited, or it stayed away past the timeout. */
+int rs__member_gone(const rs_job *j, const member *m);
+/* The member at connection c, or -1. */
+int rs__member_at(const rs_job *j, const rs_conn *c);
+
+/*
+ * The members the next world should have: the current world's members that
+ * stay, in rank order, then the wanted idle joiners by ordinal. Returns the
+ * count; *pending gets how many wanted workers have not joined yet.
+ */
+int32_t rs__members_candidates(const rs_job *j, int32_t *out, int *pending);
+int rs__members_same_world(const rs_job *j, const int32_t *c, int32_t n);
+/* While training: whether a membership change is ready to act on (the candidates in c). */
+int rs__members_change_ready(rs_job *j, int32_t *c, int32_t *nc);
+/* The candidates changed: restart the debounce. */
+void rs__members_changed(rs_job *j);
+/* Table names whose rows member i holds in the current plan, for messages. */
+void rs__member_tables(const rs_job *j, int i, char *buf, size_t n);
+
+/* ---- job_cycle.c ---------------------------------------------------------------------- */
+
+void rs__cycle_tick(rs_job *j);
+/* Where a run starting at `step` stops: the next schedule step after it, or the end. */
+int64_t rs__cycle_bound_after(const rs_job *j, int64_t step);
+void rs__cycle_free_attempt(rs_job *j);
+/* Rank 0 reported a step: a resumed generation may complete its reshard's report. */
+void rs__cycle_progress(rs_job *j, int64_t step);
+/* The attempt's sender -> receiver pairs from its plan diff, their progress at 0. */
+void rs__cycle_pairs_reset(rs_job *j);
+
+/* ---- job_dispatch.c ------------------------------------------------------------------- */
+
+void rs__dispatch_join(void *ctx, rs_conn *c, const rs_msg_join *jm);
+void rs__dispatch_message(void *ctx, rs_conn *c, json_t *msg);
+void rs__dispatch_close(void *ctx, rs_conn *c);
+
+/* ---- job_persist.c -------------------------------------------------------------------- */
+
+/* Persist the job as it stands; 0 (the job failed) when that fails: a restart could not resolve it. */
+int rs__persist(rs_job *j, rs_state_phase ph);
+
+/* ---- job_events.c --------------------------------------------------------------------- */
+
+/*
+ * Everything the job reports goes through one fan-out: each event is
+ * handed to every sink (the human-readable report, the log, --log-json,
+ * the status stream, the membership source's events), and each sink
+ * writes what it shows of that kind.
+ */
+typedef enum job_event_kind {
+	EV_PHASE,       /* the phase changed */
+	EV_MEMBER,      /* a member joined (addr), asks to drain, was lost or left: what, name, detail; quiet: no log line */
+	EV_STARTED,     /* generation 1 started */
+	EV_FIRST_STEP,  /* generation 1 made its first step: seconds (since its workers were asked for) */
+	EV_PROGRESS,    /* rank 0's report: step, loss, auc (< 0: none), samples_per_s */
+	EV_TEACHER_AUC, /* synthetic data's ceiling: auc */
+	EV_SCHEDULE,    /* the schedule scales: step, workers */
+	EV_RESUMED,     /* a generation resumed without a reshard */
+	EV_ATTEMPT,     /* an attempt began */
+	EV_MIGRATION,   /* the attempt's progress (force: the last one) */
+	EV_STAGED,      /* every member staged and the checksums match: moved, diff, and the phase times */
+	EV_ABORTED,     /* the attempt aborted: reason */
+	EV_COMMITTED,   /* the attempt is the generation now */
+	EV_RESHARDED,   /* training resumed after a reshard: the reshard's record */
+	EV_DONE,        /* training ended */
+	EV_FAILED,      /* the job failed: j->why */
+} job_event_kind;
+
+typedef struct job_event {
+	job_event_kind kind;
+	const char *what, *name, *detail, *addr;    /* EV_MEMBER */
+	int quiet;                                  /* EV_MEMBER */
+	const char *reason;                         /* EV_ABORTED */
+	int64_t step;
+	int32_t workers;
+	double seconds, loss, auc, samples_per_s;
+	uint64_t moved, diff;                       /* EV_STAGED */
+	double connect_s, prepare_s, move_s;        /* EV_STAGED */
+	int force;                                  /* EV_MIGRATION */
+	const reshard_record *record;               /* EV_RESHARDED */
+} job_event;
+
+void rs__emit(rs_job *j, const job_event *ev);
+
+/* ---- job_status.c --------------------------------------------------------------------- */
+
+/* The snapshot the status stream starts with (README, "Status stream"): a new reference. */
+json_t *rs__job_snapshot(const rs_job *j);
+
+/* The attempt's progress as the status stream shows it: a new reference. */
+json_t *rs__job_migration_json(const rs_job *j);
+json_t *rs__history_json(const history_point *h);
+json_t *rs__reshard_json(const reshard_record *r);
+
+/* Upper bounds (seconds) of the /metrics histogram of reshard pauses; the last bucket is +Inf. */
+extern const double rs__pause_bounds[9];
 
 /* GET handler of the coordinator's HTTP server: the dashboard, /metrics, /readyz. */
 int rs__job_http_get(void *ctx, const char *path, char **body, size_t *len, const char **content_type);
-
 
 #endif

@@ -37,15 +37,16 @@ static rs_status scale(void *ctx, int32_t n, rs_err *err)
 			  "--replicas=N", m->statefulset);
 }
 
-static void resharded(void *ctx, const char *message)
+static void event(void *ctx, int warning, const char *reason, const char *message)
 {
 	rs_kube_members *m = ctx;
-	rs_kube_event(m->kube, "StatefulSet", m->statefulset, "Normal", "Resharded", message);
+	rs_kube_event(m->kube, "StatefulSet", m->statefulset, warning ? "Warning" : "Normal", reason, message);
 }
 
 rs_job_source rs_kube_members_source(rs_kube_members *m)
 {
-	return (rs_job_source){.ctx = m, .scale = scale, .replicas = replicas, .wanted = wanted, .resharded = resharded};
+	return (rs_job_source){.ctx = m, .scale = scale, .replicas = replicas, .wanted = wanted, .event = event,
+			       .save_state = rs_kube_members_save};
 }
 
 static void pod_changed(void *ctx, const rs_kube_pod *pod)
@@ -89,7 +90,7 @@ rs_status rs_kube_members_save(void *ctx, const rs_state *s, rs_err *err)
 	return st;
 }
 
-rs_status rs_kube_members_load(rs_kube_members *m, rs_state *s, rs_err *err)
+static rs_status load_once(rs_kube_members *m, rs_state *s, rs_err *err)
 {
 	char *text = NULL, name[300];
 	memset(s, 0, sizeof(*s));
@@ -98,4 +99,17 @@ rs_status rs_kube_members_load(rs_kube_members *m, rs_state *s, rs_err *err)
 	rs_status st = rs_state_parse(text, strlen(text), name, s, err);
 	free(text);
 	return st;
+}
+
+rs_status rs_kube_members_load(rs_kube_members *m, rs_state *s, int timeout_ms, const volatile sig_atomic_t *stop,
+			       rs_err *err)
+{
+	for (double until = rs_now() + timeout_ms / 1000.0;;) {
+		rs_status st = load_once(m, s, err);
+		if (st == RS_OK || (st != RS_ECURL && st != RS_EIO) || rs_now() + 1 > until || *stop)
+			return st;
+		RS_WARN("%s; trying again in 1 s", err->msg);
+		err->msg[0] = 0;
+		rs_sleep(1);
+	}
 }

@@ -14,6 +14,8 @@
 #include "coordinator/kube.h"
 #include "coordinator/state.h"
 
+#include <signal.h>
+
 typedef struct rs_kube_members {
 	rs_kube *kube;
 	rs_job *job;             /* set once the job exists; events before that are only cached */
@@ -25,10 +27,15 @@ typedef struct rs_kube_members {
 rs_job_source rs_kube_members_source(rs_kube_members *m);
 rs_kube_handler rs_kube_members_handler(rs_kube_members *m);
 
-/* rs_job_options.save_state: the state document into the ConfigMap (ctx: the rs_kube_members). */
+/* The source's save_state: the state document into the ConfigMap (ctx: the rs_kube_members). */
 rs_status rs_kube_members_save(void *ctx, const rs_state *s, rs_err *err);
 
-/* The state a previous coordinator saved; RS_ENOTFOUND when there is none. */
-rs_status rs_kube_members_load(rs_kube_members *m, rs_state *s, rs_err *err);
+/*
+ * The state a previous coordinator saved; RS_ENOTFOUND when there is none.
+ * An API server that does not answer yet (the coordinator pod may start
+ * first) is waited for up to timeout_ms, or until *stop becomes nonzero.
+ */
+rs_status rs_kube_members_load(rs_kube_members *m, rs_state *s, int timeout_ms, const volatile sig_atomic_t *stop,
+			       rs_err *err);
 
 #endif

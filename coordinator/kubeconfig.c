@@ -224,3 +224,29 @@ rs_status rs_kube_config_load(const char *path, const char *context, rs_kube_con
 	free(text);
 	return st;
 }
+
+rs_status rs_kube_config_find(const rs_kube_config_flags *f, rs_kube_config *c, rs_err *err)
+{
+	char path[PATH_MAX];
+	memset(c, 0, sizeof(*c));
+	if (f->api_server) {
+		c->server = strdup(f->api_server);
+		c->token_file = f->token_file ? strdup(f->token_file) : NULL;
+		c->ca_file = f->ca ? strdup(f->ca) : NULL;
+		snprintf(c->source, sizeof(c->source), "--api-server %s", f->api_server);
+		if (!c->server || (f->token_file && !c->token_file) || (f->ca && !c->ca_file)) {
+			rs_kube_config_free(c);
+			return rs_err_set(err, RS_ENOMEM, "kubernetes: out of memory");
+		}
+		return RS_OK;
+	}
+	if (!f->kubeconfig) {
+		rs_status st = rs_kube_config_in_cluster(RS_KUBE_SERVICE_ACCOUNT_DIR, c, err);
+		if (st != RS_ENOTFOUND)
+			return st;
+		err->msg[0] = 0;
+	}
+	const char *home = getenv("HOME");
+	snprintf(path, sizeof(path), "%s/.kube/config", home ? home : "");
+	return rs_kube_config_load(f->kubeconfig ? f->kubeconfig : path, f->context, c, err);
+}

@@ -51,6 +51,19 @@ rs_status rs_kube_config_parse(const char *text, size_t len, const char *path, c
 /* Read and parse a kubeconfig file. */
 rs_status rs_kube_config_load(const char *path, const char *context, rs_kube_config *c, rs_err *err);
 
+/* How to reach the API when the command line names it: --api-server, --kube-token-file, --kube-ca. */
+typedef struct rs_kube_config_flags {
+	const char *api_server, *token_file, *ca;
+	const char *kubeconfig, *context;     /* --kubeconfig (or KUBECONFIG), --context */
+} rs_kube_config_flags;
+
+/*
+ * The configuration client-go would pick: an explicit --api-server, else
+ * in-cluster (the service account), else the kubeconfig (--kubeconfig,
+ * else ~/.kube/config) and its context.
+ */
+rs_status rs_kube_config_find(const rs_kube_config_flags *f, rs_kube_config *c, rs_err *err);
+
 void rs_kube_config_free(rs_kube_config *c);
 
 #endif

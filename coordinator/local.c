@@ -3,10 +3,13 @@
  */
 #include "coordinator/local.h"
 #include "common/clock.h"
+#include "common/file.h"
 #include "common/grow.h"
+#include "common/limits.h"
 #include "common/log.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +18,6 @@
 #include <unistd.h>
 
 #define NAME_MAX_BYTES 64
-#define MAX_REPLICAS 4096
 #define RESTART_BACKOFF_S 0.2  /* doubled at each restart of the same ordinal, up to 5 s */
 
 typedef struct proc {
@@ -30,6 +32,7 @@ typedef struct proc {
 
 struct rs_local {
 	rs_local_options o;
+	char bin[PATH_MAX];     /* the worker binary when o.worker_bin is NULL: beside this program */
 	proc *p;
 	size_t n, cap;
 	int32_t replicas;
@@ -43,6 +46,16 @@ rs_status rs_local_create(const rs_local_options *o, rs_local **out, rs_err *err
 		return rs_err_set(err, RS_ENOMEM, "local workers: out of memory");
 	l->o = *o;
 	l->restart = 1;
+	if (!o->worker_bin) {
+		ssize_t n = readlink("/proc/self/exe", l->bin, sizeof(l->bin) - 1);
+		if (n <= 0 || n + sizeof("/rowshift-worker") > sizeof(l->bin)) {
+			free(l);
+			return rs_err_set(err, RS_EINVAL, "cannot find the worker binary; pass --worker-bin");
+		}
+		l->bin[n] = 0;
+		strcpy(strrchr(l->bin, '/'), "/rowshift-worker");
+		l->o.worker_bin = l->bin;
+	}
 	*out = l;
 	return RS_OK;
 }
@@ -61,7 +74,7 @@ static int ordinal_of(const char *name)
 	if (strncmp(name, "worker-", 7) != 0 || !name[7])
 		return -1;
 	long k = strtol(name + 7, &end, 10);
-	return *end || k < 0 || k >= MAX_REPLICAS ? -1 : (int)k;
+	return *end || k < 0 || k >= RS_MAX_WORKERS ? -1 : (int)k;
 }
 
 static proc *find(rs_local *l, int32_t ordinal)
@@ -107,8 +120,8 @@ static rs_status spawn(rs_local *l, proc *p, rs_err *err)
 
 rs_status rs_local_scale(rs_local *l, int32_t n, rs_err *err)
 {
-	if (n < 0 || n > MAX_REPLICAS)
-		return rs_err_set(err, RS_EINVAL, "local workers: %d replicas is outside 0..%d", n, MAX_REPLICAS);
+	if (n < 0 || n > RS_MAX_WORKERS)
+		return rs_err_set(err, RS_EINVAL, "local workers: %d replicas is outside 0..%d", n, RS_MAX_WORKERS);
 	l->replicas = n;
 	for (int32_t k = 0; k < n; k++) {
 		proc *p = slot(l, k);
@@ -242,4 +255,60 @@ void rs_local_stop_all(rs_local *l, int timeout_ms)
 			waitpid(p->pid, NULL, 0);
 		p->pid = 0;
 	}
+}
+
+/* ---- the job's membership source ------------------------------------------------------- */
+
+static rs_status src_scale(void *ctx, int32_t n, rs_err *err) { return rs_local_scale(((rs_local_members *)ctx)->local, n, err); }
+static int32_t src_replicas(void *ctx) { return rs_local_replicas(((rs_local_members *)ctx)->local); }
+static int src_wanted(void *ctx, const char *name) { return rs_local_wanted(((rs_local_members *)ctx)->local, name); }
+static void src_ending(void *ctx) { rs_local_set_restart(((rs_local_members *)ctx)->local, 0); }
+
+static int src_list(void *ctx, const char **names, int64_t *pids, int max)
+{
+	return rs_local_list(((rs_local_members *)ctx)->local, names, pids, max);
+}
+
+/* A worker this coordinator did not start (its predecessor did): watch it by pid. */
+static void src_joined(void *ctx, const char *name, int64_t pid)
+{
+	rs_local *l = ((rs_local_members *)ctx)->local;
+	rs_err err = {0};
+	for (size_t i = 0; i < l->n; i++)
+		if (l->p[i].pid && !strcmp(l->p[i].name, name))
+			return;
+	if (rs_local_adopt(l, name, pid, &err) != RS_OK)
+		RS_WARN("%s", err.msg);
+}
+
+static rs_status src_save(void *ctx, const rs_state *s, rs_err *err)
+{
+	return rs_state_write(((rs_local_members *)ctx)->state_path, s, err);
+}
+
+rs_job_source rs_local_members_source(rs_local_members *m)
+{
+	return (rs_job_source){.ctx = m, .scale = src_scale, .replicas = src_replicas, .wanted = src_wanted,
+			       .joined = src_joined, .list = src_list, .ending = src_ending,
+			       .save_state = m->state_path ? src_save : NULL};
+}
+
+static void on_exit_cb(void *ctx, const char *name, int clean, const char *how)
+{
+	rs_local_members *m = ctx;
+	if (m->job)
+		rs_job_exited(m->job, name, clean, how);
+}
+
+void rs_local_members_poll(rs_local_members *m) { rs_local_poll(m->local, on_exit_cb, m); }
+
+rs_status rs_local_write_admin_file(const char *path, const char *url, const char *token, const char *status_token,
+				    rs_err *err)
+{
+	json_t *j = json_pack("{s:s, s:s, s:s*}", "url", url, "token", token, "status_token", status_token);
+	if (!j)
+		return rs_err_set(err, RS_ENOMEM, "--admin-file %s: out of memory", path);
+	rs_status st = rs_file_write_json(path, 0600, j, JSON_COMPACT, err);
+	json_decref(j);
+	return st;
 }

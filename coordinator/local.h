@@ -11,19 +11,24 @@
  * back-off, as a StatefulSet recreates a deleted pod. A restarted
  * coordinator adopts the processes its predecessor started, by pid.
  *
+ * rs_local_members makes them the job's membership source, the
+ * counterpart of the Kubernetes pods (kube_members.h): the job scales
+ * them, learns when one exits, and persists its state in a file.
+ *
  * Single-threaded: call everything from the coordinator's loop.
  */
 #ifndef RS_LOCAL_H
 #define RS_LOCAL_H
 
 #include "common/status.h"
+#include "coordinator/job.h"
 
 #include <stdint.h>
 
 typedef struct rs_local rs_local;
 
 typedef struct rs_local_options {
-	const char *worker_bin;   /* the rowshift-worker binary */
+	const char *worker_bin;   /* the rowshift-worker binary; NULL: the one beside this program */
 	const char *url;          /* the coordinator's control channel */
 	const char *config;       /* the model config path */
 	const char *token;        /* the join token, handed over in the environment */
@@ -64,5 +69,26 @@ int rs_local_list(const rs_local *l, const char **names, int64_t *pids, int max)
 
 /* Wait up to timeout_ms for every process to exit, then SIGKILL the rest and reap them. */
 void rs_local_stop_all(rs_local *l, int timeout_ms);
+
+/* ---- the job's membership source ------------------------------------------------------- */
+
+typedef struct rs_local_members {
+	rs_local *local;
+	rs_job *job;             /* set once the job exists; exits before that are only logged */
+	const char *state_path;  /* --state FILE, or NULL: the job is not persisted */
+} rs_local_members;
+
+/* The job's source over m (which must outlive it). */
+rs_job_source rs_local_members_source(rs_local_members *m);
+
+/* After every round of the loop: reap exited workers (telling the job) and restart the wanted ones. */
+void rs_local_members_poll(rs_local_members *m);
+
+/*
+ * Tell rowshiftctl where this job is and how to join it: path gets
+ * {"url", "token", "status_token"?}, readable by this user only.
+ */
+rs_status rs_local_write_admin_file(const char *path, const char *url, const char *token, const char *status_token,
+				    rs_err *err);
 
 #endif

@@ -1,0 +1,69 @@
+/*
+ * flags.c - see flags.h.
+ */
+#include "coordinator/flags.h"
+#include "common/param.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+const char *const rs_coord_usage =
+	"usage: rowshift-coordinator --local --workers N --config FILE [--steps S] [--schedule STEP:N,...]\n"
+	"       [--state FILE] [--listen HOST:PORT] [--log-json FILE] [--save DIR]\n"
+	"       rowshift-coordinator --kubernetes --statefulset NAME --config FILE [--listen HOST:PORT]\n"
+	"       [--kubeconfig FILE | --api-server URL] [--namespace NS] [--state-configmap NAME]\n"
+	"  the join token comes from ROWSHIFT_JOIN_TOKEN in Kubernetes mode";
+
+int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
+{
+	snprintf(c->admin_default, sizeof(c->admin_default), "/tmp/rowshift-%d.json", (int)getuid());
+	c->admin_file = c->admin_default;
+	rs_param params[] = {
+		RS_PARAM("--local", NULL, RS_PARAM_FLAG, NULL, NULL, "run the workers as processes on this machine", &c->local),
+		RS_PARAM("--kubernetes", NULL, RS_PARAM_FLAG, NULL, NULL, "the workers are the pods of a StatefulSet (see --statefulset)", &c->kubernetes),
+		RS_PARAM("--statefulset", "ROWSHIFT_STATEFULSET", RS_PARAM_STR, NULL, "NAME", "the worker StatefulSet (Kubernetes mode)", &c->statefulset),
+		RS_PARAM("--selector", "ROWSHIFT_SELECTOR", RS_PARAM_STR, "app.kubernetes.io/component=worker", "LABELS", "label selector of the worker pods (Kubernetes mode)", &c->selector),
+		RS_PARAM("--namespace", "POD_NAMESPACE", RS_PARAM_STR, NULL, "NS", "the namespace (default: the service account's, or the kubeconfig context's)", &c->ns),
+		RS_PARAM("--state-configmap", "ROWSHIFT_STATE_CONFIGMAP", RS_PARAM_STR, NULL, "NAME", "the ConfigMap keeping the job's state (Kubernetes mode; default STATEFULSET-state)", &c->state_cm),
+		RS_PARAM("--kubeconfig", "KUBECONFIG", RS_PARAM_STR, NULL, "FILE", "reach the API as this kubeconfig says (default: in-cluster, else ~/.kube/config)", &c->kubeconfig),
+		RS_PARAM("--context", NULL, RS_PARAM_STR, NULL, "NAME", "the kubeconfig context (default: its current-context)", &c->context),
+		RS_PARAM("--api-server", "ROWSHIFT_API_SERVER", RS_PARAM_STR, NULL, "URL", "the API server's URL (tests; with --kube-token-file and --kube-ca)", &c->api_server),
+		RS_PARAM("--kube-token-file", NULL, RS_PARAM_STR, NULL, "FILE", "bearer token for --api-server", &c->kube_token_file),
+		RS_PARAM("--kube-ca", NULL, RS_PARAM_STR, NULL, "FILE", "CA certificate for --api-server (TLS is verified)", &c->kube_ca),
+		RS_PARAM("--workers", "ROWSHIFT_WORKERS", RS_PARAM_INT, "2", "N", "number of workers to start with (local mode)", &c->workers),
+		RS_PARAM("--config", "ROWSHIFT_CONFIG", RS_PARAM_STR, NULL, "FILE", "model config (JSON)", &c->config),
+		RS_PARAM("--steps", "ROWSHIFT_STEPS", RS_PARAM_INT, "-1", "S", "steps to train (-1: the config's train.steps)", &c->steps),
+		RS_PARAM("--listen", "ROWSHIFT_LISTEN", RS_PARAM_STR, "127.0.0.1:0", "HOST:PORT", "where the control channel listens (port 0: any)", &c->listen),
+		RS_PARAM("--log-json", NULL, RS_PARAM_STR, NULL, "FILE", "write one JSON line per progress report and per reshard", &c->log_json),
+		RS_PARAM("--schedule", NULL, RS_PARAM_STR, NULL, "STEP:N,...", "rescale live: at STEP go to N workers (local mode)", &c->schedule),
+		RS_PARAM("--state", "ROWSHIFT_STATE", RS_PARAM_STR, NULL, "FILE", "persist generation, phase and plan here; started again with an unfinished FILE, resume that job", &c->state_path),
+		RS_PARAM("--debounce-ms", "ROWSHIFT_DEBOUNCE_MS", RS_PARAM_INT, "1000", "MS", "longest wait for the rest of a membership change (e.g. the 4 new pods of a scale 4 -> 8) before resharding", &c->debounce_ms),
+		RS_PARAM("--max-attempts", "ROWSHIFT_MAX_ATTEMPTS", RS_PARAM_INT, "3", "N", "reshard attempts aborted in a row before the job fails", &c->max_attempts),
+		RS_PARAM("--grace-ms", "ROWSHIFT_COORDINATOR_GRACE_MS", RS_PARAM_INT, "60000", "MS", "how long workers wait for a lost coordinator to come back (local mode)", &c->grace_ms),
+		RS_PARAM("--status-token", "ROWSHIFT_STATUS_TOKEN", RS_PARAM_STR, NULL, "TOKEN", "require this bearer token of status stream clients (default: none)", &c->status_token),
+		RS_PARAM("--admin-file", "ROWSHIFT_ADMIN_FILE", RS_PARAM_STR, NULL, "FILE", "where rowshiftctl finds this job (URL and token, mode 0600; default /tmp/rowshift-UID.json)", &c->admin_file),
+		RS_PARAM("--load", "ROWSHIFT_LOAD", RS_PARAM_STR, NULL, "DIR", "start from this checkpoint (any world size; training goes on from its step)", &c->load),
+		RS_PARAM("--save", "ROWSHIFT_SAVE", RS_PARAM_STR, NULL, "DIR", "write a checkpoint (safetensors) here at the end", &c->save),
+		RS_PARAM("--worker-bin", "ROWSHIFT_WORKER_BIN", RS_PARAM_STR, NULL, "PATH", "the worker binary (default: beside this one)", &c->worker_bin),
+		RS_PARAM("--timeout-ms", "ROWSHIFT_TIMEOUT_MS", RS_PARAM_INT, "60000", "MS", "longest wait for workers to join, pause, stage or rejoin", &c->timeout_ms),
+		RS_PARAM("--help", NULL, RS_PARAM_FLAG, NULL, NULL, "show this help", &c->help),
+	};
+	const int np = (int)(sizeof(params) / sizeof(params[0]));
+	const char *pos[1];
+	int npos;
+	rs_err err = {0};
+	if (rs_params_parse(params, np, argc, argv, 1, pos, 0, &npos, &err) != RS_OK) {
+		fprintf(stderr, "rowshift-coordinator: %s\n", err.msg);
+		return 2;
+	}
+	if (c->help) {
+		rs_params_usage(stdout, rs_coord_usage, params, np);
+		return 0;
+	}
+	if (c->local == c->kubernetes || c->debounce_ms < 0 || c->timeout_ms < 100) {
+		fprintf(stderr, "rowshift-coordinator: choose --local or --kubernetes (--debounce-ms >= 0, --timeout-ms >= 100)\n%s\n",
+			rs_coord_usage);
+		return 2;
+	}
+	return -1;
+}

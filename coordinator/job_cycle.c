@@ -1,0 +1,560 @@
+/*
+ * job_cycle.c - the generation cycle (job.h): start generation 1, pause
+ * the world when a membership change is ready, plan the next generation
+ * and send every member of the union its part, commit when every member
+ * staged and nothing was lost or duplicated, abort otherwise. One tick
+ * function per phase; each only reads what members last reported (see
+ * job_members.c), so a recovered job resolves its cycle the same way.
+ */
+#include "coordinator/job_internal.h"
+#include "common/log.h"
+#include "common/plandiff.h"
+#include "common/planner.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How long the multi-member phases (staging, committing, returning after an abort) may take. */
+static double phase_timeout(const rs_job *j) { return 4 * (j->o.timeout_ms / 1000.0); }
+
+int64_t rs__cycle_bound_after(const rs_job *j, int64_t step)
+{
+	for (int k = j->cur.next_sched; k < j->o.nsched; k++)
+		if (j->o.sched_step[k] > step)
+			return j->o.sched_step[k] < j->o.steps ? j->o.sched_step[k] : j->o.steps;
+	return j->o.steps;
+}
+
+static void send_world(rs_job *j, json_t *msg)
+{
+	for (int32_t r = 0; r < j->cur.nworld; r++)
+		rs__job_send(j, &j->mem.v[j->cur.world[r]], json_incref(msg));
+	json_decref(msg);
+}
+
+static void send_union(rs_job *j, json_t *msg)
+{
+	for (int32_t u = 0; u < j->att.nuni; u++)
+		rs__job_send(j, &j->mem.v[j->att.uni[u]], json_incref(msg));
+	json_decref(msg);
+}
+
+/* The start message of union rank u (a world rank when u < world). jplan and jprev are borrowed. */
+static json_t *start_msg(const rs_job *j, int64_t gen, int32_t u, int32_t world, const int32_t *uni, int32_t nuni,
+			 json_t *jplan, json_t *jprev, int64_t first, int64_t bound)
+{
+	json_t *peers = json_array(), *uoo = jprev ? json_array() : NULL;
+	for (int32_t k = 0; peers && k < nuni; k++)
+		json_array_append_new(peers, json_string(j->mem.v[uni[k]].addr));
+	for (int32_t r = 0; uoo && r < j->cur.nworld; r++)
+		json_array_append_new(uoo, json_integer(j->att.union_of_old[r]));
+	rs_msg_start m = {.generation = gen, .rank = u, .world = world, .union_world = nuni, .peers = peers,
+			  .plan = jplan, .previous_plan = jprev, .union_of_old = uoo, .first_step = first,
+			  .steps = bound, .eval_every = j->cfg->data.eval_every, .eval_samples = j->cfg->data.eval_samples,
+			  .save = j->o.save, .load = jprev ? NULL : j->o.load, .last = bound >= j->o.steps};
+	json_t *msg = peers && (uoo || !jprev) ? rs_proto_make_start(&m) : NULL;
+	json_decref(peers);
+	json_decref(uoo);
+	return msg;
+}
+
+/* Generation 1 over the joined workers. */
+static void start_first(rs_job *j, const int32_t *c, int32_t n)
+{
+	rs_err err = {0};
+	rs_world w = rs_world_make(j->cfg, n, 0, 0, 0);
+	if (rs_planner_plan(j->cfg, &w, NULL, NULL, &j->cur.plan, &err) != RS_OK) {
+		rs__job_fail(j, "planning %d workers: %s", n, err.msg);
+		return;
+	}
+	if (!(j->cur.world = malloc(sizeof(int32_t) * (size_t)n))) {
+		rs__job_fail(j, "out of memory");
+		return;
+	}
+	memcpy(j->cur.world, c, sizeof(int32_t) * (size_t)n);
+	j->cur.nworld = n;
+	j->cur.generation = j->att.last_generation = 1;
+	j->cur.step = j->o.load ? j->o.load_step : 0;
+	j->cur.bound = rs__cycle_bound_after(j, j->cur.step);
+	if (!rs__persist(j, RS_STATE_TRAINING))
+		return;
+	json_t *jp = rs_plan_to_json(j->cur.plan);
+	for (int32_t r = 0; jp && r < n; r++)
+		rs__job_send(j, &j->mem.v[c[r]], start_msg(j, 1, r, n, j->cur.world, n, jp, NULL, j->cur.step, j->cur.bound));
+	json_decref(jp);
+	j->cur.pause_sent = 0;
+	rs__emit(j, &(job_event){.kind = EV_STARTED});
+	rs__job_set_phase(j, P_TRAINING);
+}
+
+/* Paused with nothing to change: go on. */
+static void resume(rs_job *j)
+{
+	j->cur.bound = rs__cycle_bound_after(j, j->cur.step);
+	rs__emit(j, &(job_event){.kind = EV_RESUMED});
+	if (!rs__persist(j, RS_STATE_TRAINING))
+		return;
+	rs_msg_resume r = {j->cur.generation, j->cur.bound, j->cur.bound >= j->o.steps};
+	send_world(j, rs_proto_make_resume(&r));
+	for (int32_t k = 0; k < j->cur.nworld; k++)
+		j->mem.v[j->cur.world[k]].st = M_TRAINING; /* until they report otherwise: their "paused" is stale now */
+	j->cur.pause_sent = 0;
+	rs__job_set_phase(j, P_TRAINING);
+}
+
+void rs__cycle_free_attempt(rs_job *j)
+{
+	rs_plan_free(j->att.plan);
+	free(j->att.uni);
+	free(j->att.union_of_old);
+	free(j->att.before);
+	free(j->att.pairs);
+	j->att.plan = NULL, j->att.uni = NULL, j->att.union_of_old = NULL, j->att.before = NULL, j->att.pairs = NULL;
+	j->att.nuni = j->att.nworld = j->att.npairs = 0;
+	j->att.generation = 0;
+}
+
+/* Plan the next generation over the candidates and send every member of the union its part. */
+static void begin_attempt(rs_job *j, const int32_t *c, int32_t n)
+{
+	rs_err err = {0};
+	int32_t map[RS_MAX_WORKERS];
+	rs__cycle_free_attempt(j);
+	j->att.uni = malloc(sizeof(int32_t) * (size_t)(n + j->cur.nworld));
+	j->att.union_of_old = malloc(sizeof(int32_t) * (size_t)j->cur.nworld + 1);
+	j->att.before = calloc((size_t)j->ntables + 1, sizeof(uint64_t));
+	if (!j->att.uni || !j->att.union_of_old || !j->att.before) {
+		rs__job_fail(j, "out of memory");
+		return;
+	}
+	/* the union: the new world in rank order, then the members that leave */
+	memcpy(j->att.uni, c, sizeof(int32_t) * (size_t)n);
+	j->att.nuni = n;
+	j->att.nworld = n;
+	for (int32_t r = 0; r < j->cur.nworld; r++) {
+		int32_t u = -1;
+		for (int32_t k = 0; k < n; k++)
+			if (c[k] == j->cur.world[r])
+				u = k;
+		if (u < 0) {
+			u = j->att.nuni;
+			j->att.uni[j->att.nuni++] = j->cur.world[r];
+		}
+		j->att.union_of_old[r] = u;
+		map[r] = u < n ? u : -1;
+		for (int t = 0; t < j->ntables; t++)
+			j->att.before[t] += j->mem.v[j->cur.world[r]].paused_sum[t];
+	}
+	double t0 = rs__job_now(j);
+	rs_world w = rs_world_make(j->cfg, n, 0, 0, 0);
+	if (rs_planner_plan(j->cfg, &w, j->cur.plan, map, &j->att.plan, &err) != RS_OK) {
+		rs__job_fail(j, "replanning %d -> %d workers: %s", j->cur.nworld, n, err.msg);
+		return;
+	}
+	j->t.plan_s = rs__job_now(j) - t0;
+	j->att.generation = ++j->att.last_generation;
+	rs__cycle_pairs_reset(j);
+	j->att.bound = rs__cycle_bound_after(j, j->cur.step);
+	if (!rs__persist(j, RS_STATE_MIGRATING))
+		return;
+	json_t *jp = rs_plan_to_json(j->att.plan), *jprev = rs_plan_to_json(j->cur.plan);
+	for (int32_t u = 0; jp && jprev && u < j->att.nuni; u++) {
+		member *m = &j->mem.v[j->att.uni[u]];
+		if (!m->conn)
+			break; /* tick_migrating aborts: it is gone */
+		rs__job_send(j, m, start_msg(j, j->att.generation, u, n, j->att.uni, j->att.nuni, jp, jprev, j->cur.step,
+					      j->att.bound));
+		m->staged_ok = 0;
+		m->st = M_STAGING;
+		m->gen = j->att.generation;
+	}
+	json_decref(jp);
+	json_decref(jprev);
+	j->t.attempt = rs__job_now(j);
+	rs__emit(j, &(job_event){.kind = EV_ATTEMPT});
+	rs__job_set_phase(j, P_MIGRATING);
+}
+
+static void abort_attempt(rs_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void abort_attempt(rs_job *j, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(j->att.last_abort, sizeof(j->att.last_abort), fmt, ap);
+	va_end(ap);
+	rs__emit(j, &(job_event){.kind = EV_ABORTED, .reason = j->att.last_abort});
+	if (!rs__persist(j, RS_STATE_TRAINING))
+		return;
+	send_union(j, rs_proto_make_generation(RS_MSG_ABORT, j->att.generation, 0, j->att.last_abort));
+	j->att.failures++;
+	j->rep.aborts++;
+	rs__job_set_phase(j, P_ABORTING);
+}
+
+void rs__cycle_pairs_reset(rs_job *j)
+{
+	int32_t map[RS_MAX_WORKERS];
+	rs_move *mv = NULL;
+	int n = 0;
+	rs_err err = {0};
+	free(j->att.pairs);
+	j->att.pairs = NULL;
+	j->att.npairs = 0;
+	for (int32_t r = 0; r < j->cur.nworld; r++)
+		map[r] = j->att.union_of_old[r] < j->att.nworld ? j->att.union_of_old[r] : -1;
+	if (rs_plan_diff(j->cfg, j->cur.plan, j->att.plan, map, &mv, &n, &err) != RS_OK)
+		return;
+	j->att.pairs = calloc((size_t)n + 1, sizeof(*j->att.pairs));
+	for (int i = 0; j->att.pairs && i < n; i++) {
+		int32_t src = j->att.union_of_old[mv[i].src], dst = mv[i].dst, k = 0;
+		while (k < j->att.npairs && !(j->att.pairs[k].src == src && j->att.pairs[k].dst == dst))
+			k++;
+		if (k == j->att.npairs)
+			j->att.pairs[j->att.npairs++] = (pair_progress){src, dst, 0, 0};
+		j->att.pairs[k].total += mv[i].bytes;
+	}
+	free(mv);
+}
+
+/* Bytes the plan diff of the attempt moves: its pairs' totals (a recovered plan does not carry its summary). */
+static uint64_t diff_bytes(const rs_job *j)
+{
+	uint64_t total = 0;
+	for (int i = 0; i < j->att.npairs; i++)
+		total += j->att.pairs[i].total;
+	return total;
+}
+
+/* Every member staged: check that nothing was lost or duplicated, persist the decision, commit. */
+static void commit_attempt(rs_job *j)
+{
+	uint64_t *after = calloc((size_t)j->ntables + 1, sizeof(uint64_t));
+	uint64_t sent = 0, recv = 0;
+	double connect = 0, prepare = 0, move = 0;
+	if (!after) {
+		abort_attempt(j, "out of memory");
+		return;
+	}
+	for (int32_t u = 0; u < j->att.nuni; u++) {
+		const member *m = &j->mem.v[j->att.uni[u]];
+		for (int t = 0; u < j->att.nworld && t < j->ntables; t++)
+			after[t] += m->staged_sum[t];
+		sent += (uint64_t)m->staged.sent_bytes;
+		recv += (uint64_t)m->staged.recv_bytes;
+		connect = m->staged.connect_s > connect ? m->staged.connect_s : connect;
+		prepare = m->staged.copy_s > prepare ? m->staged.copy_s : prepare;
+		/* the receivers' rounds: a sender's also include waiting for its receivers to prepare */
+		if (m->staged.recv_bytes > 0)
+			move = m->staged.move_s > move ? m->staged.move_s : move;
+	}
+	int bad = -1;
+	uint64_t bad_after = 0;
+	for (int t = 0; t < j->ntables && bad < 0; t++)
+		if (after[t] != j->att.before[t])
+			bad = t, bad_after = after[t];
+	free(after);
+	if (bad >= 0) {
+		abort_attempt(j, "table '%s': the staged rows' checksum %016" PRIx64 " is not the old rows' %016" PRIx64
+				 " (rows lost or duplicated)",
+			      j->cfg->tables[bad].name, bad_after, j->att.before[bad]);
+		return;
+	}
+	uint64_t diff = diff_bytes(j);
+	if (sent != recv || sent != diff)
+		RS_WARN("generation %lld: members sent %" PRIu64 " B and received %" PRIu64 " B; the plan diff is %" PRIu64 " B",
+			(long long)j->att.generation, sent, recv, diff);
+	j->t.staged = rs__job_now(j);
+	j->t.moved = sent;
+	for (int i = 0; i < j->att.npairs; i++)
+		j->att.pairs[i].bytes = j->att.pairs[i].total;
+	rs__emit(j, &(job_event){.kind = EV_MIGRATION, .force = 1});
+	if (!rs__persist(j, RS_STATE_COMMITTING))
+		return;
+	send_union(j, rs_proto_make_generation(RS_MSG_COMMIT, j->att.generation, 0, NULL));
+	rs__emit(j, &(job_event){.kind = EV_STAGED, .moved = sent, .diff = diff, .connect_s = connect,
+				 .prepare_s = prepare, .move_s = move});
+	rs__job_set_phase(j, P_COMMITTING);
+}
+
+/* Every member took the commit: the attempt is the generation now. */
+static void install_attempt(rs_job *j)
+{
+	int32_t *w = realloc(j->cur.world, sizeof(int32_t) * (size_t)j->att.nworld);
+	if (!w) {
+		rs__job_fail(j, "out of memory");
+		return;
+	}
+	memcpy(w, j->att.uni, sizeof(int32_t) * (size_t)j->att.nworld);
+	j->t.from = j->cur.nworld;
+	rs_plan_free(j->cur.plan);
+	j->cur.plan = j->att.plan;
+	j->att.plan = NULL;
+	j->cur.world = w;
+	j->cur.nworld = j->att.nworld;
+	j->cur.generation = j->att.generation;
+	j->cur.bound = j->att.bound;
+	rs__cycle_free_attempt(j);
+	j->att.failures = 0;
+	j->cur.pause_sent = 0;
+	j->t.committed = rs__job_now(j);
+	j->cur.resume_step = j->cur.step;
+	j->rep.reshards++;
+	if (!rs__persist(j, RS_STATE_TRAINING))
+		return;
+	rs__emit(j, &(job_event){.kind = EV_COMMITTED});
+	rs__job_set_phase(j, P_TRAINING);
+}
+
+void rs__cycle_progress(rs_job *j, int64_t step)
+{
+	if (j->t.started > 0) {
+		rs__emit(j, &(job_event){.kind = EV_FIRST_STEP, .seconds = rs__job_now(j) - j->t.started});
+		j->t.started = 0;
+	}
+	if (j->cur.resume_step < 0 || step < j->cur.resume_step)
+		return;
+	double now = rs__job_now(j);
+	reshard_record rec = {j->cur.generation, j->cur.resume_step, j->t.from, j->cur.nworld, now - j->t.first_paused,
+			      j->t.staged - j->t.attempt, j->t.moved};
+	rs__emit(j, &(job_event){.kind = EV_RESHARDED, .record = &rec});
+	j->cur.resume_step = -1;
+	j->mem.scale_at = 0;
+}
+
+/* The world member i died or vanished without handing its rows over. */
+static void lost_rows(rs_job *j, int i)
+{
+	char tables[256];
+	rs__member_tables(j, i, tables, sizeof(tables));
+	int64_t step = j->mem.v[i].step > j->cur.step ? j->mem.v[i].step : j->cur.step;
+	rs__job_fail(j, "%s was lost holding the only copy of rows of %s (generation %lld, near step %lld): restart the "
+			"job from a checkpoint (recovery from replicas or checkpoints is not built yet)",
+		     j->mem.v[i].name, tables[0] ? tables : "its tables", (long long)j->cur.generation, (long long)step);
+}
+
+/* ---- one tick per phase --------------------------------------------------------------- */
+
+static void tick_starting(rs_job *j)
+{
+	int32_t c[RS_MAX_WORKERS], nc;
+	int pending;
+	if (j->mem.initial) {
+		rs_err err = {0};
+		if (j->src.scale && j->src.scale(j->src.ctx, j->mem.initial, &err) != RS_OK) {
+			rs__job_fail(j, "starting %d workers: %s", j->mem.initial, err.msg);
+			return;
+		}
+		j->mem.initial = 0;
+		j->ph_at = j->t.started = rs__job_now(j);
+	}
+	nc = rs__members_candidates(j, c, &pending);
+	if (nc > 0 && pending == 0) {
+		start_first(j, c, nc);
+		return;
+	}
+	if (rs__job_now(j) - j->ph_at > j->o.timeout_ms / 1000.0)
+		rs__job_fail(j, "waiting for the workers to join: %d of %d after %d ms", nc, nc + pending, j->o.timeout_ms);
+}
+
+static void tick_training(rs_job *j)
+{
+	int32_t c[RS_MAX_WORKERS], nc;
+	int all_done = 1, all_paused = 1;
+	for (int32_t r = 0; r < j->cur.nworld; r++) {
+		const member *m = &j->mem.v[j->cur.world[r]];
+		all_done &= m->st == M_DONE;
+		all_paused &= m->st == M_PAUSED && m->gen == j->cur.generation;
+	}
+	if (all_done) {
+		if (j->src.ending)
+			j->src.ending(j->src.ctx);
+		rs__persist(j, RS_STATE_DONE);
+		rs__emit(j, &(job_event){.kind = EV_DONE});
+		rs__job_set_phase(j, P_DONE);
+		return;
+	}
+	if (all_paused) {
+		j->t.paused = rs__job_now(j);
+		j->cur.step = j->mem.v[j->cur.world[0]].step;
+		rs__job_set_phase(j, P_PAUSED);
+		return;
+	}
+	if (!j->cur.pause_sent && rs__members_change_ready(j, c, &nc)) {
+		RS_INFO("membership change: %d -> %d workers; pausing at the next step boundary", j->cur.nworld, nc);
+		send_world(j, rs_proto_make_plain(RS_MSG_PAUSE));
+		j->cur.pause_sent = 1;
+	}
+}
+
+static void tick_paused(rs_job *j)
+{
+	int32_t c[RS_MAX_WORKERS], nc;
+	int pending;
+	if (j->cur.step >= j->o.steps) {
+		resume(j); /* a run that ended exactly at the end: let the workers finish */
+		return;
+	}
+	if (j->cur.next_sched < j->o.nsched && j->o.sched_step[j->cur.next_sched] == j->cur.step) {
+		int32_t n = j->o.sched_workers[j->cur.next_sched++];
+		rs_err err = {0};
+		rs__emit(j, &(job_event){.kind = EV_SCHEDULE, .step = j->cur.step, .workers = n});
+		if (j->src.scale && j->src.scale(j->src.ctx, n, &err) != RS_OK) {
+			rs__job_fail(j, "schedule: %s", err.msg);
+			return;
+		}
+		j->mem.scale_at = rs__job_now(j);
+		rs__members_changed(j);
+		return;
+	}
+	nc = rs__members_candidates(j, c, &pending);
+	if (nc == 0) {
+		if (rs__job_now(j) - j->ph_at > j->o.timeout_ms / 1000.0)
+			rs__job_fail(j, "no worker left to hold the rows at step %lld", (long long)j->cur.step);
+		return; /* every member is leaving or gone: wait for replacements */
+	}
+	/* paused, waiting costs training time: only for joiners on their way, at most the debounce */
+	double waited = rs__job_now(j) - (j->mem.last_change > j->ph_at ? j->mem.last_change : j->ph_at);
+	int settled = pending == 0 || waited >= j->o.debounce_ms / 1000.0;
+	if (rs__members_same_world(j, c, nc)) {
+		if (settled)
+			resume(j);
+		return;
+	}
+	if (!settled)
+		return;
+	if (j->att.failures >= j->o.max_attempts) {
+		rs__job_fail(j, "gave up after %d aborted reshard attempts in a row; the last: %s", j->att.failures,
+			     j->att.last_abort);
+		return;
+	}
+	begin_attempt(j, c, nc);
+}
+
+static void tick_migrating(rs_job *j)
+{
+	int all = 1;
+	for (int32_t u = 0; u < j->att.nuni; u++) {
+		member *m = &j->mem.v[j->att.uni[u]];
+		if (rs__member_gone(j, m)) {
+			if (u >= j->att.nworld || rs__member_in_world(j, j->att.uni[u])) {
+				lost_rows(j, j->att.uni[u]); /* an old member: its rows are gone */
+				return;
+			}
+			abort_attempt(j, "%s (joining) was lost during the migration", m->name);
+			return;
+		}
+		if (m->st == M_STAGED && m->gen == j->att.generation && !m->staged_ok) {
+			abort_attempt(j, "%s: %s", m->name, m->staged_why);
+			return;
+		}
+		if ((m->st == M_PAUSED || m->st == M_TRAINING || m->st == M_IDLE) && m->gen != j->att.generation) {
+			abort_attempt(j, "%s never started staging generation %lld", m->name, (long long)j->att.generation);
+			return;
+		}
+		all &= m->st == M_STAGED && m->gen == j->att.generation;
+	}
+	if (all)
+		commit_attempt(j);
+	else if (rs__job_now(j) - j->ph_at > phase_timeout(j))
+		abort_attempt(j, "not every member staged within %d ms", 4 * j->o.timeout_ms);
+}
+
+static void tick_committing(rs_job *j)
+{
+	int all = 1;
+	for (int32_t u = 0; u < j->att.nuni; u++) {
+		member *m = &j->mem.v[j->att.uni[u]];
+		int took = (m->st == M_COMMITTED || m->st == M_TRAINING || m->st == M_PAUSED || m->st == M_DONE) &&
+			   m->gen == j->att.generation;
+		if (u >= j->att.nworld) /* a leaver: it exits once committed */
+			took |= m->exited && m->st == M_STAGED;
+		else if (rs__member_gone(j, m) && !took) {
+			rs__job_fail(j, "%s was lost right after the commit of generation %lld, holding the only copy of its rows",
+				     m->name, (long long)j->att.generation);
+			return;
+		}
+		all &= took;
+	}
+	if (all)
+		install_attempt(j);
+	else if (rs__job_now(j) - j->ph_at > phase_timeout(j))
+		rs__job_fail(j, "members did not confirm the commit of generation %lld within %d ms",
+			     (long long)j->att.generation, 4 * j->o.timeout_ms);
+}
+
+static void tick_aborting(rs_job *j)
+{
+	int all = 1;
+	for (int32_t r = 0; r < j->cur.nworld; r++) {
+		member *m = &j->mem.v[j->cur.world[r]];
+		if (rs__member_gone(j, m)) {
+			lost_rows(j, j->cur.world[r]);
+			return;
+		}
+		all &= m->st == M_PAUSED && m->gen == j->cur.generation;
+	}
+	if (!all) {
+		if (rs__job_now(j) - j->ph_at > phase_timeout(j))
+			rs__job_fail(j, "the members did not return to generation %lld after the abort",
+				     (long long)j->cur.generation);
+		return;
+	}
+	rs__cycle_free_attempt(j);
+	rs__members_changed(j); /* the next attempt plans from what is there now */
+	rs__job_set_phase(j, P_PAUSED);
+}
+
+/*
+ * A world member that is gone without handing its rows over: nothing can
+ * bring them back here. When several went at once (peers fail right after
+ * a member dies), name one killed by a signal: the likely cause. Peers of a
+ * dead member fail within milliseconds: the first cause gets a moment to
+ * surface. 1 when the job failed.
+ */
+static int world_lost(rs_job *j)
+{
+	int lost = -1;
+	for (int32_t r = 0; r < j->cur.nworld; r++) {
+		const member *m = &j->mem.v[j->cur.world[r]];
+		if (rs__member_gone(j, m) && m->st != M_DONE && (lost < 0 || (m->killed && !j->mem.v[lost].killed)))
+			lost = j->cur.world[r];
+	}
+	if (lost >= 0 && !j->mem.loss_seen_at)
+		j->mem.loss_seen_at = rs__job_now(j);
+	if (lost >= 0 && (j->mem.v[lost].killed || rs__job_now(j) - j->mem.loss_seen_at > 0.5)) {
+		lost_rows(j, lost);
+		return 1;
+	}
+	return 0;
+}
+
+void rs__cycle_tick(rs_job *j)
+{
+	if ((j->ph == P_TRAINING || j->ph == P_PAUSED) && world_lost(j))
+		return;
+	switch (j->ph) {
+	case P_STARTING:
+		tick_starting(j);
+		break;
+	case P_TRAINING:
+		tick_training(j);
+		break;
+	case P_PAUSED:
+		tick_paused(j);
+		break;
+	case P_MIGRATING:
+		tick_migrating(j);
+		break;
+	case P_COMMITTING:
+		tick_committing(j);
+		break;
+	case P_ABORTING:
+		tick_aborting(j);
+		break;
+	case P_DONE:
+	case P_FAILED:
+		break;
+	}
+}

@@ -1,0 +1,285 @@
+/*
+ * job_events.c - one fan-out for everything the job reports (see
+ * job_event_kind in job_internal.h). rs__emit hands an event to every sink
+ * in turn; each sink shows its part of it:
+ *
+ *   report   the human-readable lines on stdout (or o.report): progress,
+ *            each reshard's plan, verification, commit and pause
+ *   log      the log's lines (stderr): members coming and going, failures
+ *   json     --log-json: one line per progress report, reshard and abort
+ *   status   the status stream: phases, members, progress, migration
+ *            progress, reshards, and a fresh snapshot after every commit;
+ *            also the history and reshard records late clients replay
+ *   source   the membership source's events (Kubernetes Events on the
+ *            StatefulSet): each reshard
+ *
+ * The cycle decides what happened; the wording of every report lives here.
+ */
+#include "coordinator/job_internal.h"
+#include "common/log.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- report: the human-readable lines --------------------------------------------------- */
+
+static void report(rs_job *j, const job_event *ev)
+{
+	FILE *f = j->o.report ? j->o.report : stdout;
+	const reshard_record *r = ev->record;
+	switch (ev->kind) {
+	case EV_FIRST_STEP:
+		fprintf(f, "generation 1 made its first step %.3f s after its %d workers were started (start, join, plan, %s"
+			   "first step)\n", ev->seconds, j->cur.nworld, j->o.load ? "load, " : "");
+		break;
+	case EV_RESHARDED:
+		fprintf(f, "generation %lld resumed at step %lld: paused %.3f s for the reshard", (long long)r->generation,
+			(long long)r->step, r->pause_s);
+		if (j->mem.scale_at > 0)
+			fprintf(f, " (%.3f s from the scale request)", rs__job_now(j) - j->mem.scale_at);
+		fprintf(f, "\n");
+		break;
+	case EV_TEACHER_AUC:
+		fprintf(f, "teacher AUC on the held-out samples (the ceiling): %.4f\n", ev->auc);
+		break;
+	case EV_PROGRESS:
+		if (ev->auc >= 0)
+			fprintf(f, "step %5lld  loss %.5f  auc %.4f  %8.0f samples/s\n", (long long)ev->step, ev->loss, ev->auc,
+				ev->samples_per_s);
+		else
+			fprintf(f, "step %5lld  loss %.5f              %8.0f samples/s\n", (long long)ev->step, ev->loss,
+				ev->samples_per_s);
+		break;
+	case EV_SCHEDULE:
+		fprintf(f, "schedule: at step %lld, scale to %d workers\n", (long long)ev->step, (int)ev->workers);
+		break;
+	case EV_ATTEMPT:
+		fprintf(f, "generation %lld: %d -> %d workers at step %lld; the plan moves %.2f MiB (lower bound %.2f MiB), "
+			   "planned in %.1f ms\n",
+			(long long)j->att.generation, j->cur.nworld, j->att.nworld, (long long)j->cur.step,
+			j->att.plan->summary.moved_bytes / 1048576.0, j->att.plan->summary.min_moved_bytes / 1048576.0,
+			j->t.plan_s * 1e3);
+		break;
+	case EV_ABORTED:
+		fprintf(f, "generation %lld aborted: %s; every member keeps generation %lld\n", (long long)j->att.generation,
+			ev->reason, (long long)j->cur.generation);
+		break;
+	case EV_STAGED: {
+		double mib = ev->moved / 1048576.0, migrate = j->t.staged - j->t.attempt;
+		fprintf(f, "generation %lld: staged and verified: moved %.2f MiB (%" PRIu64 " B; the plan diff: %" PRIu64
+			   " B) in %.3f s (connect %.3f s, prepare %.3f s, move %.3f s at %.0f MiB/s); every table's "
+			   "checksum matches\n",
+			(long long)j->att.generation, mib, ev->moved, ev->diff, migrate, ev->connect_s, ev->prepare_s,
+			ev->move_s, ev->move_s > 0 ? mib / ev->move_s : 0.0);
+		break;
+	}
+	case EV_COMMITTED: {
+		double drain = j->t.paused - j->t.first_paused, wait = j->t.attempt - j->t.paused - j->t.plan_s;
+		fprintf(f, "generation %lld committed: %d -> %d workers; so far: drain %.3f s, waiting for members %.3f s, "
+			   "plan %.3f s, migrate %.3f s, commit %.3f s\n",
+			(long long)j->cur.generation, j->t.from, j->cur.nworld, drain, wait > 0 ? wait : 0, j->t.plan_s,
+			j->t.staged - j->t.attempt, j->t.committed - j->t.staged);
+		break;
+	}
+	case EV_DONE:
+		fprintf(f, "training done: %d workers, %lld steps, %lld generation(s), %d reshard(s)\n", j->cur.nworld,
+			(long long)j->o.steps, (long long)j->cur.generation, j->rep.reshards);
+		break;
+	default:
+		return;
+	}
+	fflush(f);
+}
+
+/* ---- log: the log's lines --------------------------------------------------------------- */
+
+static void log_line(rs_job *j, const job_event *ev)
+{
+	switch (ev->kind) {
+	case EV_MEMBER:
+		if (ev->quiet)
+			break;
+		if (!strcmp(ev->what, "joined"))
+			RS_INFO("%s joined (transport at %s)", ev->name, ev->addr);
+		else if (!strcmp(ev->what, "draining"))
+			RS_INFO("%s asks to leave (%s)", ev->name, ev->detail);
+		else
+			RS_INFO("%s %s", ev->name, ev->detail);
+		break;
+	case EV_STARTED:
+		RS_INFO("generation 1: %d workers; plan imbalance %.3f", j->cur.nworld, j->cur.plan->summary.imbalance);
+		break;
+	case EV_RESUMED:
+		RS_INFO("generation %lld resumes at step %lld (no membership change to act on)", (long long)j->cur.generation,
+			(long long)j->cur.step);
+		break;
+	case EV_FAILED:
+		RS_ERROR("%s", j->why);
+		break;
+	default:
+		break;
+	}
+}
+
+/* ---- json: --log-json ------------------------------------------------------------------- */
+
+static void json_line(rs_job *j, const job_event *ev)
+{
+	json_t *line = NULL;
+	const reshard_record *r = ev->record;
+	if (!j->o.log_json)
+		return;
+	switch (ev->kind) {
+	case EV_PROGRESS:
+		line = json_pack("{s:I, s:I, s:f, s:f}", "generation", (json_int_t)j->cur.generation, "step",
+				 (json_int_t)ev->step, "loss", ev->loss, "samples_per_s", ev->samples_per_s);
+		if (line && ev->auc >= 0)
+			json_object_set_new(line, "auc", json_real(ev->auc));
+		break;
+	case EV_RESHARDED:
+		line = json_pack("{s:s, s:I, s:I, s:i, s:f, s:f, s:f, s:f, s:f}", "event", "reshard", "generation",
+				 (json_int_t)r->generation, "step", (json_int_t)r->step, "workers", (int)r->to, "pause_s",
+				 r->pause_s, "plan_s", j->t.plan_s, "migrate_s", r->migrate_s, "commit_s",
+				 j->t.committed - j->t.staged, "resume_s", rs__job_now(j) - j->t.committed);
+		break;
+	case EV_ABORTED:
+		line = json_pack("{s:s, s:I, s:s}", "event", "abort", "generation", (json_int_t)j->att.generation, "reason",
+				 ev->reason);
+		break;
+	default:
+		return;
+	}
+	if (line && json_dumpf(line, j->o.log_json, JSON_COMPACT) == 0) {
+		fputc('\n', j->o.log_json);
+		fflush(j->o.log_json);
+	}
+	json_decref(line);
+}
+
+/* ---- status: the status stream and what late clients replay ----------------------------- */
+
+static void publish(rs_job *j, json_t *ev)
+{
+	if (ev && j->io.publish) {
+		json_object_set_new(ev, "time", json_real(rs__unix_now()));
+		j->io.publish(j->io.ctx, ev);
+	}
+	json_decref(ev);
+}
+
+/* Set "type" of ev (a new reference, or NULL) and return it. */
+static json_t *typed(json_t *ev, const char *type)
+{
+	if (ev)
+		json_object_set_new(ev, "type", json_string(type));
+	return ev;
+}
+
+static json_t *phase_event(const rs_job *j)
+{
+	json_t *ev = json_pack("{s:s, s:s, s:I, s:I, s:i}", "type", "phase", "phase", rs__phase_names[j->ph], "generation",
+			       (json_int_t)j->cur.generation, "step", (json_int_t)rs__job_step(j), "world",
+			       (int)j->cur.nworld);
+	if (ev && j->att.generation && (j->ph == P_MIGRATING || j->ph == P_COMMITTING || j->ph == P_ABORTING)) {
+		json_object_set_new(ev, "attempt", json_integer(j->att.generation));
+		json_object_set_new(ev, "to", json_integer(j->att.nworld));
+	}
+	if (ev && j->ph == P_FAILED)
+		json_object_set_new(ev, "error", json_string(j->why));
+	return ev;
+}
+
+/* Keep a progress report for the history late clients replay. */
+static void record_progress(rs_job *j, const job_event *ev)
+{
+	history_point h = {j->cur.generation, ev->step, ev->loss, ev->auc, ev->samples_per_s};
+	j->rep.last = h;
+	if (ev->auc >= 0)
+		j->rep.last_auc = ev->auc;
+	if (!j->rep.history && !(j->rep.history = calloc(HISTORY_MAX, sizeof(*j->rep.history))))
+		return;
+	j->rep.history[(j->rep.history_head + j->rep.nhistory) % HISTORY_MAX] = h;
+	if (j->rep.nhistory < HISTORY_MAX)
+		j->rep.nhistory++;
+	else
+		j->rep.history_head = (j->rep.history_head + 1) % HISTORY_MAX;
+}
+
+/* Keep a committed reshard for /metrics and late clients. */
+static void record_reshard(rs_job *j, const reshard_record *r)
+{
+	if (j->rep.nlog == RESHARDS_MAX) {
+		memmove(j->rep.log, j->rep.log + 1, sizeof(j->rep.log[0]) * (RESHARDS_MAX - 1));
+		j->rep.nlog--;
+	}
+	j->rep.log[j->rep.nlog++] = *r;
+	j->rep.moved_total += r->moved_bytes;
+	j->rep.pause_sum += r->pause_s;
+	int b = 0;
+	while (b < 9 && r->pause_s > rs__pause_bounds[b])
+		b++;
+	j->rep.pause_buckets[b]++;
+}
+
+static void status(rs_job *j, const job_event *ev)
+{
+	switch (ev->kind) {
+	case EV_PHASE:
+		publish(j, phase_event(j));
+		break;
+	case EV_MEMBER: {
+		json_t *m = json_pack("{s:s, s:s, s:s, s:I}", "type", "member", "event", ev->what, "name", ev->name,
+				      "generation", (json_int_t)j->cur.generation);
+		if (m && ev->detail)
+			json_object_set_new(m, "detail", json_string(ev->detail));
+		publish(j, m);
+		break;
+	}
+	case EV_PROGRESS: {
+		record_progress(j, ev);
+		publish(j, typed(rs__history_json(&j->rep.last), "progress"));
+		break;
+	}
+	case EV_MIGRATION: {
+		double now = rs__job_now(j);
+		if (!ev->force && now - j->rep.last_migration_event < 0.1)
+			break; /* at most ten a second, whatever the workers send */
+		j->rep.last_migration_event = now;
+		publish(j, typed(rs__job_migration_json(j), "migration"));
+		break;
+	}
+	case EV_RESHARDED:
+		record_reshard(j, ev->record);
+		publish(j, typed(rs__reshard_json(ev->record), "reshard"));
+		break;
+	case EV_STARTED:
+	case EV_COMMITTED:
+		publish(j, rs__job_snapshot(j)); /* a new world and plan: status clients start over from it */
+		break;
+	default:
+		break;
+	}
+}
+
+/* ---- source: the membership source's events --------------------------------------------- */
+
+static void source(rs_job *j, const job_event *ev)
+{
+	const reshard_record *r = ev->record;
+	if (!j->src.event || ev->kind != EV_RESHARDED)
+		return;
+	char words[256];
+	snprintf(words, sizeof(words), "Resharded generation %lld: %d -> %d workers, moved %.2f MiB in %.2f s (paused %.2f s)",
+		 (long long)r->generation, r->from, r->to, r->moved_bytes / 1048576.0, r->migrate_s, r->pause_s);
+	j->src.event(j->src.ctx, 0, "Resharded", words);
+}
+
+void rs__emit(rs_job *j, const job_event *ev)
+{
+	log_line(j, ev);
+	report(j, ev);
+	json_line(j, ev);
+	status(j, ev);
+	source(j, ev);
+}

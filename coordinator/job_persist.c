@@ -1,0 +1,132 @@
+/*
+ * job_persist.c - the job's persisted state (coordinator/state.h), saved
+ * through the membership source before every decision of the cycle, and a
+ * job recovered from it after a coordinator restart: the committed
+ * generation, its plan and world, and the attempt in flight, with every
+ * member "unknown" until it rejoins and reports again.
+ */
+#include "coordinator/job_internal.h"
+#include "common/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static json_t *plan_json(const rs_plan *p) { return p ? rs_plan_to_json(p) : NULL; }
+
+int rs__persist(rs_job *j, rs_state_phase ph)
+{
+	if (!j->src.save_state)
+		return 1;
+	const char *wnames[RS_MAX_WORKERS];
+	int64_t pids[RS_MAX_WORKERS];
+	rs_state_worker workers[RS_MAX_WORKERS];
+	char *world[RS_MAX_WORKERS], *uni[RS_MAX_WORKERS];
+	rs_state s = {.phase = ph, .generation = j->cur.generation, .step = j->cur.step, .bound = j->cur.bound,
+		      .attempts = j->att.failures, .next_schedule = j->cur.next_sched, .steps = j->o.steps,
+		      .replicas = j->src.replicas ? j->src.replicas(j->src.ctx) : 0, .nsched = j->o.nsched,
+		      .config = (char *)j->o.config_path, .save = (char *)j->o.save, .url = (char *)j->o.url,
+		      .token = (char *)j->o.token};
+	rs_err err = {0};
+	memcpy(s.sched_step, j->o.sched_step, sizeof(s.sched_step));
+	memcpy(s.sched_workers, j->o.sched_workers, sizeof(s.sched_workers));
+	s.plan = plan_json(j->cur.plan);
+	for (int32_t r = 0; r < j->cur.nworld; r++)
+		world[r] = j->mem.v[j->cur.world[r]].name;
+	s.world = world, s.nworld = j->cur.nworld;
+	if (ph == RS_STATE_MIGRATING || ph == RS_STATE_COMMITTING) {
+		s.attempt_generation = j->att.generation;
+		s.attempt_plan = plan_json(j->att.plan);
+		for (int32_t u = 0; u < j->att.nuni; u++)
+			uni[u] = j->mem.v[j->att.uni[u]].name;
+		s.uni = uni, s.nuni = j->att.nuni, s.attempt_world = j->att.nworld;
+		s.union_of_old = j->att.union_of_old;
+		s.before = j->att.before, s.nbefore = j->ntables;
+	}
+	int n = j->src.list ? j->src.list(j->src.ctx, wnames, pids, RS_MAX_WORKERS) : 0;
+	s.nworkers = n < RS_MAX_WORKERS ? n : RS_MAX_WORKERS;
+	for (int i = 0; i < s.nworkers; i++)
+		workers[i] = (rs_state_worker){(char *)wnames[i], pids[i]};
+	s.workers = workers;
+	rs_status st = !s.plan || (s.attempt_generation && !s.attempt_plan) ? rs_err_set(&err, RS_ENOMEM, "out of memory")
+									   : j->src.save_state(j->src.ctx, &s, &err);
+	json_decref(s.plan);
+	json_decref(s.attempt_plan);
+	if (st != RS_OK) {
+		rs__job_fail(j, "cannot persist the job's state: %s", err.msg[0] ? err.msg : rs_status_str(st));
+		return 0;
+	}
+	return 1;
+}
+
+/* The members the state names, in its order: *out[k] the member index of names[k]. */
+static rs_status add_members(rs_job *j, char *const *names, int32_t n, int32_t *out, const char *field, rs_err *err)
+{
+	for (int32_t k = 0; k < n; k++)
+		if ((out[k] = rs__member_add(j, names[k])) < 0)
+			return j->mem.n >= RS_MAX_WORKERS
+				       ? rs_err_set(err, RS_EINVAL, "state: %s: more than %d workers", field, RS_MAX_WORKERS)
+				       : RS_ENOMEM;
+	return RS_OK;
+}
+
+/* The attempt in flight, as the state has it. */
+static rs_status recover_attempt(rs_job *j, const rs_state *s, rs_err *err)
+{
+	rs_status st = RS_OK;
+	RSCHECK(rs_plan_from_json(s->attempt_plan, j->cfg, "state: attempt plan", &j->att.plan, err));
+	if (s->nbefore != j->ntables || j->att.plan->world.ranks != s->attempt_world)
+		return rs_err_set(err, RS_EINVAL, "state: the attempt does not match the config's tables or its plan");
+	RSALLOCGOTO(j->att.uni = malloc(sizeof(int32_t) * (size_t)s->nuni + 1), st, out);
+	RSALLOCGOTO(j->att.union_of_old = malloc(sizeof(int32_t) * (size_t)s->nworld + 1), st, out);
+	RSALLOCGOTO(j->att.before = calloc((size_t)j->ntables + 1, sizeof(uint64_t)), st, out);
+	RSCHECKGOTO(add_members(j, s->uni, s->nuni, j->att.uni, "attempt.union", err), st, out);
+	memcpy(j->att.union_of_old, s->union_of_old, sizeof(int32_t) * (size_t)s->nworld);
+	memcpy(j->att.before, s->before, sizeof(uint64_t) * (size_t)j->ntables);
+	j->att.nuni = s->nuni;
+	j->att.nworld = s->attempt_world;
+	j->att.generation = j->att.last_generation = s->attempt_generation;
+	j->att.bound = rs__cycle_bound_after(j, j->cur.step);
+	rs__cycle_pairs_reset(j);
+out:
+	return st;
+}
+
+rs_status rs_job_recover(const rs_job_options *o, const rs_job_source *src, const rs_state *s, rs_job **out,
+			 rs_err *err)
+{
+	rs_job *j;
+	rs_status st = RS_OK;
+	*out = NULL;
+	RSCHECK(rs_job_create(o, src, 0, &j, err));
+	RSCHECKGOTO(rs_plan_from_json(s->plan, o->cfg, "state: plan", &j->cur.plan, err), st, fail);
+	if (j->cur.plan->world.ranks != s->nworld)
+		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "state: the plan has %d ranks, the world %d members",
+					  j->cur.plan->world.ranks, s->nworld), fail);
+	RSALLOCGOTO(j->cur.world = malloc(sizeof(int32_t) * (size_t)s->nworld), st, fail);
+	RSCHECKGOTO(add_members(j, s->world, s->nworld, j->cur.world, "world", err), st, fail);
+	j->cur.nworld = s->nworld;
+	j->cur.generation = j->att.last_generation = s->generation;
+	j->cur.step = s->step;
+	j->cur.bound = s->bound;
+	j->att.failures = s->attempts;
+	j->cur.next_sched = s->next_schedule;
+	if (s->attempt_generation)
+		RSCHECKGOTO(recover_attempt(j, s, err), st, fail);
+	j->t.attempt = j->t.paused = j->t.first_paused = rs__job_now(j);
+	static const phase phases[] = {[RS_STATE_TRAINING] = P_TRAINING, [RS_STATE_MIGRATING] = P_MIGRATING,
+				       [RS_STATE_COMMITTING] = P_COMMITTING, [RS_STATE_DONE] = P_DONE};
+	if (s->phase == RS_STATE_COMMITTING)
+		j->t.staged = rs__job_now(j);
+	rs__job_set_phase(j, phases[s->phase]);
+	RS_INFO("recovered generation %lld (%d workers) in phase %s%s; waiting for the workers to rejoin",
+		(long long)j->cur.generation, j->cur.nworld, rs_state_phase_name(s->phase),
+		j->att.generation ? " with an attempt in flight" : "");
+	rs__members_changed(j);
+	*out = j;
+	return RS_OK;
+fail:
+	if (st == RS_ENOMEM)
+		rs_err_set(err, st, "job: out of memory");
+	rs_job_destroy(j);
+	return st;
+}
