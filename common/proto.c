@@ -357,11 +357,13 @@ json_t *rs_proto_make_welcome(int64_t worker_id)
 	return json_pack("{s:s, s:I}", "type", "welcome", "worker_id", (json_int_t)worker_id);
 }
 
-/* Add key = v (a new reference, stolen) to j when v is not NULL; NULL (j freed) when that fails. */
+/* With want: add key = v (a new reference, stolen) to j; NULL (j freed) when that fails. v is freed either way. */
 static json_t *opt_set(json_t *j, const char *key, json_t *v, int want)
 {
-	if (!j || !want)
+	if (!j || !want) {
+		json_decref(v);
 		return j;
+	}
 	if (!v || json_object_set_new(j, key, v) != 0) {
 		json_decref(j);
 		return NULL;

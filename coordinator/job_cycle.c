@@ -154,8 +154,11 @@ static void begin_attempt(rs_job *j, const int32_t *c, int32_t n)
 		return;
 	}
 	j->t.plan_s = rs__job_now(j) - t0;
+	if (rs__cycle_pairs_reset(j) != RS_OK) {
+		rs__job_fail(j, "replanning %d -> %d workers: the plan diff: out of memory", j->cur.nworld, n);
+		return;
+	}
 	j->att.generation = ++j->att.last_generation;
-	rs__cycle_pairs_reset(j);
 	j->att.bound = rs__cycle_bound_after(j, j->cur.step);
 	if (!rs__persist(j, RS_STATE_MIGRATING))
 		return;
@@ -193,7 +196,7 @@ static void abort_attempt(rs_job *j, const char *fmt, ...)
 	rs__job_set_phase(j, P_ABORTING);
 }
 
-void rs__cycle_pairs_reset(rs_job *j)
+rs_status rs__cycle_pairs_reset(rs_job *j)
 {
 	int32_t map[RS_MAX_WORKERS];
 	rs_move *mv = NULL;
@@ -204,10 +207,12 @@ void rs__cycle_pairs_reset(rs_job *j)
 	j->att.npairs = 0;
 	for (int32_t r = 0; r < j->cur.nworld; r++)
 		map[r] = j->att.union_of_old[r] < j->att.nworld ? j->att.union_of_old[r] : -1;
-	if (rs_plan_diff(j->cfg, j->cur.plan, j->att.plan, map, &mv, &n, &err) != RS_OK)
-		return;
-	j->att.pairs = calloc((size_t)n + 1, sizeof(*j->att.pairs));
-	for (int i = 0; j->att.pairs && i < n; i++) {
+	RSCHECK(rs_plan_diff(j->cfg, j->cur.plan, j->att.plan, map, &mv, &n, &err));
+	if (!(j->att.pairs = calloc((size_t)n + 1, sizeof(*j->att.pairs)))) {
+		free(mv);
+		return RS_ENOMEM;
+	}
+	for (int i = 0; i < n; i++) {
 		int32_t src = j->att.union_of_old[mv[i].src], dst = mv[i].dst, k = 0;
 		while (k < j->att.npairs && !(j->att.pairs[k].src == src && j->att.pairs[k].dst == dst))
 			k++;
@@ -216,6 +221,7 @@ void rs__cycle_pairs_reset(rs_job *j)
 		j->att.pairs[k].total += mv[i].bytes;
 	}
 	free(mv);
+	return RS_OK;
 }
 
 /* Bytes the plan diff of the attempt moves: its pairs' totals (a recovered plan does not carry its summary). */

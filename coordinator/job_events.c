@@ -224,6 +224,12 @@ static void record_reshard(rs_job *j, const reshard_record *r)
 
 static void status(rs_job *j, const job_event *ev)
 {
+	if (ev->kind == EV_RESHARDED)
+		record_reshard(j, ev->record);
+	if (ev->kind == EV_PROGRESS)
+		record_progress(j, ev);
+	if (!j->io.publish)
+		return; /* nobody listens (yet): nothing to build */
 	switch (ev->kind) {
 	case EV_PHASE:
 		publish(j, phase_event(j));
@@ -236,11 +242,9 @@ static void status(rs_job *j, const job_event *ev)
 		publish(j, m);
 		break;
 	}
-	case EV_PROGRESS: {
-		record_progress(j, ev);
+	case EV_PROGRESS:
 		publish(j, typed(rs__history_json(&j->rep.last), "progress"));
 		break;
-	}
 	case EV_MIGRATION: {
 		double now = rs__job_now(j);
 		if (!ev->force && now - j->rep.last_migration_event < 0.1)
@@ -250,7 +254,6 @@ static void status(rs_job *j, const job_event *ev)
 		break;
 	}
 	case EV_RESHARDED:
-		record_reshard(j, ev->record);
 		publish(j, typed(rs__reshard_json(ev->record), "reshard"));
 		break;
 	case EV_STARTED:

@@ -215,8 +215,8 @@ int64_t rs__cycle_bound_after(const rs_job *j, int64_t step);
 void rs__cycle_free_attempt(rs_job *j);
 /* Rank 0 reported a step: a resumed generation may complete its reshard's report. */
 void rs__cycle_progress(rs_job *j, int64_t step);
-/* The attempt's sender -> receiver pairs from its plan diff, their progress at 0. */
-void rs__cycle_pairs_reset(rs_job *j);
+/* The attempt's sender -> receiver pairs from its plan diff, their progress at 0 (RS_ENOMEM). */
+rs_status rs__cycle_pairs_reset(rs_job *j);
 
 /* ---- job_dispatch.c ------------------------------------------------------------------- */
 

@@ -86,7 +86,7 @@ static rs_status recover_attempt(rs_job *j, const rs_state *s, rs_err *err)
 	j->att.nworld = s->attempt_world;
 	j->att.generation = j->att.last_generation = s->attempt_generation;
 	j->att.bound = rs__cycle_bound_after(j, j->cur.step);
-	rs__cycle_pairs_reset(j);
+	RSCHECKGOTO(rs__cycle_pairs_reset(j), st, out);
 out:
 	return st;
 }

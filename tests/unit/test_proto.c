@@ -213,6 +213,155 @@ static void test_reshard_messages(void **state)
 	json_decref(a);
 }
 
+/* What a builder makes, its parser takes back unchanged: through text, as on the wire. */
+static json_t *wire(json_t *built)
+{
+	assert_non_null(built);
+	char *text = json_dumps(built, JSON_COMPACT);
+	json_t *m;
+	const char *type;
+	rs_err err = {0};
+	assert_int_equal(rs_proto_parse(text, strlen(text), &m, &type, &err), RS_OK);
+	assert_string_equal(type, rs_proto_type_name(rs_proto_kind(built)));
+	free(text);
+	json_decref(built);
+	return m;
+}
+
+static void test_builders_round_trip(void **state)
+{
+	(void)state;
+	rs_err err = {0};
+	json_t *m, *peers = json_pack("[s, s]", "a:1", "b:2"), *plan = json_object(), *uoo = json_pack("[i]", 1);
+	uint64_t sums[2] = {1, UINT64_MAX}, back[2];
+
+	rs_msg_join jn = {.token = "t", .worker = "worker-3", .addr = "h:1", .pid = 42, .incarnation = "abc"}, jb;
+	m = wire(rs_proto_make_join(&jn));
+	assert_int_equal(rs_proto_join(m, &jb, &err), RS_OK);
+	assert_string_equal(jb.worker, "worker-3");
+	assert_string_equal(jb.incarnation, "abc");
+	assert_int_equal(jb.pid, 42);
+	json_decref(m);
+
+	rs_msg_start st = {.generation = 3, .rank = 1, .world = 1, .union_world = 2, .peers = peers, .plan = plan,
+			   .previous_plan = plan, .union_of_old = uoo, .first_step = 40, .steps = 80, .eval_every = 10,
+			   .eval_samples = 100, .save = "ck", .last = 1}, sb;
+	m = wire(rs_proto_make_start(&st));
+	assert_int_equal(rs_proto_start(m, &sb, &err), RS_OK);
+	assert_int_equal(sb.generation, 3);
+	assert_int_equal(sb.union_world, 2);
+	assert_int_equal(sb.steps, 80);
+	assert_true(sb.last);
+	assert_string_equal(sb.save, "ck");
+	assert_non_null(sb.previous_plan);
+	json_decref(m);
+
+	json_t *cs = rs_proto_checksums_to_json(sums, 2);
+	rs_msg_paused pa = {.rank = 1, .generation = 3, .step = 7, .addr = "h:9", .checksum = cs}, pb;
+	m = wire(rs_proto_make_paused(&pa));
+	assert_int_equal(rs_proto_paused(m, &pb, &err), RS_OK);
+	assert_int_equal(rs_proto_checksums(pb.checksum, back, 2, &err), RS_OK);
+	assert_true(back[1] == UINT64_MAX);
+	json_decref(m);
+
+	rs_msg_staged sa = {.generation = 4, .ok = 1, .checksum = cs, .sent_bytes = 5, .recv_bytes = 6, .move_s = 0.5},
+		      sg;
+	m = wire(rs_proto_make_staged(&sa));
+	assert_int_equal(rs_proto_staged(m, &sg, &err), RS_OK);
+	assert_true(sg.ok);
+	assert_int_equal(sg.recv_bytes, 6);
+	json_decref(m);
+	sa.ok = 0, sa.reason = "bad chunk";
+	m = wire(rs_proto_make_staged(&sa));
+	assert_int_equal(rs_proto_staged(m, &sg, &err), RS_OK);
+	assert_false(sg.ok);
+	assert_string_equal(sg.reason, "bad chunk");
+	json_decref(m);
+	json_decref(cs);
+
+	rs_msg_resume ra = {5, 90, 0}, rb;
+	m = wire(rs_proto_make_resume(&ra));
+	assert_int_equal(rs_proto_resume(m, &rb, &err), RS_OK);
+	assert_int_equal(rb.steps, 90);
+	json_decref(m);
+
+	rs_msg_progress pr = {.rank = 0, .step = 9, .loss = 0.25, .samples_per_s = 10, .auc = 0.7, .teacher_auc = -1}, pq;
+	m = wire(rs_proto_make_progress(&pr));
+	assert_int_equal(rs_proto_progress(m, &pq, &err), RS_OK);
+	assert_true(pq.auc == 0.7 && pq.teacher_auc < 0);
+	json_decref(m);
+
+	const char *addr;
+	m = wire(rs_proto_make_idle("h:3"));
+	assert_int_equal(rs_proto_idle(m, &addr, &err), RS_OK);
+	json_decref(m);
+
+	int64_t g, step, rank;
+	const char *why;
+	json_t *sent = json_pack("[[i, I]]", 1, (json_int_t)99), *sent_back;
+	m = wire(rs_proto_make_migrating(6, sent));
+	assert_int_equal(rs_proto_migrating(m, &g, &sent_back, &err), RS_OK);
+	assert_int_equal(g, 6);
+	json_decref(m);
+	json_decref(sent);
+
+	static const rs_msg_type family[] = {RS_MSG_COMMIT, RS_MSG_COMMITTED, RS_MSG_STAGING, RS_MSG_ABORT,
+					     RS_MSG_TRAINING, RS_MSG_LEAVE};
+	for (size_t i = 0; i < sizeof(family) / sizeof(family[0]); i++) {
+		m = wire(rs_proto_make_generation(family[i], 7, 11, "because"));
+		assert_int_equal(rs_proto_generation(m, &g, &step, &why, &err), RS_OK);
+		assert_int_equal(g, family[i] == RS_MSG_LEAVE ? 0 : 7);
+		json_decref(m);
+	}
+
+	m = wire(rs_proto_make_done(2, 100));
+	assert_int_equal(rs_proto_done(m, &rank, &step, &err), RS_OK);
+	assert_int_equal(step, 100);
+	json_decref(m);
+
+	int32_t n;
+	m = wire(rs_proto_make_scale(7));
+	assert_int_equal(rs_proto_scale(m, &n, &err), RS_OK);
+	assert_int_equal(n, 7);
+	json_decref(m);
+
+	rs_msg_type t;
+	m = wire(rs_proto_make_scaling(7));
+	assert_int_equal(rs_proto_reply(m, &t, &why, &g, &err), RS_OK);
+	assert_int_equal(t, RS_MSG_SCALING);
+	assert_int_equal(g, 7);
+	json_decref(m);
+	m = wire(rs_proto_make_reason(RS_MSG_REFUSED, "bad join token"));
+	assert_int_equal(rs_proto_reply(m, &t, &why, &g, &err), RS_OK);
+	assert_string_equal(why, "bad join token");
+	json_decref(m);
+	m = wire(rs_proto_make_welcome(1));
+	assert_int_equal(rs_proto_reply(m, &t, &why, &g, &err), RS_OK);
+	assert_int_equal(t, RS_MSG_WELCOME);
+	json_decref(m);
+	m = wire(rs_proto_make_plain(RS_MSG_STOP));
+	assert_int_equal(rs_proto_kind(m), RS_MSG_STOP);
+	assert_int_equal(rs_proto_reply(m, &t, &why, &g, &err), RS_EINVAL); /* not an answer */
+	json_decref(m);
+	json_decref(peers);
+	json_decref(plan);
+	json_decref(uoo);
+}
+
+static void test_kinds(void **state)
+{
+	(void)state;
+	for (int k = 1; k < RS_MSG_TYPE_COUNT; k++) {
+		json_t *m = json_pack("{s:s}", "type", rs_proto_type_name((rs_msg_type)k));
+		assert_int_equal(rs_proto_kind(m), k);
+		json_decref(m);
+	}
+	json_t *m = json_pack("{s:s}", "type", "dance");
+	assert_int_equal(rs_proto_kind(m), RS_MSG_UNKNOWN);
+	json_decref(m);
+	assert_int_equal(rs_proto_kind(NULL), RS_MSG_UNKNOWN);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -220,6 +369,8 @@ int main(void)
 		cmocka_unit_test(test_join),
 		cmocka_unit_test(test_start_and_progress),
 		cmocka_unit_test(test_reshard_messages),
+		cmocka_unit_test(test_builders_round_trip),
+		cmocka_unit_test(test_kinds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

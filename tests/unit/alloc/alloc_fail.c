@@ -18,7 +18,7 @@ void *__real_aligned_alloc(size_t align, size_t n);
 int __real_vasprintf(char **out, const char *fmt, va_list ap);
 
 static long count, fail_at;
-static int failed;
+static int failed, failed_in_jansson, in_jansson;
 
 void rs_alloc_fail_reset(void) { rs_alloc_fail_at(0); }
 
@@ -26,17 +26,19 @@ void rs_alloc_fail_at(long n)
 {
 	count = 0;
 	fail_at = n;
-	failed = 0;
+	failed = failed_in_jansson = 0;
 }
 
 long rs_alloc_count(void) { return count; }
 int rs_alloc_failed(void) { return failed; }
+int rs_alloc_failed_in_jansson(void) { return failed_in_jansson; }
 
 /* Count one allocation; 1 when it is the one to fail. */
 static int fail_now(void)
 {
 	if (++count == fail_at) {
 		failed = 1;
+		failed_in_jansson = in_jansson;
 		return 1;
 	}
 	return 0;
@@ -89,6 +91,12 @@ int __wrap_asprintf(char **out, const char *fmt, ...)
 	return n;
 }
 
-static void *json_alloc(size_t n) { return __wrap_malloc(n); }
+static void *json_alloc(size_t n)
+{
+	in_jansson = 1;
+	void *p = __wrap_malloc(n);
+	in_jansson = 0;
+	return p;
+}
 
 __attribute__((constructor)) static void route_jansson(void) { json_set_alloc_funcs(json_alloc, free); }

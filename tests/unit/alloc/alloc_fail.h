@@ -27,4 +27,11 @@ long rs_alloc_count(void);
 /* 1 when the planned failure happened since rs_alloc_fail_at. */
 int rs_alloc_failed(void);
 
+/*
+ * 1 when that failed allocation was jansson's own (json_set_alloc_funcs):
+ * jansson absorbs some of those (e.g. its bookkeeping for JSON_STRICT)
+ * and still gives a correct result, so a caller may then succeed.
+ */
+int rs_alloc_failed_in_jansson(void);
+
 #endif
