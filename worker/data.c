@@ -2,7 +2,7 @@
  * data.c - picks the data source the config names (see data.h).
  */
 #include "worker/data.h"
-#include "worker/criteo.h"
+#include "worker/data_criteo.h"
 
 rs_status rs_data_open(const rs_config *cfg, rs_data **out, rs_err *err)
 {

@@ -12,7 +12,7 @@
  * for a ZCH table). Features named C1..C26 read those columns; otherwise the
  * k-th feature reads column C(k+1).
  */
-#include "worker/criteo.h"
+#include "worker/data_criteo.h"
 #include "common/grow.h"
 #include "common/log.h"
 #include "common/rng.h"

@@ -3,7 +3,7 @@
  * (worker/data_criteo.c): any bytes are a sample with finite features and a
  * 0/1 label, or rejected with a reason.
  */
-#include "worker/criteo.h"
+#include "worker/data_criteo.h"
 
 #include <math.h>
 #include <stdint.h>

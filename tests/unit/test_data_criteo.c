@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "worker/criteo.h"
+#include "worker/data_criteo.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * criteo.h - the Criteo TSV data source (data_criteo.c), and its line
+ * data_criteo.h - the Criteo TSV data source (data_criteo.c), and its line
  * parser on its own for tests and fuzzing.
  */
 #ifndef RS_CRITEO_H
