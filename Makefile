@@ -8,8 +8,11 @@
 #   make bench      benchmarks, each figure beside its reference
 #   make test-gpu   GPU tests (needs a CUDA device)
 #
-# Sources are found by directory, so adding a module is adding its files:
-#   common/ kernels/ worker/ coordinator/ *.c  -> build/lib/librowshift.a
+# Sources are found by directory, so adding a module is adding its files.
+# Each layer is its own archive, and a binary links only the layers it may
+# use (common <- kernels <- worker; common <- coordinator; common <- ctl;
+# scripts/checklayers.py checks the includes):
+#   LAYER/*.c (LAYER: common kernels worker coordinator) -> build/lib/librowshift_LAYER.a
 #   ctl/*.c                                     -> build/bin/rowshiftctl
 #   kernels/cuda/*.cu, worker/transport_nccl.c,
 #   worker/engine_cuda.c                        -> build/lib/librowshift_cuda.a (when nvcc exists; the
@@ -22,6 +25,7 @@
 #   tests/gpu/*.c not named test_* or bench_*   -> support code linked into every GPU binary
 #   tests/fuzz/fuzz_NAME.c                      -> libFuzzer targets, corpus in tests/fuzz/corpus/NAME/
 #   tests/bench/bench_NAME.c                    -> benchmark binaries
+#   tests/static/NAME.sh                        -> checks of the source tree (layers, file sizes), run first
 #   tests/integration/NAME.sh                   -> multi-process tests, run after the unit tests
 
 BUILD ?= build
@@ -40,9 +44,11 @@ NVCCFLAGS ?= -O3 -std=c++17 -MMD -MP $(CUDA_ARCHS) -Xcompiler -Wall,-fPIC -I. -D
 MAINS := coordinator/main.c worker/main.c ctl/rowshiftctl.c
 # C sources that need the CUDA and NCCL headers: built into the CUDA library, only where nvcc exists
 CUDA_C_SRCS := $(wildcard worker/transport_nccl.c worker/engine_cuda.c)
-LIB_SRCS := $(filter-out $(MAINS) $(CUDA_C_SRCS),$(wildcard common/*.c kernels/*.c worker/*.c coordinator/*.c))
-LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
-LIB := $(BUILD)/lib/librowshift.a
+# the layers, each before the layers it stands on (the order a linker needs)
+LAYERS := coordinator worker kernels common
+layer_objs = $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(MAINS) $(CUDA_C_SRCS),$(wildcard $(1)/*.c)))
+layer_lib = $(BUILD)/lib/librowshift_$(1).a
+LIB := $(foreach l,$(LAYERS),$(call layer_lib,$(l)))
 
 BINS := $(BUILD)/bin/rowshift-coordinator $(BUILD)/bin/rowshift-worker $(BUILD)/bin/rowshiftctl
 
@@ -76,15 +82,17 @@ $(CUDA_C_OBJS) $(BUILD)/obj/tests/gpu/%.o: CPPFLAGS += -isystem $(CUDA_HOME)/inc
 WORKER_CUDA := $(CUDA_LIB)
 WORKER_CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib \
 	-lnccl -lcudart_static -ldl -lrt -lstdc++
-$(BUILD)/obj/worker/main.o: CPPFLAGS += -DRS_HAVE_CUDA -isystem $(CUDA_HOME)/include
+$(BUILD)/obj/worker/main.o: CPPFLAGS += -DRS_HAVE_CUDA -DRS_HAVE_NCCL -isystem $(CUDA_HOME)/include
 endif
 
-.PHONY: all deps tools test unit fuzz-build integration asan ubsan fuzz fuzz-smoke bench bench-gpu test-gpu demo clean
+.PHONY: all deps tools libs test static unit fuzz-build integration asan ubsan fuzz fuzz-smoke bench bench-gpu test-gpu demo clean
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
 .SECONDARY:
 
 all: deps $(BINS) $(UNIT_BINS) $(BENCH_BINS) $(GPU_BINS)
+
+libs: $(LIB)
 
 deps:
 	@sh scripts/deps.sh
@@ -105,24 +113,29 @@ $(BUILD)/obj/%.o: %.cu | deps
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-$(LIB): $(LIB_OBJS)
-	@mkdir -p $(@D)
-	rm -f $@ && ar rcs $@ $^
+define layer_archive
+$(call layer_lib,$(1)): $(call layer_objs,$(1))
+	@mkdir -p $$(@D)
+	rm -f $$@ && ar rcs $$@ $$^
+endef
+$(foreach l,$(LAYERS),$(eval $(call layer_archive,$(l))))
 
 $(CUDA_LIB): $(CUDA_OBJS)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/rowshift-coordinator: $(BUILD)/obj/coordinator/main.o $(LIB)
+COORDINATOR_LIBS := $(call layer_lib,coordinator) $(call layer_lib,common)
+$(BUILD)/bin/rowshift-coordinator: $(BUILD)/obj/coordinator/main.o $(COORDINATOR_LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-$(BUILD)/bin/rowshift-worker: $(BUILD)/obj/worker/main.o $(WORKER_CUDA) $(LIB)
+WORKER_LIBS := $(call layer_lib,worker) $(call layer_lib,kernels) $(call layer_lib,common)
+$(BUILD)/bin/rowshift-worker: $(BUILD)/obj/worker/main.o $(WORKER_CUDA) $(WORKER_LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) $(BUILD)/obj/worker/main.o $(WORKER_CUDA) $(LIB) $(WORKER_CUDA_LDLIBS) $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(LDFLAGS) $(BUILD)/obj/worker/main.o $(WORKER_CUDA) $(WORKER_LIBS) $(WORKER_CUDA_LDLIBS) $(LDLIBS) -o $@
 
 CTL_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard ctl/*.c))
-$(BUILD)/bin/rowshiftctl: $(CTL_OBJS) $(LIB)
+$(BUILD)/bin/rowshiftctl: $(CTL_OBJS) $(call layer_lib,common)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
@@ -151,6 +164,7 @@ $(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(GPU_SUPPORT_OBJS) $(CUDA_LIB)
 # line ("N passed, N failed, N skipped") and fails when any test failed.
 test: all tools
 	@rm -f $(BUILD)/test-results
+	@BUILD=$(BUILD) bash tests/run.sh static $(wildcard tests/static/*.sh)
 	@BUILD=$(BUILD) bash tests/run.sh unit $(UNIT_BINS)
 	@BUILD=$(BUILD) bash tests/run.sh gpu $(GPU_TESTS)
 	@[ -n "$(GPU_TESTS)" ] || { echo "== gpu: skipped: no CUDA toolkit (nvcc), the CUDA code was not built"; \
@@ -162,6 +176,11 @@ test: all tools
 unit: deps $(UNIT_BINS)
 	@rm -f $(BUILD)/test-results
 	@BUILD=$(BUILD) bash tests/run.sh unit $(UNIT_BINS)
+	@BUILD=$(BUILD) bash tests/run.sh --summary
+
+static:
+	@rm -f $(BUILD)/test-results
+	@BUILD=$(BUILD) bash tests/run.sh static $(wildcard tests/static/*.sh)
 	@BUILD=$(BUILD) bash tests/run.sh --summary
 
 integration: deps tools $(BINS)
@@ -180,11 +199,11 @@ FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 8
 
 fuzz-build: deps
-	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang OPT="-O1 $(FUZZ_FLAGS)" NVCC= $(FUZZ_BUILD)/lib/librowshift.a
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang OPT="-O1 $(FUZZ_FLAGS)" NVCC= libs
 	@mkdir -p $(FUZZ_BUILD)/bin
 	@for n in $(FUZZ_NAMES); do \
 	  clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
-	    tests/fuzz/fuzz_$$n.c $(FUZZ_BUILD)/lib/librowshift.a $(LDLIBS) \
+	    tests/fuzz/fuzz_$$n.c $(foreach l,$(LAYERS),$(FUZZ_BUILD)/lib/librowshift_$(l).a) $(LDLIBS) \
 	    -o $(FUZZ_BUILD)/bin/fuzz_$$n || exit 1; done
 
 # Each target replays its seed corpus and explores for a few seconds.

@@ -4,7 +4,7 @@
 #   run.sh KIND PROGRAM...   run each program with a timeout and record the result
 #   run.sh --summary         print "N passed, N failed, N skipped" and fail if any failed
 #
-# KIND is unit, gpu, fuzz or integration. A program exiting 0 passed, 77
+# KIND is static, unit, gpu, fuzz or integration. A program exiting 0 passed, 77
 # skipped (it prints why), anything else failed. Results accumulate in
 # $BUILD/test-results until the summary; each program's output goes to the
 # terminal as it runs and to $BUILD/test-logs/NAME.log.
@@ -48,7 +48,7 @@ for prog in "$@"; do
 		rc=$?
 		tail -n 4 "$log"
 		;;
-	integration)
+	integration|static)
 		BUILD=$BUILD timeout -k 10 "$timeout_s" bash "$prog" 2>&1 | tee "$log"
 		rc=${PIPESTATUS[0]}
 		;;
