@@ -524,7 +524,6 @@ void rs_kube_destroy(rs_kube *k)
 }
 
 int rs_kube_synced(const rs_kube *k) { return k->synced; }
-const char *rs_kube_error(const rs_kube *k) { return k->error; }
 int rs_kube_npods(const rs_kube *k) { return (int)k->npods; }
 const rs_kube_pod *rs_kube_pod_at(const rs_kube *k, int i) { return &k->pods[i].pod; }
 

@@ -65,9 +65,6 @@ const rs_kube_pod *rs_kube_pod_named(const rs_kube *k, const char *name);
 int rs_kube_npods(const rs_kube *k);
 const rs_kube_pod *rs_kube_pod_at(const rs_kube *k, int i);
 
-/* The last thing that went wrong talking to the API ("" when all is well). */
-const char *rs_kube_error(const rs_kube *k);
-
 /* ConfigMap `name`'s data[key] (a malloc'd string) into *value; RS_ENOTFOUND when the map or key is absent. */
 rs_status rs_kube_configmap_get(rs_kube *k, const char *name, const char *key, char **value, rs_err *err);
 

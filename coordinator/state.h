@@ -8,7 +8,8 @@
  * One JSON document, written whole to a temporary file, fsync'd and renamed
  * over the old one (then the directory fsync'd), so a crash leaves either
  * the old state or the new one, never a mix. In Kubernetes mode the same
- * document lives in a ConfigMap (a later issue).
+ * document lives in a ConfigMap (kube_members.c). The membership source
+ * persists it: the job hands it over at every decision (job.h).
  *
  *   {"format": "rowshift-coordinator-state", "version": 1,
  *    "phase": "training" | "migrating" | "committing" | "done",

@@ -1,8 +1,12 @@
 /*
  * rowshiftctl - the command-line tool. Subcommands:
- *   plan     compute a sharding plan for a config and a world (optionally
- *            incrementally from a previous plan) and print it
- * Later issues add scale, status and checkpoint.
+ *   plan        compute a sharding plan for a config and a world (optionally
+ *               incrementally from a previous plan) and print it
+ *   checkpoint  diff two checkpoints table by table (any world sizes)
+ *   scale       rescale a running local job live (through its control channel)
+ *   status      the job's state from its status stream, once or --watch (status.c)
+ * rowshiftctl depends on common/ only: it speaks the control protocol
+ * (common/proto.h) over the same WebSocket client the workers use.
  */
 #include "common/checkpoint.h"
 #include "common/file.h"

@@ -101,7 +101,6 @@ void rs_zch_destroy(rs_zch_table *z)
 }
 
 uint32_t rs_zch_buckets(const rs_zch_table *z) { return z->nbuckets; }
-uint32_t rs_zch_slots_per_bucket(const rs_zch_table *z) { return z->spb; }
 uint32_t rs_zch_owned(const rs_zch_table *z) { return z->nlocal; }
 rs_zch_stats rs_zch_get_stats(const rs_zch_table *z) { return z->stats; }
 

@@ -63,7 +63,6 @@ rs_status rs_zch_create(const rs_zch_config *cfg, rs_zch_table **out, rs_err *er
 void rs_zch_destroy(rs_zch_table *z);
 
 uint32_t rs_zch_buckets(const rs_zch_table *z);
-uint32_t rs_zch_slots_per_bucket(const rs_zch_table *z);
 int rs_zch_owns(const rs_zch_table *z, uint32_t bucket);
 uint32_t rs_zch_owned(const rs_zch_table *z);  /* number of owned buckets */
 rs_zch_stats rs_zch_get_stats(const rs_zch_table *z);

@@ -2,7 +2,7 @@
  * transport.h - how workers move bytes to each other, for training (the
  * input and output all-to-alls, the dense all-reduce) and for migration
  * (rows sent to their new owners). One interface, several backends: TCP
- * between processes (transport_tcp.c) and NCCL between GPUs (later). All
+ * between processes (transport_tcp.c) and NCCL between GPUs (transport_nccl.c). All
  * backends pass the same conformance suite (tests/unit/transport_conformance.c).
  *
  * A transport connects the members of one generation, ranks 0..world-1.
