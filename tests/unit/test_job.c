@@ -238,6 +238,13 @@ static void paused(int k, int64_t gen, int64_t rank, int64_t step, uint64_t a, u
 	json_decref(cs);
 }
 
+/* Workers 0..n-1 of generation 1 pause at step 40; worker k's tables checksum 10k+1 and 10k+2. */
+static void world_paused(int n)
+{
+	for (int k = 0; k < n; k++)
+		paused(k, 1, k, 40, 10 * (uint64_t)k + 1, 10 * (uint64_t)k + 2);
+}
+
 static void staged(int k, int64_t gen, int ok, int has_rows, uint64_t a, uint64_t b)
 {
 	json_t *cs = has_rows ? sums(a, b) : NULL;
@@ -286,8 +293,7 @@ static void to_migrating(int from, int to)
 	tick(0.2); /* a tenth of the debounce, nobody pending: the change is ready */
 	for (int k = 0; k < from; k++)
 		assert_non_null(last(k, RS_MSG_PAUSE));
-	for (int k = 0; k < from; k++)
-		paused(k, 1, k, 40, 10 * (uint64_t)k + 1, 10 * (uint64_t)k + 2);
+	world_paused(from);
 	tick(0.01);
 	assert_phase("paused");
 	tick(0.01);
@@ -326,14 +332,20 @@ static void all_staged(int from, int to, uint64_t skew)
 		staged(k, 2, 1, 0, 0, 0);
 }
 
-static void test_grow_commits(void **state)
+/* A 2-worker job whose 2 -> 3 attempt every member staged: committing. */
+static void to_committing(void)
 {
-	(void)state;
 	start(2);
 	to_migrating(2, 3);
 	all_staged(2, 3, 0);
 	tick(0.01);
 	assert_phase("committing");
+}
+
+static void test_grow_commits(void **state)
+{
+	(void)state;
+	to_committing();
 	assert_int_equal(H.saved[H.nsaved - 1], RS_STATE_COMMITTING); /* persisted before "commit" went out */
 	for (int k = 0; k < 3; k++)
 		assert_int_equal(field(last(k, RS_MSG_COMMIT), "generation"), 2);
@@ -360,8 +372,7 @@ static void test_leave_drains_and_exits(void **state)
 	say(2, rs_proto_make_generation(RS_MSG_LEAVE, 0, 0, "SIGTERM"));
 	tick(0.05);
 	tick(0.2);
-	for (int k = 0; k < 3; k++)
-		paused(k, 1, k, 40, 10 * (uint64_t)k + 1, 10 * (uint64_t)k + 2);
+	world_paused(3);
 	tick(0.01);
 	tick(0.01);
 	assert_phase("migrating");
@@ -450,16 +461,14 @@ static void test_abort_on_staging_timeout_then_give_up(void **state)
 	tick(2);
 	assert_phase("aborting");
 	assert_true(reported("not every member staged within 40000 ms"));
-	paused(0, 1, 0, 40, 1, 2);
-	paused(1, 1, 1, 40, 11, 12);
+	world_paused(2);
 	say(2, rs_proto_make_idle("127.0.0.1:4002"));
 	tick(0.01);
 	tick(2);
 	assert_phase("migrating"); /* attempt 2 of --max-attempts 2 */
 	tick(41);
 	assert_phase("aborting");
-	paused(0, 1, 0, 40, 1, 2);
-	paused(1, 1, 1, 40, 11, 12);
+	world_paused(2);
 	say(2, rs_proto_make_idle("127.0.0.1:4002"));
 	tick(0.01);
 	tick(2);
@@ -494,11 +503,7 @@ static void test_world_member_lost_while_training_fails(void **state)
 static void test_commit_timeout_and_loss_fail(void **state)
 {
 	(void)state;
-	start(2);
-	to_migrating(2, 3);
-	all_staged(2, 3, 0);
-	tick(0.01);
-	assert_phase("committing");
+	to_committing();
 	say(0, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
 	tick(41);
 	assert_phase("failed");
@@ -515,8 +520,7 @@ static void test_resume_when_nothing_changes(void **state)
 	tick(0.3);
 	assert_non_null(last(0, RS_MSG_PAUSE));
 	H.h.on_close(H.h.ctx, conn(2));
-	paused(0, 1, 0, 40, 1, 2);
-	paused(1, 1, 1, 40, 11, 12);
+	world_paused(2);
 	tick(0.01);
 	assert_phase("paused");
 	tick(0.5);
@@ -536,8 +540,7 @@ static void test_schedule_scales_at_its_step(void **state)
 	H.o.sched_step[0] = 40, H.o.sched_workers[0] = 3, H.o.nsched = 1;
 	start(2);
 	assert_int_equal(field(last(0, RS_MSG_START), "steps"), 40); /* the run stops at the schedule's step */
-	paused(0, 1, 0, 40, 1, 2);
-	paused(1, 1, 1, 40, 11, 12);
+	world_paused(2);
 	tick(0.01);
 	tick(0.01);
 	assert_true(reported("schedule: at step 40, scale to 3 workers"));
@@ -586,8 +589,7 @@ static void test_persist_failure_fails_the_job(void **state)
 	H.replicas = 3;
 	join(2);
 	tick(0.3);
-	paused(0, 1, 0, 40, 1, 2);
-	paused(1, 1, 1, 40, 11, 12);
+	world_paused(2);
 	tick(0.01);
 	tick(0.01);
 	assert_phase("failed");
@@ -643,11 +645,7 @@ static void restart_coordinator(void)
 static void test_recovered_decision_is_repeated(void **state)
 {
 	(void)state;
-	start(2);
-	to_migrating(2, 3);
-	all_staged(2, 3, 0);
-	tick(0.01);
-	assert_phase("committing");
+	to_committing();
 	restart_coordinator();
 	assert_phase("committing");
 	/* the workers rejoin and repeat their last status: the decided commit goes out again */
