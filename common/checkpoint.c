@@ -47,60 +47,13 @@ rs_status rs_checkpoint_write_index(const char *dir, const rs_config *cfg, const
 		}
 	}
 	snprintf(path, sizeof(path), "%s/index.json", dir);
-	st = rs_file_write_json(path, 0644, root, JSON_INDENT(1), err);
+	st = rs_file_write_json(path, 0600, root, JSON_INDENT(1), err);
 out:
 	json_decref(root);
 	return st;
 }
 
 /* ---- diff ------------------------------------------------------------------------ */
-
-static json_t *load_index(const char *dir, rs_err *err)
-{
-	char path[4096];
-	json_error_t jerr;
-	json_t *j;
-	snprintf(path, sizeof(path), "%s/index.json", dir);
-	if (rs_file_read_json(path, RS_CHECKPOINT_INDEX_MAX_BYTES, &j, err) != RS_OK)
-		return NULL;
-	const char *format;
-	json_int_t version;
-	json_t *tables, *dense;
-	if (json_unpack_ex(j, &jerr, 0, "{s:s, s:I, s:o, s:o}", "format", &format, "version", &version, "tables",
-			   &tables, "dense", &dense) != 0 ||
-	    strcmp(format, "rowshift-checkpoint") != 0 || version != 1 || !json_is_array(tables)) {
-		rs_err_set(err, RS_EINVAL, "%s: not a rowshift checkpoint index (version 1)", path);
-		json_decref(j);
-		return NULL;
-	}
-	return j;
-}
-
-rs_status rs_checkpoint_read_index(const char *dir, json_t **index, int64_t *step, rs_err *err)
-{
-	json_t *j = load_index(dir, err);
-	json_t *s = j ? json_object_get(j, "step") : NULL;
-	*index = NULL;
-	if (!j)
-		return RS_EINVAL;
-	if (!json_is_integer(s) || json_integer_value(s) < 0) {
-		json_decref(j);
-		return rs_err_set(err, RS_EINVAL, "%s/index.json: no valid \"step\"", dir);
-	}
-	*step = json_integer_value(s);
-	*index = j;
-	return RS_OK;
-}
-
-static json_t *find_table(json_t *index, const char *name)
-{
-	size_t i;
-	json_t *t;
-	json_array_foreach(json_object_get(index, "tables"), i, t)
-		if (!strcmp(json_string_value(json_object_get(t, "name")), name))
-			return t;
-	return NULL;
-}
 
 static double element(const void *buf, rs_st_dtype dt, size_t i)
 {
@@ -137,70 +90,53 @@ static double element(const void *buf, rs_st_dtype dt, size_t i)
 }
 
 /*
- * Assemble tensor `name` of a table into a rows x width array of doubles
+ * Assemble tensor `name` of table t into a rows x width array of doubles
  * (width = dim for per-element tensors, 1 for per-row ones, which need
  * whole-width shards). Returns RS_ENOTFOUND when the tensor is absent or the
- * layout does not allow it.
+ * layout does not allow it. The index was validated: the shards tile the
+ * table and name plain files in dir.
  */
-static rs_status assemble(const char *dir, json_t *table, const char *name, int per_row, double **out,
+static rs_status assemble(const char *dir, const rs_ckpt_table *t, const char *name, int per_row, double **out,
 			  rs_st_dtype *dtype, rs_err *err)
 {
-	json_int_t rows = json_integer_value(json_object_get(table, "rows"));
-	json_int_t dim = json_integer_value(json_object_get(table, "dim"));
-	int64_t width = per_row ? 1 : dim;
-	double *a = calloc((size_t)(rows * width + 1), sizeof(double));
+	int64_t width = per_row ? 1 : t->dim;
+	double *a = calloc((size_t)(t->rows * width + 1), sizeof(double));
 	rs_status st = RS_OK;
-	size_t i;
-	json_t *s;
 	*out = NULL;
 	if (!a)
-		return RS_ENOMEM;
-	json_array_foreach(json_object_get(table, "shards"), i, s) {
+		return rs_err_set(err, RS_ENOMEM, "%s: table '%s': out of memory", dir, t->name);
+	for (int i = 0; i < t->nshards && st == RS_OK; i++) {
+		const rs_ckpt_shard *s = &t->shards[i];
 		char path[4096];
-		json_int_t r0 = json_integer_value(json_object_get(s, "row_offset")),
-			   nr = json_integer_value(json_object_get(s, "rows")),
-			   c0 = json_integer_value(json_object_get(s, "col_offset")),
-			   nc = json_integer_value(json_object_get(s, "cols"));
-		if (r0 < 0 || nr < 0 || c0 < 0 || nc < 0 || r0 + nr > rows || c0 + nc > dim) {
-			st = rs_err_set(err, RS_EINVAL, "%s: shard %zu of '%s' lies outside the table", dir, i,
-					json_string_value(json_object_get(table, "name")));
-			break;
-		}
-		if (per_row && nc != dim) {
+		rs_st_file *f = NULL;
+		void *buf = NULL;
+		if (per_row && s->cols != t->dim) {
 			st = RS_ENOTFOUND; /* per-row state of column blocks: not comparable across layouts */
 			break;
 		}
-		snprintf(path, sizeof(path), "%s/%s", dir, json_string_value(json_object_get(s, "file")));
-		rs_st_file *f;
-		RSCHECKGOTO(rs_st_open(path, &f, err), st, done);
+		snprintf(path, sizeof(path), "%s/%s", dir, s->file);
+		RSCHECKGOTO(rs_st_open(path, &f, err), st, next);
 		int k = rs_st_find(f, name);
-		if (k < 0) {
-			rs_st_close(f);
-			st = RS_ENOTFOUND;
-			break;
-		}
-		rs_st_tensor *t = &f->tensors[k];
-		int64_t want_cols = per_row ? 1 : nc;
-		if (!(t->ndim == (per_row ? 1 : 2) && t->shape[0] == nr && (per_row || t->shape[1] == want_cols))) {
-			rs_st_close(f);
-			st = rs_err_set(err, RS_EINVAL, "%s: tensor '%s' has the wrong shape for its shard", path, name);
-			break;
-		}
-		void *buf = malloc((size_t)(t->end - t->begin) + 1);
-		if (!buf || (st = rs_st_read(f, k, buf, err)) != RS_OK) {
-			free(buf);
-			rs_st_close(f);
-			st = st ? st : RS_ENOMEM;
-			break;
-		}
-		*dtype = t->dtype;
-		for (int64_t r = 0; r < nr; r++)
+		if (k < 0)
+			RSFAILGOTO(st, RS_ENOTFOUND, next);
+		rs_st_tensor *ts = &f->tensors[k];
+		int64_t want_cols = per_row ? 1 : s->cols;
+		if (!(ts->ndim == (per_row ? 1 : 2) && ts->shape[0] == s->rows && (per_row || ts->shape[1] == want_cols)))
+			RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s: tensor '%s' has the wrong shape for its shard", path, name),
+				   next);
+		RSALLOCGOTO(buf = malloc((size_t)(ts->end - ts->begin) + 1), st, next);
+		RSCHECKGOTO(rs_st_read(f, k, buf, err), st, next);
+		*dtype = ts->dtype;
+		for (int64_t r = 0; r < s->rows; r++)
 			for (int64_t c = 0; c < want_cols; c++)
-				a[(r0 + r) * width + (per_row ? 0 : c0 + c)] = element(buf, t->dtype, (size_t)(r * want_cols + c));
+				a[(s->row_offset + r) * width + (per_row ? 0 : s->col_offset + c)] =
+					element(buf, ts->dtype, (size_t)(r * want_cols + c));
+next:
+		if (st == RS_ENOMEM)
+			rs_err_set(err, st, "%s: out of memory", path);
 		free(buf);
 		rs_st_close(f);
 	}
-done:
 	if (st != RS_OK) {
 		free(a);
 		return st;
@@ -226,36 +162,30 @@ rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out,
 		const char *name;
 		int per_row;
 	} tensors[] = {{"weight", 0}, {"momentum1", 1}, {"exp_avg", 0}, {"exp_avg_sq", 0}, {"zch_ids", 1}};
-	json_t *ia = load_index(dir_a, err), *ib = ia ? load_index(dir_b, err) : NULL;
+	rs_ckpt_index ia, ib;
 	json_t *res = json_object(), *tables = json_object();
-	rs_status st = RS_EINVAL;
+	rs_status st = RS_OK;
 	double all_abs = 0, all_rel = 0;
-	size_t i;
-	json_t *ta;
 
 	*out = NULL;
-	if (!ia || !ib || !res || !tables)
-		goto out;
-	if (json_array_size(json_object_get(ia, "tables")) != json_array_size(json_object_get(ib, "tables"))) {
-		st = rs_err_set(err, RS_EINVAL, "%s and %s hold different numbers of tables", dir_a, dir_b);
-		goto out;
-	}
-	json_array_foreach(json_object_get(ia, "tables"), i, ta) {
-		const char *name = json_string_value(json_object_get(ta, "name"));
-		json_t *tb = name ? find_table(ib, name) : NULL;
-		if (!tb) {
-			st = rs_err_set(err, RS_EINVAL, "table '%s' is in %s but not in %s", name ? name : "?", dir_a, dir_b);
-			goto out;
-		}
-		if (!json_equal(json_object_get(ta, "rows"), json_object_get(tb, "rows")) ||
-		    !json_equal(json_object_get(ta, "dim"), json_object_get(tb, "dim")) ||
-		    !json_equal(json_object_get(ta, "dtype"), json_object_get(tb, "dtype"))) {
-			st = rs_err_set(err, RS_EINVAL, "table '%s': shapes or dtypes differ between %s and %s", name, dir_a, dir_b);
-			goto out;
-		}
+	memset(&ib, 0, sizeof(ib));
+	RSCHECKGOTO(rs_checkpoint_index_read(dir_a, &ia, err), st, out_a);
+	RSCHECKGOTO(rs_checkpoint_index_read(dir_b, &ib, err), st, out);
+	RSALLOCGOTO(res, st, out);
+	RSALLOCGOTO(tables, st, out);
+	if (ia.ntables != ib.ntables)
+		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s and %s hold different numbers of tables", dir_a, dir_b), out);
+	for (int i = 0; i < ia.ntables; i++) {
+		const rs_ckpt_table *ta = &ia.tables[i], *tb = rs_checkpoint_index_table(&ib, ta->name);
+		const char *name = ta->name;
+		if (!tb)
+			RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "table '%s' is in %s but not in %s", name, dir_a, dir_b), out);
+		if (ta->rows != tb->rows || ta->dim != tb->dim || ta->dtype != tb->dtype)
+			RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "table '%s': shapes or dtypes differ between %s and %s", name,
+						  dir_a, dir_b), out);
 		json_t *per = json_object();
 		double t_abs = 0, t_rel = 0;
-		size_t n = (size_t)(json_integer_value(json_object_get(ta, "rows")));
+		size_t n = (size_t)ta->rows;
 		for (size_t k = 0; k < sizeof(tensors) / sizeof(tensors[0]); k++) {
 			double *a = NULL, *b = NULL, ma, mr;
 			rs_st_dtype da = RS_ST_F32, db = RS_ST_F32;
@@ -266,18 +196,16 @@ rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out,
 				free(a);
 				free(b);
 				json_decref(per);
-				st = sa != RS_OK && sa != RS_ENOTFOUND ? sa : sb;
-				goto out;
+				RSFAILGOTO(st, sa != RS_OK && sa != RS_ENOTFOUND ? sa : sb, out);
 			}
 			if (!strcmp(tensors[k].name, "weight") && (sa != RS_OK || sb != RS_OK)) {
 				free(a);
 				free(b);
 				json_decref(per);
-				st = rs_err_set(err, RS_EINVAL, "table '%s': weights missing", name);
-				goto out;
+				RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "table '%s': weights missing", name), out);
 			}
 			if (sa == RS_OK && sb == RS_OK) {
-				size_t cnt = n * (tensors[k].per_row ? 1 : (size_t)json_integer_value(json_object_get(ta, "dim")));
+				size_t cnt = n * (tensors[k].per_row ? 1 : (size_t)ta->dim);
 				compare(a, b, cnt, &ma, &mr);
 				json_object_set_new(per, tensors[k].name, json_pack("{s:f, s:f}", "max_abs", ma, "max_rel", mr));
 				t_abs = fmax(t_abs, ma);
@@ -298,7 +226,7 @@ rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out,
 		for (int k = 0; k < 2; k++) {
 			char path[4096];
 			rs_st_file *f;
-			snprintf(path, sizeof(path), "%s/dense.safetensors", dirs[k]);
+			snprintf(path, sizeof(path), "%s/%s", dirs[k], (k ? &ib : &ia)->dense_file);
 			if (rs_st_open(path, &f, err) != RS_OK)
 				break;
 			int idx = rs_st_find(f, "params");
@@ -315,8 +243,8 @@ rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out,
 		if (!d[0] || !d[1] || cnt[0] != cnt[1]) {
 			free(d[0]);
 			free(d[1]);
-			st = rs_err_set(err, RS_EINVAL, "the dense parameters of %s and %s are missing or differ in size", dir_a, dir_b);
-			goto out;
+			RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "the dense parameters of %s and %s are missing or differ in size",
+						  dir_a, dir_b), out);
 		}
 		compare(d[0], d[1], cnt[0], &ma, &mr);
 		free(d[0]);
@@ -330,11 +258,247 @@ rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out,
 	json_object_set(res, "tables", tables);
 	*out = res;
 	res = NULL;
-	st = RS_OK;
 out:
+	rs_checkpoint_index_free(&ib);
+	rs_checkpoint_index_free(&ia);
+out_a:
+	if (st == RS_ENOMEM)
+		rs_err_set(err, st, "checkpoint diff: out of memory");
 	json_decref(tables);
 	json_decref(res);
-	json_decref(ia);
-	json_decref(ib);
 	return st;
+}
+
+rs_status rs_checkpoint_read_index(const char *dir, json_t **index, int64_t *step, rs_err *err)
+{
+	char path[4096];
+	rs_ckpt_index ix;
+	*index = NULL;
+	RSCHECK(rs_checkpoint_index_read(dir, &ix, err)); /* validated before anyone acts on it */
+	*step = ix.step;
+	rs_checkpoint_index_free(&ix);
+	snprintf(path, sizeof(path), "%s/index.json", dir);
+	return rs_file_read_json(path, RS_CHECKPOINT_INDEX_MAX_BYTES, index, err);
+}
+
+/* ---- the index, validated --------------------------------------------------------------- */
+
+/* A plain name of a file in the checkpoint's directory: no path, not hidden, printable. */
+static int plain_file_name(const json_t *j)
+{
+	const char *s = json_string_value(j);
+	size_t n = s ? strlen(s) : 0;
+	if (!s || n == 0 || n > 255 || n != json_string_length(j) || s[0] == '.')
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (s[i] == '/' || (unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+			return 0;
+	return 1;
+}
+
+static int cmp_shard(const void *a, const void *b)
+{
+	const rs_ckpt_shard *x = a, *y = b;
+	if (x->col_offset != y->col_offset)
+		return x->col_offset < y->col_offset ? -1 : 1;
+	if (x->cols != y->cols)
+		return x->cols < y->cols ? -1 : 1;
+	if (x->row_offset != y->row_offset)
+		return x->row_offset < y->row_offset ? -1 : 1;
+	if (x->rows != y->rows)
+		return x->rows > y->rows ? -1 : 1; /* the longer first: the overlap is what follows */
+	return strcmp(x->file, y->file);
+}
+
+/* The shards tile the table exactly: column blocks over [0, dim), each cut into row ranges over [0, rows). */
+static rs_status check_tiling(rs_ckpt_table *t, const char *name, rs_err *err)
+{
+	int32_t col = 0;
+	qsort(t->shards, (size_t)t->nshards, sizeof(*t->shards), cmp_shard);
+	for (int k = 0; k < t->nshards;) {
+		const rs_ckpt_shard *first = &t->shards[k];
+		if (first->col_offset != col)
+			return rs_err_set(err, RS_EINVAL, "%s: table '%s': columns %d..%d are %s", name, t->name,
+					  first->col_offset > col ? col : first->col_offset,
+					  first->col_offset > col ? first->col_offset - 1 : col - 1,
+					  first->col_offset > col ? "not covered" : "covered twice");
+		int64_t row = 0;
+		for (; k < t->nshards && t->shards[k].col_offset == first->col_offset && t->shards[k].cols == first->cols; k++) {
+			int64_t at = t->shards[k].row_offset;
+			if (at != row)
+				return rs_err_set(err, RS_EINVAL, "%s: table '%s': rows %lld..%lld of columns %d..%d are %s (file %s)",
+						  name, t->name, (long long)(at > row ? row : at), (long long)(at > row ? at - 1 : row - 1),
+						  first->col_offset, first->col_offset + first->cols - 1,
+						  at > row ? "not covered" : "covered twice", t->shards[k].file);
+			row += t->shards[k].rows;
+		}
+		if (row != t->rows)
+			return rs_err_set(err, RS_EINVAL, "%s: table '%s': rows %lld..%lld of columns %d..%d are not covered",
+					  name, t->name, (long long)row, (long long)t->rows - 1, first->col_offset,
+					  first->col_offset + first->cols - 1);
+		col += first->cols;
+	}
+	if (col != t->dim)
+		return rs_err_set(err, RS_EINVAL, "%s: table '%s': columns %d..%d are not covered", name, t->name, col,
+				  t->dim - 1);
+	return RS_OK;
+}
+
+static rs_status parse_shard(json_t *js, rs_ckpt_table *t, int k, const char *name, rs_err *err)
+{
+	json_error_t jerr;
+	json_t *file;
+	json_int_t r0, nr, c0, nc;
+	rs_ckpt_shard *s = &t->shards[k];
+	if (json_unpack_ex(js, &jerr, JSON_STRICT, "{s:o, s:I, s:I, s:I, s:I}", "file", &file, "row_offset", &r0, "rows",
+			   &nr, "col_offset", &c0, "cols", &nc) != 0)
+		return rs_err_set(err, RS_EINVAL, "%s: table '%s': shard %d: %s", name, t->name, k, jerr.text);
+	if (!plain_file_name(file))
+		return rs_err_set(err, RS_EINVAL, "%s: table '%s': shard %d: field 'file' must be a plain file name in "
+				  "the checkpoint's directory", name, t->name, k);
+	if (r0 < 0 || nr < 1 || r0 > t->rows - nr || c0 < 0 || nc < 1 || c0 > t->dim - nc)
+		return rs_err_set(err, RS_EINVAL, "%s: table '%s': shard %d (%s): rows %lld+%lld, columns %lld+%lld lie "
+				  "outside the table's %lld x %d", name, t->name, k, json_string_value(file), (long long)r0,
+				  (long long)nr, (long long)c0, (long long)nc, (long long)t->rows, t->dim);
+	if (!(s->file = strdup(json_string_value(file))))
+		return RS_ENOMEM;
+	s->row_offset = r0, s->rows = nr, s->col_offset = (int32_t)c0, s->cols = (int32_t)nc;
+	return RS_OK;
+}
+
+static int enum_of(const char *s, const char *(*name_of)(int), int n)
+{
+	for (int k = 0; k < n; k++)
+		if (!strcmp(s, name_of(k)))
+			return k;
+	return -1;
+}
+
+static const char *dtype_name_of(int k) { return rs_dtype_name((rs_dtype)k); }
+static const char *optimizer_name_of(int k) { return rs_optimizer_name((rs_optimizer)k); }
+
+static rs_status parse_table(json_t *jt, rs_ckpt_table *t, int i, const char *name, int64_t *nshards, rs_err *err)
+{
+	json_error_t jerr;
+	json_t *tname, *shards, *js;
+	const char *dtype, *opt;
+	json_int_t rows, dim;
+	size_t k;
+	if (json_unpack_ex(jt, &jerr, JSON_STRICT, "{s:o, s:I, s:I, s:s, s:s, s:o}", "name", &tname, "rows", &rows, "dim",
+			   &dim, "dtype", &dtype, "optimizer", &opt, "shards", &shards) != 0)
+		return rs_err_set(err, RS_EINVAL, "%s: tables[%d]: %s", name, i, jerr.text);
+	if (!json_is_string(tname) || json_string_length(tname) != strlen(json_string_value(tname)) ||
+	    !rs_config_name_ok(json_string_value(tname)))
+		return rs_err_set(err, RS_EINVAL, "%s: tables[%d]: field 'name' is not a valid table name", name, i);
+	if (!(t->name = strdup(json_string_value(tname))))
+		return RS_ENOMEM;
+	if (dim < 1 || dim > 65536 || rows < 1 || rows > RS_CKPT_MAX_ELEMENTS / dim)
+		return rs_err_set(err, RS_EINVAL, "%s: table '%s': %lld x %lld is not a table this reader takes (at most "
+				  "2^40 elements, dim 1..65536)", name, t->name, (long long)rows, (long long)dim);
+	t->rows = rows, t->dim = (int32_t)dim;
+	int d = enum_of(dtype, dtype_name_of, 3), o = enum_of(opt, optimizer_name_of, 3);
+	if (d < 0 || o < 0)
+		return rs_err_set(err, RS_EINVAL, "%s: table '%s': field '%s' is not known ('%s')", name, t->name,
+				  d < 0 ? "dtype" : "optimizer", d < 0 ? dtype : opt);
+	t->dtype = (rs_dtype)d, t->optimizer = (rs_optimizer)o;
+	size_t n = json_array_size(shards);
+	if (!json_is_array(shards) || n < 1 || (int64_t)n > RS_CKPT_MAX_SHARDS - *nshards)
+		return rs_err_set(err, RS_EINVAL, "%s: table '%s': field 'shards' must be an array of 1..%d shards", name,
+				  t->name, RS_CKPT_MAX_SHARDS);
+	*nshards += (int64_t)n;
+	if (!(t->shards = calloc(n, sizeof(*t->shards))))
+		return RS_ENOMEM;
+	json_array_foreach(shards, k, js) {
+		RSCHECK(parse_shard(js, t, (int)k, name, err));
+		t->nshards = (int)k + 1;
+	}
+	return check_tiling(t, name, err);
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(((const rs_ckpt_table *)a)->name, ((const rs_ckpt_table *)b)->name);
+}
+
+rs_status rs_checkpoint_index_parse(const char *text, size_t len, const char *name, rs_ckpt_index *out, rs_err *err)
+{
+	json_error_t jerr;
+	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr), *tables, *jt, *dfile;
+	const char *format;
+	json_int_t version, step, params;
+	int64_t nshards = 0;
+	rs_status st = RS_OK;
+	size_t i;
+	memset(out, 0, sizeof(*out));
+	if (!root)
+		return rs_err_set(err, RS_EINVAL, "%s:%d: %s", name, jerr.line, jerr.text);
+	if (json_unpack_ex(root, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:o, s:{s:o, s:I}}", "format", &format, "version",
+			   &version, "step", &step, "tables", &tables, "dense", "file", &dfile, "params", &params) != 0)
+		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s: not a rowshift checkpoint index: %s", name, jerr.text), out);
+	if (strcmp(format, "rowshift-checkpoint") != 0 || version != 1)
+		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s: not a rowshift checkpoint index (version 1)", name), out);
+	if (step < 0 || params < 0 || params > RS_CKPT_MAX_ELEMENTS || !plain_file_name(dfile))
+		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s: field 'step', 'dense.params' or 'dense.file' is out of range "
+					  "or not a plain file name", name), out);
+	size_t n = json_array_size(tables);
+	if (!json_is_array(tables) || n < 1 || n > RS_CKPT_MAX_TABLES)
+		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s: field 'tables' must be an array of 1..%d tables", name,
+					  RS_CKPT_MAX_TABLES), out);
+	out->step = step, out->dense_params = params;
+	RSALLOCGOTO(out->dense_file = strdup(json_string_value(dfile)), st, out);
+	RSALLOCGOTO(out->tables = calloc(n, sizeof(*out->tables)), st, out);
+	json_array_foreach(tables, i, jt) {
+		out->ntables = (int)i + 1;
+		RSCHECKGOTO(parse_table(jt, &out->tables[i], (int)i, name, &nshards, err), st, out);
+	}
+	/* unique names, in a sorted copy (the index keeps its order) */
+	rs_ckpt_table *sorted = malloc(sizeof(*sorted) * n);
+	RSALLOCGOTO(sorted, st, out);
+	memcpy(sorted, out->tables, sizeof(*sorted) * n);
+	qsort(sorted, n, sizeof(*sorted), cmp_name);
+	for (i = 1; i < n && st == RS_OK; i++)
+		if (!strcmp(sorted[i].name, sorted[i - 1].name))
+			st = rs_err_set(err, RS_EINVAL, "%s: table '%s' is listed twice", name, sorted[i].name);
+	free(sorted);
+out:
+	if (st == RS_ENOMEM)
+		rs_err_set(err, st, "%s: out of memory", name);
+	if (st != RS_OK)
+		rs_checkpoint_index_free(out);
+	json_decref(root);
+	return st;
+}
+
+rs_status rs_checkpoint_index_read(const char *dir, rs_ckpt_index *out, rs_err *err)
+{
+	char path[4096], *text;
+	size_t len;
+	memset(out, 0, sizeof(*out));
+	if (snprintf(path, sizeof(path), "%s/index.json", dir) >= (int)sizeof(path))
+		return rs_err_set(err, RS_EINVAL, "%s: path too long", dir);
+	RSCHECK(rs_file_read(path, RS_CHECKPOINT_INDEX_MAX_BYTES, &text, &len, err));
+	rs_status st = rs_checkpoint_index_parse(text, len, path, out, err);
+	free(text);
+	return st;
+}
+
+void rs_checkpoint_index_free(rs_ckpt_index *ix)
+{
+	for (int i = 0; ix->tables && i < ix->ntables; i++) {
+		for (int k = 0; ix->tables[i].shards && k < ix->tables[i].nshards; k++)
+			free(ix->tables[i].shards[k].file);
+		free(ix->tables[i].shards);
+		free(ix->tables[i].name);
+	}
+	free(ix->tables);
+	free(ix->dense_file);
+	memset(ix, 0, sizeof(*ix));
+}
+
+const rs_ckpt_table *rs_checkpoint_index_table(const rs_ckpt_index *ix, const char *name)
+{
+	for (int i = 0; i < ix->ntables; i++)
+		if (!strcmp(ix->tables[i].name, name))
+			return &ix->tables[i];
+	return NULL;
 }

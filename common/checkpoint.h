@@ -34,11 +34,59 @@ void rs_checkpoint_shard_file(const rs_table_config *t, const rs_shard *s, char 
 rs_status rs_checkpoint_write_index(const char *dir, const rs_config *cfg, const rs_plan *plan, int64_t step,
 				    size_t dense_params, rs_err *err);
 
+/* A checkpoint's index, validated: what it says is safe to act on. */
+typedef struct rs_ckpt_shard {
+	char *file;             /* a plain file name in the checkpoint's directory: no '/', not hidden */
+	int64_t row_offset, rows;
+	int32_t col_offset, cols;
+} rs_ckpt_shard;
+
+typedef struct rs_ckpt_table {
+	char *name;             /* a valid table name (rs_config_name_ok), unique in the index */
+	int64_t rows;           /* >= 1; rows * dim fits the limits below */
+	int32_t dim;
+	rs_dtype dtype;
+	rs_optimizer optimizer;
+	rs_ckpt_shard *shards;  /* column blocks tiling [0, dim), each cut into row ranges tiling [0, rows) */
+	int nshards;
+} rs_ckpt_table;
+
+typedef struct rs_ckpt_index {
+	int64_t step;
+	rs_ckpt_table *tables;
+	int ntables;
+	char *dense_file;       /* a plain file name */
+	int64_t dense_params;
+} rs_ckpt_index;
+
+/* Limits on what an index may describe (a larger one is refused, not trusted). */
+#define RS_CKPT_MAX_TABLES 100000
+#define RS_CKPT_MAX_SHARDS 1000000
+#define RS_CKPT_MAX_ELEMENTS ((int64_t)1 << 40) /* per table: rows x dim */
+
 /*
- * Read dir/index.json and check its format: *index gets a new reference
+ * Parse and validate an index (len bytes; `name` names it in messages):
+ * the format and version, every field's type and range (sizes and offsets
+ * overflow-checked), table names valid and unique, shard file names plain
+ * names in the directory, and every cell of every table covered by exactly
+ * one shard. RS_EINVAL naming the field otherwise; on success *out is
+ * filled (rs_checkpoint_index_free).
+ */
+rs_status rs_checkpoint_index_parse(const char *text, size_t len, const char *name, rs_ckpt_index *out,
+				    rs_err *err);
+
+/* Read dir/index.json (a regular file) and parse it. */
+rs_status rs_checkpoint_index_read(const char *dir, rs_ckpt_index *out, rs_err *err);
+
+void rs_checkpoint_index_free(rs_ckpt_index *ix);
+
+/* The table of this name, or NULL. */
+const rs_ckpt_table *rs_checkpoint_index_table(const rs_ckpt_index *ix, const char *name);
+
+/*
+ * Read dir/index.json, validated as above: *index gets a new reference
  * (its "tables" as documented above) and *step the step it was taken at.
- * The tables are not checked against a config here: the reader of a shard
- * checks what it uses.
+ * The tables are not checked against a config here.
  */
 rs_status rs_checkpoint_read_index(const char *dir, json_t **index, int64_t *step, rs_err *err);
 

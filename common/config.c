@@ -237,8 +237,9 @@ static rs_status parse_table(const json_t *jt, int index, rs_table_config *t, co
 		return bad(err, &w, NULL, "a table must be an object");
 	if (!name)
 		return bad(err, &w, "name", "missing (required)");
-	if (!json_is_string(name) || json_string_length(name) == 0 || json_string_length(name) > 256)
-		return bad(err, &w, "name", "must be a non-empty string of at most 256 bytes");
+	if (!json_is_string(name) || !rs_config_name_ok(json_string_value(name)))
+		return bad(err, &w, "name", "must be 1..200 letters, digits, '_', '-' or '.', not starting with '.' "
+					    "(it names the table's checkpoint files)");
 	RSCHECK(dup_str(json_string_value(name), &t->name));
 	w.table = t->name;
 	RSCHECK(check_keys(jt, keys, &w, err));
@@ -580,6 +581,13 @@ void rs_config_free(rs_config *cfg)
 	free(cfg->data.paths);
 	free(cfg->path);
 	free(cfg);
+}
+
+int rs_config_name_ok(const char *name)
+{
+	size_t n = strlen(name);
+	return n >= 1 && n <= 200 && name[0] != '.' &&
+	       strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") == n;
 }
 
 int rs_config_find_table(const rs_config *cfg, const char *name)

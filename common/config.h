@@ -114,6 +114,9 @@ rs_status rs_config_parse(const char *buf, size_t len, const char *name,
 
 void rs_config_free(rs_config *cfg);
 
+/* Whether name may name a table: 1..200 of [A-Za-z0-9_.-], not starting with '.' (it names files). */
+int rs_config_name_ok(const char *name);
+
 /* Index of the table named `name`, or -1. */
 int rs_config_find_table(const rs_config *cfg, const char *name);
 

@@ -90,7 +90,7 @@ rs_status rs_st_write(const char *path, const rs_st_tensor_in *tensors, int n, c
 	text = p;
 	memset(text + len, ' ', padded - len);
 	st_body body = {text, padded, tensors, n};
-	st = rs_file_write_atomic(path, 0644, write_body, &body, err);
+	st = rs_file_write_atomic(path, 0600, write_body, &body, err); /* checkpoints are the owner's */
 out:
 	if (st == RS_ENOMEM)
 		rs_err_set(err, st, "%s: out of memory", path);
@@ -253,11 +253,16 @@ rs_status rs_st_open(const char *path, rs_st_file **out, rs_err *err)
 	uint64_t hlen;
 	char *hdr = NULL;
 	rs_status st;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* never through a link, never blocked by a FIFO: a file in a checkpoint is untrusted */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
 	*out = NULL;
 	if (fd < 0)
-		return rs_err_set(err, RS_EIO, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &sb) != 0 || pread(fd, &hlen, 8, 0) != 8) {
+		return rs_err_set(err, RS_EIO, "%s: %s", path, errno == ELOOP ? "a symbolic link (refused)" : strerror(errno));
+	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		return rs_err_set(err, RS_EINVAL, "%s: not a regular file", path);
+	}
+	if (pread(fd, &hlen, 8, 0) != 8) {
 		close(fd);
 		return rs_err_set(err, RS_EINVAL, "%s: too short for a safetensors file", path);
 	}

@@ -101,7 +101,7 @@ static rs_status open_local(coord *c, rs_err *err)
 	}
 	if (!c->config || c->workers < 1 || c->workers > RS_MAX_WORKERS || c->f.grace_ms < 0)
 		return bad_usage(c, err, "--config and --workers 1..%d are required", RS_MAX_WORKERS);
-	if (c->save && !c->recovering && mkdir(c->save, 0755) != 0 && errno != EEXIST)
+	if (c->save && !c->recovering && mkdir(c->save, 0700) != 0 && errno != EEXIST)
 		return rs_err_set(err, RS_EIO, "--save %s: %s", c->save, strerror(errno));
 	/* the workers read the URL from c->url, filled once the server listens */
 	rs_local_options lo = {.worker_bin = c->f.worker_bin, .url = c->url, .config = c->config, .token = c->token,
