@@ -493,14 +493,16 @@ static rs_status train(worker *w, int *done, int *stop, rs_err *err)
 	while (w->cur.step < w->cur.steps) {
 		int64_t step = w->cur.step;
 		rs_step_stats stats;
-		if ((st = rs_trainer_step(w->tr, step, &stats)) != RS_OK)
-			return rs_err_set(err, st, "step %lld: %s", (long long)step, rs_transport_error(w->t));
+		rs_err why = {0};
+		if ((st = rs_trainer_step(w->tr, step, &stats, &why)) != RS_OK)
+			return rs_err_set(err, st, "step %lld: %s", (long long)step, why.msg[0] ? why.msg : rs_status_str(st));
 		w->cur.step = step + 1;
 		int end = w->cur.step == w->cur.steps;
 		int eval = w->cur.eval_every > 0 && (w->cur.step % w->cur.eval_every == 0 || (end && w->cur.last));
 		double auc = -1, ll;
-		if (eval && (st = rs_trainer_evaluate(w->tr, w->cur.eval_samples, &auc, &ll)) != RS_OK)
-			return rs_err_set(err, st, "evaluation at step %lld: %s", (long long)step, rs_transport_error(w->t));
+		if (eval && (st = rs_trainer_evaluate(w->tr, w->cur.eval_samples, &auc, &ll, &why)) != RS_OK)
+			return rs_err_set(err, st, "evaluation at step %lld: %s", (long long)step,
+					  why.msg[0] ? why.msg : rs_status_str(st));
 		double t1 = rs_now();
 		if (eval || step % 10 == 9 || end || step == first) {
 			double sps = (double)cfg->train.global_batch * (double)(w->cur.step - since) / (t1 - t0);

@@ -472,7 +472,7 @@ rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs
 	stager g = {.cfg = cfg, .old = old, .spec = spec, .stats = stats ? stats : &dummy, .err = err};
 	int32_t nold = spec->old_plan->world.ranks;
 	int32_t *old_to_new = NULL;
-	rs_status st;
+	rs_status st = RS_OK;
 
 	*out = NULL;
 	memset(g.stats, 0, sizeof(*g.stats));
@@ -493,10 +493,9 @@ rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs
 	g.total = calloc(nu, sizeof(uint64_t));
 	g.sx = calloc(3 * nu + 1, sizeof(rs_xfer));
 	g.rx = calloc(3 * nu + 1, sizeof(rs_xfer));
-	st = RS_ENOMEM;
 	if (!old_to_new || !g.sendq || !g.recvq || !g.sbuf || !g.rbuf || !g.scap || !g.rcap || !g.scrc || !g.rcrc ||
 	    !g.sent || !g.total || !g.sx || !g.rx)
-		goto out;
+		RSFAILGOTO(st, RS_ENOMEM, out);
 	for (int32_t r = 0; r < nold; r++) {
 		int32_t u = spec->union_of_old[r];
 		old_to_new[r] = u < spec->new_plan->world.ranks ? u : -1;
@@ -545,7 +544,6 @@ rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs
 	g.stats->move_s = rs_now() - t1;
 	*out = g.nt;
 	g.nt = NULL;
-	st = RS_OK;
 out:
 	if (st != RS_OK && err && !err->msg[0])
 		rs_err_set(err, st, "reshard: %s", rs_status_str(st));

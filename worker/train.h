@@ -54,14 +54,23 @@ rs_status rs_trainer_create(const rs_config *cfg, const rs_plan *plan, rs_transp
 			    rs_trainer **out, rs_err *err);
 void rs_trainer_destroy(rs_trainer *tr);
 
-/* Train one step (collective: every rank calls it with the same step). */
-rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats);
+/*
+ * Train one step (collective: every rank calls it with the same step).
+ * stats may be NULL. On failure err (may be NULL) says what failed: the
+ * phase of the step ("the lookup's requests (all-to-all)", "table 'ads':
+ * ...", a peer's malformed request) followed, when the transport failed,
+ * by the transport's own words (rs_transport_error, naming the peer). After
+ * a failure the trainer may only be destroyed; the transport is unusable
+ * when it was the transport that failed.
+ */
+rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs_err *err);
 
 /*
  * AUC and mean log loss of the current model on evaluation samples
- * [0, n) (collective). Every rank gets the same figures.
+ * [0, n) (collective). Every rank gets the same figures. Errors are
+ * reported as by rs_trainer_step.
  */
-rs_status rs_trainer_evaluate(rs_trainer *tr, int64_t n, double *auc, double *logloss);
+rs_status rs_trainer_evaluate(rs_trainer *tr, int64_t n, double *auc, double *logloss, rs_err *err);
 
 /*
  * The AUC of the data source's own teacher on evaluation samples [0, n):
@@ -69,6 +78,8 @@ rs_status rs_trainer_evaluate(rs_trainer *tr, int64_t n, double *auc, double *lo
  * (not collective).
  */
 double rs_trainer_teacher_auc(rs_trainer *tr, int64_t n);
+
+/* ---- the model to and from files (train_ckpt.c) ----------------------------------- */
 
 /*
  * Write this rank's shards (fp32 values) and, on rank 0, the dense

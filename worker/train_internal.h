@@ -1,8 +1,9 @@
 /*
- * train_internal.h - the trainer's insides, shared by the two files that
- * make it up: train.c (set-up, the step, evaluation, checkpoints) and
- * reshard.c (live resharding). Nothing else includes this header; the
- * trainer's interface is train.h. Names here carry the rs__ prefix.
+ * train_internal.h - the trainer's insides, shared by the three files
+ * that make it up: train.c (set-up, the step, evaluation), train_ckpt.c
+ * (checkpoints and dumps) and reshard.c (live resharding). Nothing else
+ * includes this header; the trainer's interface is train.h. Names here
+ * carry the rs__ prefix.
  */
 #ifndef RS_TRAIN_INTERNAL_H
 #define RS_TRAIN_INTERNAL_H

@@ -202,7 +202,7 @@ static int elastic_member(int m)
 				if (!tr)
 					return 42;
 				for (int64_t s = first_step[g]; s < first_step[g] + 10; s++)
-					if (rs_trainer_step(tr, s, NULL) != RS_OK)
+					if (rs_trainer_step(tr, s, NULL, NULL) != RS_OK)
 						return 105;
 				char path[128];
 				snprintf(path, sizeof(path), "%s/rollback-r%d", dir, u);
@@ -232,8 +232,8 @@ static int elastic_member(int m)
 		if (!tr)
 			break; /* this member left the world */
 		for (int64_t s = first_step[g]; s < first_step[g + 1]; s++)
-			if (rs_trainer_step(tr, s, NULL) != RS_OK) {
-				fprintf(stderr, "member %d step %lld: %s\n", m, (long long)s, rs_transport_error(t));
+			if (rs_trainer_step(tr, s, NULL, &err) != RS_OK) {
+				fprintf(stderr, "member %d step %lld: %s\n", m, (long long)s, err.msg);
 				return 103;
 			}
 	}
@@ -261,7 +261,7 @@ static int static_body(int32_t rank, rs_transport *t, rs_status st, const char *
 		return 100;
 	}
 	for (int64_t s = 0; s < static_steps; s++)
-		if (rs_trainer_step(tr, s, NULL) != RS_OK)
+		if (rs_trainer_step(tr, s, NULL, NULL) != RS_OK)
 			return 101;
 	snprintf(path, sizeof(path), "%s/static%lld-r%d", dir, (long long)static_steps, rank);
 	int rc = rs_trainer_dump(tr, path) == RS_OK ? 0 : 102;

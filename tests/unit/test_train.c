@@ -76,10 +76,9 @@ static int train_body(int32_t rank, rs_transport *t, rs_status st, const char *m
 	FILE *lf = rank == 0 ? fopen(path, "w") : NULL;
 	for (int64_t s = 0; s < steps; s++) {
 		rs_step_stats stats;
-		rs_status r = rs_trainer_step(tr, s, &stats);
+		rs_status r = rs_trainer_step(tr, s, &stats, &err);
 		if (r != RS_OK) {
-			fprintf(stderr, "rank %d step %lld: %s: %s\n", rank, (long long)s, rs_status_str(r),
-				rs_transport_error(t));
+			fprintf(stderr, "rank %d step %lld: %s: %s\n", rank, (long long)s, rs_status_str(r), err.msg);
 			rs_trainer_destroy(tr);
 			return r == RS_EPEER ? 42 : 102;
 		}
@@ -163,12 +162,12 @@ static int learn_body(int32_t rank, rs_transport *t, rs_status st, const char *m
 	if (st != RS_OK || rs_trainer_create(cfg, plan, t, NULL, &tr, &err) != RS_OK)
 		return 100;
 	double auc0, auc, ll;
-	if (rs_trainer_evaluate(tr, 8192, &auc0, &ll) != RS_OK)
+	if (rs_trainer_evaluate(tr, 8192, &auc0, &ll, NULL) != RS_OK)
 		return 101;
 	for (int64_t s = 0; s < 300; s++)
-		if (rs_trainer_step(tr, s, NULL) != RS_OK)
+		if (rs_trainer_step(tr, s, NULL, NULL) != RS_OK)
 			return 102;
-	if (rs_trainer_evaluate(tr, 8192, &auc, &ll) != RS_OK)
+	if (rs_trainer_evaluate(tr, 8192, &auc, &ll, NULL) != RS_OK)
 		return 103;
 	rs_trainer_destroy(tr);
 	if (rank == 0)
@@ -215,9 +214,9 @@ static int dying_body(int32_t rank, rs_transport *t, rs_status st, const char *m
 	for (int64_t s = 0; s < 1000; s++) {
 		if (rank == 2 && s == 5)
 			raise(SIGKILL);
-		rs_status r = rs_trainer_step(tr, s, NULL);
+		rs_status r = rs_trainer_step(tr, s, NULL, &err);
 		if (r != RS_OK) {
-			fprintf(stderr, "rank %d stopped at step %lld: %s\n", rank, (long long)s, rs_transport_error(t));
+			fprintf(stderr, "rank %d stopped at step %lld: %s\n", rank, (long long)s, err.msg);
 			rs_trainer_destroy(tr);
 			return r == RS_EPEER ? 42 : 43;
 		}
@@ -266,7 +265,7 @@ static int hostile_body(int32_t rank, rs_transport *t, rs_status st, const char 
 		rs_err err = {0};
 		if (rs_trainer_create(cfg, plan, t, NULL, &tr, &err) != RS_OK)
 			return 101;
-		rs_status r = rs_trainer_step(tr, 0, NULL);
+		rs_status r = rs_trainer_step(tr, 0, NULL, NULL);
 		rs_trainer_destroy(tr);
 		return r == RS_EPEER ? 0 : 60;
 	}

@@ -1,0 +1,289 @@
+/*
+ * train_ckpt.c - the trainer's model to and from files: checkpoints in the
+ * safetensors format (rs_trainer_save, rs_trainer_load; see
+ * common/checkpoint.h for the layout) and the raw dump the tests compare
+ * across world sizes (rs_trainer_dump). Part of the trainer (train.h);
+ * reaches its insides through train_internal.h.
+ */
+#include "worker/train_internal.h"
+#include "common/checkpoint.h"
+#include "common/safetensors.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+rs_status rs_trainer_dump(const rs_trainer *tr, const char *path)
+{
+	FILE *f = fopen(path, "wb");
+	rs_status st = RS_OK;
+	if (!f)
+		return RS_EIO;
+	for (int i = 0; i < tr->nshards && st == RS_OK; i++) {
+		const lshard *ls = &tr->shards[i];
+		int32_t hdr32[2] = {ls->table, ls->s.col_offset};
+		/* record: int32 table, int32 col_offset, int64 row_offset, int64 rows, int32 cols, floats */
+		int64_t hdr64[2] = {ls->s.row_offset, ls->s.rows};
+		int32_t cols = ls->s.cols;
+		if (fwrite(hdr32, sizeof(hdr32), 1, f) != 1 || fwrite(hdr64, sizeof(hdr64), 1, f) != 1 ||
+		    fwrite(&cols, sizeof(cols), 1, f) != 1)
+			st = RS_EIO;
+		for (int64_t k = 0; st == RS_OK && k < ls->s.rows * cols; k++) {
+			float v = rs_emb_get(ls->emb.weights, ls->emb.dtype, k);
+			if (fwrite(&v, sizeof(v), 1, f) != 1)
+				st = RS_EIO;
+		}
+	}
+	if (st == RS_OK && tr->rank == 0) {
+		int32_t hdr32[2] = {-1, 0};
+		int64_t hdr64[2] = {0, 1};
+		int32_t cols = (int32_t)rs_dense_nparams(tr->dense);
+		if (fwrite(hdr32, sizeof(hdr32), 1, f) != 1 || fwrite(hdr64, sizeof(hdr64), 1, f) != 1 ||
+		    fwrite(&cols, sizeof(cols), 1, f) != 1 ||
+		    fwrite(rs_dense_params(tr->dense), sizeof(float), (size_t)cols, f) != (size_t)cols)
+			st = RS_EIO;
+	}
+	if (fclose(f) != 0)
+		st = RS_EIO;
+	return st;
+}
+
+/* ---- checkpoints -------------------------------------------------------------------- */
+
+static rs_st_dtype st_dtype(rs_dtype d)
+{
+	return d == RS_DTYPE_FP16 ? RS_ST_F16 : d == RS_DTYPE_BF16 ? RS_ST_BF16 : RS_ST_F32;
+}
+
+static rs_status save_shard(const rs_trainer *tr, const lshard *ls, const char *dir, rs_err *err)
+{
+	const rs_config *cfg = tr->cfg;
+	const rs_table_config *tc = &cfg->tables[ls->table];
+	const tinfo *ti = &tr->tables[ls->table];
+	int64_t rows = ls->s.rows, cols = ls->s.cols;
+	rs_st_tensor_in t[4];
+	int n = 0;
+	float *m = NULL, *v = NULL;
+	int64_t *ids = NULL;
+	json_t *meta = NULL;
+	rs_status st = RS_OK;
+	char file[512], path[4096];
+
+	t[n++] = (rs_st_tensor_in){"weight", st_dtype(tc->dtype), 2, {rows, cols}, ls->emb.weights};
+	if (cfg->optimizer.kind == RS_OPT_ROWWISE_ADAGRAD) {
+		t[n++] = (rs_st_tensor_in){"momentum1", RS_ST_F32, 1, {rows}, ls->emb.state};
+	} else if (cfg->optimizer.kind == RS_OPT_ADAM) {
+		/* the state interleaves m and v per row; the file keeps them apart, as PyTorch names them */
+		m = malloc(sizeof(float) * (size_t)(rows * cols + 1));
+		v = malloc(sizeof(float) * (size_t)(rows * cols + 1));
+		if (!m || !v)
+			RSFAILGOTO(st, RS_ENOMEM, out);
+		for (int64_t r = 0; r < rows; r++) {
+			memcpy(m + r * cols, ls->emb.state + r * 2 * cols, sizeof(float) * (size_t)cols);
+			memcpy(v + r * cols, ls->emb.state + r * 2 * cols + cols, sizeof(float) * (size_t)cols);
+		}
+		t[n++] = (rs_st_tensor_in){"exp_avg", RS_ST_F32, 2, {rows, cols}, m};
+		t[n++] = (rs_st_tensor_in){"exp_avg_sq", RS_ST_F32, 2, {rows, cols}, v};
+	}
+	if (ti->zch) {
+		ids = malloc(sizeof(int64_t) * (size_t)(rows + 1));
+		RSALLOCGOTO(ids, st, out);
+		for (int64_t r = 0; r < rows; r++) {
+			int live;
+			uint64_t id = rs_zch_slot_id(ti->zch, ls->s.row_offset + r, &live);
+			ids[r] = live ? (int64_t)id : -1;
+		}
+		t[n++] = (rs_st_tensor_in){"zch_ids", RS_ST_I64, 1, {rows}, ids};
+	}
+	meta = json_pack("{s:s, s:s, s:s, s:s}", "table", tc->name, "sharding",
+			 rs_sharding_name(tr->plan->tables[ls->table].sharding), "row_offset", "", "col_offset", "");
+	RSALLOCGOTO(meta, st, out);
+	char buf[32];
+	snprintf(buf, sizeof(buf), "%lld", (long long)ls->s.row_offset);
+	json_object_set_new(meta, "row_offset", json_string(buf));
+	snprintf(buf, sizeof(buf), "%d", ls->s.col_offset);
+	json_object_set_new(meta, "col_offset", json_string(buf));
+	rs_checkpoint_shard_file(tc, &ls->s, file, sizeof(file));
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	st = rs_st_write(path, t, n, meta, err);
+out:
+	json_decref(meta);
+	free(ids);
+	free(v);
+	free(m);
+	return st;
+}
+
+rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err *err)
+{
+	rs_status st = RS_OK;
+	rs__trainer_prefetch(tr, 1);
+	for (int i = 0; i < tr->nshards && st == RS_OK; i++) {
+		const lshard *ls = &tr->shards[i];
+		if (tr->tables[ls->table].dp_shard == i && tr->rank != 0)
+			continue; /* one copy of a data-parallel table is enough */
+		st = save_shard(tr, ls, dir, err);
+	}
+	if (st == RS_OK && tr->rank == 0) {
+		char path[4096];
+		rs_st_tensor_in d = {"params", RS_ST_F32, 1, {(int64_t)rs_dense_nparams(tr->dense)}, rs_dense_params(tr->dense)};
+		snprintf(path, sizeof(path), "%s/dense.safetensors", dir);
+		st = rs_st_write(path, &d, 1, NULL, err);
+		if (st == RS_OK)
+			st = rs_checkpoint_write_index(dir, tr->cfg, tr->plan, step, rs_dense_nparams(tr->dense), err);
+	}
+	/* everyone's files exist before anyone reports the checkpoint done */
+	rs_status bst = rs_transport_barrier(tr->t);
+	if (st == RS_OK && bst != RS_OK)
+		rs_err_set(err, bst, "checkpoint: waiting for the other ranks: %s", rs_transport_error(tr->t));
+	return st != RS_OK ? st : bst;
+}
+
+
+/* ---- loading a checkpoint ----------------------------------------------------------- */
+
+/* The index entry of table `name`, or NULL. */
+static json_t *index_table(json_t *index, const char *name)
+{
+	size_t i;
+	json_t *t;
+	json_array_foreach(json_object_get(index, "tables"), i, t) {
+		const char *n = json_string_value(json_object_get(t, "name"));
+		if (n && !strcmp(n, name))
+			return t;
+	}
+	return NULL;
+}
+
+/* Tensor `name` of f, checked to be dtype with `rows` rows of `cols` (cols 0: a vector); its index. */
+static rs_status find_tensor(const rs_st_file *f, const char *name, rs_st_dtype dtype, int64_t rows, int64_t cols,
+			     int *out, rs_err *err)
+{
+	int k = rs_st_find(f, name);
+	if (k < 0)
+		return rs_err_set(err, RS_EINVAL, "%s: no tensor '%s'", f->path, name);
+	const rs_st_tensor *t = &f->tensors[k];
+	if (t->dtype != dtype || t->ndim != (cols ? 2 : 1) || t->shape[0] != rows || (cols && t->shape[1] != cols))
+		return rs_err_set(err, RS_EINVAL, "%s: tensor '%s' is not %s [%lld%s%lld]", f->path, name,
+				  rs_st_dtype_name(dtype), (long long)rows, cols ? ", " : "", (long long)cols);
+	*out = k;
+	return RS_OK;
+}
+
+/* Rows [lo, hi) of the checkpoint shard (file f, starting at table row r0) into local shard ls. */
+static rs_status load_rows(const rs_trainer *tr, const lshard *ls, const rs_st_file *f, int64_t r0, int64_t nr,
+			   int64_t lo, int64_t hi, rs_err *err)
+{
+	const rs_config *cfg = tr->cfg;
+	int64_t cols = ls->s.cols, n = hi - lo, at = lo - ls->s.row_offset, from = lo - r0;
+	size_t wb = (size_t)cols * (size_t)rs_dtype_size(ls->emb.dtype);
+	int k;
+	RSCHECK(find_tensor(f, "weight", st_dtype(ls->emb.dtype), nr, cols, &k, err));
+	RSCHECK(rs_st_read_range(f, k, (uint64_t)from * wb, (uint64_t)n * wb, (char *)ls->emb.weights + (size_t)at * wb,
+				 err));
+	if (cfg->optimizer.kind == RS_OPT_ROWWISE_ADAGRAD) {
+		RSCHECK(find_tensor(f, "momentum1", RS_ST_F32, nr, 0, &k, err));
+		RSCHECK(rs_st_read_range(f, k, (uint64_t)from * 4, (uint64_t)n * 4, ls->emb.state + at, err));
+	} else if (cfg->optimizer.kind == RS_OPT_ADAM) {
+		/* the file keeps m and v apart; the shard interleaves them per row */
+		static const char *const names[2] = {"exp_avg", "exp_avg_sq"};
+		float *tmp = malloc(sizeof(float) * (size_t)(n * cols + 1));
+		rs_status st = tmp ? RS_OK : RS_ENOMEM;
+		for (int which = 0; st == RS_OK && which < 2; which++) {
+			st = find_tensor(f, names[which], RS_ST_F32, nr, cols, &k, err);
+			if (st == RS_OK)
+				st = rs_st_read_range(f, k, (uint64_t)(from * cols) * 4, (uint64_t)(n * cols) * 4, tmp, err);
+			for (int64_t r = 0; st == RS_OK && r < n; r++)
+				memcpy(ls->emb.state + (at + r) * 2 * cols + which * cols, tmp + r * cols, sizeof(float) * (size_t)cols);
+		}
+		free(tmp);
+		RSCHECK(st);
+	}
+	return RS_OK;
+}
+
+/* Fill local shard ls from the checkpoint's shards of its table that overlap it. */
+static rs_status load_shard(const rs_trainer *tr, const lshard *ls, const char *dir, json_t *jt, rs_err *err)
+{
+	const rs_table_config *tc = &tr->cfg->tables[ls->table];
+	int64_t covered = 0;
+	size_t i;
+	json_t *js;
+	json_array_foreach(json_object_get(jt, "shards"), i, js) {
+		const char *file = json_string_value(json_object_get(js, "file"));
+		json_t *v[4] = {json_object_get(js, "row_offset"), json_object_get(js, "rows"), json_object_get(js, "col_offset"),
+				json_object_get(js, "cols")};
+		if (!file || strchr(file, '/') || !json_is_integer(v[0]) || !json_is_integer(v[1]) || !json_is_integer(v[2]) ||
+		    !json_is_integer(v[3]))
+			return rs_err_set(err, RS_EINVAL, "%s/index.json: table '%s': shard %zu is malformed", dir, tc->name, i);
+		int64_t r0 = json_integer_value(v[0]), nr = json_integer_value(v[1]);
+		int64_t c0 = json_integer_value(v[2]), nc = json_integer_value(v[3]);
+		if (r0 < 0 || nr < 1 || r0 + nr > tc->rows || c0 < 0 || nc < 1 || c0 + nc > tc->dim)
+			return rs_err_set(err, RS_EINVAL, "%s/index.json: table '%s': shard %zu lies outside the table", dir,
+					  tc->name, i);
+		int64_t lo = r0 > ls->s.row_offset ? r0 : ls->s.row_offset;
+		int64_t hi = r0 + nr < ls->s.row_offset + ls->s.rows ? r0 + nr : ls->s.row_offset + ls->s.rows;
+		int cols_overlap = c0 < ls->s.col_offset + ls->s.cols && ls->s.col_offset < c0 + nc;
+		if (lo >= hi || !cols_overlap)
+			continue;
+		if (c0 != ls->s.col_offset || nc != ls->s.cols)
+			return rs_err_set(err, RS_EUNSUPPORTED,
+					  "%s: table '%s': the checkpoint's column blocks (%lld+%lld) are not this plan's (%d+%d)",
+					  dir, tc->name, (long long)c0, (long long)nc, ls->s.col_offset, ls->s.cols);
+		char path[4096];
+		rs_st_file *f;
+		snprintf(path, sizeof(path), "%s/%s", dir, file);
+		RSCHECK(rs_st_open(path, &f, err));
+		rs_status st = load_rows(tr, ls, f, r0, nr, lo, hi, err);
+		rs_st_close(f);
+		RSCHECK(st);
+		covered += hi - lo;
+	}
+	if (covered != ls->s.rows)
+		return rs_err_set(err, RS_EINVAL, "%s: table '%s': the checkpoint covers %lld of rows %lld..%lld once (%lld rows)",
+				  dir, tc->name, (long long)covered, (long long)ls->s.row_offset,
+				  (long long)(ls->s.row_offset + ls->s.rows - 1), (long long)ls->s.rows);
+	return RS_OK;
+}
+
+rs_status rs_trainer_load(rs_trainer *tr, const char *dir, int64_t *step, rs_err *err)
+{
+	const rs_config *cfg = tr->cfg;
+	json_t *index;
+	rs_st_file *f = NULL;
+	rs_status st = RS_OK;
+	RSCHECK(rs_checkpoint_read_index(dir, &index, step, err));
+	rs__trainer_prefetch(tr, 1);
+	for (int i = 0; i < tr->nshards; i++) {
+		const lshard *ls = &tr->shards[i];
+		const rs_table_config *tc = &cfg->tables[ls->table];
+		json_t *jt = index_table(index, tc->name);
+		const char *dt = json_string_value(json_object_get(jt, "dtype"));
+		const char *opt = json_string_value(json_object_get(jt, "optimizer"));
+		if (!jt || json_integer_value(json_object_get(jt, "rows")) != tc->rows ||
+		    json_integer_value(json_object_get(jt, "dim")) != tc->dim || !dt || strcmp(dt, rs_dtype_name(tc->dtype)) ||
+		    !opt || strcmp(opt, rs_optimizer_name(cfg->optimizer.kind)))
+			RSFAILGOTO(st,
+				   rs_err_set(err, RS_EINVAL, "%s: table '%s': not in the checkpoint with this config's shape, "
+					      "dtype and optimizer", dir, tc->name),
+				   out);
+		if (tc->has_zch)
+			RSFAILGOTO(st,
+				   rs_err_set(err, RS_EUNSUPPORTED, "%s: table '%s': loading ZCH identities from a checkpoint "
+					      "is not built yet", dir, tc->name),
+				   out);
+		RSCHECKGOTO(load_shard(tr, ls, dir, jt, err), st, out);
+	}
+	char path[4096];
+	int k;
+	size_t n = rs_dense_nparams(tr->dense);
+	snprintf(path, sizeof(path), "%s/dense.safetensors", dir);
+	RSCHECKGOTO(rs_st_open(path, &f, err), st, out);
+	RSCHECKGOTO(find_tensor(f, "params", RS_ST_F32, (int64_t)n, 0, &k, err), st, out);
+	RSCHECKGOTO(rs_st_read(f, k, rs_dense_params(tr->dense), err), st, out);
+	tr->updates = *step; /* one optimizer update per step */
+out:
+	rs_st_close(f);
+	json_decref(index);
+	return st;
+}
