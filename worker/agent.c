@@ -1,0 +1,526 @@
+/*
+ * agent.c - see agent.h: the generation state machine. A message from the
+ * coordinator is dispatched by its type (handle); a fresh start, a commit
+ * or a resume leads to training (train), which polls the link between
+ * steps for "pause" and "stop".
+ */
+#include "worker/agent.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/plan.h"
+#include "common/proto.h"
+#include "worker/train.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A generation as the coordinator started it, and where training stands in it. */
+typedef struct run {
+	int64_t generation, rank, step, steps, eval_every, eval_samples;
+	int last;
+	char save[4096];        /* "" for no checkpoint at the end */
+} run;
+
+struct rs_agent {
+	rs_agent_config c;
+	rs_engine *engine;      /* c.engine, or the CPU */
+	rs_link link;
+	int lfd;                /* listening for the next generation's transport, or -1 */
+	char addr[300];         /* where lfd listens, announced in every join, "paused" and "idle" */
+	/* the model, its generation and where training stands */
+	rs_trainer *tr;
+	rs_transport *t, *uni;
+	rs_plan *plan;
+	run cur;                /* the generation this worker trains */
+	/* a staged reshard waiting for commit or abort */
+	int64_t st_gen;         /* 0: none */
+	int st_ok;
+	rs_trainer *st_tr;
+	rs_transport *st_t, *st_uni;
+	rs_plan *st_plan;
+	run staged;
+};
+
+static int leave_requested(const rs_agent *a) { return a->c.leave && *a->c.leave; }
+
+/* Listen for the next generation's transport (a fresh socket: the last one went to a transport). */
+static rs_status relisten(rs_agent *a, rs_err *err)
+{
+	int port;
+	if (a->lfd >= 0)
+		return RS_OK;
+	RSCHECK(rs_tcp_listen(a->c.host, 0, &a->lfd, &port, err));
+	snprintf(a->addr, sizeof(a->addr), strchr(a->c.host, ':') ? "[%s]:%d" : "%s:%d", a->c.host, port);
+	return RS_OK;
+}
+
+/* The model's per-table checksums as JSON (a new reference), or NULL without memory. */
+static json_t *checksum_json(const rs_agent *a, const rs_trainer *tr)
+{
+	uint64_t *v = calloc((size_t)a->c.cfg->ntables, sizeof(uint64_t));
+	json_t *j = NULL;
+	if (v) {
+		rs_trainer_checksum(tr, v);
+		j = rs_proto_checksums_to_json(v, a->c.cfg->ntables);
+	}
+	free(v);
+	return j;
+}
+
+/* Paused at a->cur.step, listening for the next generation: tell the coordinator, with the model's checksum. */
+static rs_status report_paused(rs_agent *a, rs_err *err)
+{
+	RSCHECK(relisten(a, err));
+	rs_msg_paused m = {.rank = a->cur.rank, .generation = a->cur.generation, .step = a->cur.step, .addr = a->addr,
+			   .checksum = checksum_json(a, a->tr)};
+	json_t *j = rs_proto_make_paused(&m);
+	json_decref(m.checksum);
+	return rs_link_status(&a->link, j);
+}
+
+static void drop_staged(rs_agent *a)
+{
+	rs_trainer_destroy(a->st_tr);
+	rs_transport_destroy(a->st_t);
+	rs_transport_destroy(a->st_uni);
+	rs_plan_free(a->st_plan);
+	a->st_tr = NULL, a->st_t = a->st_uni = NULL, a->st_plan = NULL;
+	a->st_gen = 0;
+}
+
+/* A transport over the start message's peers (one per union rank), on the listening socket. */
+static rs_status connect_peers(rs_agent *a, const rs_msg_start *s, rs_transport **out, rs_err *err)
+{
+	const char **addrs = malloc(sizeof(char *) * (size_t)s->union_world);
+	if (!addrs)
+		return RS_ENOMEM;
+	for (int64_t i = 0; i < s->union_world; i++)
+		addrs[i] = json_string_value(json_array_get(s->peers, (size_t)i));
+	rs_tcp_config tc = {.rank = (int32_t)s->rank, .world = (int32_t)s->union_world, .addrs = addrs,
+			    .listen_fd = a->lfd, .token = a->c.token, .generation = (uint64_t)s->generation,
+			    .timeout_ms = a->c.timeout_ms};
+	a->lfd = -1; /* the transport owns it now, even when it fails */
+	rs_status st = a->c.connect ? a->c.connect(a->c.connect_ctx, &tc, out, err) : rs_tcp_transport_create(&tc, out, err);
+	free(addrs);
+	return st;
+}
+
+static void take_run(run *r, const rs_msg_start *s)
+{
+	r->rank = s->rank, r->generation = s->generation, r->step = s->first_step, r->steps = s->steps;
+	r->last = s->last, r->eval_every = s->eval_every, r->eval_samples = s->eval_samples;
+	snprintf(r->save, sizeof(r->save), "%s", s->save ? s->save : "");
+}
+
+/* A fresh start's checkpoint: loaded into a->tr, which must be of the step the start names. */
+static rs_status load_checkpoint(rs_agent *a, const rs_msg_start *s, rs_err *err)
+{
+	int64_t step;
+	double t0 = rs_now();
+	RSCHECK(rs_trainer_load(a->tr, s->load, &step, err));
+	if (step != s->first_step)
+		return rs_err_set(err, RS_EINVAL, "%s is a checkpoint of step %lld, not %lld", s->load, (long long)step,
+				  (long long)s->first_step);
+	RS_INFO("loaded %s (step %lld) in %.3f s", s->load, (long long)step, rs_now() - t0);
+	return RS_OK;
+}
+
+/* A fresh start: this worker's first generation. Takes plan. */
+static rs_status start_fresh(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_err *err)
+{
+	rs_status st = RS_OK;
+	if (a->tr) {
+		rs_plan_free(plan);
+		return rs_err_set(err, RS_EINVAL, "a fresh start for a worker that already trains generation %lld",
+				  (long long)a->cur.generation);
+	}
+	RSCHECKGOTO(relisten(a, err), st, fail);
+	RSCHECKGOTO(connect_peers(a, s, &a->t, err), st, fail);
+	RSCHECKGOTO(rs_trainer_create(a->c.cfg, plan, a->t, a->engine, &a->tr, err), st, fail);
+	if (s->load)
+		RSCHECKGOTO(load_checkpoint(a, s, err), st, fail);
+	a->plan = plan;
+	take_run(&a->cur, s);
+	return RS_OK;
+fail:
+	rs_trainer_destroy(a->tr);
+	a->tr = NULL;
+	rs_plan_free(plan);
+	return st;
+}
+
+typedef struct progress_ctx {
+	rs_agent *a;
+	int64_t generation;
+	double last;
+} progress_ctx;
+
+/* Between rounds of a reshard: tell the coordinator (at most ten times a second) how far the sends are. */
+static void on_progress(void *ctx, const uint64_t *sent, const uint64_t *total, int32_t npeers)
+{
+	progress_ctx *p = ctx;
+	double now = rs_now();
+	if (now - p->last < 0.1 || !p->a->link.up)
+		return;
+	p->last = now;
+	json_t *pairs = json_array();
+	for (int32_t u = 0; pairs && u < npeers; u++)
+		if (total[u])
+			json_array_append_new(pairs, json_pack("[i, I]", (int)u, (json_int_t)sent[u]));
+	rs_link_post(&p->a->link, pairs ? rs_proto_make_migrating(p->generation, pairs) : NULL);
+	json_decref(pairs);
+}
+
+/* The start message's union_of_old, checked against the previous plan; *out is the caller's to free. */
+static rs_status union_of_old(const rs_msg_start *s, const rs_plan *prev, int32_t **out, rs_err *err)
+{
+	size_t nold = json_array_size(s->union_of_old);
+	if ((int64_t)nold != prev->world.ranks)
+		return rs_err_set(err, RS_EINVAL, "start: union_of_old has %zu ranks, the previous plan %d", nold,
+				  prev->world.ranks);
+	if (!(*out = malloc(sizeof(int32_t) * nold)))
+		return RS_ENOMEM;
+	for (size_t i = 0; i < nold; i++)
+		(*out)[i] = (int32_t)json_integer_value(json_array_get(s->union_of_old, i));
+	return RS_OK;
+}
+
+/*
+ * The work of phase one: a transport over the union, the new plan's
+ * trainer staged over it (a->st_uni, a->st_t, a->st_tr). *connect_s gets
+ * the time from t0 until the transport was up (or failed).
+ */
+static rs_status stage_rows(rs_agent *a, const rs_msg_start *s, double t0, rs_reshard_stats *rst, double *connect_s,
+			    rs_err *err)
+{
+	rs_plan *prev = NULL;
+	int32_t *uoo = NULL;
+	rs_status st = RS_OK;
+	RSCHECKGOTO(rs_plan_from_json(s->previous_plan, a->c.cfg, "start message previous plan", &prev, err), st, out);
+	RSCHECKGOTO(union_of_old(s, prev, &uoo, err), st, out);
+	rs_status cst = connect_peers(a, s, &a->st_uni, err);
+	*connect_s = rs_now() - t0;
+	RSCHECKGOTO(cst, st, out);
+	if (s->rank < s->world)
+		RSCHECKGOTO(rs_transport_subset(a->st_uni, (int32_t)s->world, &a->st_t), st, out);
+	if (a->c.stall_ms > 0)
+		rs_sleep(a->c.stall_ms / 1000.0); /* test hook: a window to kill someone during MIGRATE */
+	progress_ctx pc = {a, s->generation, 0};
+	rs_reshard_spec spec = {.old_plan = prev, .new_plan = a->st_plan, .union_of_old = uoo, .uni = a->st_uni,
+				.train_t = a->st_t, .engine = a->engine, .progress = on_progress, .progress_ctx = &pc};
+	st = rs_trainer_stage(a->c.cfg, a->tr, &spec, &a->st_tr, rst, err);
+out:
+	free(uoo);
+	rs_plan_free(prev);
+	return st;
+}
+
+/* Phase one of a reshard: stage the new plan's trainer (takes plan), then report how it went. */
+static rs_status stage(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_err *err)
+{
+	rs_reshard_stats rst = {0};
+	rs_err why = {0};
+	double t0 = rs_now(), connect_s = 0;
+	drop_staged(a);
+	a->st_gen = s->generation;
+	a->st_plan = plan;
+	RSCHECK(relisten(a, err));
+	rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_STAGING, s->generation, 0, NULL));
+	rs_status st = stage_rows(a, s, t0, &rst, &connect_s, &why);
+	a->st_ok = st == RS_OK;
+	take_run(&a->staged, s);
+	rs_msg_staged m = {.generation = s->generation, .ok = a->st_ok};
+	if (a->st_ok) {
+		RS_INFO("generation %lld staged in %.3f s: sent %.1f MiB, received %.1f MiB in %d rounds, kept %.1f MiB",
+			(long long)s->generation, rs_now() - t0, rst.sent_bytes / 1048576.0, rst.recv_bytes / 1048576.0,
+			rst.rounds, rst.kept_bytes / 1048576.0);
+		m.sent_bytes = (int64_t)rst.sent_bytes, m.recv_bytes = (int64_t)rst.recv_bytes;
+		m.wire_bytes = (int64_t)rst.wire_bytes, m.kept_bytes = (int64_t)rst.kept_bytes;
+		m.connect_s = connect_s, m.copy_s = rst.copy_s, m.move_s = rst.move_s;
+		m.checksum = a->st_tr ? checksum_json(a, a->st_tr) : NULL;
+	} else {
+		m.reason = why.msg[0] ? why.msg : rs_status_str(st);
+		RS_WARN("generation %lld: staging failed: %s", (long long)s->generation, m.reason);
+		if (a->st_uni)
+			rs_transport_abort(a->st_uni); /* the others must not wait for this member's chunks */
+	}
+	json_t *j = rs_proto_make_staged(&m);
+	json_decref(m.checksum);
+	return rs_link_status(&a->link, j);
+}
+
+/* Phase two: the coordinator committed the staged generation. *left when this worker handed its rows over. */
+static rs_status commit(rs_agent *a, int64_t gen, int *left, rs_err *err)
+{
+	*left = 0;
+	if (gen != a->st_gen || !a->st_ok)
+		return rs_err_set(err, RS_EINVAL, "commit of generation %lld, which is not staged here", (long long)gen);
+	rs_trainer_commit(a->st_tr, a->tr);
+	rs_transport_destroy(a->t);
+	rs_transport_destroy(a->uni);
+	rs_plan_free(a->plan);
+	a->tr = a->st_tr, a->t = a->st_t, a->uni = a->st_uni, a->plan = a->st_plan;
+	a->st_tr = NULL, a->st_t = a->st_uni = NULL, a->st_plan = NULL, a->st_gen = 0;
+	a->cur = a->staged;
+	*left = a->tr == NULL;
+	return rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_COMMITTED, gen, 0, NULL));
+}
+
+/* The coordinator aborted the staged generation: back to the old model, paused where it was. */
+static rs_status abort_staged(rs_agent *a, int64_t gen, const char *why, rs_err *err)
+{
+	if (gen != a->st_gen)
+		return RS_OK; /* already dropped */
+	RS_WARN("generation %lld aborted by the coordinator (%s); the old model stands", (long long)gen,
+		why ? why : "no reason given");
+	drop_staged(a);
+	if (!a->tr) { /* a joiner: nothing to go back to; it waits for the next start, listening anew */
+		RSCHECK(relisten(a, err));
+		return rs_link_status(&a->link, rs_proto_make_idle(a->addr));
+	}
+	return report_paused(a, err);
+}
+
+/* The messages the coordinator may send during training: a pause request, or stop (*stop). */
+static void between_steps(json_t *m, rs_trainer *tr, int *stop)
+{
+	switch (rs_proto_kind(m)) {
+	case RS_MSG_PAUSE:
+		rs_trainer_request_pause(tr);
+		break;
+	case RS_MSG_STOP:
+		*stop = 1;
+		break;
+	default:
+		RS_WARN("ignoring a '%s' message during training", rs_proto_type(m));
+	}
+}
+
+/* At the end of the last step: the checkpoint asked for, then "done". */
+static rs_status finish(rs_agent *a, rs_err *err)
+{
+	if (a->cur.save[0]) {
+		double s0 = rs_now();
+		RSCHECK(rs_trainer_save(a->tr, a->cur.save, a->cur.steps, err));
+		RS_INFO("checkpoint written to %s in %.3f s", a->cur.save, rs_now() - s0);
+	}
+	return rs_link_status(&a->link, rs_proto_make_done(a->cur.rank, a->cur.steps));
+}
+
+/*
+ * Train from a->cur.step to a->cur.steps, evaluating and reporting as
+ * configured, handling "pause" and "stop" between steps. Ends paused
+ * (a->cur.step < steps, or == steps when not last), done (*done) or
+ * stopped (*stop).
+ */
+static rs_status train(rs_agent *a, int *done, int *stop, rs_err *err)
+{
+	run *r = &a->cur;
+	double teacher_auc = r->rank == 0 && r->step == 0 ? rs_trainer_teacher_auc(a->tr, r->eval_samples) : -1;
+	double t0 = rs_now();
+	int64_t since = r->step, first = r->step;
+	rs_status st;
+	*done = *stop = 0;
+	rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_TRAINING, r->generation, r->step, NULL));
+	RS_INFO("rank %lld, generation %lld: training steps %lld..%lld", (long long)r->rank, (long long)r->generation,
+		(long long)r->step, (long long)r->steps - 1);
+	while (r->step < r->steps) {
+		int64_t step = r->step;
+		rs_step_stats stats;
+		rs_err why = {0};
+		if ((st = rs_trainer_step(a->tr, step, &stats, &why)) != RS_OK)
+			return rs_err_set(err, st, "step %lld: %s", (long long)step, why.msg[0] ? why.msg : rs_status_str(st));
+		r->step = step + 1;
+		int end = r->step == r->steps;
+		int eval = r->eval_every > 0 && (r->step % r->eval_every == 0 || (end && r->last));
+		double auc = -1, ll;
+		if (eval && (st = rs_trainer_evaluate(a->tr, r->eval_samples, &auc, &ll, &why)) != RS_OK)
+			return rs_err_set(err, st, "evaluation at step %lld: %s", (long long)step,
+					  why.msg[0] ? why.msg : rs_status_str(st));
+		double t1 = rs_now();
+		if (eval || step % 10 == 9 || end || step == first) {
+			double sps = (double)a->c.cfg->train.global_batch * (double)(r->step - since) / (t1 - t0);
+			rs_msg_progress p = {.rank = r->rank, .step = step, .loss = stats.loss, .samples_per_s = sps,
+					     .auc = auc, .teacher_auc = teacher_auc};
+			rs_link_post(&a->link, rs_proto_make_progress(&p)); /* progress is not worth waiting for */
+			teacher_auc = -1;
+			t0 = t1;
+			since = r->step;
+		}
+		json_t *m;
+		st = rs_link_poll(&a->link, &m);
+		if (st == RS_EINVAL)
+			return rs_err_set(err, st, "the coordinator refused this worker's rejoin");
+		if (st != RS_OK)
+			return rs_err_set(err, st, "the coordinator stayed away for more than %d ms (at step %lld)",
+					  a->link.grace_ms, (long long)r->step);
+		for (; m; rs_link_poll(&a->link, &m)) {
+			between_steps(m, a->tr, stop);
+			json_decref(m);
+		}
+		if (*stop)
+			return RS_OK;
+		if (stats.pause && !end)
+			break;
+	}
+	if (r->step == r->steps && r->last) {
+		*done = 1;
+		return finish(a, err);
+	}
+	return report_paused(a, err);
+}
+
+/* A start: a fresh one trains at once (*train), a reshard's is staged. */
+static rs_status on_start(rs_agent *a, json_t *msg, int *train_next, rs_err *err)
+{
+	rs_msg_start s;
+	rs_plan *plan = NULL;
+	RSCHECK(rs_proto_start(msg, &s, err));
+	RSCHECK(rs_plan_from_json(s.plan, a->c.cfg, "start message plan", &plan, err));
+	if (s.previous_plan)
+		return stage(a, &s, plan, err);
+	RSCHECK(start_fresh(a, &s, plan, err));
+	*train_next = 1;
+	return RS_OK;
+}
+
+/* A commit: train the committed generation (*train), or end (*end) when this worker handed its rows over. */
+static rs_status on_commit(rs_agent *a, json_t *msg, int *train_next, int *over, rs_agent_end *end, rs_err *err)
+{
+	int64_t gen;
+	int left;
+	RSCHECK(rs_proto_generation(msg, &gen, NULL, NULL, err));
+	if (gen == a->cur.generation && gen != a->st_gen)
+		return RS_OK; /* committed already: a restarted coordinator repeating itself */
+	RSCHECK(commit(a, gen, &left, err));
+	if (left) {
+		RS_INFO("handed my rows over in generation %lld; leaving", (long long)gen);
+		*over = 1, *end = RS_AGENT_LEFT;
+		return RS_OK;
+	}
+	*train_next = 1;
+	return RS_OK;
+}
+
+/* A resume: go on training the current generation to its new end (*train). */
+static rs_status on_resume(rs_agent *a, json_t *msg, int *train_next, rs_err *err)
+{
+	rs_msg_resume r;
+	RSCHECK(rs_proto_resume(msg, &r, err));
+	if (!a->tr || r.generation != a->cur.generation || r.steps < a->cur.step)
+		return rs_err_set(err, RS_EINVAL, "resume of generation %lld to step %lld: this worker is at %lld/%lld",
+				  (long long)r.generation, (long long)r.steps, (long long)a->cur.generation,
+				  (long long)a->cur.step);
+	a->cur.steps = r.steps;
+	a->cur.last = r.last;
+	*train_next = 1;
+	return RS_OK;
+}
+
+/* Handle one message from the coordinator; *over (and *end) when the worker's part is over. */
+static rs_status handle(rs_agent *a, json_t *msg, int *over, rs_agent_end *end, rs_err *err)
+{
+	int64_t gen;
+	const char *why;
+	int train_next = 0;
+	switch (rs_proto_kind(msg)) {
+	case RS_MSG_STOP:
+		RS_INFO("stopped by the coordinator");
+		*over = 1, *end = RS_AGENT_STOPPED;
+		return RS_OK;
+	case RS_MSG_START:
+		RSCHECK(on_start(a, msg, &train_next, err));
+		break;
+	case RS_MSG_COMMIT:
+		RSCHECK(on_commit(a, msg, &train_next, over, end, err));
+		break;
+	case RS_MSG_ABORT:
+		RSCHECK(rs_proto_generation(msg, &gen, NULL, &why, err));
+		return abort_staged(a, gen, why, err);
+	case RS_MSG_RESUME:
+		RSCHECK(on_resume(a, msg, &train_next, err));
+		break;
+	case RS_MSG_PAUSE:
+		return RS_OK; /* a pause that came after the step boundary it asked for */
+	default:
+		RS_WARN("ignoring a '%s' message", rs_proto_type(msg));
+		return RS_OK;
+	}
+	if (!train_next)
+		return RS_OK;
+	int done, stop;
+	RSCHECK(train(a, &done, &stop, err));
+	if (stop)
+		RS_INFO("stopped by the coordinator at step %lld", (long long)a->cur.step);
+	if (done || stop)
+		*over = 1, *end = done ? RS_AGENT_DONE : RS_AGENT_STOPPED;
+	return RS_OK;
+}
+
+rs_status rs_agent_create(const rs_agent_config *c, rs_agent **out, rs_err *err)
+{
+	rs_agent *a = calloc(1, sizeof(*a));
+	*out = NULL;
+	if (!a)
+		return rs_err_set(err, RS_ENOMEM, "agent: out of memory");
+	a->c = *c;
+	a->engine = rs_engine_or_cpu(c->engine);
+	a->lfd = -1;
+	rs_link_init(&a->link, c->conn, a->addr, c->timeout_ms, c->grace_ms, c->leave);
+	rs_status st = relisten(a, err);
+	if (st != RS_OK) {
+		free(a);
+		return st;
+	}
+	*out = a;
+	return RS_OK;
+}
+
+rs_status rs_agent_run(rs_agent *a, rs_agent_end *end, rs_err *err)
+{
+	rs_status st = RS_OK;
+	int over = 0;
+	RSCHECKGOTO(rs_link_join(&a->link, err), st, fail);
+	RS_INFO("transport on %s", a->addr);
+	while (!over) {
+		json_t *msg = NULL;
+		rs_err why = {0};
+		if (leave_requested(a) && !a->tr && !a->st_gen) {
+			rs_link_leave(&a->link);
+			RS_INFO("SIGTERM: I hold no rows; leaving");
+			*end = RS_AGENT_NO_ROWS;
+			return RS_OK;
+		}
+		/* joined, the coordinator decides how long this takes; cut off, the grace period bounds it */
+		st = rs_link_recv(&a->link, 1000, &msg, &why);
+		if (st == RS_ETIMEDOUT)
+			continue;
+		if (st != RS_OK)
+			RSFAILGOTO(st, rs_err_set(err, st, "waiting for the coordinator: %s", why.msg), fail);
+		rs_status hst = handle(a, msg, &over, end, err);
+		json_decref(msg);
+		RSCHECKGOTO(hst, st, fail);
+	}
+	return RS_OK;
+fail:
+	if (a->t)
+		rs_transport_abort(a->t); /* the other ranks must not wait for this one */
+	return st;
+}
+
+void rs_agent_destroy(rs_agent *a)
+{
+	if (!a)
+		return;
+	rs_link_close(&a->link);
+	drop_staged(a);
+	rs_trainer_destroy(a->tr);
+	rs_transport_destroy(a->t);
+	rs_transport_destroy(a->uni);
+	rs_plan_free(a->plan);
+	if (a->lfd >= 0)
+		close(a->lfd);
+	free(a);
+}
