@@ -259,6 +259,16 @@ static json_t *fresh(const char *addr, int64_t steps, int last)
 	return start_msg(&s);
 }
 
+/* At the first join (m), a fresh start of `steps` steps on the address it announced. 1 when m was a join. */
+static int start_at_first_join(fake *f, json_t *m, int64_t steps, int last)
+{
+	if (rs_proto_kind(m) != RS_MSG_JOIN)
+		return 0;
+	if (f->joins == 1)
+		say(f, fresh(jstr(m, "addr"), steps, last));
+	return 1;
+}
+
 /* A reshard of the world of one rank to itself (the same plan: every row kept) as generation gen. */
 static json_t *restage(int64_t gen, const char *addr, int64_t first, int64_t steps)
 {
@@ -398,10 +408,9 @@ static void test_fresh_start_trains_to_done(void **state)
 
 static void react_pause_resume(fake *f, json_t *m)
 {
+	if (start_at_first_join(f, m, FOREVER, 0))
+		return;
 	switch (rs_proto_kind(m)) {
-	case RS_MSG_JOIN:
-		say(f, fresh(jstr(m, "addr"), FOREVER, 0));
-		break;
 	case RS_MSG_PROGRESS:
 		if (f->seen[RS_MSG_PROGRESS] == 1)
 			say(f, rs_proto_make_plain(RS_MSG_PAUSE));
@@ -441,17 +450,13 @@ static void test_pause_at_a_step_boundary_then_resume(void **state)
 
 static void react_stop_training(fake *f, json_t *m)
 {
-	if (rs_proto_kind(m) == RS_MSG_JOIN)
-		say(f, fresh(jstr(m, "addr"), FOREVER, 1));
-	else if (rs_proto_kind(m) == RS_MSG_PROGRESS && f->seen[RS_MSG_PROGRESS] == 2)
+	if (!start_at_first_join(f, m, FOREVER, 1) && rs_proto_kind(m) == RS_MSG_PROGRESS && f->seen[RS_MSG_PROGRESS] == 2)
 		say(f, rs_proto_make_plain(RS_MSG_STOP));
 }
 
 static void react_stop_paused(fake *f, json_t *m)
 {
-	if (rs_proto_kind(m) == RS_MSG_JOIN)
-		say(f, fresh(jstr(m, "addr"), 3, 0));
-	else if (rs_proto_kind(m) == RS_MSG_PAUSED)
+	if (!start_at_first_join(f, m, 3, 0) && rs_proto_kind(m) == RS_MSG_PAUSED)
 		say(f, rs_proto_make_plain(RS_MSG_STOP));
 }
 
@@ -473,10 +478,9 @@ static void test_stop(void **state)
 
 static void react_stage_abort_commit(fake *f, json_t *m)
 {
+	if (start_at_first_join(f, m, 3, 0))
+		return;
 	switch (rs_proto_kind(m)) {
-	case RS_MSG_JOIN:
-		say(f, fresh(jstr(m, "addr"), 3, 0));
-		break;
 	case RS_MSG_PAUSED:
 		if (f->seen[RS_MSG_PAUSED] == 1) {
 			say(f, restage(2, jstr(m, "addr"), 3, 6));
@@ -585,20 +589,12 @@ static void test_messages_out_of_place(void **state)
 
 static void react_lost_while_paused(fake *f, json_t *m)
 {
-	switch (rs_proto_kind(m)) {
-	case RS_MSG_JOIN:
-		if (f->joins == 1)
-			say(f, fresh(jstr(m, "addr"), 2, 0));
-		break;
-	case RS_MSG_PAUSED:
-		if (f->seen[RS_MSG_PAUSED] == 1)
-			f->drop = 1, f->away = 2; /* gone; two rejoins find nobody, the third gets in */
-		else
-			say(f, resume(1, 4, 1));
-		break;
-	default:
-		break;
-	}
+	if (start_at_first_join(f, m, 2, 0) || rs_proto_kind(m) != RS_MSG_PAUSED)
+		return;
+	if (f->seen[RS_MSG_PAUSED] == 1)
+		f->drop = 1, f->away = 2; /* gone; two rejoins find nobody, the third gets in */
+	else
+		say(f, resume(1, 4, 1));
 }
 
 static void test_coordinator_lost_while_paused_comes_back(void **state)
@@ -620,11 +616,9 @@ static int64_t dropped_at; /* the last step reported before the connection dropp
 
 static void react_lost_while_training(fake *f, json_t *m)
 {
+	if (start_at_first_join(f, m, FOREVER, 1))
+		return;
 	switch (rs_proto_kind(m)) {
-	case RS_MSG_JOIN:
-		if (f->joins == 1)
-			say(f, fresh(jstr(m, "addr"), FOREVER, 1));
-		break;
 	case RS_MSG_PROGRESS:
 		if (f->seen[RS_MSG_PROGRESS] == 3)
 			dropped_at = jint(m, "step"), f->drop = 1, f->away = 1;
@@ -662,9 +656,9 @@ static int lost_case; /* 0: away while paused, 1: away while training, 2: refuse
 static void react_lost_for_good(fake *f, json_t *m)
 {
 	rs_msg_type t = rs_proto_kind(m);
-	if (t == RS_MSG_JOIN && f->joins == 1)
-		say(f, fresh(jstr(m, "addr"), lost_case % 2 ? FOREVER : 2, 0));
-	else if ((t == RS_MSG_PAUSED && lost_case % 2 == 0) || (t == RS_MSG_PROGRESS && f->seen[t] == 1 && lost_case % 2)) {
+	if (start_at_first_join(f, m, lost_case % 2 ? FOREVER : 2, 0))
+		return;
+	if ((t == RS_MSG_PAUSED && lost_case % 2 == 0) || (t == RS_MSG_PROGRESS && f->seen[t] == 1 && lost_case % 2)) {
 		f->drop = 1;
 		if (lost_case < 2)
 			f->away = 1000000;
@@ -705,11 +699,9 @@ static void react_leave_without_rows(fake *f, json_t *m)
 
 static void react_leave_while_training(fake *f, json_t *m)
 {
+	if (start_at_first_join(f, m, FOREVER, 1))
+		return;
 	switch (rs_proto_kind(m)) {
-	case RS_MSG_JOIN:
-		if (f->joins == 1)
-			say(f, fresh(jstr(m, "addr"), FOREVER, 1));
-		break;
 	case RS_MSG_PROGRESS:
 		if (f->seen[RS_MSG_PROGRESS] == 2)
 			f->leave = 1;
