@@ -441,6 +441,17 @@ json_t *rs_proto_make_migrating(int64_t generation, json_t *sent)
 	return json_pack("{s:s, s:I, s:O}", "type", "migrating", "generation", (json_int_t)generation, "sent", sent);
 }
 
+json_t *rs_proto_migrating_sent(const uint64_t *sent, const uint64_t *total, int32_t n)
+{
+	json_t *pairs = json_array();
+	for (int32_t u = 0; pairs && u < n; u++)
+		if (total[u] && json_array_append_new(pairs, json_pack("[i, I]", (int)u, (json_int_t)sent[u])) != 0) {
+			json_decref(pairs);
+			pairs = NULL;
+		}
+	return pairs;
+}
+
 json_t *rs_proto_make_generation(rs_msg_type type, int64_t generation, int64_t step, const char *reason)
 {
 	const char *name = rs_proto_type_name(type);

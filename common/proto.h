@@ -168,6 +168,13 @@ json_t *rs_proto_make_scaling(int32_t workers);
 json_t *rs_proto_make_migrating(int64_t generation, json_t *sent);
 
 /*
+ * A migrating message's "sent": [u, sent[u]] for every union rank u < n
+ * with total[u] > 0 (what a sender has sent each peer it sends to). A new
+ * reference, NULL without memory.
+ */
+json_t *rs_proto_migrating_sent(const uint64_t *sent, const uint64_t *total, int32_t n);
+
+/*
  * The generation family (see rs_proto_generation): commit, committed and
  * staging (generation), abort (generation, reason), training (generation,
  * step), leave (reason only). reason may be NULL where it is optional.

@@ -165,10 +165,7 @@ static void on_progress(void *ctx, const uint64_t *sent, const uint64_t *total, 
 	if (now - p->last < 0.1 || !p->a->link.up)
 		return;
 	p->last = now;
-	json_t *pairs = json_array();
-	for (int32_t u = 0; pairs && u < npeers; u++)
-		if (total[u])
-			json_array_append_new(pairs, json_pack("[i, I]", (int)u, (json_int_t)sent[u]));
+	json_t *pairs = rs_proto_migrating_sent(sent, total, npeers);
 	rs_link_post(&p->a->link, pairs ? rs_proto_make_migrating(p->generation, pairs) : NULL);
 	json_decref(pairs);
 }

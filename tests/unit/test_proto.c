@@ -304,6 +304,16 @@ static void test_builders_round_trip(void **state)
 	assert_int_equal(g, 6);
 	json_decref(m);
 	json_decref(sent);
+	/* a sender's counters: only the peers it sends to */
+	static const uint64_t so_far[3] = {5, 0, 7}, to_send[3] = {10, 0, 7};
+	sent = rs_proto_migrating_sent(so_far, to_send, 3);
+	m = wire(rs_proto_make_migrating(6, sent));
+	assert_int_equal(rs_proto_migrating(m, &g, &sent_back, &err), RS_OK);
+	json_t *want = json_pack("[[i, i], [i, i]]", 0, 5, 2, 7);
+	assert_true(json_equal(sent_back, want));
+	json_decref(want);
+	json_decref(m);
+	json_decref(sent);
 
 	static const rs_msg_type family[] = {RS_MSG_COMMIT, RS_MSG_COMMITTED, RS_MSG_STAGING, RS_MSG_ABORT,
 					     RS_MSG_TRAINING, RS_MSG_LEAVE};
