@@ -158,6 +158,8 @@ $(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(GPU_SUPPORT_OBJS) $(CUDA_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(CUDA_LDLIBS) -lcmocka $(LDLIBS) -o $@
 
+include tests/cudasim/cudasim.mk
+
 # --- tests -------------------------------------------------------------------
 
 # Every test binary and script, run with a timeout each; prints one summary
@@ -169,6 +171,7 @@ test: all tools
 	@BUILD=$(BUILD) bash tests/run.sh gpu $(GPU_TESTS)
 	@[ -n "$(GPU_TESTS)" ] || { echo "== gpu: skipped: no CUDA toolkit (nvcc), the CUDA code was not built"; \
 	  echo "SKIP gpu (all): no CUDA toolkit (nvcc), the CUDA code was not built" >>$(BUILD)/test-results; }
+	@$(MAKE) --no-print-directory cudasim-run
 	@$(MAKE) --no-print-directory fuzz-smoke
 	@BUILD=$(BUILD) bash tests/run.sh integration $(wildcard tests/integration/*.sh)
 	@BUILD=$(BUILD) bash tests/run.sh --summary
@@ -222,6 +225,12 @@ test-gpu: all
 	@[ -n "$(GPU_TESTS)" ] || { echo "test-gpu: no CUDA toolkit (nvcc): nothing to run"; exit 1; }
 	@rm -f $(BUILD)/test-results
 	@BUILD=$(BUILD) RS_REQUIRE_GPU=1 bash tests/run.sh gpu $(GPU_TESTS)
+	@BUILD=$(BUILD) bash tests/run.sh --summary
+
+# The GPU tests on the CUDA simulator (tests/cudasim): no GPU or nvcc needed; make test runs them too.
+test-cudasim: deps $(BINS)
+	@rm -f $(BUILD)/test-results
+	@$(MAKE) --no-print-directory cudasim-run
 	@BUILD=$(BUILD) bash tests/run.sh --summary
 
 bench-gpu: all
