@@ -2,6 +2,7 @@
  * transport_tcp.c - see transport_tcp.h.
  */
 #include "worker/transport_tcp.h"
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -19,19 +20,43 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HELLO_MAGIC 0x48545352u /* "RSTH" */
-#define ACK_MAGIC 0x41545352u   /* "RSTA" */
-#define FRAME_MAGIC 0x46545352u /* "RSTF" */
-#define PROTO_VERSION 1u
+#define HELLO_MAGIC 0x48545352u     /* "RSTH" */
+#define CHALLENGE_MAGIC 0x43545352u /* "RSTC" */
+#define ANSWER_MAGIC 0x50545352u    /* "RSTP" */
+#define ACK_MAGIC 0x41545352u       /* "RSTA" */
+#define FRAME_MAGIC 0x46545352u     /* "RSTF" */
+#define PROTO_VERSION 2u
 #define MAX_TOKEN 1024
 #define SOCKET_BUFFER (4 << 20)
+#define MAX_PENDING 256             /* connections accepted and still in their handshake */
+#define HANDSHAKE_MS 5000           /* how long one of them may take, at most (see handshake_ms) */
 
+/*
+ * The handshake, both sides proving they hold the join token (common/auth.h)
+ * without sending it, bound to the generation, both ranks and both nonces:
+ *   connector -> listener  hello      (generation, its rank, the world, its nonce)
+ *   listener -> connector  challenge  (its rank, its nonce, its proof)
+ *   connector -> listener  answer     (its proof)
+ *   listener -> connector  ack
+ */
 typedef struct hello {
 	uint32_t magic, version;
 	uint64_t generation;
 	int32_t rank, world;
-	uint32_t token_len, pad;
+	char nonce[RS_AUTH_NONCE_HEX];
 } hello;
+
+typedef struct challenge {
+	uint32_t magic;
+	int32_t rank;
+	char nonce[RS_AUTH_NONCE_HEX];
+	char proof[RS_AUTH_PROOF_HEX];
+} challenge;
+
+typedef struct answer {
+	uint32_t magic, pad;
+	char proof[RS_AUTH_PROOF_HEX];
+} answer;
 
 typedef struct frame {
 	uint32_t magic, pad;
@@ -172,18 +197,71 @@ static rs_status io_full(int fd, void *buf, size_t len, int writing, int64_t dea
 	return RS_OK;
 }
 
-static int token_equal(const char *a, size_t alen, const char *b, size_t blen)
+/*
+ * The proof `side` ("listener" or "connector") gives for the connection
+ * from rank rc to rank rl: bound to the generation, the world, both ranks
+ * and both nonces (each RS_AUTH_NONCE_HEX bytes, not NUL-terminated).
+ */
+static rs_status mesh_proof(const rs_tcp_config *cfg, const char *side, int32_t rc, int32_t rl, const char *nonce_c,
+			    const char *nonce_l, char out[RS_AUTH_PROOF_HEX + 1])
 {
-	unsigned char diff = alen != blen;
-	for (size_t i = 0; i < alen && i < blen; i++)
-		diff |= (unsigned char)(a[i] ^ b[i]);
-	return diff == 0;
+	char gen[24], world[16], crank[16], lrank[16], nc[RS_AUTH_NONCE_HEX + 1], nl[RS_AUTH_NONCE_HEX + 1];
+	char label[48];
+	snprintf(gen, sizeof(gen), "%llu", (unsigned long long)cfg->generation);
+	snprintf(world, sizeof(world), "%d", cfg->world);
+	snprintf(crank, sizeof(crank), "%d", rc);
+	snprintf(lrank, sizeof(lrank), "%d", rl);
+	memcpy(nc, nonce_c, RS_AUTH_NONCE_HEX), nc[RS_AUTH_NONCE_HEX] = 0;
+	memcpy(nl, nonce_l, RS_AUTH_NONCE_HEX), nl[RS_AUTH_NONCE_HEX] = 0;
+	snprintf(label, sizeof(label), "rowshift mesh %s", side);
+	const char *parts[] = {gen, world, crank, lrank, nc, nl};
+	return rs_auth_proof(cfg->token, label, parts, 6, out);
 }
 
-/* Connect to peer j and introduce ourselves, retrying while it is not up yet. */
+/* A proof received (RS_AUTH_PROOF_HEX bytes, not NUL-terminated) is the one expected, compared in constant time. */
+static int proof_matches(const char *received, const char *expected)
+{
+	char r[RS_AUTH_PROOF_HEX + 1];
+	memcpy(r, received, RS_AUTH_PROOF_HEX), r[RS_AUTH_PROOF_HEX] = 0;
+	return expected[0] && rs_auth_equal(r, expected);
+}
+
+/* How long one accepted connection may take to prove itself. */
+static int handshake_ms(const rs_tcp_config *cfg) { return cfg->timeout_ms > 0 && cfg->timeout_ms < HANDSHAKE_MS ? cfg->timeout_ms : HANDSHAKE_MS; }
+
+/* The connector's side of the handshake with rank j on fd. RS_EPEER (with *why) when j does not prove itself. */
+static rs_status introduce(const rs_tcp_config *cfg, int fd, int32_t j, int64_t deadline, const char **why)
+{
+	hello h = {HELLO_MAGIC, PROTO_VERSION, cfg->generation, cfg->rank, cfg->world, {0}};
+	challenge c;
+	answer a = {ANSWER_MAGIC, 0, {0}};
+	char nonce[RS_AUTH_NONCE_HEX + 1], want[RS_AUTH_PROOF_HEX + 1], mine[RS_AUTH_PROOF_HEX + 1];
+	uint32_t ack[2];
+	*why = "closed during the handshake (wrong generation or join token?)";
+	RSCHECK(rs_auth_nonce(nonce));
+	memcpy(h.nonce, nonce, RS_AUTH_NONCE_HEX);
+	RSCHECK(io_full(fd, &h, sizeof(h), 1, deadline));
+	RSCHECK(io_full(fd, &c, sizeof(c), 0, deadline));
+	if (c.magic != CHALLENGE_MAGIC || c.rank != j) {
+		*why = "not the expected peer";
+		return RS_EPEER;
+	}
+	if (mesh_proof(cfg, "listener", cfg->rank, j, nonce, c.nonce, want) != RS_OK || !proof_matches(c.proof, want)) {
+		*why = "it did not prove it holds the join token";
+		return RS_EPEER;
+	}
+	RSCHECK(mesh_proof(cfg, "connector", cfg->rank, j, nonce, c.nonce, mine));
+	memcpy(a.proof, mine, RS_AUTH_PROOF_HEX);
+	RSCHECK(io_full(fd, &a, sizeof(a), 1, deadline));
+	RSCHECK(io_full(fd, ack, sizeof(ack), 0, deadline));
+	return ack[0] == ACK_MAGIC && (int32_t)ack[1] == j ? RS_OK : RS_EPEER;
+}
+
+/* Connect to peer j and prove ourselves, retrying while it is not up yet. */
 static rs_status connect_peer(tcp *t, const rs_tcp_config *cfg, int32_t j, int64_t deadline, rs_err *err)
 {
 	char host[256], port[16];
+	const char *why = NULL;
 	if (split_addr(cfg->addrs[j], host, sizeof(host), port, sizeof(port)) != RS_OK)
 		return rs_err_set(err, RS_EINVAL, "transport: bad address '%s' for rank %d", cfg->addrs[j], j);
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
@@ -206,87 +284,182 @@ static rs_status connect_peer(tcp *t, const rs_tcp_config *cfg, int32_t j, int64
 			continue;
 		}
 		tune_socket(fd);
-		size_t tl = strlen(cfg->token);
-		hello h = {HELLO_MAGIC, PROTO_VERSION, cfg->generation, cfg->rank, cfg->world, (uint32_t)tl, 0};
-		uint32_t ack[2];
-		if ((st = io_full(fd, &h, sizeof(h), 1, deadline)) == RS_OK &&
-		    (st = io_full(fd, (void *)cfg->token, tl, 1, deadline)) == RS_OK &&
-		    (st = io_full(fd, ack, sizeof(ack), 0, deadline)) == RS_OK) {
-			if (ack[0] != ACK_MAGIC || (int32_t)ack[1] != j) {
-				close(fd);
-				st = RS_EPEER;
-				break;
-			}
+		if ((st = introduce(cfg, fd, j, deadline, &why)) == RS_OK)
 			t->fd[j] = fd;
-			break;
-		}
-		close(fd); /* refused (closed on us) or timed out */
+		else
+			close(fd); /* refused (closed on us), not the peer, or timed out */
 		break;
 	}
 	freeaddrinfo(ai);
 	if (st == RS_OK)
 		return RS_OK;
 	return rs_err_set(err, st, "transport: rank %d could not join rank %d at %s: %s%s%s", cfg->rank, j,
-			  cfg->addrs[j], st == RS_EPEER ? "refused (wrong generation or join token?)" : rs_status_str(st),
+			  cfg->addrs[j], st == RS_EPEER && why ? why : rs_status_str(st),
 			  last_errno ? ", last error: " : "", last_errno ? strerror(last_errno) : "");
 }
 
-/* Accept every higher rank; refuse strangers and keep waiting for the real peers. */
+/* One accepted connection in its handshake (the listener's side), driven without blocking. */
+typedef struct pending {
+	int fd;
+	int64_t deadline;
+	int stage;                /* 0 reading the hello, 1 writing the challenge, 2 reading the answer, 3 writing the ack */
+	size_t done;              /* bytes of the stage's message so far */
+	hello h;
+	challenge c;
+	answer a;
+	uint32_t ack[2];
+	char want[RS_AUTH_PROOF_HEX + 1]; /* the connector's proof, once the hello is known */
+} pending;
+
+static void *stage_buf(pending *p, size_t *len)
+{
+	void *bufs[4] = {&p->h, &p->c, &p->a, p->ack};
+	size_t lens[4] = {sizeof(p->h), sizeof(p->c), sizeof(p->a), sizeof(p->ack)};
+	*len = lens[p->stage];
+	return bufs[p->stage];
+}
+
+/*
+ * Move p's handshake on as far as its socket allows. Returns 1 when it is
+ * complete (the peer is rank p->h.rank), 0 while it goes on, -1 when it
+ * failed (*why says how).
+ */
+static int advance(tcp *t, const rs_tcp_config *cfg, pending *p, const char **why)
+{
+	for (;;) {
+		size_t len;
+		char *buf = stage_buf(p, &len);
+		int writing = p->stage == 1 || p->stage == 3;
+		ssize_t n = writing ? send(p->fd, buf + p->done, len - p->done, MSG_NOSIGNAL)
+				    : recv(p->fd, buf + p->done, len - p->done, 0);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			return 0;
+		if (n <= 0) {
+			*why = "closed during the handshake";
+			return -1;
+		}
+		if ((p->done += (size_t)n) < len)
+			continue;
+		p->done = 0;
+		switch (p->stage) {
+		case 0: {
+			const hello *h = &p->h;
+			char nonce[RS_AUTH_NONCE_HEX + 1];
+			if (h->magic != HELLO_MAGIC || h->version != PROTO_VERSION)
+				*why = "not a rowshift transport peer";
+			else if (h->generation != cfg->generation)
+				*why = "from another generation";
+			else if (h->world != cfg->world || h->rank <= cfg->rank || h->rank >= cfg->world || t->fd[h->rank] >= 0)
+				*why = "unexpected rank";
+			else if (rs_auth_nonce(nonce) != RS_OK ||
+				 mesh_proof(cfg, "listener", h->rank, cfg->rank, h->nonce, nonce, p->want) != RS_OK)
+				*why = "cannot draw a nonce";
+			else
+				*why = NULL;
+			if (*why)
+				return -1;
+			p->c.magic = CHALLENGE_MAGIC, p->c.rank = cfg->rank;
+			memcpy(p->c.nonce, nonce, RS_AUTH_NONCE_HEX);
+			memcpy(p->c.proof, p->want, RS_AUTH_PROOF_HEX);
+			/* what the connector must answer */
+			if (mesh_proof(cfg, "connector", h->rank, cfg->rank, h->nonce, nonce, p->want) != RS_OK) {
+				*why = "cannot compute a proof";
+				return -1;
+			}
+			break;
+		}
+		case 2:
+			if (p->a.magic != ANSWER_MAGIC || !proof_matches(p->a.proof, p->want)) {
+				*why = "wrong join token";
+				return -1;
+			}
+			p->ack[0] = ACK_MAGIC, p->ack[1] = (uint32_t)cfg->rank;
+			break;
+		case 3:
+			return 1;
+		}
+		p->stage++;
+	}
+}
+
+/*
+ * Accept every higher rank. Handshakes run side by side, without blocking,
+ * each within its own short deadline: a connection that does not prove
+ * itself in time (an idle or hostile one) is dropped and never delays the
+ * real peers, which are waited for until the mesh's deadline.
+ */
 static rs_status accept_peers(tcp *t, const rs_tcp_config *cfg, int lfd, int64_t deadline, rs_err *err)
 {
 	int32_t missing = cfg->world - 1 - cfg->rank;
 	char refused[160] = "";
+	pending *pend = calloc(MAX_PENDING, sizeof(*pend));
+	struct pollfd *pfd = calloc(MAX_PENDING + 1, sizeof(*pfd));
+	int np = 0;
+	rs_status st = RS_OK;
+	RSALLOCGOTO(pend, st, out);
+	RSALLOCGOTO(pfd, st, out);
+	RSCHECKGOTO(set_nonblocking(lfd), st, out);
 	while (missing > 0) {
-		struct pollfd p = {.fd = lfd, .events = POLLIN};
-		int rc = poll(&p, 1, left_ms(deadline));
-		if (rc < 0 && errno == EINTR)
-			continue;
-		if (rc < 0)
-			return rs_err_set(err, RS_ESYS, "transport: poll: %s", strerror(errno));
-		if (rc == 0 || atomic_load(&t->aborted)) {
+		int64_t now = rs_now_ms(), wake = deadline;
+		int n = 0;
+		if (np < MAX_PENDING)
+			pfd[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+		for (int k = 0; k < np; k++) {
+			pfd[n++] = (struct pollfd){.fd = pend[k].fd, .events = pend[k].stage % 2 ? POLLOUT : POLLIN};
+			wake = pend[k].deadline < wake ? pend[k].deadline : wake;
+		}
+		if (now >= deadline || atomic_load(&t->aborted)) {
 			int32_t first = -1;
 			for (int32_t j = cfg->rank + 1; j < cfg->world && first < 0; j++)
 				if (t->fd[j] < 0)
 					first = j;
-			return rs_err_set(err, atomic_load(&t->aborted) ? RS_EABORTED : RS_ETIMEDOUT,
-					  "transport: rank %d timed out waiting for %d peer(s), first rank %d%s%s",
-					  cfg->rank, missing, first, refused[0] ? "; " : "", refused);
+			RSFAILGOTO(st, rs_err_set(err, atomic_load(&t->aborted) ? RS_EABORTED : RS_ETIMEDOUT,
+						  "transport: rank %d timed out waiting for %d peer(s), first rank %d%s%s",
+						  cfg->rank, missing, first, refused[0] ? "; " : "", refused), out);
 		}
-		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-		if (fd < 0)
-			continue;
-		hello h;
-		char tok[MAX_TOKEN];
-		rs_status st = io_full(fd, &h, sizeof(h), 0, deadline);
-		const char *why = NULL;
-		if (st != RS_OK)
-			why = "no handshake";
-		else if (h.magic != HELLO_MAGIC || h.version != PROTO_VERSION)
-			why = "not a rowshift transport peer";
-		else if (h.generation != cfg->generation)
-			why = "from another generation";
-		else if (h.world != cfg->world || h.rank <= cfg->rank || h.rank >= cfg->world || t->fd[h.rank] >= 0)
-			why = "unexpected rank";
-		else if (h.token_len > MAX_TOKEN || io_full(fd, tok, h.token_len, 0, deadline) != RS_OK)
-			why = "bad token length";
-		else if (!token_equal(tok, h.token_len, cfg->token, strlen(cfg->token)))
-			why = "wrong join token";
-		if (why) {
-			RS_WARN("transport: rank %d refused a connection: %s", cfg->rank, why);
-			snprintf(refused, sizeof(refused), "refused a connection: %s", why);
-			close(fd);
-			continue;
+		int rc = poll(pfd, (nfds_t)n, left_ms(wake < now + 100 ? now + 100 : wake > now + 1000 ? now + 1000 : wake));
+		if (rc < 0 && errno != EINTR)
+			RSFAILGOTO(st, rs_err_set(err, RS_ESYS, "transport: poll: %s", strerror(errno)), out);
+		now = rs_now_ms();
+		/* handshakes under way (pfd[k + off] belongs to pend[k]) */
+		int off = np < MAX_PENDING ? 1 : 0;
+		for (int k = np - 1; k >= 0; k--) {
+			const char *why = NULL;
+			int done = rc > 0 && pfd[k + off].revents ? advance(t, cfg, &pend[k], &why) : 0;
+			if (done == 0 && now >= pend[k].deadline) {
+				done = -1;
+				why = "no handshake in time";
+			}
+			if (done == 1) {
+				t->fd[pend[k].h.rank] = pend[k].fd;
+				missing--;
+			} else if (done < 0) {
+				RS_WARN("transport: rank %d refused a connection: %s", cfg->rank, why);
+				snprintf(refused, sizeof(refused), "refused a connection: %s", why);
+				close(pend[k].fd);
+			}
+			if (done != 0)
+				pend[k] = pend[--np];
 		}
-		uint32_t ack[2] = {ACK_MAGIC, (uint32_t)cfg->rank};
-		if (io_full(fd, ack, sizeof(ack), 1, deadline) != RS_OK) {
-			close(fd);
-			continue;
+		/* new connections */
+		while (np < MAX_PENDING) {
+			int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+			if (fd < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
+				RS_WARN("transport: rank %d cannot accept: %s", cfg->rank, strerror(errno));
+				rs_sleep(0.05); /* out of descriptors: never spin on the waiting connection */
+			}
+			if (fd < 0)
+				break;
+			tune_socket(fd);
+			pend[np++] = (pending){.fd = fd, .deadline = now + handshake_ms(cfg)};
 		}
-		tune_socket(fd);
-		t->fd[h.rank] = fd;
-		missing--;
 	}
-	return RS_OK;
+out:
+	for (int k = 0; pend && k < np; k++)
+		close(pend[k].fd);
+	free(pend);
+	free(pfd);
+	return st;
 }
 
 /* ---- the data path ------------------------------------------------------------ */

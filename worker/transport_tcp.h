@@ -5,9 +5,13 @@
  *
  * Set-up: rank i connects to every lower rank (retrying while they come up)
  * and accepts every higher one, so no two ranks wait on each other. Each
- * connection opens with a handshake carrying the generation, both ranks and
- * the shared join token; a peer from another generation or with another
- * token is refused. The data path is non-blocking sockets driven by poll(),
+ * connection opens with a mutual challenge-response (common/auth.h): both
+ * sides prove they hold the join token, bound to the generation, both
+ * ranks and a fresh nonce from each, and neither ever sends the token. A
+ * peer from another generation or without the token is refused. A
+ * listener runs its handshakes side by side without blocking, each within
+ * a few seconds of its own: an idle or hostile connection is dropped and
+ * never delays the real peers. The data path is non-blocking sockets driven by poll(),
  * every message framed with a sequence number and its length, so a
  * desynchronized peer is detected (RS_ECORRUPT) instead of misread.
  */
@@ -20,7 +24,7 @@ typedef struct rs_tcp_config {
 	int32_t rank, world;
 	const char *const *addrs; /* world entries, "host:port" or "[v6]:port" */
 	int listen_fd;            /* a listening socket for addrs[rank], or -1 to bind one here; the transport owns it */
-	const char *token;        /* the shared join token (at most 1024 bytes) */
+	const char *token;        /* the shared join token (at most 1024 bytes); never sent */
 	uint64_t generation;
 	int timeout_ms;           /* bound on every wait; 0 means 30000 */
 } rs_tcp_config;

@@ -3,7 +3,9 @@
  * suite for 1 to 4 ranks, each a forked process on loopback; and the
  * faults: a peer killed mid-collective, a hung peer, a peer that never
  * shows up, a stranger with the wrong token or generation, an abort from
- * another thread, a desynchronized peer. Every failure must come back as a
+ * another thread, a desynchronized peer; idle and hostile connections to a
+ * listener while the real mesh forms, and a listener that is not the peer
+ * (it must learn nothing that proves knowledge of the token). Every failure must come back as a
  * status within a bounded time; the harness kills any rank still running
  * after a generous guard, which fails the test.
  */
@@ -17,8 +19,15 @@
 #include "tests/unit/world_harness.h"
 #include "worker/transport_tcp.h"
 
+#include "common/auth.h"
+#include "common/clock.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +206,143 @@ static void test_desync_detected(void **state)
 	assert_int_equal(w.exit_code[1], 0);
 }
 
+/* ---- hostile connections --------------------------------------------------------------- */
+
+static int connect_to(int port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+typedef struct member {
+	rs_tcp_config cfg;
+	rs_transport *t;
+	rs_status st;
+	rs_err err;
+} member;
+
+static void *create_member(void *arg)
+{
+	member *m = arg;
+	m->st = rs_tcp_transport_create(&m->cfg, &m->t, &m->err);
+	return NULL;
+}
+
+/* Everything readable on fd within ms, into buf (at most cap): the bytes a hostile side got. */
+static size_t drain(int fd, char *buf, size_t cap, int ms)
+{
+	size_t n = 0;
+	for (int64_t until = rs_now_ms() + ms; n < cap && rs_now_ms() < until;) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		if (poll(&p, 1, 50) <= 0)
+			continue;
+		ssize_t got = recv(fd, buf + n, cap - n, 0);
+		if (got <= 0)
+			break;
+		n += (size_t)got;
+	}
+	return n;
+}
+
+static void test_idle_and_hostile_connections_do_not_delay_the_mesh(void **state)
+{
+	(void)state;
+	int lfd, port;
+	rs_err err = {0};
+	char addr0[32], buf[4096];
+	assert_int_equal(rs_tcp_listen("127.0.0.1", 0, &lfd, &port, &err), RS_OK);
+	snprintf(addr0, sizeof(addr0), "127.0.0.1:%d", port);
+	/* before the real peer: one connection that never speaks, one that speaks garbage, one that says hello */
+	int idle = connect_to(port), junk = connect_to(port), hello = connect_to(port);
+	assert_int_equal(send(junk, "GET / HTTP/1.1\r\n\r\n", 18, MSG_NOSIGNAL), 18);
+	char hb[8 + 8 + 8 + RS_AUTH_NONCE_HEX];
+	memset(hb, 0, sizeof(hb));
+	uint32_t magic = 0x48545352u, version = 2;
+	uint64_t gen = 7;
+	int32_t r1 = 1, nworld = 2;
+	memcpy(hb, &magic, 4), memcpy(hb + 4, &version, 4), memcpy(hb + 8, &gen, 8), memcpy(hb + 16, &r1, 4);
+	memcpy(hb + 20, &nworld, 4), memset(hb + 24, 'a', RS_AUTH_NONCE_HEX);
+	assert_int_equal(send(hello, hb, sizeof(hb), MSG_NOSIGNAL), (ssize_t)sizeof(hb));
+	const char *addrs[2] = {addr0, "127.0.0.1:1"};
+	member m0 = {.cfg = {.rank = 0, .world = 2, .addrs = addrs, .listen_fd = lfd, .token = "s3cret-token",
+			     .generation = 7, .timeout_ms = 30000}};
+	member m1 = m0;
+	m1.cfg.rank = 1, m1.cfg.listen_fd = -1;
+	pthread_t a, b;
+	pthread_create(&a, NULL, create_member, &m0);
+	usleep(200000); /* the hostile connections are accepted first */
+	pthread_create(&b, NULL, create_member, &m1);
+	pthread_join(b, NULL);
+	pthread_join(a, NULL);
+	/* the mesh formed although three connections were still open and unproven */
+	if (m0.st != RS_OK || m1.st != RS_OK)
+		fail_msg("rank 0: %s; rank 1: %s", m0.err.msg, m1.err.msg);
+	uint32_t v = 42, got = 0;
+	rs_xfer sx = {0, &v, sizeof(v)}, rx = {1, &got, sizeof(got)};
+	assert_int_equal(rs_transport_exchange(m1.t, &sx, 1, NULL, 0), RS_OK);
+	assert_int_equal(rs_transport_exchange(m0.t, NULL, 0, &rx, 1), RS_OK);
+	assert_int_equal(got, 42);
+	/* what the hostile ones got: never the token */
+	size_t n = drain(hello, buf, sizeof(buf), 200);
+	assert_true(n > 0); /* a challenge, bound to its own nonce */
+	assert_null(memmem(buf, n, "s3cret-token", 12));
+	rs_transport_destroy(m0.t);
+	rs_transport_destroy(m1.t);
+	close(idle), close(junk), close(hello);
+}
+
+typedef struct impostor {
+	int lfd;
+	char got[4096];
+	size_t n;
+} impostor;
+
+/* Accept one connection, answer its hello with a challenge whose proof is made up, keep what comes. */
+static void *run_impostor(void *arg)
+{
+	impostor *im = arg;
+	int fd = accept(im->lfd, NULL, NULL);
+	if (fd < 0)
+		return NULL;
+	im->n = drain(fd, im->got, 8 + 8 + 8 + RS_AUTH_NONCE_HEX, 2000);
+	char ch[8 + RS_AUTH_NONCE_HEX + RS_AUTH_PROOF_HEX];
+	uint32_t magic = 0x43545352u;
+	int32_t rank = 0;
+	memcpy(ch, &magic, 4), memcpy(ch + 4, &rank, 4), memset(ch + 8, 'b', sizeof(ch) - 8);
+	if (send(fd, ch, sizeof(ch), MSG_NOSIGNAL) == (ssize_t)sizeof(ch))
+		im->n += drain(fd, im->got + im->n, sizeof(im->got) - im->n, 1000);
+	close(fd);
+	return NULL;
+}
+
+static void test_impostor_listener_learns_nothing(void **state)
+{
+	(void)state;
+	impostor im = {0};
+	int port;
+	rs_err err = {0};
+	char addr0[32];
+	assert_int_equal(rs_tcp_listen("127.0.0.1", 0, &im.lfd, &port, &err), RS_OK);
+	snprintf(addr0, sizeof(addr0), "127.0.0.1:%d", port);
+	pthread_t th;
+	pthread_create(&th, NULL, run_impostor, &im);
+	const char *addrs[2] = {addr0, "127.0.0.1:1"};
+	member m1 = {.cfg = {.rank = 1, .world = 2, .addrs = addrs, .listen_fd = -1, .token = "s3cret-token",
+			     .generation = 7, .timeout_ms = 3000}};
+	create_member(&m1);
+	pthread_join(th, NULL);
+	close(im.lfd);
+	assert_int_equal(m1.st, RS_EPEER);
+	assert_non_null(strstr(m1.err.msg, "did not prove it holds the join token"));
+	/* the impostor got the hello and nothing else: no token, no proof of it */
+	assert_int_equal(im.n, 8 + 8 + 8 + RS_AUTH_NONCE_HEX);
+	assert_null(memmem(im.got, im.n, "s3cret-token", 12));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -207,6 +353,8 @@ int main(void)
 		cmocka_unit_test(test_strangers_refused),
 		cmocka_unit_test(test_abort_from_another_thread),
 		cmocka_unit_test(test_desync_detected),
+		cmocka_unit_test(test_idle_and_hostile_connections_do_not_delay_the_mesh),
+		cmocka_unit_test(test_impostor_listener_learns_nothing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
