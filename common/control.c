@@ -2,6 +2,7 @@
  * control.c - see control.h.
  */
 #include "common/control.h"
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/proto.h"
@@ -10,6 +11,7 @@
 
 #include <libwebsockets.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,8 +218,7 @@ static rs_status open_client(const char *url, const char *protocol, const char *
 	ci.port = port;
 	ci.path = path;
 	ci.host = host;
-	ci.origin = host;
-	ci.protocol = protocol;
+	ci.protocol = protocol; /* no Origin: the coordinator refuses upgrades from web pages */
 	ci.pwsi = &c->wsi;
 	if (!lws_client_connect_via_info(&ci)) {
 		rs_control_close(c);
@@ -227,36 +228,75 @@ static rs_status open_client(const char *url, const char *protocol, const char *
 	return RS_OK;
 }
 
+/*
+ * Whether a coordinator has ever proved itself to this process: until then a
+ * refusal is taken at its word (a worker with a wrong token should stop at
+ * once); after that, a refusal without the coordinator's proof is an
+ * impostor's (a listener squatting on a restarting coordinator's port), and
+ * only delays the rejoin.
+ */
+static atomic_int proven_once;
+
+/* The joiner's half of the handshake on c (see proto.h). */
+static rs_status handshake(rs_control *c, const char *url, const char *token, const char *worker, const char *addr,
+			   int timeout_ms, rs_err *err)
+{
+	json_t *challenge = NULL, *join = NULL, *reply = NULL;
+	const char *snonce, *epoch;
+	char nonce[RS_AUTH_NONCE_HEX + 1], proof[RS_AUTH_PROOF_HEX + 1], want[RS_AUTH_PROOF_HEX + 1];
+	rs_msg_join jm = {.worker = worker, .addr = addr, .pid = getpid(), .incarnation = incarnation(), .nonce = nonce,
+			  .proof = proof};
+	rs_msg_reply r;
+	rs_err perr = {0};
+	rs_status st = RS_OK;
+	int64_t deadline = rs_now_ms() + timeout_ms;
+	RSCHECKGOTO(rs_control_recv(c, timeout_ms, &challenge), st, unreachable);
+	if (rs_proto_challenge(challenge, &snonce, &epoch, &perr) != RS_OK)
+		RSFAILGOTO(st, rs_err_set(err, RS_EPEER, "control: %s is not a rowshift coordinator (%s)", url, perr.msg), out);
+	if (rs_auth_nonce(nonce) != RS_OK || rs_proto_join_proof(token, snonce, epoch, &jm, proof) != RS_OK)
+		RSFAILGOTO(st, rs_err_set(err, RS_ESYS, "control: cannot draw a nonce or make a proof"), out);
+	RSALLOCGOTO(join = rs_proto_make_join(&jm), st, out);
+	RSCHECKGOTO(rs_control_send(c, join), st, unreachable);
+	int64_t left = deadline - rs_now_ms();
+	RSCHECKGOTO(rs_control_recv(c, left > 0 ? (int)left : 0, &reply), st, unreachable);
+	if (rs_proto_reply(reply, &r, &perr) != RS_OK || (r.type != RS_MSG_WELCOME && r.type != RS_MSG_REFUSED))
+		RSFAILGOTO(st, rs_err_set(err, RS_EPEER, "control: %s answered the join with %s", url,
+					  perr.msg[0] ? perr.msg : rs_proto_type(reply)), out);
+	int proven = r.proof &&
+		     rs_proto_answer_proof(token, snonce, epoch, &jm, r.type == RS_MSG_WELCOME ? "welcome" : r.reason,
+					   want) == RS_OK &&
+		     rs_auth_equal(want, r.proof);
+	if (r.type == RS_MSG_WELCOME && proven) {
+		atomic_store(&proven_once, 1);
+		goto out;
+	}
+	if (r.type == RS_MSG_WELCOME)
+		RSFAILGOTO(st, rs_err_set(err, RS_EPEER, "control: %s welcomed the join without proving it holds the join "
+					  "token: not the coordinator", url), out);
+	if (proven || !atomic_load(&proven_once))
+		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "control: %s refused the join: %s", url, r.reason), out);
+	RSFAILGOTO(st, rs_err_set(err, RS_EPEER, "control: %s refused the join (%s) without proving it holds the join "
+				  "token: an impostor, or not the coordinator", url, r.reason), out);
+unreachable:
+	rs_err_set(err, st, "control: joining %s: %s", url, c->why[0] ? c->why : rs_status_str(st));
+out:
+	json_decref(challenge);
+	json_decref(join);
+	json_decref(reply);
+	return st;
+}
+
 rs_status rs_control_connect(const char *url, const char *token, const char *worker, const char *addr,
 			     int timeout_ms, rs_control **out, rs_err *err)
 {
 	rs_control *c;
 	*out = NULL;
 	RSCHECK(open_client(url, "rowshift-control", "/", NULL, &c, err));
-	rs_msg_join jm = {.token = token, .worker = worker, .addr = addr, .pid = getpid(), .incarnation = incarnation()};
-	json_t *join = rs_proto_make_join(&jm);
-	rs_status st = join ? rs_control_send(c, join) : RS_ENOMEM;
-	json_decref(join);
-	json_t *reply = NULL;
-	if (st == RS_OK)
-		st = rs_control_recv(c, timeout_ms, &reply);
+	rs_status st = handshake(c, url, token, worker, addr, timeout_ms, err);
 	if (st != RS_OK) {
-		rs_err_set(err, st, "control: joining %s: %s", url, c->why[0] ? c->why : rs_status_str(st));
 		rs_control_close(c);
 		return st;
 	}
-	rs_msg_type type;
-	const char *why;
-	int64_t workers;
-	rs_err perr = {0};
-	if (rs_proto_reply(reply, &type, &why, &workers, &perr) != RS_OK || type != RS_MSG_WELCOME) {
-		rs_err_set(err, RS_EINVAL, "control: %s refused the join: %s", url,
-			   why ? why : perr.msg[0] ? perr.msg : "no reason given");
-		json_decref(reply);
-		rs_control_close(c);
-		return RS_EINVAL;
-	}
-	json_decref(reply);
 	*out = c;
 	return RS_OK;
 }

@@ -17,10 +17,14 @@
 typedef struct rs_control rs_control;
 
 /*
- * Connect to url ("ws://host:port"), join with the token, the worker's name
- * and its transport address, and wait for the welcome. RS_EINVAL (with the
- * coordinator's reason) when refused, RS_ETIMEDOUT / RS_EPEER when the
- * coordinator cannot be reached.
+ * Connect to url ("ws://host:port") and join, announcing the worker's name
+ * and its transport address, proving knowledge of the token without
+ * sending it and checking the coordinator's own proof (proto.h, "The join
+ * handshake"). RS_EINVAL (with the reason) when refused for good: by a
+ * coordinator that proved itself, or before any coordinator ever did in
+ * this process. RS_EPEER when the peer did not prove it holds the token
+ * (an impostor: try again later), RS_ETIMEDOUT / RS_EPEER when nobody
+ * answers.
  */
 rs_status rs_control_connect(const char *url, const char *token, const char *worker, const char *addr,
 			     int timeout_ms, rs_control **out, rs_err *err);

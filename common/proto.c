@@ -2,11 +2,14 @@
  * proto.c - see proto.h.
  */
 #include "common/proto.h"
+#include "common/auth.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define NAME_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
 
 static const char *const type_names[RS_MSG_TYPE_COUNT] = {
 	[RS_MSG_UNKNOWN] = "(unknown)", [RS_MSG_JOIN] = "join",         [RS_MSG_STAGING] = "staging",
@@ -16,7 +19,7 @@ static const char *const type_names[RS_MSG_TYPE_COUNT] = {
 	[RS_MSG_SCALE] = "scale",       [RS_MSG_WELCOME] = "welcome",   [RS_MSG_REFUSED] = "refused",
 	[RS_MSG_START] = "start",       [RS_MSG_COMMIT] = "commit",     [RS_MSG_ABORT] = "abort",
 	[RS_MSG_RESUME] = "resume",     [RS_MSG_PAUSE] = "pause",       [RS_MSG_STOP] = "stop",
-	[RS_MSG_SCALING] = "scaling",   [RS_MSG_ERROR] = "error",
+	[RS_MSG_SCALING] = "scaling",   [RS_MSG_ERROR] = "error",       [RS_MSG_CHALLENGE] = "challenge",
 };
 
 const char *rs_proto_type_name(rs_msg_type t)
@@ -92,13 +95,20 @@ rs_status rs_proto_join(json_t *msg, rs_msg_join *m, rs_err *err)
 	if (!type || strcmp(type, "join") != 0)
 		return rs_err_set(err, RS_EINVAL, "the first message must be a join, not '%s'", type ? type : "?");
 	m->incarnation = "";
-	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s, s:s, s:s, s:I, s?s}", "type", &type, "token", &m->token,
-			   "worker", &m->worker, "addr", &m->addr, "pid", &pid, "incarnation", &m->incarnation) != 0)
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s, s:s, s:I, s?s, s:s, s:s}", "type", &type, "worker",
+			   &m->worker, "addr", &m->addr, "pid", &pid, "incarnation", &m->incarnation, "nonce", &m->nonce,
+			   "proof", &m->proof) != 0)
 		return rs_err_set(err, RS_EINVAL, "join: %s", jerr.text);
-	if (!m->worker[0] || strlen(m->worker) > 63)
-		return rs_err_set(err, RS_EINVAL, "join: worker name must be 1..63 bytes");
-	if (strlen(m->incarnation) > 64)
-		return rs_err_set(err, RS_EINVAL, "join: incarnation longer than 64 bytes");
+	if (!rs_auth_nonce_ok(m->nonce) || strlen(m->proof) != RS_AUTH_PROOF_HEX)
+		return rs_err_set(err, RS_EINVAL, "join: a malformed nonce or proof");
+	/* names reach logs, metrics and the status stream: letters, digits, '.', '_', '-' only */
+	size_t wl = strlen(m->worker);
+	if (wl < 1 || wl > 63 || strspn(m->worker, NAME_CHARS) != wl)
+		return rs_err_set(err, RS_EINVAL, "join: worker name must be 1..63 letters, digits, '.', '_' or '-'");
+	if (strlen(m->incarnation) > 64 || strspn(m->incarnation, NAME_CHARS) != strlen(m->incarnation))
+		return rs_err_set(err, RS_EINVAL, "join: incarnation must be at most 64 letters or digits");
+	if (strlen(m->addr) > 255 || strspn(m->addr, NAME_CHARS ":[]%") != strlen(m->addr))
+		return rs_err_set(err, RS_EINVAL, "join: addr must be a host:port");
 	m->pid = pid;
 	return RS_OK;
 }
@@ -310,40 +320,76 @@ rs_status rs_proto_scale(json_t *msg, int32_t *workers, rs_err *err)
 	return RS_OK;
 }
 
-rs_status rs_proto_reply(json_t *msg, rs_msg_type *type, const char **reason, int64_t *workers, rs_err *err)
+rs_status rs_proto_reply(json_t *msg, rs_msg_reply *m, rs_err *err)
 {
 	json_error_t jerr;
 	const char *t;
 	json_int_t id = 0, n = 0;
-	*type = rs_proto_kind(msg);
-	*reason = NULL;
-	*workers = 0;
-	switch (*type) {
+	memset(m, 0, sizeof(*m));
+	m->type = rs_proto_kind(msg);
+	switch (m->type) {
 	case RS_MSG_WELCOME:
-		if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I}", "type", &t, "worker_id", &id) != 0)
+		if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:s}", "type", &t, "worker_id", &id, "proof",
+				   &m->proof) != 0)
 			return rs_err_set(err, RS_EINVAL, "welcome: %s", jerr.text);
 		return RS_OK;
 	case RS_MSG_REFUSED:
+		if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s, s?s}", "type", &t, "reason", &m->reason, "proof",
+				   &m->proof) != 0)
+			return rs_err_set(err, RS_EINVAL, "refused: %s", jerr.text);
+		return RS_OK;
 	case RS_MSG_ERROR:
-		if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s}", "type", &t, "reason", reason) != 0)
-			return rs_err_set(err, RS_EINVAL, "%s: %s", rs_proto_type_name(*type), jerr.text);
+		if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s}", "type", &t, "reason", &m->reason) != 0)
+			return rs_err_set(err, RS_EINVAL, "error: %s", jerr.text);
 		return RS_OK;
 	case RS_MSG_SCALING:
 		if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I}", "type", &t, "workers", &n) != 0 || n < 1)
 			return rs_err_set(err, RS_EINVAL, "scaling: %s", n < 1 ? "no worker count" : jerr.text);
-		*workers = n;
+		m->workers = n;
 		return RS_OK;
 	default:
 		return rs_err_set(err, RS_EINVAL, "'%s' is not an answer", rs_proto_type(msg));
 	}
 }
 
+rs_status rs_proto_challenge(json_t *msg, const char **nonce, const char **epoch, rs_err *err)
+{
+	json_error_t jerr;
+	const char *type;
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s, s:s}", "type", &type, "nonce", nonce, "epoch", epoch) != 0)
+		return rs_err_set(err, RS_EINVAL, "challenge: %s", jerr.text);
+	if (strcmp(type, "challenge") != 0 || !rs_auth_nonce_ok(*nonce) || !rs_auth_nonce_ok(*epoch))
+		return rs_err_set(err, RS_EINVAL, "challenge: a malformed nonce or epoch");
+	return RS_OK;
+}
+
+rs_status rs_proto_join_proof(const char *token, const char *challenge, const char *epoch, const rs_msg_join *m,
+			      char *out)
+{
+	char pid[24];
+	snprintf(pid, sizeof(pid), "%lld", (long long)m->pid);
+	const char *parts[] = {challenge, epoch, m->nonce, m->worker, m->addr, pid, m->incarnation ? m->incarnation : ""};
+	return rs_auth_proof(token, "rowshift join", parts, 7, out);
+}
+
+rs_status rs_proto_answer_proof(const char *token, const char *challenge, const char *epoch, const rs_msg_join *m,
+				const char *answer, char *out)
+{
+	const char *parts[] = {m->nonce, challenge, epoch, m->worker, answer};
+	return rs_auth_proof(token, "rowshift answer", parts, 5, out);
+}
+
 /* ---- builders ------------------------------------------------------------------------ */
+
+json_t *rs_proto_make_challenge(const char *nonce, const char *epoch)
+{
+	return json_pack("{s:s, s:s, s:s}", "type", "challenge", "nonce", nonce, "epoch", epoch);
+}
 
 json_t *rs_proto_make_join(const rs_msg_join *m)
 {
-	json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I}", "type", "join", "token", m->token, "worker", m->worker, "addr",
-			      m->addr, "pid", (json_int_t)m->pid);
+	json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:s, s:s}", "type", "join", "worker", m->worker, "addr", m->addr,
+			      "pid", (json_int_t)m->pid, "nonce", m->nonce, "proof", m->proof);
 	if (j && m->incarnation && m->incarnation[0] &&
 	    json_object_set_new(j, "incarnation", json_string(m->incarnation)) != 0) {
 		json_decref(j);
@@ -352,9 +398,14 @@ json_t *rs_proto_make_join(const rs_msg_join *m)
 	return j;
 }
 
-json_t *rs_proto_make_welcome(int64_t worker_id)
+json_t *rs_proto_make_welcome(int64_t worker_id, const char *proof)
 {
-	return json_pack("{s:s, s:I}", "type", "welcome", "worker_id", (json_int_t)worker_id);
+	return json_pack("{s:s, s:I, s:s}", "type", "welcome", "worker_id", (json_int_t)worker_id, "proof", proof);
+}
+
+json_t *rs_proto_make_refused(const char *reason, const char *proof)
+{
+	return json_pack("{s:s, s:s, s:s*}", "type", "refused", "reason", reason, "proof", proof);
 }
 
 /* With want: add key = v (a new reference, stolen) to j; NULL (j freed) when that fails. v is freed either way. */
@@ -481,6 +532,6 @@ json_t *rs_proto_make_plain(rs_msg_type type)
 
 json_t *rs_proto_make_reason(rs_msg_type type, const char *reason)
 {
-	RS_ASSERT(type == RS_MSG_REFUSED || type == RS_MSG_ERROR);
+	RS_ASSERT(type == RS_MSG_ERROR);
 	return json_pack("{s:s, s:s}", "type", rs_proto_type_name(type), "reason", reason);
 }

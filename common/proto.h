@@ -47,6 +47,7 @@ typedef enum rs_msg_type {
 	RS_MSG_STOP,
 	RS_MSG_SCALING,
 	RS_MSG_ERROR,
+	RS_MSG_CHALLENGE,
 	RS_MSG_TYPE_COUNT
 } rs_msg_type;
 
@@ -60,11 +61,30 @@ const char *rs_proto_type(const json_t *msg);
 rs_msg_type rs_proto_kind(const json_t *msg);
 const char *rs_proto_type_name(rs_msg_type t);
 
+/*
+ * The join handshake (common/auth.h): the coordinator opens every control
+ * connection with a challenge (its nonce and its epoch); the joiner answers
+ * with a join carrying its own nonce and a proof that it holds the join
+ * token, bound to both nonces, the epoch and what it announces; the
+ * coordinator answers welcome or refused with its own proof, so the joiner
+ * knows it reached the coordinator and not an impostor. The token itself
+ * never crosses the wire.
+ */
 typedef struct rs_msg_join {
-	const char *token, *worker, *addr;
+	const char *worker, *addr;
 	int64_t pid;
 	const char *incarnation; /* one random value per process, the same on its every join: "" when absent */
+	const char *nonce;       /* the joiner's, fresh for this join */
+	const char *proof;       /* rs_proto_join_proof */
 } rs_msg_join;
+
+/* The coordinator's answer to a join or a request (rs_proto_reply). */
+typedef struct rs_msg_reply {
+	rs_msg_type type;        /* welcome, refused, error or scaling */
+	const char *reason;      /* refused, error */
+	const char *proof;       /* welcome, refused: the coordinator's proof, or NULL */
+	int64_t workers;         /* scaling */
+} rs_msg_reply;
 
 typedef struct rs_msg_start {
 	int64_t generation, rank, world, first_step, steps, eval_every, eval_samples;
@@ -143,17 +163,29 @@ rs_status rs_proto_done(json_t *msg, int64_t *rank, int64_t *step, rs_err *err);
 /* {"type":"scale","workers"}: rowshiftctl asks for 1..RS_MAX_WORKERS workers. */
 rs_status rs_proto_scale(json_t *msg, int32_t *workers, rs_err *err);
 
+/* The coordinator's answer to a join or a request: welcome, refused, error or scaling; RS_EINVAL for anything else. */
+rs_status rs_proto_reply(json_t *msg, rs_msg_reply *out, rs_err *err);
+
+/* {"type":"challenge","nonce","epoch"}: a nonce and an epoch as auth.h makes them, or RS_EINVAL. */
+rs_status rs_proto_challenge(json_t *msg, const char **nonce, const char **epoch, rs_err *err);
+
 /*
- * The coordinator's answer to a join or a request: welcome (*reason NULL),
- * or refused / error (*reason its reason), or scaling (*workers). RS_EINVAL
- * for anything else.
+ * The handshake's proofs: the joiner's (over the challenge's nonce and
+ * epoch and everything the join announces), and the coordinator's answer
+ * to it (over both nonces, the epoch, the worker and the answer: "welcome",
+ * or the refusal's reason). out: RS_AUTH_PROOF_HEX + 1 bytes.
  */
-rs_status rs_proto_reply(json_t *msg, rs_msg_type *type, const char **reason, int64_t *workers, rs_err *err);
+rs_status rs_proto_join_proof(const char *token, const char *challenge, const char *epoch, const rs_msg_join *m,
+			      char *out);
+rs_status rs_proto_answer_proof(const char *token, const char *challenge, const char *epoch, const rs_msg_join *m,
+				const char *answer, char *out);
 
 /* ---- builders ---------------------------------------------------------------- */
 
+json_t *rs_proto_make_challenge(const char *nonce, const char *epoch);
 json_t *rs_proto_make_join(const rs_msg_join *m);
-json_t *rs_proto_make_welcome(int64_t worker_id);
+json_t *rs_proto_make_welcome(int64_t worker_id, const char *proof);
+json_t *rs_proto_make_refused(const char *reason, const char *proof); /* proof may be NULL */
 json_t *rs_proto_make_start(const rs_msg_start *m);   /* previous_plan and union_of_old only for a reshard */
 json_t *rs_proto_make_paused(const rs_msg_paused *m);
 json_t *rs_proto_make_staged(const rs_msg_staged *m); /* counters and times only when ok */
@@ -181,7 +213,7 @@ json_t *rs_proto_migrating_sent(const uint64_t *sent, const uint64_t *total, int
  */
 json_t *rs_proto_make_generation(rs_msg_type type, int64_t generation, int64_t step, const char *reason);
 
-/* pause and stop carry nothing; refused and error carry a reason. */
+/* pause and stop carry nothing; error carries a reason. */
 json_t *rs_proto_make_plain(rs_msg_type type);
 json_t *rs_proto_make_reason(rs_msg_type type, const char *reason);
 

@@ -2,6 +2,7 @@
  * server.c - see server.h.
  */
 #include "coordinator/server.h"
+#include "common/auth.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/wsmsg.h"
@@ -10,9 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #define CONTROL_MAX_MESSAGE (16u << 20)
 #define CONTROL_MAX_QUEUED 1024
+#define JOIN_MAX_MESSAGE 4096u       /* until a connection has joined, no message may be larger */
+#define JOIN_DEADLINE_S 10           /* a connection that has not joined by then is closed */
+#define MAX_UNJOINED 64              /* control connections that have not joined yet, at most */
+#define FD_RESERVE 64                /* descriptors kept back from the server for files, pipes, the API */
 
 struct rs_conn {
 	rs_server *srv;
@@ -21,6 +27,7 @@ struct rs_conn {
 	int joined;
 	int closing;          /* close once the queue is written */
 	char worker[64];
+	char nonce[RS_AUTH_NONCE_HEX + 1]; /* this connection's challenge */
 };
 
 /* A status message, serialized once and shared by the clients' queues. */
@@ -48,18 +55,11 @@ struct rs_server {
 	char status_token[1025];
 	int port;
 	int64_t next_id;
+	char epoch[RS_AUTH_NONCE_HEX + 1]; /* this coordinator process's: every handshake is bound to it */
+	int unjoined;             /* control connections in their handshake */
 	status_client *clients;   /* every status client, for broadcasting */
 	int nclients;
 };
-
-static int token_equal(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	unsigned char d = la != lb;
-	for (size_t i = 0; i < la && i < lb; i++)
-		d |= (unsigned char)(a[i] ^ b[i]);
-	return d == 0;
-}
 
 static void reply(rs_conn *c, rs_msg_type type, const char *reason)
 {
@@ -67,6 +67,52 @@ static void reply(rs_conn *c, rs_msg_type type, const char *reason)
 	if (j && rs_wsmsg_push(&c->io, j) == RS_OK)
 		lws_callback_on_writable(c->wsi);
 	json_decref(j);
+}
+
+static void push(rs_conn *c, json_t *j)
+{
+	if (j && rs_wsmsg_push(&c->io, j) == RS_OK)
+		lws_callback_on_writable(c->wsi);
+	json_decref(j);
+}
+
+/* The coordinator's half of the join handshake (common/proto.h): prove ourselves, check the joiner's proof. */
+static void on_join(rs_conn *c, json_t *msg)
+{
+	rs_server *s = c->srv;
+	rs_msg_join j = {0};
+	rs_err err = {0};
+	char want[RS_AUTH_PROOF_HEX + 1], answer[RS_AUTH_PROOF_HEX + 1];
+	const char *why = NULL;
+	int parsed = rs_proto_join(msg, &j, &err) == RS_OK;
+	if (!parsed)
+		why = err.msg;
+	else if (rs_proto_join_proof(s->token, c->nonce, s->epoch, &j, want) != RS_OK || !rs_auth_equal(want, j.proof))
+		why = "bad join token";
+	if (why) {
+		/* the name is the joiner's word, not yet trusted: the parser kept it to letters, digits, '.', '_', '-' */
+		if (parsed)
+			RS_WARN("control: refused worker '%s': %s", j.worker, why);
+		else
+			RS_WARN("control: refused a connection: %s", why);
+		int provable = parsed && rs_proto_answer_proof(s->token, c->nonce, s->epoch, &j, why, answer) == RS_OK;
+		push(c, rs_proto_make_refused(why, provable ? answer : NULL));
+		c->closing = 1;
+		return;
+	}
+	if (rs_proto_answer_proof(s->token, c->nonce, s->epoch, &j, "welcome", answer) != RS_OK) {
+		push(c, rs_proto_make_refused("the coordinator cannot make its proof", NULL));
+		c->closing = 1;
+		return;
+	}
+	c->joined = 1;
+	s->unjoined--;
+	c->io.rx_max = CONTROL_MAX_MESSAGE;
+	lws_set_timeout(c->wsi, NO_PENDING_TIMEOUT, 0);
+	snprintf(c->worker, sizeof(c->worker), "%s", j.worker);
+	push(c, rs_proto_make_welcome(++s->next_id, answer));
+	if (s->h.on_join)
+		s->h.on_join(s->h.ctx, c, &j);
 }
 
 static void on_text(rs_conn *c, const char *text, size_t len)
@@ -82,31 +128,41 @@ static void on_text(rs_conn *c, const char *text, size_t len)
 		return;
 	}
 	if (!c->joined) {
-		rs_msg_join j;
-		if (rs_proto_join(msg, &j, &err) != RS_OK) {
-			RS_WARN("control: refused a connection: %s", err.msg);
-			reply(c, RS_MSG_REFUSED, err.msg);
-			c->closing = 1;
-		} else if (!token_equal(j.token, s->token)) {
-			RS_WARN("control: refused worker '%s': bad join token", j.worker);
-			reply(c, RS_MSG_REFUSED, "bad join token");
-			c->closing = 1;
-		} else {
-			c->joined = 1;
-			snprintf(c->worker, sizeof(c->worker), "%s", j.worker);
-			json_t *w = rs_proto_make_welcome(++s->next_id);
-			if (w && rs_wsmsg_push(&c->io, w) == RS_OK)
-				lws_callback_on_writable(c->wsi);
-			json_decref(w);
-			if (s->h.on_join)
-				s->h.on_join(s->h.ctx, c, &j);
-		}
+		if (!c->closing)
+			on_join(c, msg);
 		json_decref(msg);
 		return;
 	}
 	if (s->h.on_message)
 		s->h.on_message(s->h.ctx, c, msg);
 	json_decref(msg);
+}
+
+/*
+ * A WebSocket upgrade from a web page carries an Origin: only the
+ * coordinator's own pages (the dashboard: Origin http://HOST where HOST is
+ * the Host the request was sent to) may upgrade; our clients send none.
+ * So a page elsewhere cannot reach the control channel or the status
+ * stream through a browser, a port-forward or not.
+ */
+static int origin_allowed(struct lws *wsi)
+{
+	char origin[300], host[256], own[300];
+	if (lws_hdr_copy(wsi, origin, sizeof(origin), WSI_TOKEN_ORIGIN) <= 0)
+		return 1;
+	if (lws_hdr_copy(wsi, host, sizeof(host), WSI_TOKEN_HOST) > 0) {
+		snprintf(own, sizeof(own), "http://%s", host);
+		if (!strcmp(origin, own))
+			return 1;
+		snprintf(own, sizeof(own), "https://%s", host);
+		if (!strcmp(origin, own))
+			return 1;
+	}
+	for (char *p = origin; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?'; /* a header is the client's word: no escapes into the log */
+	RS_WARN("refused a WebSocket upgrade from another origin (%s)", origin);
+	return 0;
 }
 
 static int callback_control(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
@@ -117,22 +173,44 @@ static int callback_control(struct lws *wsi, enum lws_callback_reasons reason, v
 	size_t mlen;
 
 	switch (reason) {
+	case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+		if (!origin_allowed(wsi))
+			return -1;
+		if (s->unjoined >= MAX_UNJOINED) {
+			RS_WARN("control: refused a connection: %d others have not joined yet", s->unjoined);
+			return -1;
+		}
+		break;
 	case LWS_CALLBACK_ESTABLISHED:
 		memset(c, 0, sizeof(*c));
 		c->srv = s;
 		c->wsi = wsi;
-		rs_wsmsg_init(&c->io, CONTROL_MAX_MESSAGE, CONTROL_MAX_QUEUED);
+		/* until the join, a connection costs a few KiB and a few seconds at most */
+		rs_wsmsg_init(&c->io, JOIN_MAX_MESSAGE, CONTROL_MAX_QUEUED);
+		s->unjoined++;
+		lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, JOIN_DEADLINE_S);
+		if (rs_auth_nonce(c->nonce) != RS_OK)
+			return -1;
+		push(c, rs_proto_make_challenge(c->nonce, s->epoch));
 		break;
 	case LWS_CALLBACK_RECEIVE:
+		if (c->closing)
+			break; /* refused: nothing more of it is read into memory */
 		switch (rs_wsmsg_rx(&c->io, in, len, lws_is_first_fragment(wsi), lws_is_final_fragment(wsi), &msg, &mlen)) {
 		case 1:
 			on_text(c, msg, mlen);
 			break;
 		case -1:
 			RS_WARN("control: from %s: message over %u bytes dropped", c->joined ? c->worker : "a new connection",
-				CONTROL_MAX_MESSAGE);
+				c->joined ? CONTROL_MAX_MESSAGE : JOIN_MAX_MESSAGE);
 			reply(c, RS_MSG_ERROR, "message too large");
 			break;
+		}
+		if (!c->joined && c->io.rx_overflow && !c->closing) {
+			/* an unjoined peer sending more than a join can hold: refused and closed */
+			RS_WARN("control: closing a connection that sent over %u bytes before joining", JOIN_MAX_MESSAGE);
+			push(c, rs_proto_make_refused("message too large: the join must come first and fit in 4096 bytes", NULL));
+			c->closing = 1;
 		}
 		break;
 	case LWS_CALLBACK_SERVER_WRITEABLE:
@@ -146,8 +224,11 @@ static int callback_control(struct lws *wsi, enum lws_callback_reasons reason, v
 	case LWS_CALLBACK_CLOSED:
 		if (c->joined && s->h.on_close)
 			s->h.on_close(s->h.ctx, c);
+		if (!c->joined && c->srv)
+			s->unjoined--;
 		rs_wsmsg_free(&c->io);
 		c->joined = 0;
+		c->srv = NULL;
 		break;
 	default:
 		break;
@@ -236,10 +317,10 @@ static int status_authorized(rs_server *s, struct lws *wsi)
 	if (!s->status_token[0])
 		return 1;
 	int n = lws_hdr_copy(wsi, buf, sizeof(buf), WSI_TOKEN_HTTP_AUTHORIZATION);
-	if (n > 7 && !strncmp(buf, "Bearer ", 7) && token_equal(buf + 7, s->status_token))
+	if (n > 7 && !strncmp(buf, "Bearer ", 7) && rs_auth_equal(buf + 7, s->status_token))
 		return 1;
 	const char *v = lws_get_urlarg_by_name(wsi, "token=", buf, sizeof(buf));
-	return v && token_equal(v, s->status_token);
+	return v && rs_auth_equal(v, s->status_token);
 }
 
 static int callback_status(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
@@ -249,6 +330,8 @@ static int callback_status(struct lws *wsi, enum lws_callback_reasons reason, vo
 	(void)in;
 	switch (reason) {
 	case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+		if (!origin_allowed(wsi))
+			return -1;
 		if (!status_authorized(s, wsi)) {
 			RS_WARN("status: refused a client without the status token");
 			return -1;
@@ -378,6 +461,27 @@ static struct lws_protocols protocols[] = {
 	{NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
+/*
+ * The descriptors the server may use: as many as the process may open
+ * (raised to its hard limit) minus a reserve, so that a flood of idle
+ * connections makes the server refuse new ones instead of running the
+ * process out of descriptors (where accept fails and is retried at once,
+ * forever).
+ */
+static unsigned int fd_budget(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return 0; /* lws's default */
+	rlim_t want = rl.rlim_max > 65536 ? 65536 : rl.rlim_max;
+	if (want > rl.rlim_cur) {
+		struct rlimit more = {want, rl.rlim_max};
+		if (setrlimit(RLIMIT_NOFILE, &more) == 0)
+			rl.rlim_cur = want;
+	}
+	return rl.rlim_cur > 2 * FD_RESERVE ? (unsigned int)(rl.rlim_cur - FD_RESERVE) : (unsigned int)rl.rlim_cur / 2;
+}
+
 rs_status rs_server_create(const char *listen, const char *token, const rs_server_handler *h, rs_server **out,
 			   rs_err *err)
 {
@@ -398,6 +502,10 @@ rs_status rs_server_create(const char *listen, const char *token, const rs_serve
 		return RS_ENOMEM;
 	s->h = *h;
 	snprintf(s->token, sizeof(s->token), "%s", token);
+	if (rs_auth_nonce(s->epoch) != RS_OK) {
+		free(s);
+		return rs_err_set(err, RS_ESYS, "control server: cannot draw an epoch");
+	}
 	lws_set_log_level(LLL_ERR, NULL);
 	struct lws_context_creation_info info;
 	memset(&info, 0, sizeof(info));
@@ -406,6 +514,8 @@ rs_status rs_server_create(const char *listen, const char *token, const rs_serve
 	info.protocols = protocols;
 	info.user = s;
 	info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
+	info.timeout_secs = JOIN_DEADLINE_S; /* an HTTP request or upgrade must complete in time too */
+	info.fd_limit_per_thread = fd_budget();
 	s->ctx = lws_create_context(&info);
 	if (!s->ctx) {
 		free(s);

@@ -338,11 +338,11 @@ static int cmd_scale(int argc, char **argv)
 		fprintf(stderr, "rowshiftctl scale: no answer from %s\n", url);
 		goto out;
 	}
-	rs_msg_type type;
-	const char *why;
-	int64_t scaling;
+	rs_msg_reply r;
 	rs_err perr = {0};
-	if (rs_proto_reply(reply, &type, &why, &scaling, &perr) == RS_OK && type == RS_MSG_SCALING) {
+	rs_status pst = rs_proto_reply(reply, &r, &perr);
+	const char *why = pst == RS_OK ? r.reason : NULL;
+	if (pst == RS_OK && r.type == RS_MSG_SCALING) {
 		printf("scaling to %lld workers: the job pauses at the next step boundary, moves rows and resumes\n",
 		       (long long)workers);
 		rc = 0;

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -61,6 +62,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (json_integer_value(json_array_get(json_array_get(sent, i), 0)) < 0)
 				abort();
 	} else if (!e10.msg[0]) {
+		abort();
+	}
+	/* the handshake and the answers: what parses keeps the shapes the proofs need */
+	rs_msg_join j2;
+	rs_msg_reply rp;
+	const char *nonce, *epoch;
+	rs_err e11 = {0}, e12 = {0}, e13 = {0};
+	if (rs_proto_join(msg, &j2, &e11) == RS_OK) {
+		if (strlen(j2.nonce) != 32 || strlen(j2.proof) != 64 || !j2.worker[0] || strlen(j2.worker) > 63 ||
+		    strpbrk(j2.worker, "\x1b\n\r\"'"))
+			abort();
+	} else if (!e11.msg[0]) {
+		abort();
+	}
+	if (rs_proto_reply(msg, &rp, &e12) == RS_OK) {
+		if ((rp.type == RS_MSG_REFUSED || rp.type == RS_MSG_ERROR) && !rp.reason)
+			abort();
+	} else if (!e12.msg[0]) {
+		abort();
+	}
+	if (rs_proto_challenge(msg, &nonce, &epoch, &e13) == RS_OK) {
+		if (strlen(nonce) != 32 || strlen(epoch) != 32)
+			abort();
+	} else if (!e13.msg[0]) {
 		abort();
 	}
 	uint64_t sums[4];

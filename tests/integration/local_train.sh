@@ -103,7 +103,7 @@ check "--check-device says where a default worker's shards go" bash -c \
 port=$(free_port)
 # (no `timeout` wrapper in front: $! must be the coordinator itself; the trap cleans up)
 "$bin/rowshift-coordinator" --local --workers 1 --config examples/dlrm-small.json --steps 100000 \
-	--listen 127.0.0.1:$port --grace-ms 3000 >"$tmp/c2.out" 2>"$tmp/c2.err" &
+	--listen 127.0.0.1:$port --grace-ms 3000 --admin-file "$tmp/c2-admin.json" >"$tmp/c2.out" 2>"$tmp/c2.err" &
 coord=$!
 sleep 1
 ROWSHIFT_JOIN_TOKEN=not-the-token timeout 20 "$bin/rowshift-worker" --coordinator ws://127.0.0.1:$port \
@@ -114,15 +114,18 @@ check "it was refused for its token" grep -q "bad join token" "$tmp/intruder.out
 check "the coordinator logged the refusal" grep -q "refused worker 'intruder'" "$tmp/c2.err"
 
 # bad input on the control channel closes that client at most; training goes on
-for case in malformed early oversized; do
-	timeout 30 python3 tests/integration/ws_probe.py $port $case >"$tmp/probe-$case.out" 2>&1
+token=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["token"])' "$tmp/c2-admin.json")
+for case in malformed early oversized joined; do
+	ROWSHIFT_JOIN_TOKEN=$token timeout 30 python3 tests/integration/ws_probe.py $port $case >"$tmp/probe-$case.out" 2>&1
 done
 check "malformed JSON is answered with an error, then a bad join is refused and closed" \
 	bash -c "grep -q '\"type\": *\"error\"' $tmp/probe-malformed.out && grep -q 'bad join token' $tmp/probe-malformed.out && tail -1 $tmp/probe-malformed.out | grep -q closed"
 check "a message before the join is refused and closed" \
 	bash -c "grep -q 'must be a join' $tmp/probe-early.out && tail -1 $tmp/probe-early.out | grep -q closed"
-check "an oversized message is dropped with an error and the client may go on" \
-	bash -c "grep -q 'too large' $tmp/probe-oversized.out"
+check "a client that has not joined may not send more than a join: refused and closed" \
+	bash -c "grep -q 'too large' $tmp/probe-oversized.out && tail -1 $tmp/probe-oversized.out | grep -q closed"
+check "an oversized message from a joined client is dropped with an error and the client may go on" \
+	bash -c "grep -q '\"type\": *\"welcome\"' $tmp/probe-joined.out && grep -q 'too large' $tmp/probe-joined.out && tail -1 $tmp/probe-joined.out | grep -q open"
 check "the coordinator logged what was wrong" grep -q "control: from a new connection: malformed JSON" "$tmp/c2.err"
 check "the job survived the probes" kill -0 $coord
 

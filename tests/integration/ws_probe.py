@@ -2,10 +2,16 @@
 channel what a broken or hostile peer might, and prints what comes back.
 
 usage: ws_probe.py PORT CASE
-  malformed   invalid JSON, then a join with a bad token
+  malformed   invalid JSON, then a join proving a wrong token
   early       a progress message before any join
-  oversized   one message over the 16 MiB limit, then invalid JSON
-Prints one line per message received, then "closed" or "open"."""
+  oversized   one message over 4 KiB before any join (the coordinator's limit until a join)
+  joined      a proper join (the token from ROWSHIFT_JOIN_TOKEN), then one message over
+              the 16 MiB limit, then invalid JSON
+The coordinator's challenge, which opens every connection, is read first and
+not printed. Prints one line per message received, then "closed" or "open"."""
+import hashlib
+import hmac
+import json
 import os
 import socket
 import sys
@@ -30,19 +36,39 @@ def recv(r):
     return m.decode(errors="replace") if m is not None else None
 
 
+def join(challenge, token, worker="prober"):
+    """A join proving `token` (common/proto.h, "The join handshake"), as bytes."""
+    c = json.loads(challenge)
+    nonce = os.urandom(16).hex()
+    j = {"type": "join", "worker": worker, "addr": "127.0.0.1:1", "pid": 1, "nonce": nonce}
+    parts = [c["nonce"], c["epoch"], nonce, worker, j["addr"], "1", ""]
+    msg = b"rowshift join\0" + b"".join(p.encode() + b"\0" for p in parts)
+    j["proof"] = hmac.new(token.encode(), msg, hashlib.sha256).hexdigest()
+    return json.dumps(j).encode()
+
+
 def main():
     port, case = int(sys.argv[1]), sys.argv[2]
     s, rest = connect(port)
     r = wslib.Reader(s, rest)
+    challenge = recv(r)
     if case == "malformed":
         send(s, b"{this is not json")
         print(recv(r))
-        send(s, b'{"type":"join","token":"wrong","worker":"prober","addr":"127.0.0.1:1","pid":1}')
+        send(s, join(challenge, "not-the-token"))
         print(recv(r))
     elif case == "early":
         send(s, b'{"type":"progress","rank":0,"step":1,"loss":0.5,"samples_per_s":1}')
         print(recv(r))
     elif case == "oversized":
+        try:
+            send(s, b'{"type":"x","pad":"' + b"a" * (1 << 20) + b'"}')
+        except OSError:
+            pass  # closed on us mid-way: what we expect
+        print(recv(r))
+    elif case == "joined":
+        send(s, join(challenge, os.environ["ROWSHIFT_JOIN_TOKEN"]))
+        print(recv(r))
         send(s, b'{"type":"x","pad":"' + b"a" * (17 << 20) + b'"}')
         print(recv(r))
         send(s, b"[1,2")

@@ -108,7 +108,8 @@ static rs_status fake_join(rs_coord_conn *c, const char *addr, int timeout_ms, r
 		snprintf(f->join_addr[f->joins], sizeof(f->join_addr[f->joins]), "%s", addr);
 	}
 	f->joins++;
-	rs_msg_join j = {.token = "t", .worker = "w", .addr = addr, .pid = 1};
+	rs_msg_join j = {.worker = "w", .addr = addr, .pid = 1, .nonce = "0123456789abcdef0123456789abcdef",
+			 .proof = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"};
 	json_t *m = rs_proto_make_join(&j);
 	f->seen[RS_MSG_JOIN]++;
 	f->react(f, m);

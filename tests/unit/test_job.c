@@ -186,7 +186,7 @@ static void join(int k)
 	snprintf(name, sizeof(name), "worker-%d", k);
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", 2000 + k);
 	snprintf(inc, sizeof(inc), "incarnation-%d", k);
-	rs_msg_join j = {.token = "t", .worker = name, .addr = addr, .pid = 100 + k, .incarnation = inc};
+	rs_msg_join j = {.worker = name, .addr = addr, .pid = 100 + k, .incarnation = inc}; /* proved by the server */
 	H.h.on_join(H.h.ctx, conn(k), &j);
 }
 
@@ -602,7 +602,7 @@ static void test_messages_checked(void **state)
 	(void)state;
 	start(2);
 	/* rowshiftctl: a tool joins without an address and asks to scale */
-	rs_msg_join tool = {.token = "t", .worker = "rowshiftctl", .addr = "", .pid = 1, .incarnation = ""};
+	rs_msg_join tool = {.worker = "rowshiftctl", .addr = "", .pid = 1, .incarnation = ""};
 	H.h.on_join(H.h.ctx, conn(WORKERS), &tool);
 	json_t *sc = rs_proto_make_scale(5);
 	H.h.on_message(H.h.ctx, conn(WORKERS), sc);

@@ -39,31 +39,63 @@ static void test_parse(void **state)
 	}
 }
 
+#define NONCE "0123456789abcdef0123456789abcdef"
+#define PROOF "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
 static void test_join(void **state)
 {
 	(void)state;
-	json_t *m = parse_ok("{\"type\":\"join\",\"token\":\"t\",\"worker\":\"w-0\",\"addr\":\"h:1\",\"pid\":3}", "join");
+	json_t *m = parse_ok("{\"type\":\"join\",\"worker\":\"w-0\",\"addr\":\"h:1\",\"pid\":3,\"nonce\":\"" NONCE
+			     "\",\"proof\":\"" PROOF "\"}", "join");
 	rs_msg_join j;
 	rs_err err = {0};
 	assert_int_equal(rs_proto_join(m, &j, &err), RS_OK);
 	assert_string_equal(j.worker, "w-0");
 	assert_int_equal(j.pid, 3);
 	json_decref(m);
+#define J(rest) "{\"type\":\"join\"," rest "}"
 	static const char *const bad[] = {
-		"{\"type\":\"join\",\"token\":\"t\",\"worker\":\"w\",\"addr\":\"h:1\"}",                 /* no pid */
-		"{\"type\":\"join\",\"token\":\"t\",\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3,\"x\":1}", /* extra key */
-		"{\"type\":\"join\",\"token\":5,\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3}",            /* wrong type */
-		"{\"type\":\"join\",\"token\":\"t\",\"worker\":\"\",\"addr\":\"h:1\",\"pid\":3}",          /* empty name */
-		"{\"type\":\"progress\",\"token\":\"t\",\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3}",     /* not a join */
+		J("\"worker\":\"w\",\"addr\":\"h:1\",\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""), /* no pid */
+		J("\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3,\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\",\"x\":1"),
+		J("\"token\":\"t\",\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3"), /* the token itself: never again */
+		J("\"worker\":\"\",\"addr\":\"h:1\",\"pid\":3,\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""),
+		J("\"worker\":\"w\\u001b[2J\",\"addr\":\"h:1\",\"pid\":3,\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""),
+		J("\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3,\"nonce\":\"short\",\"proof\":\"" PROOF "\""),
+		J("\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3,\"nonce\":\"" NONCE "\",\"proof\":\"abc\""),
+		"{\"type\":\"progress\",\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3}", /* not a join */
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		const char *type;
 		rs_err e = {0};
 		assert_int_equal(rs_proto_parse(bad[i], strlen(bad[i]), &m, &type, &e), RS_OK);
-		assert_int_equal(rs_proto_join(m, &j, &e), RS_EINVAL);
+		if (rs_proto_join(m, &j, &e) != RS_EINVAL)
+			fail_msg("accepted: %s", bad[i]);
 		assert_true(e.msg[0] != 0);
 		json_decref(m);
 	}
+}
+
+/* The handshake's proofs bind everything: a proof for one join or answer is no proof for another. */
+static void test_join_handshake(void **state)
+{
+	(void)state;
+	char p[65], q[65];
+	rs_msg_join j = {.worker = "worker-1", .addr = "h:1", .pid = 7, .incarnation = "abc", .nonce = NONCE};
+	assert_int_equal(rs_proto_join_proof("tok", NONCE, NONCE, &j, p), RS_OK);
+	j.addr = "h:2";
+	assert_int_equal(rs_proto_join_proof("tok", NONCE, NONCE, &j, q), RS_OK);
+	assert_string_not_equal(p, q);
+	assert_int_equal(rs_proto_answer_proof("tok", NONCE, NONCE, &j, "welcome", p), RS_OK);
+	assert_int_equal(rs_proto_answer_proof("tok", NONCE, NONCE, &j, "bad join token", q), RS_OK);
+	assert_string_not_equal(p, q);
+	json_t *c = rs_proto_make_challenge(NONCE, NONCE);
+	const char *n, *e;
+	rs_err err = {0};
+	assert_int_equal(rs_proto_challenge(c, &n, &e, &err), RS_OK);
+	json_decref(c);
+	c = rs_proto_make_challenge("nothex", NONCE);
+	assert_int_equal(rs_proto_challenge(c, &n, &e, &err), RS_EINVAL);
+	json_decref(c);
 }
 
 static void test_start_and_progress(void **state)
@@ -235,7 +267,8 @@ static void test_builders_round_trip(void **state)
 	json_t *m, *peers = json_pack("[s, s]", "a:1", "b:2"), *plan = json_object(), *uoo = json_pack("[i]", 1);
 	uint64_t sums[2] = {1, UINT64_MAX}, back[2];
 
-	rs_msg_join jn = {.token = "t", .worker = "worker-3", .addr = "h:1", .pid = 42, .incarnation = "abc"}, jb;
+	rs_msg_join jn = {.worker = "worker-3", .addr = "h:1", .pid = 42, .incarnation = "abc", .nonce = NONCE,
+			  .proof = PROOF}, jb;
 	m = wire(rs_proto_make_join(&jn));
 	assert_int_equal(rs_proto_join(m, &jb, &err), RS_OK);
 	assert_string_equal(jb.worker, "worker-3");
@@ -335,23 +368,28 @@ static void test_builders_round_trip(void **state)
 	assert_int_equal(n, 7);
 	json_decref(m);
 
-	rs_msg_type t;
+	rs_msg_reply rp;
 	m = wire(rs_proto_make_scaling(7));
-	assert_int_equal(rs_proto_reply(m, &t, &why, &g, &err), RS_OK);
-	assert_int_equal(t, RS_MSG_SCALING);
-	assert_int_equal(g, 7);
+	assert_int_equal(rs_proto_reply(m, &rp, &err), RS_OK);
+	assert_int_equal(rp.type, RS_MSG_SCALING);
+	assert_int_equal(rp.workers, 7);
 	json_decref(m);
-	m = wire(rs_proto_make_reason(RS_MSG_REFUSED, "bad join token"));
-	assert_int_equal(rs_proto_reply(m, &t, &why, &g, &err), RS_OK);
-	assert_string_equal(why, "bad join token");
+	m = wire(rs_proto_make_refused("bad join token", PROOF));
+	assert_int_equal(rs_proto_reply(m, &rp, &err), RS_OK);
+	assert_string_equal(rp.reason, "bad join token");
+	assert_string_equal(rp.proof, PROOF);
 	json_decref(m);
-	m = wire(rs_proto_make_welcome(1));
-	assert_int_equal(rs_proto_reply(m, &t, &why, &g, &err), RS_OK);
-	assert_int_equal(t, RS_MSG_WELCOME);
+	m = wire(rs_proto_make_welcome(1, PROOF));
+	assert_int_equal(rs_proto_reply(m, &rp, &err), RS_OK);
+	assert_int_equal(rp.type, RS_MSG_WELCOME);
+	json_decref(m);
+	m = wire(rs_proto_make_reason(RS_MSG_ERROR, "nope"));
+	assert_int_equal(rs_proto_reply(m, &rp, &err), RS_OK);
+	assert_string_equal(rp.reason, "nope");
 	json_decref(m);
 	m = wire(rs_proto_make_plain(RS_MSG_STOP));
 	assert_int_equal(rs_proto_kind(m), RS_MSG_STOP);
-	assert_int_equal(rs_proto_reply(m, &t, &why, &g, &err), RS_EINVAL); /* not an answer */
+	assert_int_equal(rs_proto_reply(m, &rp, &err), RS_EINVAL); /* not an answer */
 	json_decref(m);
 	json_decref(peers);
 	json_decref(plan);
@@ -377,6 +415,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse),
 		cmocka_unit_test(test_join),
+		cmocka_unit_test(test_join_handshake),
 		cmocka_unit_test(test_start_and_progress),
 		cmocka_unit_test(test_reshard_messages),
 		cmocka_unit_test(test_builders_round_trip),
