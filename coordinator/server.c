@@ -3,11 +3,13 @@
  */
 #include "coordinator/server.h"
 #include "common/auth.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/wsmsg.h"
 
 #include <libwebsockets.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +59,8 @@ struct rs_server {
 	int64_t next_id;
 	char epoch[RS_AUTH_NONCE_HEX + 1]; /* this coordinator process's: every handshake is bound to it */
 	int unjoined;             /* control connections in their handshake */
+	double refusal_at;        /* when a refusal was last logged */
+	int refusals_unlogged;    /* refusals since then */
 	status_client *clients;   /* every status client, for broadcasting */
 	int nclients;
 };
@@ -67,6 +71,32 @@ static void reply(rs_conn *c, rs_msg_type type, const char *reason)
 	if (j && rs_wsmsg_push(&c->io, j) == RS_OK)
 		lws_callback_on_writable(c->wsi);
 	json_decref(j);
+}
+
+/*
+ * Log a refusal: what unauthenticated peers cause is logged at most once a
+ * second (with a count of the others), so a flood of them cannot flood the
+ * log.
+ */
+static void refusal(rs_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void refusal(rs_server *s, const char *fmt, ...)
+{
+	char what[512];
+	double now = rs_now();
+	if (now - s->refusal_at < 1.0) {
+		s->refusals_unlogged++;
+		return;
+	}
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	if (s->refusals_unlogged)
+		RS_WARN("control: refused %s (and %d more in the last %.0f s)", what, s->refusals_unlogged, now - s->refusal_at);
+	else
+		RS_WARN("control: refused %s", what);
+	s->refusal_at = now;
+	s->refusals_unlogged = 0;
 }
 
 static void push(rs_conn *c, json_t *j)
@@ -92,9 +122,9 @@ static void on_join(rs_conn *c, json_t *msg)
 	if (why) {
 		/* the name is the joiner's word, not yet trusted: the parser kept it to letters, digits, '.', '_', '-' */
 		if (parsed)
-			RS_WARN("control: refused worker '%s': %s", j.worker, why);
+			refusal(s, "worker '%s': %s", j.worker, why);
 		else
-			RS_WARN("control: refused a connection: %s", why);
+			refusal(s, "a connection: %s", why);
 		int provable = parsed && rs_proto_answer_proof(s->token, c->nonce, s->epoch, &j, why, answer) == RS_OK;
 		push(c, rs_proto_make_refused(why, provable ? answer : NULL));
 		c->closing = 1;
@@ -161,7 +191,7 @@ static int origin_allowed(struct lws *wsi)
 	for (char *p = origin; *p; p++)
 		if ((unsigned char)*p < 0x20 || *p == 0x7f)
 			*p = '?'; /* a header is the client's word: no escapes into the log */
-	RS_WARN("refused a WebSocket upgrade from another origin (%s)", origin);
+	refusal(lws_context_user(lws_get_context(wsi)), "a WebSocket upgrade from another origin (%s)", origin);
 	return 0;
 }
 
@@ -177,7 +207,7 @@ static int callback_control(struct lws *wsi, enum lws_callback_reasons reason, v
 		if (!origin_allowed(wsi))
 			return -1;
 		if (s->unjoined >= MAX_UNJOINED) {
-			RS_WARN("control: refused a connection: %d others have not joined yet", s->unjoined);
+			refusal(s, "%d other connections have not joined yet", s->unjoined);
 			return -1;
 		}
 		break;
@@ -208,7 +238,7 @@ static int callback_control(struct lws *wsi, enum lws_callback_reasons reason, v
 		}
 		if (!c->joined && c->io.rx_overflow && !c->closing) {
 			/* an unjoined peer sending more than a join can hold: refused and closed */
-			RS_WARN("control: closing a connection that sent over %u bytes before joining", JOIN_MAX_MESSAGE);
+			refusal(s, "a connection that sent over %u bytes before joining", JOIN_MAX_MESSAGE);
 			push(c, rs_proto_make_refused("message too large: the join must come first and fit in 4096 bytes", NULL));
 			c->closing = 1;
 		}

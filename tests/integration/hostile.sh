@@ -1,0 +1,39 @@
+#!/bin/bash
+# hostile.sh - nothing unauthenticated costs the coordinator more than a few
+# KiB or a few seconds: while a local job trains, 500 WebSockets that never
+# join, 300 silent TCP connections and one 16 MiB message before any join
+# are thrown at its port, with its descriptors limited to 512. The
+# coordinator's peak memory stays under 64 MiB, every idle connection is
+# closed within the join deadline (10 s), /healthz answers throughout, the
+# log is not flooded, and training goes on.
+set -u
+. "$(dirname "$0")/../lib/itest.sh"
+
+port=$(free_port)
+(
+	ulimit -n 512
+	exec "$bin/rowshift-coordinator" --local --workers 2 --config examples/dlrm-small.json --steps 100000 \
+		--listen 127.0.0.1:$port --admin-file "$tmp/admin.json" >"$tmp/run.out" 2>"$tmp/run.err"
+) &
+coord=$!
+wait_for "$tmp/run.out" "^step " 60
+before=$(grep -c "^step " "$tmp/run.out")
+timeout 120 python3 tests/integration/hostile_clients.py $port $coord 16 >"$tmp/hostile.json" 2>"$tmp/hostile.err"
+cat "$tmp/hostile.json"
+sleep 1
+after=$(grep -c "^step " "$tmp/run.out")
+field() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$tmp/hostile.json" "$1"; }
+check "the clients got their connections (some WebSockets refused at the cap of 64 unjoined)" \
+	test "$(field tcp_opened)" -gt 0 -a "$(field ws_opened)" -gt 0
+check "the coordinator's peak memory stayed under 64 MiB ($(field peak_kib) KiB)" test "$(field peak_kib)" -lt 65536
+check "every idle connection was closed within the join deadline ($(field still_open) left open after 16 s)" \
+	test "$(field still_open)" = 0
+check "the 16 MiB message before a join was cut off" test "$(field big_closed)" = True
+check "/healthz answered throughout ($(field healthz_failed) failures)" test "$(field healthz_failed)" = 0
+check "the log was not flooded: refusals at most once a second ($(wc -l <"$tmp/run.err") lines)" \
+	test "$(wc -l <"$tmp/run.err")" -lt 100
+check "training went on ($before -> $after progress lines)" test "$after" -gt "$before"
+check "the coordinator is still up" kill -0 $coord
+kill $coord 2>/dev/null
+{ wait $coord; } 2>/dev/null
+finish_checks hostile
