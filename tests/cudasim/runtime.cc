@@ -413,7 +413,15 @@ bool event_done(const CUevent_st *e) { return !e->stream || e->stream->done >= e
 
 /* ---- fibers ------------------------------------------------------------------------------ */
 
-#if defined(__x86_64__)
+/* x86-64: a hand-written switch (callee-saved registers, MXCSR and the x87 control word); elsewhere, or
+ * built with -DCUDASIM_UCONTEXT, ucontext (slower: a signal-mask system call per switch). */
+#if defined(__x86_64__) && !defined(CUDASIM_UCONTEXT)
+#define CUDASIM_ASM_SWITCH 1
+#else
+#define CUDASIM_ASM_SWITCH 0
+#endif
+
+#if CUDASIM_ASM_SWITCH
 extern "C" void cudasim_switch(void **save_sp, void *to_sp);
 extern "C" void cudasim_fiber_start();
 asm(R"(
@@ -487,7 +495,7 @@ struct fiber {
 	uint3 tid;
 	stack st;
 	void *sp;
-#if !defined(__x86_64__)
+#if !CUDASIM_ASM_SWITCH
 	ucontext_t uc;
 #endif
 };
@@ -499,7 +507,7 @@ struct block_run {
 	std::vector<fiber> threads;
 	fiber *cur;
 	void *sched_sp;
-#if !defined(__x86_64__)
+#if !CUDASIM_ASM_SWITCH
 	ucontext_t sched_uc;
 #endif
 	char *dyn;             /* dynamic shared memory, against a guard page */
@@ -540,7 +548,7 @@ void thread_entry(void *arg)
 	block_run *b = (block_run *)arg;
 	b->j->l.thread_main(b->j->l.args);
 	b->cur->state = F_DONE;
-#if defined(__x86_64__)
+#if CUDASIM_ASM_SWITCH
 	void *dead;
 	cudasim_switch(&dead, b->sched_sp);
 #else
@@ -549,7 +557,7 @@ void thread_entry(void *arg)
 	fatal("a finished kernel thread was resumed");
 }
 
-#if !defined(__x86_64__)
+#if !CUDASIM_ASM_SWITCH
 void thread_entry_uc(unsigned lo, unsigned hi)
 {
 	thread_entry((void *)(((uintptr_t)hi << 32) | lo));
@@ -562,9 +570,8 @@ void resume(block_run *b, fiber *f)
 	thread_idx = f->tid;
 	if (f->state == F_NEW) {
 		f->st = get_stack();
-		char *top = f->st.map + page_size() + STACK_BYTES;
-#if defined(__x86_64__)
-		uint64_t *sp = (uint64_t *)top;
+#if CUDASIM_ASM_SWITCH
+		uint64_t *sp = (uint64_t *)(f->st.map + page_size() + STACK_BYTES);
 		*--sp = 0;                                  /* alignment */
 		*--sp = (uint64_t)(uintptr_t)&cudasim_fiber_start;
 		*--sp = 0;                                  /* rbp */
@@ -588,7 +595,7 @@ void resume(block_run *b, fiber *f)
 #endif
 	}
 	f->state = F_RUNNING; /* F_BARRIER or F_DONE when it comes back */
-#if defined(__x86_64__)
+#if CUDASIM_ASM_SWITCH
 	cudasim_switch(&b->sched_sp, f->sp);
 #else
 	swapcontext(&b->sched_uc, &f->uc);
@@ -921,7 +928,7 @@ void syncthreads()
 		fatal("__syncthreads called outside a kernel");
 	fiber *f = b->cur;
 	f->state = F_BARRIER;
-#if defined(__x86_64__)
+#if CUDASIM_ASM_SWITCH
 	cudasim_switch(&f->sp, b->sched_sp);
 #else
 	swapcontext(&f->uc, &b->sched_uc);
