@@ -42,6 +42,14 @@ int rs__persist(rs_job *j, rs_state_phase ph)
 		s.union_of_old = j->att.union_of_old;
 		s.before = j->att.before, s.nbefore = j->ntables;
 	}
+	/* the incarnations of the members that hold rows (the world and the union): a replacement is told apart */
+	char *inc_names[2 * RS_MAX_WORKERS], *inc_values[2 * RS_MAX_WORKERS];
+	for (size_t i = 0; i < j->mem.n; i++)
+		if (j->mem.v[i].incarnation[0] && (rs__member_in_world(j, (int)i) || rs__member_in_union(j, (int)i))) {
+			inc_names[s.ninc] = j->mem.v[i].name;
+			inc_values[s.ninc++] = j->mem.v[i].incarnation;
+		}
+	s.inc_names = inc_names, s.inc_values = inc_values;
 	int n = j->src.list ? j->src.list(j->src.ctx, wnames, pids, RS_MAX_WORKERS) : 0;
 	s.nworkers = n < RS_MAX_WORKERS ? n : RS_MAX_WORKERS;
 	for (int i = 0; i < s.nworkers; i++)
@@ -112,6 +120,11 @@ rs_status rs_job_recover(const rs_job_options *o, const rs_job_source *src, cons
 	j->cur.next_sched = s->next_schedule;
 	if (s->attempt_generation)
 		RSCHECKGOTO(recover_attempt(j, s, err), st, fail);
+	for (int i = 0; i < s->ninc; i++) {
+		int k = rs__member_find(j, s->inc_names[i]);
+		if (k >= 0)
+			snprintf(j->mem.v[k].incarnation, sizeof(j->mem.v[k].incarnation), "%s", s->inc_values[i]);
+	}
 	j->t.attempt = j->t.paused = j->t.first_paused = rs__job_now(j);
 	static const phase phases[] = {[RS_STATE_TRAINING] = P_TRAINING, [RS_STATE_MIGRATING] = P_MIGRATING,
 				       [RS_STATE_COMMITTING] = P_COMMITTING, [RS_STATE_DONE] = P_DONE};

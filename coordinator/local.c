@@ -135,10 +135,17 @@ rs_status rs_local_scale(rs_local *l, int32_t n, rs_err *err)
 	for (size_t i = 0; i < l->n; i++) {
 		proc *p = &l->p[i];
 		if (p->ordinal >= n && p->pid && !p->terminating) {
+			p->terminating = 1;
+			/*
+			 * Only a process this coordinator started is signalled: an adopted pid
+			 * may have been reused by a bystander. An adopted worker that is no
+			 * longer wanted is resharded out all the same, and leaves after that commit.
+			 */
+			if (p->adopted)
+				continue;
 			RS_INFO("scale to %d: SIGTERM to %s", n, p->name);
 			if (kill(p->pid, SIGTERM) != 0 && errno != ESRCH)
 				RS_WARN("kill %s (pid %d): %s", p->name, (int)p->pid, strerror(errno));
-			p->terminating = 1;
 		}
 	}
 	return RS_OK;
@@ -249,10 +256,16 @@ void rs_local_stop_all(rs_local *l, int timeout_ms)
 		proc *p = &l->p[i];
 		if (!p->pid)
 			continue;
-		RS_WARN("%s (pid %d) did not exit: SIGKILL", p->name, (int)p->pid);
-		kill(p->pid, SIGKILL);
-		if (!p->adopted)
+		if (p->adopted) {
+			/* not ours to kill (its pid may be someone else's by now): it stops on its own, at the latest
+			 * when its grace period for a coordinator runs out */
+			RS_WARN("%s (pid %d, started by an earlier coordinator) is left to stop on its own", p->name,
+				(int)p->pid);
+		} else {
+			RS_WARN("%s (pid %d) did not exit: SIGKILL", p->name, (int)p->pid);
+			kill(p->pid, SIGKILL);
 			waitpid(p->pid, NULL, 0);
+		}
 		p->pid = 0;
 	}
 }

@@ -9,7 +9,10 @@
  * the coordinator committed the reshard that took them out). A worker that
  * exits while its ordinal is still wanted is started again after a
  * back-off, as a StatefulSet recreates a deleted pod. A restarted
- * coordinator adopts the processes its predecessor started, by pid.
+ * coordinator adopts the processes its predecessor started, by pid, for
+ * their liveness only: it never signals a process it did not start itself
+ * (a pid may have been reused by a bystander since); an adopted worker that
+ * is no longer wanted is resharded out and leaves after that commit.
  *
  * rs_local_members makes them the job's membership source, the
  * counterpart of the Kubernetes pods (kube_members.h): the job scales
@@ -67,7 +70,7 @@ void rs_local_poll(rs_local *l, rs_local_exit_fn fn, void *ctx);
 /* The processes running now: up to max names and pids; returns how many there are. */
 int rs_local_list(const rs_local *l, const char **names, int64_t *pids, int max);
 
-/* Wait up to timeout_ms for every process to exit, then SIGKILL the rest and reap them. */
+/* Wait up to timeout_ms for every process to exit, then SIGKILL the rest it started (adopted ones are left). */
 void rs_local_stop_all(rs_local *l, int timeout_ms);
 
 /* ---- the job's membership source ------------------------------------------------------- */

@@ -68,12 +68,18 @@ json_t *rs_state_to_json(const rs_state *s)
 	json_t *job = json_pack("{s:s, s:I, s:s*, s:s, s:s, s:o, s:i, s:o}", "config", s->config, "steps",
 				(json_int_t)s->steps, "save", s->save, "url", s->url, "token", s->token, "schedule", sched,
 				"replicas", (int)s->replicas, "workers", workers);
-	json_t *root = json_pack("{s:s, s:i, s:s, s:I, s:I, s:I, s:O, s:o, s:o, s:i, s:i, s:o}", "format", FORMAT,
+	json_t *incs = json_object();
+	for (int i = 0; incs && i < s->ninc; i++)
+		if (json_object_set_new(incs, s->inc_names[i], json_string(s->inc_values[i])) != 0) {
+			json_decref(incs);
+			incs = NULL;
+		}
+	json_t *root = json_pack("{s:s, s:i, s:s, s:I, s:I, s:I, s:O, s:o, s:o, s:i, s:i, s:o, s:o}", "format", FORMAT,
 				 "version", VERSION, "phase", rs_state_phase_name(s->phase), "generation",
 				 (json_int_t)s->generation, "step", (json_int_t)s->step, "bound", (json_int_t)s->bound,
 				 "plan", s->plan, "world", names_json(s->world, s->nworld), "attempt",
 				 attempt ? attempt : json_null(), "attempts", s->attempts, "next_schedule",
-				 s->next_schedule, "job", job);
+				 s->next_schedule, "job", job, "incarnations", incs);
 	return root;
 }
 
@@ -167,6 +173,30 @@ static rs_status parse_attempt(json_t *a, const char *name, rs_state *s, rs_err 
 	return RS_OK;
 }
 
+static rs_status parse_incarnations(json_t *incs, const char *name, rs_state *s, rs_err *err)
+{
+	const char *key;
+	json_t *v;
+	size_t n = json_object_size(incs);
+	if (!json_is_object(incs) || n > (size_t)2 * RS_STATE_MAX_MEMBERS)
+		return bad(err, name, "incarnations", "must be an object of at most one entry per member");
+	if (!(s->inc_names = calloc(n + 1, sizeof(char *))) || !(s->inc_values = calloc(n + 1, sizeof(char *))))
+		return RS_ENOMEM;
+	json_object_foreach(incs, key, v) {
+		const char *inc = json_string_value(v);
+		if (!inc || !*key || strlen(key) > MAX_NAME || strlen(inc) > 64 ||
+		    strspn(inc, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ._-") != strlen(inc))
+			return bad(err, name, "incarnations", "entries must be a member's name and its incarnation (at most 64 "
+				   "letters or digits)");
+		s->inc_names[s->ninc] = strdup(key);
+		s->inc_values[s->ninc] = strdup(inc);
+		s->ninc++;
+		if (!s->inc_names[s->ninc - 1] || !s->inc_values[s->ninc - 1])
+			return RS_ENOMEM;
+	}
+	return RS_OK;
+}
+
 static rs_status parse_job(json_t *job, const char *name, rs_state *s, rs_err *err)
 {
 	json_error_t jerr;
@@ -221,7 +251,7 @@ static rs_status parse_job(json_t *job, const char *name, rs_state *s, rs_err *e
 rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state *s, rs_err *err)
 {
 	json_error_t jerr;
-	json_t *root, *plan, *world, *attempt, *job;
+	json_t *root, *plan, *world, *attempt, *job, *incs = NULL;
 	const char *format, *phase;
 	json_int_t version, gen, step, bound;
 	int attempts, next;
@@ -233,10 +263,10 @@ rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state
 	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root)
 		return rs_err_set(err, RS_EINVAL, "%s: line %d: %s", name, jerr.line, jerr.text);
-	if (json_unpack_ex(root, &jerr, JSON_STRICT, "{s:s, s:I, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:i, s:i, s:o}",
+	if (json_unpack_ex(root, &jerr, JSON_STRICT, "{s:s, s:I, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:i, s:i, s:o, s?o}",
 			   "format", &format, "version", &version, "phase", &phase, "generation", &gen, "step", &step,
 			   "bound", &bound, "plan", &plan, "world", &world, "attempt", &attempt, "attempts", &attempts,
-			   "next_schedule", &next, "job", &job) != 0) {
+			   "next_schedule", &next, "job", &job, "incarnations", &incs) != 0) {
 		rs_err_set(err, RS_EINVAL, "%s: %s", name, jerr.text);
 		goto out;
 	}
@@ -267,6 +297,8 @@ rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state
 	if (migrating)
 		RSCHECKGOTO(parse_attempt(attempt, name, s, err), st, out);
 	RSCHECKGOTO(parse_job(job, name, s, err), st, out);
+	if (incs)
+		RSCHECKGOTO(parse_incarnations(incs, name, s, err), st, out);
 	if (s->bound > s->steps) {
 		st = bad(err, name, "bound", "is past the job's steps");
 		goto out;
@@ -312,5 +344,11 @@ void rs_state_free(rs_state *s)
 	free(s->url);
 	free(s->token);
 	free(s->workers);
+	for (int i = 0; i < s->ninc; i++) {
+		free(s->inc_names[i]);
+		free(s->inc_values[i]);
+	}
+	free(s->inc_names);
+	free(s->inc_values);
 	memset(s, 0, sizeof(*s));
 }

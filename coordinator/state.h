@@ -72,6 +72,14 @@ typedef struct rs_state {
 	int32_t replicas;
 	rs_state_worker *workers;
 	int nworkers;
+	/*
+	 * The incarnation each member of the world and the union last joined
+	 * with (a random id per worker process): a restarted coordinator tells
+	 * a worker rejoining from the same process from a replacement that
+	 * took its name and holds none of its rows.
+	 */
+	char **inc_names, **inc_values;
+	int ninc;
 } rs_state;
 
 const char *rs_state_phase_name(rs_state_phase p);

@@ -687,6 +687,20 @@ static void test_recovered_job_aborts_what_it_did_not_decide(void **state)
 	assert_string_equal(json_string_value(json_object_get(last(0, RS_MSG_ABORT), "reason")), "that attempt is over");
 }
 
+static void test_recovered_job_tells_a_replacement_from_the_original(void **state)
+{
+	(void)state;
+	start(2);
+	restart_coordinator(); /* as in Kubernetes: no process exits are seen, pods come back under their names */
+	join(0); /* the same process: its incarnation is the one the state kept */
+	rs_msg_join j = {.worker = "worker-1", .addr = "127.0.0.1:2001", .pid = 101, .incarnation = "a-new-process"};
+	H.h.on_join(H.h.ctx, conn(1), &j);
+	tick(0.01);
+	tick(0.6); /* a loss not by a signal gets a moment for its first cause to surface */
+	assert_phase("failed");
+	assert_non_null(strstr(rs_job_error(H.job), "worker-1 was lost holding the only copy of rows"));
+}
+
 static void test_recovery_refuses_more_members_than_a_job_has(void **state)
 {
 	(void)state;
@@ -739,6 +753,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_recovered_decision_is_repeated, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovered_undecided_attempt_commits_when_all_staged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovered_job_aborts_what_it_did_not_decide, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_recovered_job_tells_a_replacement_from_the_original, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovery_refuses_more_members_than_a_job_has, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

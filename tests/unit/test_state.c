@@ -162,6 +162,28 @@ static void refused(const char *from, const char *to, const char *field)
 	sample_free(&x);
 }
 
+static void test_incarnations(void **state)
+{
+	(void)state;
+	sample_state x;
+	rs_state back, *s = sample(&x);
+	rs_err err = {0};
+	char *names[2] = {"worker-0", "worker-2"}, *values[2] = {"0ef28565aea7", "cb872d9663a3"};
+	s->inc_names = names, s->inc_values = values, s->ninc = 2;
+	assert_int_equal(rs_state_write(path, s, &err), RS_OK);
+	assert_int_equal(rs_state_read(path, &back, &err), RS_OK);
+	assert_int_equal(back.ninc, 2);
+	assert_string_equal(back.inc_names[1], "worker-2");
+	assert_string_equal(back.inc_values[1], "cb872d9663a3");
+	rs_state_free(&back);
+	values[0] = "\x1b[31mred";
+	assert_int_equal(rs_state_write(path, s, &err), RS_OK);
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(rs_state_read(path, &back, &err), RS_EINVAL);
+	assert_non_null(strstr(err.msg, "incarnations"));
+	sample_free(&x);
+}
+
 static void test_refused(void **state)
 {
 	(void)state;
@@ -216,6 +238,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_round_trip),
+		cmocka_unit_test(test_incarnations),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_damaged),
 	};

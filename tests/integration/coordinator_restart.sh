@@ -1,0 +1,108 @@
+#!/bin/bash
+# coordinator_restart.sh - what a coordinator's restart must withstand, with
+# the real binaries in local mode (each job --state, restarted with --state):
+#   1. a listener squatting on the coordinator's port while it is down gets
+#      the workers' rejoins and learns nothing that lets it join: the join
+#      token is in none of them, a captured join replayed to the real
+#      coordinator is refused, and the workers, refused by an impostor that
+#      cannot prove itself, wait for the real coordinator and carry on;
+#   2. a worker killed while the coordinator was down (its peer then fails
+#      too) is not taken for the original when it is started again (its
+#      incarnation is new): the restarted coordinator fails the job at
+#      once, naming rows that were lost, instead of training on from step
+#      0 or waiting forever;
+#   3. a worker's pid in the state file is now someone else's (a
+#      bystander): the job fails clearly, and the bystander, adopted as a
+#      worker by pid, is never signalled.
+set -u
+. "$(dirname "$0")/../lib/itest.sh"
+cfg=examples/dlrm-small.json
+
+# begin NAME PORT: a long job of 2 workers on PORT, its state in $tmp/NAME.state; its pid in $coord
+begin() {
+	"$bin/rowshift-coordinator" --local --workers 2 --config $cfg --steps 100000 --listen 127.0.0.1:$2 \
+		--state "$tmp/$1.state" --grace-ms 30000 --admin-file "$tmp/$1.admin" >"$tmp/$1.out" 2>"$tmp/$1.err" &
+	coord=$!
+	wait_for "$tmp/$1.out" "^step " 60
+}
+# again NAME RUN: the coordinator of NAME started again on its state (output in $tmp/RUN.*); its pid in $coord
+again() {
+	"$bin/rowshift-coordinator" --local --state "$tmp/$1.state" --timeout-ms 5000 --admin-file "$tmp/$2.admin" \
+		>"$tmp/$2.out" 2>"$tmp/$2.err" &
+	coord=$!
+}
+workers_of() { pgrep -f "[r]owshift-worker --coordinator ws://127.0.0.1:$1 " | wc -l; }
+end_workers() { pkill -9 -f "[r]owshift-worker --coordinator ws://127.0.0.1:$1 "; }
+
+# 1. an impostor on the port
+port=$(free_port)
+begin one $port
+token=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["token"])' "$tmp/one.admin")
+kill -9 $coord
+{ wait $coord; } 2>/dev/null
+timeout 30 python3 tests/integration/fake_coordinator.py $port 6 "$tmp/captured.txt"
+check "1. the impostor got the workers' rejoins" grep -q '"type": *"join"' "$tmp/captured.txt"
+check "1. the join token is in none of them" bash -c "! grep -qF '$token' '$tmp/captured.txt'"
+check "1. refused by an impostor, both workers wait for the real coordinator" test "$(workers_of $port)" = 2
+again one one-again
+wait_for "$tmp/one-again.err" "worker-1 joined" 30
+check "1. both workers rejoined the real coordinator" bash -c "grep -q 'worker-0 joined' '$tmp/one-again.err' && grep -q 'worker-1 joined' '$tmp/one-again.err'"
+grep '"type": *"join"' "$tmp/captured.txt" | head -1 >"$tmp/replay.txt"
+timeout 30 python3 - $port "$tmp/replay.txt" >"$tmp/replay.out" 2>&1 <<'PY'
+import sys
+sys.path.insert(0, "tests/integration")
+import wslib
+port, captured = int(sys.argv[1]), open(sys.argv[2]).read().strip().encode()
+s, rest = wslib.connect(port, "rowshift-control")
+r = wslib.Reader(s, rest)
+r.next(10)  # the real coordinator's challenge
+wslib.send(s, captured)
+print(r.next(10))
+PY
+check "1. a captured join replayed to the real coordinator is refused" grep -q "bad join token" "$tmp/replay.out"
+n=$(grep -c "^step " "$tmp/one-again.out")
+sleep 3
+check "1. training goes on" test "$(grep -c "^step " "$tmp/one-again.out")" -gt "$n"
+kill -9 $coord
+end_workers $port
+
+# 2. a worker killed while the coordinator was down, and started again by the next one
+port=$(free_port)
+begin two $port
+kill -9 $coord
+{ wait $coord; } 2>/dev/null
+pkill -9 -f "[r]owshift-worker --coordinator ws://127.0.0.1:$port .*--name worker-1 "
+again two two-again
+timeout 60 tail --pid=$coord -f /dev/null
+wait $coord
+check "2. the restarted coordinator fails the job, naming a worker lost with its rows (exit $?)" \
+	grep -q "worker-[01] was lost holding the only copy of rows" "$tmp/two-again.err"
+check "2. it told the replacements from the originals" grep -q "came back as a new process" "$tmp/two-again.err"
+end_workers $port
+
+# 3. a recorded pid reused by a bystander
+port=$(free_port)
+begin three $port
+kill -9 $coord
+{ wait $coord; } 2>/dev/null
+pkill -9 -f "[r]owshift-worker --coordinator ws://127.0.0.1:$port .*--name worker-1 "
+sleep 300 &
+bystander=$!
+python3 - "$tmp/three.state" $bystander <<'PY'
+import json, sys
+path, pid = sys.argv[1], int(sys.argv[2])
+s = json.load(open(path))
+for w in s["job"]["workers"]:
+    if w["name"] == "worker-1":
+        w["pid"] = pid
+json.dump(s, open(path, "w"))
+PY
+again three three-again
+timeout 60 tail --pid=$coord -f /dev/null
+wait $coord
+check "3. the job fails clearly (exit $?)" grep -q "worker-[01] was lost holding the only copy of rows" "$tmp/three-again.err"
+check "3. the bystander holding worker-1's old pid was never signalled" kill -0 $bystander
+kill $bystander
+end_workers $port
+
+finish_checks coordinator_restart
