@@ -315,6 +315,20 @@ static void on_exit_cb(void *ctx, const char *name, int clean, const char *how)
 
 void rs_local_members_poll(rs_local_members *m) { rs_local_poll(m->local, on_exit_cb, m); }
 
+void rs_local_members_end(rs_local_members *m, rs_server *srv)
+{
+	rs_local_set_restart(m->local, 0);
+	for (double until = rs_now() + 10; rs_now() < until;) {
+		const char *names[1];
+		int64_t pids[1];
+		rs_local_members_poll(m);
+		if (!rs_local_list(m->local, names, pids, 1))
+			break;
+		rs_server_service(srv, 50);
+	}
+	rs_local_stop_all(m->local, 0);
+}
+
 rs_status rs_local_write_admin_file(const char *path, const char *url, const char *token, const char *status_token,
 				    rs_err *err)
 {

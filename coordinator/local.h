@@ -88,6 +88,13 @@ rs_job_source rs_local_members_source(rs_local_members *m);
 void rs_local_members_poll(rs_local_members *m);
 
 /*
+ * The job is over: no more restarts; wait (at most 10 s) for the workers
+ * to exit on their own (done, or told to stop), serving srv meanwhile,
+ * then stop the rest this coordinator started.
+ */
+void rs_local_members_end(rs_local_members *m, rs_server *srv);
+
+/*
  * Tell rowshiftctl where this job is and how to join it: path gets
  * {"url", "token", "status_token"?}, readable by this user only.
  */

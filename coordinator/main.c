@@ -16,6 +16,7 @@
  */
 #include "common/checkpoint.h"
 #include "common/clock.h"
+#include "common/file.h"
 #include "common/log.h"
 #include "common/secret.h"
 #include "coordinator/flags.h"
@@ -59,6 +60,8 @@ typedef struct coord {
 	FILE *log;
 	rs_job *job;
 	rs_server *srv;
+	const char *status_token;
+	char *token_buf;          /* the status token file's contents */
 } coord;
 
 /* The command line (or the state it names) contradicts itself: say so, and exit 2. */
@@ -144,6 +147,22 @@ static rs_status open_kube(coord *c, rs_err *err)
 	return RS_OK;
 }
 
+/* The status token: from --status-token-file (trailing newlines trimmed), else ROWSHIFT_STATUS_TOKEN, else none. */
+static rs_status status_token(coord *c, rs_err *err)
+{
+	size_t n;
+	c->status_token = getenv("ROWSHIFT_STATUS_TOKEN");
+	if (!c->f.status_token_file)
+		return RS_OK;
+	RSCHECK(rs_file_read(c->f.status_token_file, 4096, &c->token_buf, &n, err));
+	while (n && (c->token_buf[n - 1] == '\n' || c->token_buf[n - 1] == '\r'))
+		c->token_buf[--n] = 0;
+	if (!n)
+		return rs_err_set(err, RS_EINVAL, "--status-token-file %s is empty", c->f.status_token_file);
+	c->status_token = c->token_buf;
+	return RS_OK;
+}
+
 /* Both modes: the config, the job (fresh or recovered), the server. */
 static rs_status start(coord *c, rs_err *err)
 {
@@ -171,14 +190,15 @@ static rs_status start(coord *c, rs_err *err)
 	c->lm.job = c->km.job = c->job;
 	rs_server_handler h = rs_job_server_handler(c->job);
 	RSCHECK(rs_server_create(c->listen, c->token, &h, &c->srv, err));
-	if (c->f.status_token && rs_server_set_status_token(c->srv, c->f.status_token) != RS_OK)
-		return rs_err_set(err, RS_EINVAL, "--status-token: longer than 1024 bytes");
+	RSCHECK(status_token(c, err));
+	if (c->status_token && rs_server_set_status_token(c->srv, c->status_token) != RS_OK)
+		return rs_err_set(err, RS_EINVAL, "the status token is longer than 1024 bytes");
 	rs_job_set_server(c->job, c->srv);
 	if (c->f.local) {
 		snprintf(c->url, sizeof(c->url), "ws://127.0.0.1:%d", rs_server_port(c->srv));
 		if (c->recovering) /* the wanted workers that are missing start now */
 			RSCHECK(rs_local_scale(c->lm.local, c->state.replicas, err));
-		RSCHECK(rs_local_write_admin_file(c->f.admin_file, c->url, c->token, c->f.status_token, err));
+		RSCHECK(rs_local_write_admin_file(c->f.admin_file, c->url, c->token, c->status_token, err));
 	}
 	RS_INFO("control channel, status and dashboard on port %d; %s", rs_server_port(c->srv),
 		c->recovering ? "resuming the job" : "starting");
@@ -196,19 +216,8 @@ static void finish(coord *c, int failed)
 		rs_server_service(c->srv, 20);
 		failed = failed && rs_now() < until - 0.8; /* stop messages: 0.2 s */
 	}
-	if (!c->lm.local)
-		return;
-	/* local workers exit on their own when done or told to stop; bound the wait */
-	rs_local_set_restart(c->lm.local, 0);
-	for (double until = rs_now() + 10; rs_now() < until;) {
-		const char *names[1];
-		int64_t pids[1];
-		rs_local_members_poll(&c->lm);
-		if (!rs_local_list(c->lm.local, names, pids, 1))
-			break;
-		rs_server_service(c->srv, 50);
-	}
-	rs_local_stop_all(c->lm.local, 0);
+	if (c->lm.local)
+		rs_local_members_end(&c->lm, c->srv);
 }
 
 int main(int argc, char **argv)
@@ -275,5 +284,6 @@ out:
 		fclose(c.log);
 	rs_config_free(c.cfg);
 	rs_state_free(&c.state);
+	free(c.token_buf);
 	return rc;
 }

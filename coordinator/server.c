@@ -55,6 +55,7 @@ struct rs_server {
 	rs_server_handler h;
 	char token[1025];
 	char status_token[1025];
+	char status_protocol[1500]; /* "bearer.BASE64URL(status token)": how a browser presents it */
 	int port;
 	int64_t next_id;
 	char epoch[RS_AUTH_NONCE_HEX + 1]; /* this coordinator process's: every handshake is bound to it */
@@ -341,16 +342,27 @@ static int client_write(status_client *c)
 }
 
 /* Whether the connecting client presented the status token (header or ?token=). */
+/*
+ * Whether a request presents the status token: as "Authorization: Bearer
+ * TOKEN" (rowshiftctl, curl, Prometheus) or, for a browser's WebSocket
+ * (which cannot set headers), as a second subprotocol
+ * "bearer.BASE64URL(TOKEN)" (the dashboard). Never in the URL, which ends
+ * up in logs and histories.
+ */
 static int status_authorized(rs_server *s, struct lws *wsi)
 {
-	char buf[1100];
+	char buf[1600];
 	if (!s->status_token[0])
 		return 1;
 	int n = lws_hdr_copy(wsi, buf, sizeof(buf), WSI_TOKEN_HTTP_AUTHORIZATION);
 	if (n > 7 && !strncmp(buf, "Bearer ", 7) && rs_auth_equal(buf + 7, s->status_token))
 		return 1;
-	const char *v = lws_get_urlarg_by_name(wsi, "token=", buf, sizeof(buf));
-	return v && rs_auth_equal(v, s->status_token);
+	if (lws_hdr_copy(wsi, buf, sizeof(buf), WSI_TOKEN_PROTOCOL) <= 0)
+		return 0;
+	for (char *save = NULL, *p = strtok_r(buf, ", ", &save); p; p = strtok_r(NULL, ", ", &save))
+		if (rs_auth_equal(p, s->status_protocol))
+			return 1;
+	return 0;
 }
 
 static int callback_status(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
@@ -440,6 +452,17 @@ rs_status rs_server_set_status_token(rs_server *s, const char *token)
 	if (token && strlen(token) >= sizeof(s->status_token))
 		return RS_EINVAL;
 	snprintf(s->status_token, sizeof(s->status_token), "%s", token ? token : "");
+	/* base64url without padding: what the dashboard's btoa() gives after its substitutions */
+	static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+	const unsigned char *t = (const unsigned char *)s->status_token;
+	size_t n = strlen(s->status_token), o = (size_t)snprintf(s->status_protocol, sizeof(s->status_protocol), "bearer.");
+	for (size_t i = 0; i < n; i += 3) {
+		uint32_t v = (uint32_t)t[i] << 16 | (i + 1 < n ? (uint32_t)t[i + 1] << 8 : 0) | (i + 2 < n ? t[i + 2] : 0);
+		int chars = i + 2 < n ? 4 : i + 1 < n ? 3 : 2;
+		for (int k = 0; k < chars; k++)
+			s->status_protocol[o++] = b64[(v >> (18 - 6 * k)) & 63];
+	}
+	s->status_protocol[o] = 0;
 	return RS_OK;
 }
 
@@ -469,6 +492,9 @@ static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void
 	const char *path = in ? (const char *)in : "/";
 	if (!strcmp(path, "/healthz"))
 		return http_reply(wsi, 200, "text/plain", "ok\n", 3);
+	/* what the job shows (metrics) is as private as the status stream; probes and the page itself are not */
+	if (!strcmp(path, "/metrics") && !status_authorized(s, wsi))
+		return http_reply(wsi, 401, "text/plain", "the status token is required\n", 29);
 	char *body = NULL;
 	size_t blen = 0;
 	const char *type = "text/plain";

@@ -114,7 +114,7 @@ int rs_ctl_status(int argc, char **argv)
 		RS_PARAM("--json", NULL, RS_PARAM_FLAG, NULL, NULL, "print the stream's messages as JSON, one per line", &as_json),
 		RS_PARAM("--admin-file", "ROWSHIFT_ADMIN_FILE", RS_PARAM_STR, admin_default, "FILE", "the job's URL, as the coordinator wrote it", &admin),
 		RS_PARAM("--coordinator", "ROWSHIFT_COORDINATOR", RS_PARAM_STR, NULL, "URL", "the coordinator, ws://HOST:PORT", &url),
-		RS_PARAM("--status-token", "ROWSHIFT_STATUS_TOKEN", RS_PARAM_STR, NULL, "TOKEN", "the status stream's bearer token, when it has one", &token),
+
 		RS_PARAM("--timeout-ms", NULL, RS_PARAM_INT, "10000", "MS", "how long to wait for the coordinator", &timeout_ms),
 		RS_PARAM("--help", NULL, RS_PARAM_FLAG, NULL, NULL, "show this help", &help),
 	};
@@ -137,8 +137,7 @@ int rs_ctl_status(int argc, char **argv)
 		fprintf(stderr, "rowshiftctl status: %s\n", err.msg);
 		return 1;
 	}
-	if (!token)
-		token = job.status_token;
+	token = job.status_token; /* ROWSHIFT_STATUS_TOKEN or the admin file's: never on the command line */
 	if (rs_control_open_status(job.url, token, (int)timeout_ms, &c, &err) != RS_OK) {
 		fprintf(stderr, "rowshiftctl status: %s\n", err.msg);
 		goto out;

@@ -100,8 +100,8 @@ check "the job still has 2 workers and trains (the status stream is read-only)" 
 	"grep -q ' 2 workers' $tmp/after.out && kill -0 $job && ! grep -q 'scale to' $tmp/run2.err"
 kill $job; wait $job 2>/dev/null
 port=$(free_port)
-"$bin/rowshift-coordinator" --local --workers 1 --config $cfg --steps 100000 --listen 127.0.0.1:$port \
-	--status-token s3cret --admin-file "$tmp/admin3.json" >/dev/null 2>"$tmp/run3.err" &
+ROWSHIFT_STATUS_TOKEN=s3cret "$bin/rowshift-coordinator" --local --workers 1 --config $cfg --steps 100000 \
+	--listen 127.0.0.1:$port --admin-file "$tmp/admin3.json" >/dev/null 2>"$tmp/run3.err" &
 job=$!
 wait_for "$tmp/admin3.json" url 30
 check "with a status token, a client without it is refused" bash -c \
@@ -109,6 +109,13 @@ check "with a status token, a client without it is refused" bash -c \
 check "a client with it gets the snapshot" bash -c \
 	"[ \"\$(python3 tests/integration/status_clients.py connect $port s3cret)\" = snapshot ]"
 check "rowshiftctl finds the token in the admin file" bash -c "$bin/rowshiftctl status --admin-file $tmp/admin3.json | grep -q generation"
+check "the token is not taken from the URL (it would end up in logs)" bash -c \
+	"python3 -c 'import sys; sys.path.insert(0, \"tests/integration\"); import wslib; print(wslib.connect($port, \"rowshift-status\", \"/status?token=s3cret\"))' | grep -qx None"
+check "a browser presents it as a subprotocol, as the dashboard does" bash -c \
+	"python3 -c 'import sys; sys.path.insert(0, \"tests/integration\"); import wslib; print(wslib.connect($port, \"rowshift-status, bearer.czNjcmV0\", \"/status\"))' | grep -q socket"
+check "/metrics wants the token too" bash -c \
+	"curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$port/metrics | grep -qx 401 && curl -sf -H 'Authorization: Bearer s3cret' http://127.0.0.1:$port/metrics | grep -q rowshift_generation"
+check "the probes do not" bash -c "curl -sf http://127.0.0.1:$port/healthz >/dev/null"
 kill $job; wait $job 2>/dev/null
 
 # 4. 200 clients, half of them never reading, through a reshard
