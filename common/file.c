@@ -177,3 +177,21 @@ rs_status rs_file_write_json(const char *path, mode_t mode, const json_t *j, siz
 	free(t);
 	return st;
 }
+
+rs_status rs_file_private_dir(const char *name, char *out, size_t n, rs_err *err)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	struct stat sb;
+	int len = xdg && xdg[0] == '/' ? snprintf(out, n, "%s/%s", xdg, name)
+					: snprintf(out, n, "/tmp/%s-%d", name, (int)getuid());
+	if (len < 0 || (size_t)len >= n)
+		return rs_err_set(err, RS_EINVAL, "%s: path too long", out);
+	if (mkdir(out, 0700) != 0 && errno != EEXIST)
+		return rs_err_set(err, RS_EIO, "%s: %s", out, strerror(errno));
+	if (lstat(out, &sb) != 0)
+		return rs_err_set(err, RS_EIO, "%s: %s", out, strerror(errno));
+	if (!S_ISDIR(sb.st_mode) || sb.st_uid != getuid() || (sb.st_mode & 077))
+		return rs_err_set(err, RS_EINVAL, "%s: not a private directory of this user (a link, someone else's, or "
+				  "open to others): refused", out);
+	return RS_OK;
+}

@@ -44,6 +44,15 @@ rs_status rs_file_write_buf(const char *path, mode_t mode, const void *buf, size
 /* The same with j as JSON text (json_dumps flags, e.g. JSON_COMPACT), and a final newline. */
 rs_status rs_file_write_json(const char *path, mode_t mode, const json_t *j, size_t flags, rs_err *err);
 
+/*
+ * A directory only this user can use, for files that hold secrets (the
+ * admin files of local jobs): $XDG_RUNTIME_DIR/NAME when the session has a
+ * runtime directory, else /tmp/NAME-UID. Created mode 0700 when missing;
+ * refused (RS_EINVAL, saying why) when it is a link, not ours, or open to
+ * others, as someone else may have made it first.
+ */
+rs_status rs_file_private_dir(const char *name, char *out, size_t n, rs_err *err);
+
 /* Write all n bytes to fd, riding out short writes and EINTR: RS_EIO with errno set on failure. */
 rs_status rs_file_write_all(int fd, const void *buf, size_t n);
 

@@ -16,8 +16,6 @@ const char *const rs_coord_usage =
 
 int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
 {
-	snprintf(c->admin_default, sizeof(c->admin_default), "/tmp/rowshift-%d.json", (int)getuid());
-	c->admin_file = c->admin_default;
 	rs_param params[] = {
 		RS_PARAM("--local", NULL, RS_PARAM_FLAG, NULL, NULL, "run the workers as processes on this machine", &c->local),
 		RS_PARAM("--kubernetes", NULL, RS_PARAM_FLAG, NULL, NULL, "the workers are the pods of a StatefulSet (see --statefulset)", &c->kubernetes),
@@ -41,7 +39,7 @@ int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
 		RS_PARAM("--max-attempts", "ROWSHIFT_MAX_ATTEMPTS", RS_PARAM_INT, "3", "N", "reshard attempts aborted in a row before the job fails", &c->max_attempts),
 		RS_PARAM("--grace-ms", "ROWSHIFT_COORDINATOR_GRACE_MS", RS_PARAM_INT, "60000", "MS", "how long workers wait for a lost coordinator to come back (local mode)", &c->grace_ms),
 		RS_PARAM("--status-token-file", "ROWSHIFT_STATUS_TOKEN_FILE", RS_PARAM_STR, NULL, "FILE", "require the bearer token in FILE of status stream and /metrics clients (or the token itself in ROWSHIFT_STATUS_TOKEN; never on the command line; default: none)", &c->status_token_file),
-		RS_PARAM("--admin-file", "ROWSHIFT_ADMIN_FILE", RS_PARAM_STR, NULL, "FILE", "where rowshiftctl finds this job (URL and token, mode 0600; default /tmp/rowshift-UID.json)", &c->admin_file),
+		RS_PARAM("--admin-file", "ROWSHIFT_ADMIN_FILE", RS_PARAM_STR, NULL, "FILE", "where rowshiftctl finds this job (URL and token, mode 0600; default: job-PORT.json in $XDG_RUNTIME_DIR/rowshift or /tmp/rowshift-UID, this user's only)", &c->admin_file),
 		RS_PARAM("--load", "ROWSHIFT_LOAD", RS_PARAM_STR, NULL, "DIR", "start from this checkpoint (any world size; training goes on from its step)", &c->load),
 		RS_PARAM("--save", "ROWSHIFT_SAVE", RS_PARAM_STR, NULL, "DIR", "write a checkpoint (safetensors) here at the end", &c->save),
 		RS_PARAM("--worker-bin", "ROWSHIFT_WORKER_BIN", RS_PARAM_STR, NULL, "PATH", "the worker binary (default: beside this one)", &c->worker_bin),

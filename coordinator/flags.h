@@ -17,7 +17,6 @@ typedef struct rs_coord_flags {
 	const char *kubeconfig, *context, *api_server, *kube_token_file, *kube_ca, *ns, *statefulset, *selector;
 	const char *state_cm;
 	int64_t workers, steps, timeout_ms, debounce_ms, grace_ms, max_attempts;
-	char admin_default[128];
 } rs_coord_flags;
 
 extern const char *const rs_coord_usage;

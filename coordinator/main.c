@@ -47,7 +47,7 @@ typedef struct coord {
 	rs_coord_flags f;
 	const char *config, *listen, *save; /* the flags', or the recovered job's */
 	int64_t workers, steps;
-	char token[1100], url[300], listen_buf[300], state_name[300];
+	char token[1100], url[300], listen_buf[300], state_name[300], admin[4096];
 	rs_state state;           /* a previous coordinator's, when recovering */
 	int recovering;
 	int usage;                /* the command line (or the state) contradicts itself: exit 2 */
@@ -198,7 +198,13 @@ static rs_status start(coord *c, rs_err *err)
 		snprintf(c->url, sizeof(c->url), "ws://127.0.0.1:%d", rs_server_port(c->srv));
 		if (c->recovering) /* the wanted workers that are missing start now */
 			RSCHECK(rs_local_scale(c->lm.local, c->state.replicas, err));
-		RSCHECK(rs_local_write_admin_file(c->f.admin_file, c->url, c->token, c->status_token, err));
+		if (c->f.admin_file)
+			snprintf(c->admin, sizeof(c->admin), "%s", c->f.admin_file);
+		else if (rs_file_private_dir("rowshift", c->admin, sizeof(c->admin) - 32, err) == RS_OK)
+			snprintf(c->admin + strlen(c->admin), 32, "/job-%d.json", rs_server_port(c->srv));
+		else
+			return RS_EINVAL;
+		RSCHECK(rs_local_write_admin_file(c->admin, c->url, c->token, c->status_token, err));
 	}
 	RS_INFO("control channel, status and dashboard on port %d; %s", rs_server_port(c->srv),
 		c->recovering ? "resuming the job" : "starting");
@@ -273,8 +279,8 @@ int main(int argc, char **argv)
 	if (rc != 0 || !interrupted)
 		finish(&c, st != RS_OK);
 out:
-	if (c.srv && c.f.local)
-		unlink(c.f.admin_file);
+	if (c.admin[0])
+		unlink(c.admin);
 	rs_server_destroy(c.srv);
 	rs_job_destroy(c.job);
 	rs_local_destroy(c.lm.local);

@@ -17,7 +17,9 @@ typedef struct rs_ctl_job {
 /*
  * With url: that coordinator, the join token from ROWSHIFT_JOIN_TOKEN.
  * Without: read the admin file the coordinator writes (0600, {"url",
- * "token", "status_token"?}); an error says to check that one is running.
+ * "token", "status_token"?}): admin_file, or when NULL the one local job's
+ * in this user's private directory (rs_file_private_dir "rowshift"); an
+ * error says to check that one is running, or to pick one of several.
  */
 rs_status rs_ctl_find_job(const char *admin_file, const char *url, rs_ctl_job *out, rs_err *err);
 void rs_ctl_job_free(rs_ctl_job *j);

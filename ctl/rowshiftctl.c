@@ -289,11 +289,9 @@ static int cmd_scale(int argc, char **argv)
 	int64_t workers = 0, timeout_ms = 10000;
 	const char *admin = NULL, *url = NULL;
 	bool help = false;
-	char admin_default[128];
-	snprintf(admin_default, sizeof(admin_default), "/tmp/rowshift-%d.json", (int)getuid());
 	rs_param params[] = {
 		RS_PARAM("--workers", NULL, RS_PARAM_INT, "0", "N", "the number of workers to go to", &workers),
-		RS_PARAM("--admin-file", "ROWSHIFT_ADMIN_FILE", RS_PARAM_STR, admin_default, "FILE", "the job's URL and token, as the coordinator wrote them", &admin),
+		RS_PARAM("--admin-file", "ROWSHIFT_ADMIN_FILE", RS_PARAM_STR, NULL, "FILE", "the job's URL and token, as the coordinator wrote them (default: the one local job of this user)", &admin),
 		RS_PARAM("--coordinator", "ROWSHIFT_COORDINATOR", RS_PARAM_STR, NULL, "URL", "the coordinator (then the token comes from ROWSHIFT_JOIN_TOKEN)", &url),
 		RS_PARAM("--timeout-ms", NULL, RS_PARAM_INT, "10000", "MS", "how long to wait for the coordinator", &timeout_ms),
 		RS_PARAM("--help", NULL, RS_PARAM_FLAG, NULL, NULL, "show this help", &help),

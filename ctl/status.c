@@ -107,12 +107,10 @@ int rs_ctl_status(int argc, char **argv)
 	int64_t timeout_ms = 10000;
 	const char *admin = NULL, *url = NULL, *token = NULL;
 	bool help = false, watch = false, as_json = false;
-	char admin_default[128];
-	snprintf(admin_default, sizeof(admin_default), "/tmp/rowshift-%d.json", (int)getuid());
 	rs_param params[] = {
 		RS_PARAM("--watch", NULL, RS_PARAM_FLAG, NULL, NULL, "keep printing events until the job ends", &watch),
 		RS_PARAM("--json", NULL, RS_PARAM_FLAG, NULL, NULL, "print the stream's messages as JSON, one per line", &as_json),
-		RS_PARAM("--admin-file", "ROWSHIFT_ADMIN_FILE", RS_PARAM_STR, admin_default, "FILE", "the job's URL, as the coordinator wrote it", &admin),
+		RS_PARAM("--admin-file", "ROWSHIFT_ADMIN_FILE", RS_PARAM_STR, NULL, "FILE", "the job's URL, as the coordinator wrote it (default: the one local job of this user)", &admin),
 		RS_PARAM("--coordinator", "ROWSHIFT_COORDINATOR", RS_PARAM_STR, NULL, "URL", "the coordinator, ws://HOST:PORT", &url),
 
 		RS_PARAM("--timeout-ms", NULL, RS_PARAM_INT, "10000", "MS", "how long to wait for the coordinator", &timeout_ms),

@@ -1,0 +1,126 @@
+/*
+ * test_file.c - tests common/file.c: whole files read within their limit,
+ * FIFOs and directories refused without blocking, atomic writes with the
+ * mode asked for and no temporary file left, and the private directory
+ * refused when someone could have prepared it (a link, a directory open to
+ * others).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "common/file.h"
+#include "tests/unit/scratch.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char dir[64];
+
+static int setup(void **state)
+{
+	(void)state;
+	return rs_scratch_make(dir, sizeof(dir), "file");
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	return rs_scratch_remove(dir);
+}
+
+static void test_read_and_write(void **state)
+{
+	(void)state;
+	char path[128], *buf;
+	size_t len;
+	rs_err err = {0};
+	snprintf(path, sizeof(path), "%s/a.txt", dir);
+	assert_int_equal(rs_file_read(path, 10, &buf, &len, &err), RS_ENOTFOUND);
+	assert_int_equal(rs_file_write_buf(path, 0600, "hello", 5, &err), RS_OK);
+	struct stat sb;
+	assert_int_equal(stat(path, &sb), 0);
+	assert_int_equal(sb.st_mode & 0777, 0600);
+	assert_int_equal(rs_file_read(path, 5, &buf, &len, &err), RS_OK); /* exactly at the limit */
+	assert_int_equal(len, 5);
+	assert_string_equal(buf, "hello");
+	free(buf);
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(rs_file_read(path, 4, &buf, &len, &err), RS_EINVAL);
+	assert_non_null(strstr(err.msg, "larger than 4 bytes"));
+	/* replaced whole, and no temporary file left beside it */
+	assert_int_equal(rs_file_write_buf(path, 0644, "bye", 3, &err), RS_OK);
+	assert_int_equal(rs_file_read(path, 100, &buf, &len, &err), RS_OK);
+	assert_string_equal(buf, "bye");
+	free(buf);
+	DIR *d = opendir(dir);
+	int entries = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		entries += e->d_name[0] != '.';
+	closedir(d);
+	assert_int_equal(entries, 1);
+	/* an empty file reads as "" */
+	assert_int_equal(rs_file_write_buf(path, 0600, "", 0, &err), RS_OK);
+	assert_int_equal(rs_file_read(path, 100, &buf, &len, &err), RS_OK);
+	assert_int_equal(len, 0);
+	free(buf);
+}
+
+static void test_not_regular_files(void **state)
+{
+	(void)state;
+	char path[128], *buf;
+	rs_err err = {0};
+	snprintf(path, sizeof(path), "%s/fifo", dir);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	assert_int_equal(rs_file_read(path, 100, &buf, NULL, &err), RS_EINVAL); /* at once: no writer is waited for */
+	assert_non_null(strstr(err.msg, "not a regular file"));
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(rs_file_read(dir, 100, &buf, NULL, &err), RS_EINVAL);
+	json_t *j;
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(rs_file_read_json(path, 100, &j, &err), RS_EINVAL);
+}
+
+static void test_private_dir(void **state)
+{
+	(void)state;
+	char xdg[128], out[256], link_to[128];
+	rs_err err = {0};
+	snprintf(xdg, sizeof(xdg), "%s/run", dir);
+	assert_int_equal(mkdir(xdg, 0700), 0);
+	setenv("XDG_RUNTIME_DIR", xdg, 1);
+	assert_int_equal(rs_file_private_dir("rs", out, sizeof(out), &err), RS_OK);
+	struct stat sb;
+	assert_int_equal(lstat(out, &sb), 0);
+	assert_true(S_ISDIR(sb.st_mode));
+	assert_int_equal(sb.st_mode & 0777, 0700);
+	assert_int_equal(rs_file_private_dir("rs", out, sizeof(out), &err), RS_OK); /* again: found as it is */
+	/* prepared by someone else: open to others, or a link to elsewhere */
+	assert_int_equal(chmod(out, 0777), 0);
+	assert_int_equal(rs_file_private_dir("rs", out, sizeof(out), &err), RS_EINVAL);
+	assert_non_null(strstr(err.msg, "not a private directory"));
+	snprintf(link_to, sizeof(link_to), "%s/elsewhere", dir);
+	assert_int_equal(mkdir(link_to, 0700), 0);
+	snprintf(out, sizeof(out), "%s/linked", xdg);
+	assert_int_equal(symlink(link_to, out), 0);
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(rs_file_private_dir("linked", out, sizeof(out), &err), RS_EINVAL);
+	unsetenv("XDG_RUNTIME_DIR");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_read_and_write),
+		cmocka_unit_test(test_not_regular_files),
+		cmocka_unit_test(test_private_dir),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
