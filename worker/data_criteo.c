@@ -46,6 +46,7 @@ typedef struct criteo {
 	line_ref *lines;
 	size_t cap_lines;
 	int64_t nlines, ntrain, neval;
+	int64_t eval_start;   /* the held-out lines are [eval_start, eval_start + neval): the last good ones */
 	feature *f;
 	char *buf;
 } criteo;
@@ -178,7 +179,8 @@ static rs_status criteo_fill(rs_data *d, int64_t first, int32_t count, rs_batch 
 	}
 	for (int32_t i = 0; i < count; i++) {
 		int64_t k = first + i;
-		int64_t li = k >= RS_EVAL_BASE ? c->ntrain + (k - RS_EVAL_BASE) % c->neval : k % c->ntrain;
+		int64_t li = k >= RS_EVAL_BASE ? c->eval_start + (k - RS_EVAL_BASE) % c->neval : k % c->ntrain;
+		RS_ASSERT(li >= 0 && li < c->nlines);
 		const line_ref *r = &c->lines[li];
 		rs_criteo_sample s;
 		const char *why;
@@ -266,8 +268,9 @@ rs_status rs_criteo_open(const rs_config *cfg, rs_data **out, rs_err *err)
 	}
 	c->neval = cfg->data.eval_samples < c->nlines ? cfg->data.eval_samples : c->nlines / 2;
 	if (c->neval < 1)
-		c->neval = 1;
-	c->ntrain = c->nlines - c->neval > 0 ? c->nlines - c->neval : c->nlines;
+		c->neval = 1; /* one good line: it is both the training and the held-out data */
+	c->eval_start = c->nlines - c->neval;
+	c->ntrain = c->eval_start > 0 ? c->eval_start : c->nlines;
 	*out = &c->base;
 	return RS_OK;
 fail:

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "worker/data_criteo.h"
+#include "tests/unit/scratch.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -117,12 +118,45 @@ static void test_bad_files(void **state)
 	rs_config_free(cfg);
 }
 
+/* One good line: it is the training data and the held-out data both, never an index past it. */
+static void test_one_good_line(void **state)
+{
+	(void)state;
+	char dir[64], path[128], paths[160];
+	assert_int_equal(rs_scratch_make(dir, sizeof(dir), "criteo1"), 0);
+	snprintf(path, sizeof(path), "%s/one.tsv", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("1\t5\t\t\t\t\t\t\t\t\t\t\t\t\t68fd1e64\t80e26c9b\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n", f);
+	fclose(f);
+	snprintf(paths, sizeof(paths), "\"%s\"", path);
+	rs_config *cfg = load(paths, 10);
+	rs_data *d;
+	rs_batch b;
+	rs_err err = {0};
+	assert_int_equal(rs_data_open(cfg, &d, &err), RS_OK);
+	assert_int_equal(rs_criteo_lines(d), 1);
+	rs_batch e;
+	assert_int_equal(rs_batch_init(&b, d->nfeatures), RS_OK);
+	assert_int_equal(rs_batch_init(&e, d->nfeatures), RS_OK);
+	assert_int_equal(rs_data_fill(d, 0, 4, &b), RS_OK);
+	assert_int_equal(rs_data_fill(d, RS_EVAL_BASE, 4, &e), RS_OK);
+	assert_true(b.labels[0] == 1 && e.labels[3] == 1);
+	assert_memory_equal(e.dense + 3 * RS_NUM_DENSE, b.dense, sizeof(float) * RS_NUM_DENSE); /* the same line */
+	rs_batch_free(&b);
+	rs_batch_free(&e);
+	rs_data_close(d);
+	rs_config_free(cfg);
+	assert_int_equal(rs_scratch_remove(dir), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_line),
 		cmocka_unit_test(test_file),
 		cmocka_unit_test(test_bad_files),
+		cmocka_unit_test(test_one_good_line),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
