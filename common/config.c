@@ -9,6 +9,7 @@
  */
 #include "common/config.h"
 #include "common/file.h"
+#include "common/limits.h"
 #include "common/param.h"
 
 #include <errno.h>
@@ -298,38 +299,83 @@ static rs_status parse_table(const json_t *jt, int index, rs_table_config *t, co
 	return RS_OK;
 }
 
-/* Names unique across tables, features unique across all tables, pins agree within groups. */
+/* One name of the config (a table's, a feature's or a group's) and where it stands, for sorting. */
+typedef struct name_ref {
+	const char *name;
+	int table, item;
+} name_ref;
+
+static int cmp_name_ref(const void *x, const void *y)
+{
+	const name_ref *a = x, *b = y;
+	int c = strcmp(a->name, b->name);
+	return c ? c : a->table != b->table ? a->table - b->table : a->item - b->item;
+}
+
+/*
+ * Names unique across tables, features unique across all tables, pins
+ * agree within co-location groups: each by sorting, so a config of a
+ * million tables is checked in O(n log n). The conflict reported is the one
+ * whose later table comes first in the file.
+ */
 static rs_status check_tables(const rs_config *cfg, rs_err *err)
 {
 	where w = {.file = cfg->path, .index = -1};
-	for (int i = 0; i < cfg->ntables; i++) {
-		const rs_table_config *a = &cfg->tables[i];
-		for (int j = 0; j < i; j++) {
-			const rs_table_config *b = &cfg->tables[j];
-			w.table = a->name;
-			w.index = i;
-			if (!strcmp(a->name, b->name))
-				return bad(err, &w, "name", "duplicate table name (also tables[%d])", j);
-			for (int f = 0; f < a->nfeatures; f++)
-				for (int g = 0; g < b->nfeatures; g++)
-					if (!strcmp(a->features[f], b->features[g]))
-						return bad(err, &w, "features", "feature '%s' is also in table '%s'",
-							   a->features[f], b->name);
-			if (a->colocate && b->colocate && !strcmp(a->colocate, b->colocate) &&
-			    a->rank >= 0 && b->rank >= 0 && a->rank != b->rank)
-				return bad(err, &w, "rank",
-					   "pinned to rank %d but table '%s' of co-location group '%s' is pinned to rank %d",
-					   a->rank, b->name, a->colocate, b->rank);
+	size_t nf = 0, k = 0;
+	int bad_i = cfg->ntables, bad_j = -1, kind = 0, bad_f = -1;
+	for (int i = 0; i < cfg->ntables; i++)
+		nf += (size_t)cfg->tables[i].nfeatures;
+	name_ref *names = malloc(sizeof(name_ref) * ((size_t)cfg->ntables + nf + 1));
+	if (!names)
+		return RS_ENOMEM;
+	/* 1. table names */
+	for (int i = 0; i < cfg->ntables; i++)
+		names[i] = (name_ref){cfg->tables[i].name, i, 0};
+	qsort(names, (size_t)cfg->ntables, sizeof(*names), cmp_name_ref);
+	for (int i = 1; i < cfg->ntables; i++)
+		if (!strcmp(names[i].name, names[i - 1].name) && names[i].table < bad_i)
+			bad_i = names[i].table, bad_j = names[i - 1].table, kind = 1;
+	/* 2. features, across and within tables */
+	for (int i = 0; i < cfg->ntables; i++)
+		for (int f = 0; f < cfg->tables[i].nfeatures; f++)
+			names[k++] = (name_ref){cfg->tables[i].features[f], i, f};
+	qsort(names, nf, sizeof(*names), cmp_name_ref);
+	for (size_t q = 1; q < nf; q++)
+		if (!strcmp(names[q].name, names[q - 1].name) && names[q].table < bad_i)
+			bad_i = names[q].table, bad_j = names[q - 1].table, bad_f = names[q].item,
+			kind = names[q].table == names[q - 1].table ? 3 : 2;
+	/* 3. pins within co-location groups: every pinned table of a group on its first pin's rank */
+	k = 0;
+	for (int i = 0; i < cfg->ntables; i++)
+		if (cfg->tables[i].colocate && cfg->tables[i].rank >= 0)
+			names[k++] = (name_ref){cfg->tables[i].colocate, i, 0};
+	qsort(names, k, sizeof(*names), cmp_name_ref);
+	for (size_t q = 1; q < k; q++)
+		if (!strcmp(names[q].name, names[q - 1].name) &&
+		    cfg->tables[names[q].table].rank != cfg->tables[names[q - 1].table].rank) {
+			size_t first = q - 1;
+			while (first > 0 && !strcmp(names[first - 1].name, names[q].name))
+				first--;
+			if (names[q].table < bad_i)
+				bad_i = names[q].table, bad_j = names[first].table, kind = 4;
 		}
-		for (int f = 0; f < a->nfeatures; f++)
-			for (int g = 0; g < f; g++)
-				if (!strcmp(a->features[f], a->features[g])) {
-					w.table = a->name;
-					w.index = i;
-					return bad(err, &w, "features", "feature '%s' is listed twice", a->features[f]);
-				}
+	free(names);
+	if (kind == 0)
+		return RS_OK;
+	const rs_table_config *a = &cfg->tables[bad_i], *b = &cfg->tables[bad_j];
+	w.table = a->name;
+	w.index = bad_i;
+	switch (kind) {
+	case 1:
+		return bad(err, &w, "name", "duplicate table name (also tables[%d])", bad_j);
+	case 2:
+		return bad(err, &w, "features", "feature '%s' is also in table '%s'", a->features[bad_f], b->name);
+	case 3:
+		return bad(err, &w, "features", "feature '%s' is listed twice", a->features[bad_f]);
+	default:
+		return bad(err, &w, "rank", "pinned to rank %d but table '%s' of co-location group '%s' is pinned to rank %d",
+			   a->rank, b->name, a->colocate, b->rank);
 	}
-	return RS_OK;
 }
 
 /* ---- sections ------------------------------------------------------------------ */
@@ -455,7 +501,7 @@ static rs_status parse_train(const json_t *root, rs_config *cfg, rs_err *err)
 	if (!j)
 		return RS_OK;
 	RSCHECK(check_keys(j, keys, &w, err));
-	RSCHECK(get_int(j, "global_batch", 1, (int64_t)1 << 30, &t->global_batch, 0, &w, err));
+	RSCHECK(get_int(j, "global_batch", 1, RS_MAX_GLOBAL_BATCH, &t->global_batch, 0, &w, err));
 	RSCHECK(get_int(j, "steps", 0, INT64_MAX / 2, &t->steps, 0, &w, err));
 	v = (int64_t)t->seed;
 	RSCHECK(get_int(j, "seed", 0, INT64_MAX, &v, 0, &w, err));

@@ -11,6 +11,9 @@
  */
 #define RS_MAX_WORKERS 4096
 
+/* Samples in one training step, over all workers (a config's train.global_batch). */
+#define RS_MAX_GLOBAL_BATCH (1 << 22)
+
 /* Ranks the planner plans for (`rowshiftctl plan --world` may go past a job's workers). */
 #define RS_MAX_RANKS 65536
 
