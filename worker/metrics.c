@@ -19,8 +19,11 @@ static int cmp_score(const void *a, const void *b)
 
 double rs_auc(const float *scores, const float *labels, size_t n)
 {
-	scored *v = malloc(sizeof(scored) * (n ? n : 1));
 	double pos = 0, rank_sum = 0;
+	for (size_t i = 0; i < n; i++)
+		if (isnan(scores[i]))
+			return NAN; /* a diverged model: no order to rank (and ties would never end) */
+	scored *v = malloc(sizeof(scored) * (n ? n : 1));
 	if (!v)
 		return -1;
 	for (size_t i = 0; i < n; i++) {

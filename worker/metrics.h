@@ -9,8 +9,9 @@
 /*
  * Area under the ROC curve of scores against 0/1 labels: the probability
  * that a random positive scores above a random negative, ties counting one
- * half (exact, by sorting). 0.5 when either class is absent. Allocates a
- * scratch copy; returns -1 if that fails.
+ * half (exact, by sorting). 0.5 when either class is absent; NaN when a
+ * score is NaN (a diverged model). Allocates a scratch copy; returns -1 if
+ * that fails.
  */
 double rs_auc(const float *scores, const float *labels, size_t n);
 

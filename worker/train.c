@@ -811,6 +811,9 @@ rs_status rs_trainer_evaluate(rs_trainer *tr, int64_t n, double *auc, double *lo
 	*auc = rs_auc(probs, labels, (size_t)n);
 	if (*auc < 0)
 		RSFAILGOTO(st, RS_ENOMEM, out); /* its scratch copy */
+	if (isnan(*auc))
+		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "evaluation: the model scores NaN: training diverged (a learning "
+					  "rate too high?)"), out);
 	*logloss = rs_logloss(probs, labels, (size_t)n);
 out:
 	free(labels);

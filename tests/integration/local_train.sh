@@ -144,7 +144,7 @@ check "workers exit within 10 s of the coordinator's death" test "$gone" = 1
 	>"$tmp/c4.out" 2>"$tmp/c4.err" &
 coord=$!
 for _ in $(seq 1 100); do grep -q "step " "$tmp/c4.out" && break; sleep 0.1; done
-pkill -9 -f "rowshift-worker .*--name worker-1 "
+pkill -9 -P $coord -f -- "--name worker-1 " # this job's worker only: other tests' have the same names
 start=$(date +%s)
 wait $coord
 rc=$?

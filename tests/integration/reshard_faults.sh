@@ -41,7 +41,7 @@ check "the static 2-worker reference run finishes" test $? = 0
 ROWSHIFT_FAULT=stall-ms=1500 run kill_joiner --workers 2 --schedule 40:4
 wait_for "$tmp/kill_joiner.out" "generation 2: 2 -> 4 workers" 60
 sleep 0.5
-pkill -9 -f "rowshift-worker .*--name worker-3 "
+pkill -9 -P $job -f -- "--name worker-3 " # this job's worker only: other tests' have the same names
 finish kill_joiner
 check "1. a run whose joiner was killed during MIGRATE finishes (exit $?)" grep -q "training done: 4 workers" "$tmp/kill_joiner.out"
 check "1. the attempt aborted, naming the lost joiner" grep -q "generation 2 aborted: worker-3 (joining) was lost during the migration" "$tmp/kill_joiner.out"

@@ -52,6 +52,8 @@ static void test_auc_edges(void **state)
 	assert_true(rs_auc(s, down, 4) == 0.0);
 	assert_true(rs_auc(s, ones, 4) == 0.5);
 	assert_true(rs_auc(same, up, 4) == 0.5);
+	float nan_scores[4] = {0.1f, NAN, 0.3f, 0.4f};
+	assert_true(isnan(rs_auc(nan_scores, up, 4))); /* once an endless loop */
 	float p[] = {0.9f, 0.1f};
 	float y[] = {1, 0};
 	assert_true(fabs(rs_logloss(p, y, 2) - (-log(0.9))) < 1e-6);
