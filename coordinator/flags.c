@@ -58,9 +58,16 @@ int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
 		rs_params_usage(stdout, rs_coord_usage, params, np);
 		return 0;
 	}
-	if (c->local == c->kubernetes || c->debounce_ms < 0 || c->timeout_ms < 100) {
-		fprintf(stderr, "rowshift-coordinator: choose --local or --kubernetes (--debounce-ms >= 0, --timeout-ms >= 100)\n%s\n",
-			rs_coord_usage);
+	/* the same ranges in both modes: a mistyped value is refused, not taken */
+	const char *bad = c->local == c->kubernetes ? "choose --local or --kubernetes"
+			  : c->debounce_ms < 0 || c->debounce_ms > 3600000 ? "--debounce-ms: 0..3600000"
+			  : c->timeout_ms < 100 || c->timeout_ms > 3600000 ? "--timeout-ms: 100..3600000"
+			  : c->grace_ms < 0 || c->grace_ms > 86400000 ? "--grace-ms: 0..86400000"
+			  : c->max_attempts < 1 || c->max_attempts > 1000 ? "--max-attempts: 1..1000"
+			  : c->steps < -1 ? "--steps: -1 (the config's) or more"
+									 : NULL;
+	if (bad) {
+		fprintf(stderr, "rowshift-coordinator: %s\n%s\n", bad, rs_coord_usage);
 		return 2;
 	}
 	return -1;
