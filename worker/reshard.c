@@ -363,7 +363,7 @@ static rs_status verify_recvs(stager *g, int64_t k)
 		size_t wl = c->bytes, sl = 0;
 		if (!zch)
 			RSCHECK(chunk_blocks(g, g->nt, c, &w, &wl, &st, &sl));
-		if (rs_reshard_fault_for_tests && wl) {
+		if (rs_reshard_fault_for_tests == 1 && wl) {
 			rs_reshard_fault_for_tests = 0; /* once per process: the next attempt goes through */
 			((unsigned char *)w)[wl / 2] ^= 0x40;
 		}
@@ -388,14 +388,16 @@ static rs_status verify_recvs(stager *g, int64_t k)
 
 /*
  * Joining members get the dense network and the update count from the
- * member that was old rank 0; the others take part in the (empty) exchange.
+ * member that was old rank 0, with a CRC-32C over both like every chunk of
+ * rows (a damaged copy fails the staging, so the attempt aborts); the
+ * others take part in the (empty) exchange.
  */
 static rs_status send_dense(stager *g)
 {
 	int32_t from = g->spec->union_of_old[0], nold = g->spec->old_plan->world.ranks;
 	int32_t nnew = g->spec->new_plan->world.ranks;
 	size_t dn = rs_dense_nparams(any_trainer(g)->dense);
-	size_t bytes = sizeof(float) * dn + sizeof(int64_t);
+	size_t body = sizeof(float) * dn + sizeof(int64_t), bytes = body + sizeof(uint32_t);
 	unsigned char *buf = malloc(bytes);
 	int n = 0;
 	rs_status st = buf ? RS_OK : RS_ENOMEM;
@@ -413,6 +415,8 @@ static rs_status send_dense(stager *g)
 	if (st == RS_OK && g->me == from) {
 		memcpy(buf, rs_dense_params(g->old->dense), sizeof(float) * dn);
 		memcpy(buf + sizeof(float) * dn, &g->old->updates, sizeof(int64_t));
+		uint32_t crc = rs_crc32c(0, buf, body);
+		memcpy(buf + body, &crc, sizeof(crc));
 		for (int32_t u = 0; u < g->nunion; u++)
 			if (joining[u]) {
 				g->sx[n++] = (rs_xfer){u, buf, bytes};
@@ -422,6 +426,18 @@ static rs_status send_dense(stager *g)
 	} else if (st == RS_OK && joining[g->me]) {
 		g->rx[0] = (rs_xfer){from, buf, bytes};
 		st = rs_transport_exchange(g->spec->uni, NULL, 0, g->rx, 1);
+		uint32_t crc;
+		memcpy(&crc, buf + body, sizeof(crc));
+		if (rs_reshard_fault_for_tests == 2) {
+			rs_reshard_fault_for_tests = 0;
+			buf[body / 2] ^= 0x40;
+		}
+		if (st == RS_OK && crc != rs_crc32c(0, buf, body)) {
+			free(joining);
+			free(buf);
+			return rs_err_set(g->err, RS_ECORRUPT, "reshard: the dense network from union rank %d failed its CRC-32C",
+					  from);
+		}
 		if (st == RS_OK) {
 			memcpy(rs_dense_params(g->nt->dense), buf, sizeof(float) * dn);
 			memcpy(&g->nt->updates, buf + sizeof(float) * dn, sizeof(int64_t));

@@ -186,7 +186,10 @@ void rs_trainer_commit(rs_trainer *staged, rs_trainer *old);
  */
 void rs_trainer_checksum(const rs_trainer *tr, uint64_t *per_table);
 
-/* Tests only: when set, the first chunk this process receives is corrupted before it is checked. */
+/*
+ * Tests only: 1: the first chunk this process receives is corrupted before
+ * it is checked; 2: the dense network a joiner receives is.
+ */
 extern int rs_reshard_fault_for_tests;
 
 #endif

@@ -419,11 +419,27 @@ static void test_corrupt_chunk_aborts_and_rolls_back(void **state)
 	compare("static60", 2, "rollback", 2, "after an aborted reshard vs static 2");
 }
 
+/* A damaged copy of the dense network at a joiner: caught by its CRC, the attempt aborts as for a chunk. */
+static void test_corrupt_dense_network_aborts(void **state)
+{
+	(void)state;
+	int codes[MEMBERS];
+	run_static(first_step[1] + 10);
+	rs_reshard_fault_for_tests = 2;
+	run_elastic(codes);
+	rs_reshard_fault_for_tests = 0;
+	for (int m = 0; m < MEMBERS; m++)
+		if (codes[m] != (m < 2 ? 0 : 42))
+			fail_msg("member %d exited %d", m, codes[m]);
+	compare("static60", 2, "rollback", 2, "after an aborted reshard vs static 2");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_elastic_equals_static),
 		cmocka_unit_test(test_corrupt_chunk_aborts_and_rolls_back),
+		cmocka_unit_test(test_corrupt_dense_network_aborts),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
