@@ -36,8 +36,14 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 WERROR ?=
 
+# hardening (off in the sanitizer and fuzzing builds, which instrument instead)
+HARDEN_CFLAGS ?= -fstack-protector-strong -D_FORTIFY_SOURCE=2 -fPIE
+HARDEN_LDFLAGS ?= -pie -Wl,-z,relro,-z,now
+
 CPPFLAGS += -I. -D_GNU_SOURCE
-CFLAGS += -std=c11 -g $(OPT) -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral $(WERROR) -MMD -MP
+CFLAGS += -std=c11 -g $(OPT) -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral $(WERROR) -MMD -MP \
+	$(HARDEN_CFLAGS)
+LDFLAGS += $(HARDEN_LDFLAGS)
 LDLIBS += -lwebsockets -lcurl -ljansson -lcrypto -lpthread -lm
 NVCCFLAGS ?= -O3 -std=c++17 -MMD -MP $(CUDA_ARCHS) -Xcompiler -Wall,-fPIC -I. -D_GNU_SOURCE $(if $(WERROR),-Werror all-warnings -Xcompiler -Werror)
 
@@ -193,7 +199,8 @@ integration: deps tools $(BINS)
 
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 asan ubsan:
-	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan OPT="-O1 $(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)" NVCC= unit
+	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan OPT="-O1 $(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)" NVCC= \
+		HARDEN_CFLAGS= HARDEN_LDFLAGS= unit
 
 # libFuzzer needs clang; the whole library is rebuilt with it under build/fuzz.
 FUZZ_BUILD := $(BUILD)/fuzz
@@ -202,7 +209,8 @@ FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 8
 
 fuzz-build: deps
-	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang OPT="-O1 $(FUZZ_FLAGS)" NVCC= libs
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang OPT="-O1 $(FUZZ_FLAGS)" NVCC= HARDEN_CFLAGS= \
+		HARDEN_LDFLAGS= libs
 	@mkdir -p $(FUZZ_BUILD)/bin
 	@for n in $(FUZZ_NAMES); do \
 	  clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
