@@ -57,6 +57,14 @@ check "no container of the manifests runs as root" $js nonroot "${manifests[@]}"
 sed 's/runAsUser: 10001/runAsUser: 0/' manifests/50-worker.yaml >"$tmp/root-worker.yaml"
 check "a container running as uid 0 is caught" bash -c "! $js nonroot manifests/40-coordinator.yaml '$tmp/root-worker.yaml' 2>/dev/null"
 
+# NetworkPolicy: on by default, off when asked, extra clients of the coordinator's port rendered
+check "the chart restricts who connects: the workers only from workers, the coordinator's port from workers" bash -c \
+	"grep -c '^kind: NetworkPolicy' '$tmp/chart.yaml' | grep -qx 2"
+render --set networkPolicy.enabled=false >"$tmp/nonp.yaml" 2>&1
+check "networkPolicy.enabled=false leaves them out" bash -c "! grep -q 'kind: NetworkPolicy' '$tmp/nonp.yaml'"
+render --set 'networkPolicy.coordinatorClients[0].namespaceSelector.matchLabels.team=monitoring' >"$tmp/np.yaml" 2>&1
+check "networkPolicy.coordinatorClients are let in to the coordinator's port" grep -q 'team: monitoring' "$tmp/np.yaml"
+
 # 4. values
 rejects() { # rejects VALUE PATTERN: the schema refuses --set VALUE, saying PATTERN
 	! render --set "$1" >/dev/null 2>"$tmp/bad.err" && grep -q "values don't meet the specifications of the schema" "$tmp/bad.err" &&

@@ -242,6 +242,7 @@ RESOURCES = [
     Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
     Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False),
     Resource("events.k8s.io", "v1", "events", "Event", short=["ev"]),
+    Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", short=["netpol"]),
 ]
 BY_GVR = {(r.group, r.version, r.plural): r for r in RESOURCES}
 BY_KEY = {r.key: r for r in RESOURCES}
