@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,6 +106,10 @@ static rs_status spawn(rs_local *l, proc *p, rs_err *err)
 	if (pid < 0)
 		return rs_err_set(err, RS_ESYS, "fork for %s: %s", p->name, strerror(errno));
 	if (pid == 0) {
+		/* nothing of the coordinator's (its listening socket, its connections, its files) goes to a worker */
+		if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)
+			for (int fd = 3; fd < 65536; fd++)
+				close(fd);
 		setenv("ROWSHIFT_JOIN_TOKEN", l->o.token, 1);
 		execl(l->o.worker_bin, l->o.worker_bin, "--coordinator", l->o.url, "--config", l->o.config, "--name",
 		      p->name, "--timeout-ms", tmo, "--coordinator-grace-ms", grace, (char *)NULL);

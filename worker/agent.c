@@ -197,6 +197,8 @@ static rs_status stage_rows(rs_agent *a, const rs_msg_start *s, double t0, rs_re
 	rs_status st = RS_OK;
 	RSCHECKGOTO(rs_plan_from_json(s->previous_plan, a->c.cfg, "start message previous plan", &prev, err), st, out);
 	RSCHECKGOTO(union_of_old(s, prev, &uoo, err), st, out);
+	if (a->c.stall_connect_ms > 0)
+		rs_sleep(a->c.stall_connect_ms / 1000.0); /* test hook: a window to act on the listeners */
 	rs_status cst = connect_peers(a, s, &a->st_uni, err);
 	*connect_s = rs_now() - t0;
 	RSCHECKGOTO(cst, st, out);

@@ -74,6 +74,7 @@ typedef struct rs_agent_config {
 	rs_agent_connect_fn connect;         /* NULL: rs_tcp_transport_create */
 	void *connect_ctx;
 	int64_t stall_ms;                    /* tests: every reshard waits this long before rows move */
+	int64_t stall_connect_ms;            /* tests: and this long before it connects its transport */
 } rs_agent_config;
 
 /* Why rs_agent_run ended well. */

@@ -5,7 +5,10 @@
 # are thrown at its port, with its descriptors limited to 512. The
 # coordinator's peak memory stays under 64 MiB, every idle connection is
 # closed within the join deadline (10 s), /healthz answers throughout, the
-# log is not flooded, and training goes on.
+# log is not flooded, and training goes on. Then, during a rescale, an idle
+# connection to every worker's transport listener (opened while the workers
+# wait before connecting their mesh): the reshard commits at the first
+# attempt (with the old blocking handshake every attempt timed out).
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
@@ -36,4 +39,22 @@ check "training went on ($before -> $after progress lines)" test "$after" -gt "$
 check "the coordinator is still up" kill -0 $coord
 kill $coord 2>/dev/null
 { wait $coord; } 2>/dev/null
+
+# an idle connection to every worker listener during a rescale
+port=$(free_port)
+ROWSHIFT_FAULT=stall-connect-ms=1500 "$bin/rowshift-coordinator" --local --workers 2 --config examples/dlrm-small.json \
+	--steps 80 --schedule 30:3 --listen 127.0.0.1:$port --timeout-ms 10000 --admin-file "$tmp/admin2.json" \
+	>"$tmp/idle.out" 2>"$tmp/idle.err" &
+coord=$!
+timeout 120 python3 tests/integration/idle_listeners.py 20 $coord >"$tmp/idle.json" &
+idle=$!
+timeout 120 tail --pid=$coord -f /dev/null
+wait $coord
+rc=$?
+wait $idle
+cat "$tmp/idle.json"
+check "idle connections were open to every listener: the 2 old workers' and the joiner's" python3 -c "
+import json; assert json.load(open('$tmp/idle.json'))['connected'] >= 3"
+check "the rescale committed at the first attempt (exit $rc)" bash -c \
+	"grep -q 'generation 2 committed: 2 -> 3 workers' '$tmp/idle.out' && ! grep -q aborted '$tmp/idle.out'"
 finish_checks hostile
