@@ -20,6 +20,7 @@
 #define FORMAT "rowshift-coordinator-state"
 #define VERSION 1
 #define MAX_NAME 63
+#define NAME_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-" /* as a join allows */
 
 static const char *const phase_names[] = {"training", "migrating", "committing", "done"};
 
@@ -113,8 +114,8 @@ static rs_status get_names(const json_t *a, int32_t max, const char *name, const
 		return RS_ENOMEM;
 	json_array_foreach(a, i, e) {
 		const char *v = json_string_value(e);
-		if (!v || !*v || strlen(v) > MAX_NAME)
-			return bad(err, name, field, "a name is not 1..63 bytes of text");
+		if (!v || !*v || strlen(v) > MAX_NAME || strspn(v, NAME_CHARS) != strlen(v))
+			return bad(err, name, field, "a name is not 1..63 letters, digits, '.', '_' or '-'");
 		for (size_t k = 0; k < i; k++)
 			if (!strcmp((*out)[k], v))
 				return bad(err, name, field, "a name appears twice");
@@ -237,7 +238,7 @@ static rs_status parse_job(json_t *job, const char *name, rs_state *s, rs_err *e
 		const char *wn;
 		json_int_t pid;
 		if (json_unpack_ex(e, &jerr, JSON_STRICT, "{s:s, s:I}", "name", &wn, "pid", &pid) != 0 || !*wn ||
-		    strlen(wn) > MAX_NAME || pid < 1 || pid > INT32_MAX)
+		    strlen(wn) > MAX_NAME || strspn(wn, NAME_CHARS) != strlen(wn) || pid < 1 || pid > INT32_MAX)
 			return bad(err, name, "job.workers", "entries must be {name: 1..63 bytes, pid: > 0}");
 		RSCHECK(dup_str(wn, &s->workers[i].name));
 		s->workers[i].pid = pid;
