@@ -376,7 +376,8 @@ static void tick_training(rs_job *j)
 	if (all_done) {
 		if (j->src.ending)
 			j->src.ending(j->src.ctx);
-		rs__persist(j, RS_STATE_DONE);
+		if (!rs__persist(j, RS_STATE_DONE))
+			return; /* failed: the job is not done until its state says so */
 		rs__emit(j, &(job_event){.kind = EV_DONE});
 		rs__job_set_phase(j, P_DONE);
 		return;

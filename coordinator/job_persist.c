@@ -11,12 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static json_t *plan_json(const rs_plan *p) { return p ? rs_plan_to_json(p) : NULL; }
-
 int rs__persist(rs_job *j, rs_state_phase ph)
 {
-	if (!j->src.save_state)
-		return 1;
+	if (!j->src.save_state || !j->cur.plan)
+		return 1; /* nothing committed yet: a restarted coordinator starts the job afresh */
 	const char *wnames[RS_MAX_WORKERS];
 	int64_t pids[RS_MAX_WORKERS];
 	rs_state_worker workers[RS_MAX_WORKERS];
@@ -29,13 +27,13 @@ int rs__persist(rs_job *j, rs_state_phase ph)
 	rs_err err = {0};
 	memcpy(s.sched_step, j->o.sched_step, sizeof(s.sched_step));
 	memcpy(s.sched_workers, j->o.sched_workers, sizeof(s.sched_workers));
-	s.plan = plan_json(j->cur.plan);
+	s.plan = rs_plan_to_json(j->cur.plan);
 	for (int32_t r = 0; r < j->cur.nworld; r++)
 		world[r] = j->mem.v[j->cur.world[r]].name;
 	s.world = world, s.nworld = j->cur.nworld;
 	if (ph == RS_STATE_MIGRATING || ph == RS_STATE_COMMITTING) {
 		s.attempt_generation = j->att.generation;
-		s.attempt_plan = plan_json(j->att.plan);
+		s.attempt_plan = j->att.plan ? rs_plan_to_json(j->att.plan) : NULL;
 		for (int32_t u = 0; u < j->att.nuni; u++)
 			uni[u] = j->mem.v[j->att.uni[u]].name;
 		s.uni = uni, s.nuni = j->att.nuni, s.attempt_world = j->att.nworld;

@@ -500,7 +500,7 @@ static void test_world_member_lost_while_training_fails(void **state)
 	assert_non_null(strstr(rs_job_error(H.job), "worker-0 was lost holding the only copy of rows of 'users'"));
 }
 
-static void test_commit_timeout_and_loss_fail(void **state)
+static void test_commit_timeout_fails(void **state)
 {
 	(void)state;
 	to_committing();
@@ -508,6 +508,68 @@ static void test_commit_timeout_and_loss_fail(void **state)
 	tick(41);
 	assert_phase("failed");
 	assert_non_null(strstr(rs_job_error(H.job), "did not confirm the commit of generation 2"));
+}
+
+static void test_member_lost_while_committing_fails(void **state)
+{
+	(void)state;
+	to_committing();
+	say(0, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
+	say(1, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
+	tick(0.01);
+	assert_phase("committing"); /* worker-2 has not confirmed yet */
+	rs_job_exited(H.job, "worker-2", 0, "killed by signal 9");
+	tick(0.01);
+	assert_phase("failed");
+	assert_non_null(strstr(rs_job_error(H.job), "worker-2 was lost right after the commit of generation 2"));
+}
+
+static void test_aborting_times_out(void **state)
+{
+	(void)state;
+	start(2);
+	to_migrating(2, 3);
+	all_staged(2, 3, 1);
+	tick(0.01);
+	assert_phase("aborting");
+	paused(0, 1, 0, 40, 1, 2); /* worker-1 never returns to generation 1 */
+	tick(39);
+	assert_phase("aborting");
+	tick(2);
+	assert_phase("failed");
+	assert_non_null(strstr(rs_job_error(H.job), "did not return to generation 1 after the abort"));
+}
+
+static void test_world_member_lost_while_aborting_fails(void **state)
+{
+	(void)state;
+	start(2);
+	to_migrating(2, 3);
+	all_staged(2, 3, 1);
+	tick(0.01);
+	assert_phase("aborting");
+	rs_job_exited(H.job, "worker-1", 0, "killed by signal 9");
+	tick(0.01);
+	assert_phase("failed");
+	assert_non_null(strstr(rs_job_error(H.job), "worker-1 was lost holding the only copy of rows"));
+}
+
+static void test_no_worker_left_while_paused_fails(void **state)
+{
+	(void)state;
+	start(1);
+	H.replicas = 0;
+	say(0, rs_proto_make_generation(RS_MSG_LEAVE, 0, 0, "SIGTERM"));
+	tick(0.05);
+	tick(0.2);
+	world_paused(1);
+	tick(0.01);
+	assert_phase("paused");
+	tick(5);
+	assert_phase("paused"); /* waiting for a replacement, up to --timeout-ms */
+	tick(6);
+	assert_phase("failed");
+	assert_non_null(strstr(rs_job_error(H.job), "no worker left to hold the rows at step 40"));
 }
 
 static void test_resume_when_nothing_changes(void **state)
@@ -563,6 +625,41 @@ static void test_done(void **state)
 	assert_int_equal(rs_job_finished(H.job), 1);
 	assert_int_equal(H.saved[H.nsaved - 1], RS_STATE_DONE);
 	assert_true(reported("training done: 2 workers, 100 steps, 1 generation(s), 0 reshard(s)"));
+}
+
+static void test_done_is_not_reported_unless_persisted(void **state)
+{
+	(void)state;
+	start(2);
+	say(0, rs_proto_make_done(0, 100));
+	say(1, rs_proto_make_done(1, 100));
+	H.save_fails = 1;
+	tick(0.01);
+	assert_phase("failed");
+	assert_non_null(strstr(rs_job_error(H.job), "cannot persist the job's state: the disk is full"));
+	assert_false(reported("training done"));
+}
+
+static void test_scale_while_starting(void **state)
+{
+	(void)state;
+	rs_job *j;
+	rs_err err = {0};
+	assert_int_equal(rs_job_create(&H.o, &source, 2, &j, &err), RS_OK);
+	set_job(j);
+	tick(0);
+	rs_msg_join tool = {.worker = "rowshiftctl", .addr = "", .pid = 1, .incarnation = ""};
+	H.h.on_join(H.h.ctx, conn(WORKERS), &tool);
+	json_t *sc = rs_proto_make_scale(3);
+	H.h.on_message(H.h.ctx, conn(WORKERS), sc);
+	json_decref(sc);
+	assert_int_equal(field(last(WORKERS, RS_MSG_SCALING), "workers"), 3);
+	assert_int_equal(H.nsaved, 0); /* nothing committed yet: nothing to persist */
+	for (int k = 0; k < 3; k++)
+		join(k);
+	tick(0.01);
+	assert_phase("training");
+	assert_int_equal(field(last(0, RS_MSG_START), "world"), 3);
 }
 
 static void test_starting_times_out(void **state)
@@ -726,7 +823,9 @@ static void test_recovery_refuses_more_members_than_a_job_has(void **state)
 	st.before = before, st.nbefore = NTABLES, st.union_of_old = uoo;
 	assert_int_equal(rs_job_recover(&H.o, &source, &st, &j, &err), RS_EINVAL);
 	assert_null(j);
-	assert_non_null(strstr(err.msg, "more than 4096 workers"));
+	char want[64];
+	snprintf(want, sizeof(want), "more than %d workers", RS_MAX_WORKERS);
+	assert_non_null(strstr(err.msg, want));
 	st.uni = NULL, st.nuni = 0, st.before = NULL, st.union_of_old = NULL, st.world = world;
 	rs_state_free(&st);
 }
@@ -743,10 +842,16 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_abort_on_staging_timeout_then_give_up, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_old_member_lost_while_migrating_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_world_member_lost_while_training_fails, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_commit_timeout_and_loss_fail, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_commit_timeout_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_member_lost_while_committing_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_aborting_times_out, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_world_member_lost_while_aborting_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_worker_left_while_paused_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_resume_when_nothing_changes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_schedule_scales_at_its_step, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_done, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_done_is_not_reported_unless_persisted, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_scale_while_starting, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_starting_times_out, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_persist_failure_fails_the_job, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_messages_checked, setup, teardown),
