@@ -6,7 +6,12 @@
     common  <-  ctl
 
 A file may include project headers of its own layer and of the layers it
-stands on, nothing else (kernels/cuda/ is part of kernels). Inside a layer
+stands on, nothing else (kernels/cuda/ is part of kernels). An include is
+resolved the way the compiler (with -I. at the root) resolves it: a quoted
+one beside the including file first, then from the root; an angle-bracket
+one from the root when the tree has it (else it is a system header). So
+"../worker/x.h", <worker/x.h> and "common/../worker/x.h" all name worker/x.h,
+and one that leaves the tree is refused. Inside a layer
 the modules must not include each other in a cycle: a module is a file's
 name without its extension; NAME_internal.h belongs to NAME, and A_B.c or
 A_B.h belongs to A when A.h exists beside it (a backend or a part of A:
@@ -26,7 +31,7 @@ LAYERS = {
     "coordinator": {"common", "coordinator"},
     "ctl": {"common", "ctl"},
 }
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^">]+)[">]')
 SOURCES = (".c", ".h", ".cu")
 
 
@@ -45,6 +50,20 @@ def module_of(path, existing):
         if os.path.join(d, prefix + ".h") in existing:
             return os.path.join(d, prefix)
     return os.path.join(d, base)
+
+
+def resolve(f, quote, inc, root):
+    """The root-relative path the include names, None for a system header, "" outside the tree."""
+    if quote == '"':
+        beside = os.path.normpath(os.path.join(os.path.dirname(f), inc))
+        if os.path.exists(os.path.join(root, beside)):
+            return beside if not beside.startswith("..") else ""
+    path = os.path.normpath(inc)
+    if os.path.isabs(path) or path.startswith(".."):
+        return ""
+    if quote == "<" and not os.path.exists(os.path.join(root, path)):
+        return None
+    return path
 
 
 def find_cycle(graph):
@@ -91,16 +110,20 @@ def main():
                 m = INCLUDE.match(line)
                 if not m:
                     continue
-                inc = m.group(1)
-                if "/" not in inc:
-                    continue  # a sibling in the same folder (kernels/cuda's private headers)
+                inc = resolve(f, m.group(1), m.group(2), root)
+                if inc is None:
+                    continue  # a system header
+                if not inc:
+                    problems.append(f"{f}:{n}: includes {m.group(2)}: outside the tree")
+                    continue
                 target = layer_of(inc)
                 if target not in LAYERS:
                     if target == "tests":
                         problems.append(f"{f}:{n}: includes {inc}: the product must not include test code")
                     continue
                 if target not in LAYERS[layer]:
-                    problems.append(f"{f}:{n}: includes {inc}: {layer}/ may include only "
+                    named = m.group(2) if m.group(2) == inc else f"{m.group(2)} ({inc})"
+                    problems.append(f"{f}:{n}: includes {named}: {layer}/ may include only "
                                     f"{', '.join(sorted(LAYERS[layer]))}")
                     continue
                 if target == layer:

@@ -38,7 +38,7 @@
 extern "C" {
 #endif
 
-#include "common/config.h"
+#include "common/types.h"
 #include "common/status.h"
 #include "kernels/zch.h"
 
