@@ -72,7 +72,9 @@ rs_kube_handler rs_kube_members_handler(rs_kube_members *m)
 rs_status rs_kube_members_save(void *ctx, const rs_state *s, rs_err *err)
 {
 	rs_kube_members *m = ctx;
-	json_t *j = rs_state_to_json(s);
+	rs_state open = *s;
+	open.token = NULL; /* a ConfigMap is no place for a secret: a restart reads the token from its Secret again */
+	json_t *j = rs_state_to_json(&open);
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	if (!text)

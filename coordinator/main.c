@@ -88,6 +88,9 @@ static rs_status open_local(coord *c, rs_err *err)
 		if (c->config && strcmp(c->config, c->state.config) != 0)
 			return bad_usage(c, err, "--config %s, but %s resumes a job of %s", c->config, c->f.state_path,
 					 c->state.config);
+		if (!c->state.token)
+			return bad_usage(c, err, "%s has no join token: it was not written by a local coordinator",
+					 c->f.state_path);
 		c->config = c->state.config, c->steps = c->state.steps, c->save = c->state.save;
 		snprintf(c->token, sizeof(c->token), "%s", c->state.token);
 		const char *colon = strrchr(c->state.url, ':');

@@ -66,7 +66,7 @@ json_t *rs_state_to_json(const rs_state *s)
 				    s->attempt_plan, "union", names_json(s->uni, s->nuni), "world", (int)s->attempt_world,
 				    "union_of_old", ints_json(s->union_of_old, s->nworld), "before",
 				    rs_proto_checksums_to_json(s->before, s->nbefore));
-	json_t *job = json_pack("{s:s, s:I, s:s*, s:s, s:s, s:o, s:i, s:o}", "config", s->config, "steps",
+	json_t *job = json_pack("{s:s, s:I, s:s*, s:s, s:s*, s:o, s:i, s:o}", "config", s->config, "steps",
 				(json_int_t)s->steps, "save", s->save, "url", s->url, "token", s->token, "schedule", sched,
 				"replicas", (int)s->replicas, "workers", workers);
 	json_t *incs = json_object();
@@ -201,16 +201,17 @@ static rs_status parse_incarnations(json_t *incs, const char *name, rs_state *s,
 static rs_status parse_job(json_t *job, const char *name, rs_state *s, rs_err *err)
 {
 	json_error_t jerr;
-	const char *config, *save = NULL, *url, *token;
+	const char *config, *save = NULL, *url, *token = NULL;
 	json_int_t steps, replicas;
 	json_t *sched, *workers, *e;
 	size_t i;
-	if (json_unpack_ex(job, &jerr, JSON_STRICT, "{s:s, s:I, s?s, s:s, s:s, s:o, s:I, s:o}", "config", &config, "steps",
+	if (json_unpack_ex(job, &jerr, JSON_STRICT, "{s:s, s:I, s?s, s:s, s?s, s:o, s:I, s:o}", "config", &config, "steps",
 			   &steps, "save", &save, "url", &url, "token", &token, "schedule", &sched, "replicas", &replicas,
 			   "workers", &workers) != 0)
 		return rs_err_set(err, RS_EINVAL, "%s: job: %s", name, jerr.text);
-	if (!*config || !*url || !*token || strlen(token) > 1024)
-		return bad(err, name, "job", "config, url and token must be non-empty (the token at most 1024 bytes)");
+	if (!*config || !*url || (token && (!*token || strlen(token) > 1024)))
+		return bad(err, name, "job", "config, url and token (when there is one) must be non-empty (the token at most 1024 "
+					       "bytes)");
 	if (steps < 0 || replicas < 0 || replicas > RS_STATE_MAX_MEMBERS)
 		return bad(err, name, "job", "steps and replicas must be >= 0");
 	s->steps = steps;

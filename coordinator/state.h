@@ -20,6 +20,10 @@
  *    "job": {"config", "steps", "save", "url", "token", "schedule": [[step, workers]...],
  *            "replicas", "workers": [{"name", "pid"}]}}
  *
+ * "token" (the join token) is there only in local mode's state file (0600):
+ * in Kubernetes the state is a ConfigMap, and the token comes from its
+ * Secret again on a restart.
+ *
  * Plans stay JSON here (their reader needs the model config, which the
  * state names); rs_plan_from_json turns them into plans.
  */

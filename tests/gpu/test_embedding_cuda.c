@@ -12,6 +12,7 @@
  * tolerance is 0 ulps; RS_GPU_ULP=N relaxes it (every case prints the
  * largest difference it saw either way).
  */
+#include "common/config.h"
 #include "kernels/cuda/embedding_cuda.h"
 #include "kernels/embedding.h"
 #include "tests/gpu/gpu_test.h"

@@ -127,6 +127,9 @@ before=$(last_step)
 check "the state ConfigMap holds generation 3" bash -c \
 	"timeout 30 $kubectl -n $ns get configmap rowshift-state -o jsonpath='{.data.state\\.json}' | grep -q '\"generation\":3'"
 coordinator
+check "the state ConfigMap does not hold the join token (the Secret does)" bash -c \
+	"j=\$(timeout 30 $kubectl -n $ns get configmap rowshift-state -o json) && echo \"\$j\" | grep -q generation &&
+	 ! echo \"\$j\" | grep -qF -- '$jointok'"
 check "the restarted coordinator recovers the job from the ConfigMap" wait_for "$tmp/coord.err" "recovered generation 3" 30
 check "training carries on past step $before with the same 3 workers" bash -c \
 	"for _ in \$(seq 1 240); do s=\$(sed -n 's/^step *\([0-9]*\).*/\1/p' $tmp/coord.out | tail -1); \

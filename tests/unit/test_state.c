@@ -132,6 +132,12 @@ static void test_round_trip(void **state)
 	assert_null(back.uni);
 	assert_string_equal(back.save, "/tmp/ckpt");
 	rs_state_free(&back);
+	/* a state without the join token (a Kubernetes ConfigMap's) has none */
+	s->token = NULL;
+	assert_int_equal(rs_state_write(path, s, &err), RS_OK);
+	assert_int_equal(rs_state_read(path, &back, &err), RS_OK);
+	assert_null(back.token);
+	rs_state_free(&back);
 	sample_free(&x);
 }
 
