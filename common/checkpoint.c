@@ -269,18 +269,6 @@ out_a:
 	return st;
 }
 
-rs_status rs_checkpoint_read_index(const char *dir, json_t **index, int64_t *step, rs_err *err)
-{
-	char path[4096];
-	rs_ckpt_index ix;
-	*index = NULL;
-	RSCHECK(rs_checkpoint_index_read(dir, &ix, err)); /* validated before anyone acts on it */
-	*step = ix.step;
-	rs_checkpoint_index_free(&ix);
-	snprintf(path, sizeof(path), "%s/index.json", dir);
-	return rs_file_read_json(path, RS_CHECKPOINT_INDEX_MAX_BYTES, index, err);
-}
-
 /* ---- the index, validated --------------------------------------------------------------- */
 
 /* A plain name of a file in the checkpoint's directory: no path, not hidden, printable. */

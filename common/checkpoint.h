@@ -84,13 +84,6 @@ void rs_checkpoint_index_free(rs_ckpt_index *ix);
 const rs_ckpt_table *rs_checkpoint_index_table(const rs_ckpt_index *ix, const char *name);
 
 /*
- * Read dir/index.json, validated as above: *index gets a new reference
- * (its "tables" as documented above) and *step the step it was taken at.
- * The tables are not checked against a config here.
- */
-rs_status rs_checkpoint_read_index(const char *dir, json_t **index, int64_t *step, rs_err *err);
-
-/*
  * Compare two checkpoints table by table: per tensor (weights and the
  * optimizer state where both layouts allow) the largest absolute difference
  * and the relative one (that divided by the largest absolute value in A);

@@ -176,9 +176,10 @@ static rs_status start(coord *c, rs_err *err)
 	if (c->steps < 0)
 		c->steps = c->cfg->train.steps;
 	if (c->f.load && !c->recovering) {
-		json_t *index;
-		RSCHECK(rs_checkpoint_read_index(c->f.load, &index, &c->o.load_step, err));
-		json_decref(index);
+		rs_ckpt_index ix;
+		RSCHECK(rs_checkpoint_index_read(c->f.load, &ix, err));
+		c->o.load_step = ix.step;
+		rs_checkpoint_index_free(&ix);
 		if (c->o.load_step > c->steps)
 			return rs_err_set(err, RS_EINVAL, "--load %s is at step %lld, past --steps %lld", c->f.load,
 					  (long long)c->o.load_step, (long long)c->steps);

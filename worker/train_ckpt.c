@@ -142,19 +142,6 @@ rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err 
 
 /* ---- loading a checkpoint ----------------------------------------------------------- */
 
-/* The index entry of table `name`, or NULL. */
-static json_t *index_table(json_t *index, const char *name)
-{
-	size_t i;
-	json_t *t;
-	json_array_foreach(json_object_get(index, "tables"), i, t) {
-		const char *n = json_string_value(json_object_get(t, "name"));
-		if (n && !strcmp(n, name))
-			return t;
-	}
-	return NULL;
-}
-
 /* Tensor `name` of f, checked to be dtype with `rows` rows of `cols` (cols 0: a vector); its index. */
 static rs_status find_tensor(const rs_st_file *f, const char *name, rs_st_dtype dtype, int64_t rows, int64_t cols,
 			     int *out, rs_err *err)
@@ -202,44 +189,34 @@ static rs_status load_rows(const rs_trainer *tr, const lshard *ls, const rs_st_f
 	return RS_OK;
 }
 
-/* Fill local shard ls from the checkpoint's shards of its table that overlap it. */
-static rs_status load_shard(const rs_trainer *tr, const lshard *ls, const char *dir, json_t *jt, rs_err *err)
+/* Fill local shard ls from the checkpoint's shards of its table (validated: they tile it) that overlap it. */
+static rs_status load_shard(const rs_trainer *tr, const lshard *ls, const char *dir, const rs_ckpt_table *ct,
+			    rs_err *err)
 {
 	const rs_table_config *tc = &tr->cfg->tables[ls->table];
 	int64_t covered = 0;
-	size_t i;
-	json_t *js;
-	json_array_foreach(json_object_get(jt, "shards"), i, js) {
-		const char *file = json_string_value(json_object_get(js, "file"));
-		json_t *v[4] = {json_object_get(js, "row_offset"), json_object_get(js, "rows"), json_object_get(js, "col_offset"),
-				json_object_get(js, "cols")};
-		if (!file || strchr(file, '/') || !json_is_integer(v[0]) || !json_is_integer(v[1]) || !json_is_integer(v[2]) ||
-		    !json_is_integer(v[3]))
-			return rs_err_set(err, RS_EINVAL, "%s/index.json: table '%s': shard %zu is malformed", dir, tc->name, i);
-		int64_t r0 = json_integer_value(v[0]), nr = json_integer_value(v[1]);
-		int64_t c0 = json_integer_value(v[2]), nc = json_integer_value(v[3]);
-		if (r0 < 0 || nr < 1 || r0 + nr > tc->rows || c0 < 0 || nc < 1 || c0 + nc > tc->dim)
-			return rs_err_set(err, RS_EINVAL, "%s/index.json: table '%s': shard %zu lies outside the table", dir,
-					  tc->name, i);
-		int64_t lo = r0 > ls->s.row_offset ? r0 : ls->s.row_offset;
-		int64_t hi = r0 + nr < ls->s.row_offset + ls->s.rows ? r0 + nr : ls->s.row_offset + ls->s.rows;
-		int cols_overlap = c0 < ls->s.col_offset + ls->s.cols && ls->s.col_offset < c0 + nc;
+	for (int i = 0; i < ct->nshards; i++) {
+		const rs_ckpt_shard *cs = &ct->shards[i];
+		int64_t lo = cs->row_offset > ls->s.row_offset ? cs->row_offset : ls->s.row_offset;
+		int64_t end = ls->s.row_offset + ls->s.rows;
+		int64_t hi = cs->row_offset + cs->rows < end ? cs->row_offset + cs->rows : end;
+		int cols_overlap = cs->col_offset < ls->s.col_offset + ls->s.cols && ls->s.col_offset < cs->col_offset + cs->cols;
 		if (lo >= hi || !cols_overlap)
 			continue;
-		if (c0 != ls->s.col_offset || nc != ls->s.cols)
+		if (cs->col_offset != ls->s.col_offset || cs->cols != ls->s.cols)
 			return rs_err_set(err, RS_EUNSUPPORTED,
-					  "%s: table '%s': the checkpoint's column blocks (%lld+%lld) are not this plan's (%d+%d)",
-					  dir, tc->name, (long long)c0, (long long)nc, ls->s.col_offset, ls->s.cols);
+					  "%s: table '%s': the checkpoint's column blocks (%d+%d) are not this plan's (%d+%d)",
+					  dir, tc->name, cs->col_offset, cs->cols, ls->s.col_offset, ls->s.cols);
 		char path[4096];
 		rs_st_file *f;
-		snprintf(path, sizeof(path), "%s/%s", dir, file);
+		snprintf(path, sizeof(path), "%s/%s", dir, cs->file);
 		RSCHECK(rs_st_open(path, &f, err));
-		rs_status st = load_rows(tr, ls, f, r0, nr, lo, hi, err);
+		rs_status st = load_rows(tr, ls, f, cs->row_offset, cs->rows, lo, hi, err);
 		rs_st_close(f);
 		RSCHECK(st);
 		covered += hi - lo;
 	}
-	if (covered != ls->s.rows)
+	if (covered != ls->s.rows) /* cannot happen with a tiling index: a last guard */
 		return rs_err_set(err, RS_EINVAL, "%s: table '%s': the checkpoint covers %lld of rows %lld..%lld once (%lld rows)",
 				  dir, tc->name, (long long)covered, (long long)ls->s.row_offset,
 				  (long long)(ls->s.row_offset + ls->s.rows - 1), (long long)ls->s.rows);
@@ -249,20 +226,17 @@ static rs_status load_shard(const rs_trainer *tr, const lshard *ls, const char *
 rs_status rs_trainer_load(rs_trainer *tr, const char *dir, int64_t *step, rs_err *err)
 {
 	const rs_config *cfg = tr->cfg;
-	json_t *index;
+	rs_ckpt_index ix;
 	rs_st_file *f = NULL;
 	rs_status st = RS_OK;
-	RSCHECK(rs_checkpoint_read_index(dir, &index, step, err));
+	RSCHECK(rs_checkpoint_index_read(dir, &ix, err)); /* read once, validated, and only that copy acted on */
 	rs__trainer_prefetch(tr, 1);
 	for (int i = 0; i < tr->nshards; i++) {
 		const lshard *ls = &tr->shards[i];
 		const rs_table_config *tc = &cfg->tables[ls->table];
-		json_t *jt = index_table(index, tc->name);
-		const char *dt = json_string_value(json_object_get(jt, "dtype"));
-		const char *opt = json_string_value(json_object_get(jt, "optimizer"));
-		if (!jt || json_integer_value(json_object_get(jt, "rows")) != tc->rows ||
-		    json_integer_value(json_object_get(jt, "dim")) != tc->dim || !dt || strcmp(dt, rs_dtype_name(tc->dtype)) ||
-		    !opt || strcmp(opt, rs_optimizer_name(cfg->optimizer.kind)))
+		const rs_ckpt_table *ct = rs_checkpoint_index_table(&ix, tc->name);
+		if (!ct || ct->rows != tc->rows || ct->dim != tc->dim || ct->dtype != tc->dtype ||
+		    ct->optimizer != cfg->optimizer.kind)
 			RSFAILGOTO(st,
 				   rs_err_set(err, RS_EINVAL, "%s: table '%s': not in the checkpoint with this config's shape, "
 					      "dtype and optimizer", dir, tc->name),
@@ -272,18 +246,24 @@ rs_status rs_trainer_load(rs_trainer *tr, const char *dir, int64_t *step, rs_err
 				   rs_err_set(err, RS_EUNSUPPORTED, "%s: table '%s': loading ZCH identities from a checkpoint "
 					      "is not built yet", dir, tc->name),
 				   out);
-		RSCHECKGOTO(load_shard(tr, ls, dir, jt, err), st, out);
+		RSCHECKGOTO(load_shard(tr, ls, dir, ct, err), st, out);
 	}
 	char path[4096];
 	int k;
 	size_t n = rs_dense_nparams(tr->dense);
-	snprintf(path, sizeof(path), "%s/dense.safetensors", dir);
+	if (ix.dense_params != (int64_t)n)
+		RSFAILGOTO(st,
+			   rs_err_set(err, RS_EINVAL, "%s: the checkpoint's dense network has %lld parameters, this config's %zu",
+				      dir, (long long)ix.dense_params, n),
+			   out);
+	snprintf(path, sizeof(path), "%s/%s", dir, ix.dense_file);
 	RSCHECKGOTO(rs_st_open(path, &f, err), st, out);
 	RSCHECKGOTO(find_tensor(f, "params", RS_ST_F32, (int64_t)n, 0, &k, err), st, out);
 	RSCHECKGOTO(rs_st_read(f, k, rs_dense_params(tr->dense), err), st, out);
-	tr->updates = *step; /* one optimizer update per step */
+	*step = ix.step;
+	tr->updates = ix.step; /* one optimizer update per step */
 out:
 	rs_st_close(f);
-	json_decref(index);
+	rs_checkpoint_index_free(&ix);
 	return st;
 }
