@@ -14,21 +14,37 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+rs_status rs_file_open_regular(const char *path, int nofollow, int *fd, rs_err *err)
+{
+	struct stat sb;
+	/* O_NONBLOCK: opening a FIFO must not wait for a writer; a regular file ignores it */
+	*fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
+	if (*fd < 0)
+		return rs_err_set(err, errno == ENOENT ? RS_ENOTFOUND : errno == ELOOP ? RS_EINVAL : RS_EIO, "%s: %s", path,
+				  errno == ELOOP ? "a symbolic link (refused)" : strerror(errno));
+	rs_status st;
+	if (fstat(*fd, &sb) != 0)
+		st = rs_err_set(err, RS_EIO, "%s: %s", path, strerror(errno));
+	else if (!S_ISREG(sb.st_mode))
+		st = rs_err_set(err, RS_EINVAL, "%s: not a regular file", path);
+	else
+		return RS_OK;
+	close(*fd);
+	*fd = -1;
+	return st;
+}
+
 rs_status rs_file_read(const char *path, size_t max, char **buf, size_t *len, rs_err *err)
 {
 	struct stat sb;
 	char *b = NULL;
 	size_t n = 0;
 	rs_status st = RS_OK;
+	int fd;
 	*buf = NULL;
-	/* O_NONBLOCK: opening a FIFO must not wait for a writer; a regular file ignores it */
-	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0)
-		return rs_err_set(err, errno == ENOENT ? RS_ENOTFOUND : RS_EIO, "%s: %s", path, strerror(errno));
+	RSCHECK(rs_file_open_regular(path, 0, &fd, err));
 	if (fstat(fd, &sb) != 0)
 		RSFAILGOTO(st, rs_err_set(err, RS_EIO, "%s: %s", path, strerror(errno)), out);
-	if (!S_ISREG(sb.st_mode))
-		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s: not a regular file", path), out);
 	if ((uint64_t)sb.st_size > max)
 		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s: larger than %zu bytes", path, max), out);
 	/* the size may change under us: read to the end, never past max */

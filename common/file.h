@@ -29,6 +29,14 @@
  */
 rs_status rs_file_read(const char *path, size_t max, char **buf, size_t *len, rs_err *err);
 
+/*
+ * Open path for reading, a regular file only: a FIFO or a device is
+ * refused without blocking on it (and a symbolic link too when nofollow).
+ * *fd the descriptor (close-on-exec) for the caller to close; RS_ENOTFOUND,
+ * RS_EINVAL (not a regular file, a link) or RS_EIO, naming the file.
+ */
+rs_status rs_file_open_regular(const char *path, int nofollow, int *fd, rs_err *err);
+
 /* Parse the JSON file at path (at most max bytes, duplicate keys refused): *out a new reference. */
 rs_status rs_file_read_json(const char *path, size_t max, json_t **out, rs_err *err);
 

@@ -253,14 +253,13 @@ rs_status rs_st_open(const char *path, rs_st_file **out, rs_err *err)
 	uint64_t hlen;
 	char *hdr = NULL;
 	rs_status st;
-	/* never through a link, never blocked by a FIFO: a file in a checkpoint is untrusted */
-	int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+	int fd;
 	*out = NULL;
-	if (fd < 0)
-		return rs_err_set(err, RS_EIO, "%s: %s", path, errno == ELOOP ? "a symbolic link (refused)" : strerror(errno));
-	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+	/* never through a link, never blocked by a FIFO: a file in a checkpoint is untrusted */
+	RSCHECK(rs_file_open_regular(path, 1, &fd, err));
+	if (fstat(fd, &sb) != 0) {
 		close(fd);
-		return rs_err_set(err, RS_EINVAL, "%s: not a regular file", path);
+		return rs_err_set(err, RS_EIO, "%s: %s", path, strerror(errno));
 	}
 	if (pread(fd, &hlen, 8, 0) != 8) {
 		close(fd);

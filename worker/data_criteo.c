@@ -13,6 +13,7 @@
  * k-th feature reads column C(k+1).
  */
 #include "worker/data_criteo.h"
+#include "common/file.h"
 #include "common/grow.h"
 #include "common/log.h"
 #include "common/rng.h"
@@ -253,11 +254,8 @@ rs_status rs_criteo_open(const rs_config *cfg, rs_data **out, rs_err *err)
 		for (int j = 0; j < cfg->tables[t].nfeatures; j++, k++)
 			c->f[k] = (feature){column_of(cfg->tables[t].features[j], k), cfg->tables[t].rows, cfg->tables[t].has_zch};
 	for (int i = 0; i < c->nfiles; i++) {
-		c->fd[i] = open(cfg->data.paths[i], O_RDONLY | O_CLOEXEC);
-		if (c->fd[i] < 0) {
-			st = rs_err_set(err, RS_EIO, "%s: %s", cfg->data.paths[i], strerror(errno));
-			goto fail;
-		}
+		/* a FIFO or a device (/dev/zero) would block the worker or feed it forever */
+		RSCHECKGOTO(rs_file_open_regular(cfg->data.paths[i], 0, &c->fd[i], err), st, fail);
 		RSCHECKGOTO(index_file(c, i, cfg->data.paths[i], &bad, err), st, fail);
 	}
 	if (bad)

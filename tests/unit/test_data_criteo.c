@@ -3,7 +3,8 @@
  * lines parse exactly (values computed here independently), empty fields
  * give empty bags and zero features, bad lines are counted and skipped,
  * samples wrap around the training lines, held-out lines are the last ones,
- * and a file of only bad lines is a clear error.
+ * and a file of only bad lines, a missing one, a device or a FIFO is a
+ * clear error (never a hang).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static rs_config *load(const char *paths, int eval)
 {
@@ -113,9 +115,26 @@ static void test_bad_files(void **state)
 	rs_config_free(cfg);
 	cfg = load("\"tests/data/criteo/missing.tsv\"", 10);
 	err.msg[0] = 0;
-	assert_int_equal(rs_data_open(cfg, &d, &err), RS_EIO);
+	assert_int_equal(rs_data_open(cfg, &d, &err), RS_ENOTFOUND);
 	assert_non_null(strstr(err.msg, "missing.tsv"));
 	rs_config_free(cfg);
+	/* a device would feed the worker forever, a FIFO block it in open(): refused at once */
+	cfg = load("\"/dev/zero\"", 10);
+	err.msg[0] = 0;
+	assert_int_equal(rs_data_open(cfg, &d, &err), RS_EINVAL);
+	assert_non_null(strstr(err.msg, "/dev/zero: not a regular file"));
+	rs_config_free(cfg);
+	char dir[64], fifo[128], paths[160];
+	assert_int_equal(rs_scratch_make(dir, sizeof(dir), "criteo-fifo"), 0);
+	snprintf(fifo, sizeof(fifo), "%s/data.tsv", dir);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(paths, sizeof(paths), "\"%s\"", fifo);
+	cfg = load(paths, 10);
+	err.msg[0] = 0;
+	assert_int_equal(rs_data_open(cfg, &d, &err), RS_EINVAL);
+	assert_non_null(strstr(err.msg, "not a regular file"));
+	rs_config_free(cfg);
+	assert_int_equal(rs_scratch_remove(dir), 0);
 }
 
 /* One good line: it is the training data and the held-out data both, never an index past it. */
