@@ -127,7 +127,8 @@ static rs_status open_kube(coord *c, rs_err *err)
 	rs_status st;
 	if (!c->config || !c->f.statefulset || !token || !*token)
 		return bad_usage(c, err, "Kubernetes mode needs --config, --statefulset and ROWSHIFT_JOIN_TOKEN");
-	if (strlen(token) < 16 || strstr(token, "REPLACE-ME"))
+	/* 32 random characters: a captured join proof must not allow an offline guess of the token */
+	if (strlen(token) < 32 || strstr(token, "REPLACE-ME"))
 		return bad_usage(c, err, "ROWSHIFT_JOIN_TOKEN is %s: put 32 or more random characters in the Secret "
 			   "(openssl rand -hex 32)", strstr(token, "REPLACE-ME") ? "the manifests' placeholder" : "too short");
 	snprintf(c->token, sizeof(c->token), "%s", token);

@@ -59,6 +59,9 @@ until_pods() { # until_pods "NAMES " SECONDS: every pod is one of NAMES, running
 }
 jointok=$(k get secret rowshift-join-token -o jsonpath='{.data.token}' | base64 -d)
 check "the join token the chart generated is in its Secret" test ${#jointok} -ge 32
+check "a join token under 32 characters is refused (a captured proof would allow guessing it offline)" bash -c \
+	"ROWSHIFT_JOIN_TOKEN=0123456789abcdef0123456789abcde timeout 10 '$bin/rowshift-coordinator' --kubernetes \
+	 --config $model --statefulset $sts 2>&1 | grep -q 'ROWSHIFT_JOIN_TOKEN is too short'"
 
 coordinator() { # start the coordinator as the chart's Deployment would, but here
 	ROWSHIFT_JOIN_TOKEN=$jointok "$bin/rowshift-coordinator" --kubernetes --kubeconfig "$tmp/kubeconfig" \
