@@ -27,7 +27,11 @@ double rs__unix_now(void)
 
 void rs__job_send(rs_job *j, member *m, json_t *msg)
 {
-	if (m->conn && msg && j->io.send && j->io.send(j->io.ctx, m->conn, msg) != RS_OK)
+	if (!msg) { /* a word of the cycle that never goes out would leave it waiting: fail (the state stands) */
+		rs__job_fail(j, "out of memory building a message to %s", m->name);
+		return;
+	}
+	if (m->conn && j->io.send && j->io.send(j->io.ctx, m->conn, msg) != RS_OK)
 		RS_WARN("control: cannot queue a message to %s", m->name);
 	json_decref(msg);
 }
@@ -36,6 +40,8 @@ int64_t rs__job_step(const rs_job *j) { return j->rep.last.step > j->cur.step ? 
 
 void rs__job_set_phase(rs_job *j, phase p)
 {
+	if (j->ph == P_FAILED || j->ph == P_DONE)
+		return; /* the ends are final: a step of the cycle that failed midway does not undo its failure */
 	int changed = j->ph != p;
 	if (changed)
 		RS_DEBUG("phase %s -> %s", rs__phase_names[j->ph], rs__phase_names[p]);
@@ -50,7 +56,7 @@ void rs__job_set_phase(rs_job *j, phase p)
 void rs__job_fail(rs_job *j, const char *fmt, ...)
 {
 	va_list ap;
-	if (j->ph == P_FAILED)
+	if (j->ph == P_FAILED || j->ph == P_DONE)
 		return;
 	va_start(ap, fmt);
 	vsnprintf(j->why, sizeof(j->why), fmt, ap);

@@ -81,7 +81,11 @@ static void start_first(rs_job *j, const int32_t *c, int32_t n)
 	if (!rs__persist(j, RS_STATE_TRAINING))
 		return;
 	json_t *jp = rs_plan_to_json(j->cur.plan);
-	for (int32_t r = 0; jp && r < n; r++)
+	if (!jp) {
+		rs__job_fail(j, "out of memory sending the plan of generation 1");
+		return;
+	}
+	for (int32_t r = 0; r < n; r++)
 		rs__job_send(j, &j->mem.v[c[r]], start_msg(j, 1, r, n, j->cur.world, n, jp, NULL, j->cur.step, j->cur.bound));
 	json_decref(jp);
 	j->cur.pause_sent = 0;
@@ -163,7 +167,13 @@ static void begin_attempt(rs_job *j, const int32_t *c, int32_t n)
 	if (!rs__persist(j, RS_STATE_MIGRATING))
 		return;
 	json_t *jp = rs_plan_to_json(j->att.plan), *jprev = rs_plan_to_json(j->cur.plan);
-	for (int32_t u = 0; jp && jprev && u < j->att.nuni; u++) {
+	if (!jp || !jprev) {
+		json_decref(jp);
+		json_decref(jprev);
+		rs__job_fail(j, "out of memory sending the plan of generation %lld", (long long)j->att.generation);
+		return;
+	}
+	for (int32_t u = 0; u < j->att.nuni; u++) {
 		member *m = &j->mem.v[j->att.uni[u]];
 		if (!m->conn)
 			break; /* tick_migrating aborts: it is gone */

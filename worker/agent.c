@@ -75,9 +75,9 @@ static rs_status report_paused(rs_agent *a, rs_err *err)
 	RSCHECK(relisten(a, err));
 	rs_msg_paused m = {.rank = a->cur.rank, .generation = a->cur.generation, .step = a->cur.step, .addr = a->addr,
 			   .checksum = checksum_json(a, a->tr)};
-	json_t *j = rs_proto_make_paused(&m);
+	json_t *j = m.checksum ? rs_proto_make_paused(&m) : NULL; /* never a pause without the model's checksum */
 	json_decref(m.checksum);
-	return rs_link_status(&a->link, j);
+	return rs_link_status(&a->link, j, err);
 }
 
 static void drop_staged(rs_agent *a)
@@ -226,7 +226,7 @@ static rs_status stage(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_err
 	a->st_gen = s->generation;
 	a->st_plan = plan;
 	RSCHECK(relisten(a, err));
-	rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_STAGING, s->generation, 0, NULL));
+	RSCHECK(rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_STAGING, s->generation, 0, NULL), err));
 	rs_status st = stage_rows(a, s, t0, &rst, &connect_s, &why);
 	a->st_ok = st == RS_OK;
 	take_run(&a->staged, s);
@@ -239,6 +239,8 @@ static rs_status stage(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_err
 		m.wire_bytes = (int64_t)rst.wire_bytes, m.kept_bytes = (int64_t)rst.kept_bytes;
 		m.connect_s = connect_s, m.copy_s = rst.copy_s, m.move_s = rst.move_s;
 		m.checksum = a->st_tr ? checksum_json(a, a->st_tr) : NULL;
+		if (a->st_tr && !m.checksum) /* unverifiable: the coordinator must abort, not count it as holding nothing */
+			a->st_ok = m.ok = 0, m.reason = "out of memory computing the staged rows' checksum";
 	} else {
 		m.reason = why.msg[0] ? why.msg : rs_status_str(st);
 		RS_WARN("generation %lld: staging failed: %s", (long long)s->generation, m.reason);
@@ -247,7 +249,7 @@ static rs_status stage(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_err
 	}
 	json_t *j = rs_proto_make_staged(&m);
 	json_decref(m.checksum);
-	return rs_link_status(&a->link, j);
+	return rs_link_status(&a->link, j, err);
 }
 
 /* Phase two: the coordinator committed the staged generation. *left when this worker handed its rows over. */
@@ -264,7 +266,7 @@ static rs_status commit(rs_agent *a, int64_t gen, int *left, rs_err *err)
 	a->st_tr = NULL, a->st_t = a->st_uni = NULL, a->st_plan = NULL, a->st_gen = 0;
 	a->cur = a->staged;
 	*left = a->tr == NULL;
-	return rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_COMMITTED, gen, 0, NULL));
+	return rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_COMMITTED, gen, 0, NULL), err);
 }
 
 /* The coordinator aborted the staged generation: back to the old model, paused where it was. */
@@ -277,7 +279,7 @@ static rs_status abort_staged(rs_agent *a, int64_t gen, const char *why, rs_err 
 	drop_staged(a);
 	if (!a->tr) { /* a joiner: nothing to go back to; it waits for the next start, listening anew */
 		RSCHECK(relisten(a, err));
-		return rs_link_status(&a->link, rs_proto_make_idle(a->addr));
+		return rs_link_status(&a->link, rs_proto_make_idle(a->addr), err);
 	}
 	return report_paused(a, err);
 }
@@ -305,7 +307,7 @@ static rs_status finish(rs_agent *a, rs_err *err)
 		RSCHECK(rs_trainer_save(a->tr, a->cur.save, a->cur.steps, err));
 		RS_INFO("checkpoint written to %s in %.3f s", a->cur.save, rs_now() - s0);
 	}
-	return rs_link_status(&a->link, rs_proto_make_done(a->cur.rank, a->cur.steps));
+	return rs_link_status(&a->link, rs_proto_make_done(a->cur.rank, a->cur.steps), err);
 }
 
 /*
@@ -322,7 +324,7 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *err)
 	int64_t since = r->step, first = r->step;
 	rs_status st;
 	*done = *stop = 0;
-	rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_TRAINING, r->generation, r->step, NULL));
+	RSCHECK(rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_TRAINING, r->generation, r->step, NULL), err));
 	RS_INFO("rank %lld, generation %lld: training steps %lld..%lld", (long long)r->rank, (long long)r->generation,
 		(long long)r->step, (long long)r->steps - 1);
 	while (r->step < r->steps) {

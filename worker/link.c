@@ -109,11 +109,15 @@ static void link_push(rs_link *l, const json_t *msg)
 		link_drop(l);
 }
 
-static void push_leave(rs_link *l)
+/* 0 when the message could not be built (out of memory): the caller tries again later. */
+static int push_leave(rs_link *l)
 {
 	json_t *leave = rs_proto_make_generation(RS_MSG_LEAVE, 0, 0, "SIGTERM");
+	if (!leave)
+		return 0;
 	link_push(l, leave);
 	json_decref(leave);
+	return 1;
 }
 
 /* One attempt to (re)join; on success repeat the status and a pending leave. */
@@ -126,7 +130,7 @@ static rs_status link_try(rs_link *l, int timeout_ms, rs_err *err)
 	l->lost_at = 0;
 	link_push(l, l->status);
 	if (l->leave_sent)
-		push_leave(l);
+		l->leave_sent = push_leave(l);
 	return l->up ? RS_OK : RS_EPEER;
 }
 
@@ -154,10 +158,10 @@ rs_status rs_link_join(rs_link *l, rs_err *err)
 	return link_reconnect(l, err);
 }
 
-rs_status rs_link_status(rs_link *l, json_t *msg)
+rs_status rs_link_status(rs_link *l, json_t *msg, rs_err *err)
 {
 	if (!msg)
-		return RS_ENOMEM;
+		return rs_err_set(err, RS_ENOMEM, "out of memory building a status message for the coordinator");
 	json_decref(l->status);
 	l->status = msg;
 	link_push(l, msg);
@@ -181,8 +185,7 @@ void rs_link_leave(rs_link *l)
 	if (l->leave_sent || !l->leave || !*l->leave)
 		return;
 	RS_INFO("SIGTERM: asking the coordinator to drain my rows before I leave");
-	l->leave_sent = 1;
-	push_leave(l);
+	l->leave_sent = push_leave(l); /* a leave lost here would lose the rows: tried at every receive until built */
 }
 
 rs_status rs_link_recv(rs_link *l, int timeout_ms, json_t **msg, rs_err *err)

@@ -107,10 +107,11 @@ rs_status rs_link_join(rs_link *l, rs_err *err);
 /*
  * Send a status message (stolen) if joined, waiting until it is written,
  * and remember it: it is repeated after every rejoin. Never waits for a
- * rejoin. RS_ENOMEM when msg is NULL (a builder ran out of memory), else
- * RS_OK, whether it went out or not.
+ * rejoin. RS_ENOMEM, saying so in err, when msg is NULL (a builder ran
+ * out of memory: a status never goes missing silently), else RS_OK,
+ * whether it went out or not.
  */
-rs_status rs_link_status(rs_link *l, json_t *msg);
+rs_status rs_link_status(rs_link *l, json_t *msg, rs_err *err);
 
 /*
  * Send msg (stolen) if joined and hand it to the socket without waiting:
