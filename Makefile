@@ -3,10 +3,13 @@
 #   make            build everything into build/ (binaries in build/bin/)
 #   make test       build and run every test (what CI runs)
 #   make demo       the main job on one machine
+#   make static     the checks of the tree (layers, file sizes)
+#   make unit       the unit tests
+#   make test-cudasim  the GPU tests on the CUDA simulator (tests/cudasim/)
 #   make asan       unit tests under AddressSanitizer + UBSan
 #   make fuzz       every fuzz target for FUZZ_SECONDS each (libFuzzer, clang)
 #   make bench      benchmarks, each figure beside its reference
-#   make test-gpu   GPU tests (needs a CUDA device)
+#   make test-gpu, make bench-gpu  GPU tests and benchmarks (need a CUDA device)
 #
 # Sources are found by directory, so adding a module is adding its files.
 # Each layer is its own archive, and a binary links only the layers it may

@@ -1,7 +1,7 @@
 /*
  * job.h - the coordinator's job: its members, the current generation and
- * plan, and the resharding cycle (see ../shared/BRIEF.md, "The resharding
- * cycle"), driven by what the workers report on the control channel and
+ * plan, and the resharding cycle (README.md, "Scaling a running job"),
+ * driven by what the workers report on the control channel and
  * what the membership source says about their processes or pods:
  *
  *   STARTING     wait for the wanted workers to join; plan; start generation 1

@@ -21,6 +21,9 @@ command -v npm >/dev/null 2>&1 || need npm
 command -v openssl >/dev/null 2>&1 || need openssl
 command -v curl >/dev/null 2>&1 || need curl
 command -v clang >/dev/null 2>&1 || need clang
+# the CUDA simulator (tests/cudasim) is C++; the test fixtures are Python 3 (standard library only)
+command -v g++ >/dev/null 2>&1 || need g++
+command -v python3 >/dev/null 2>&1 || need python3
 # libFuzzer and the sanitizer runtimes for clang (make fuzz).
 if command -v clang >/dev/null 2>&1; then
 	rt=$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null || true)

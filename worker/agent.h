@@ -67,7 +67,7 @@ typedef struct rs_agent_config {
 	rs_engine *engine;                   /* where the shards live and the kernels run (borrowed; NULL: the CPU) */
 	rs_coord_conn *conn;                 /* the connection to the coordinator (borrowed, not joined yet) */
 	const char *host;                    /* the address peers reach this worker's transport on (borrowed) */
-	const char *token;                   /* the join token, which every transport handshake carries (borrowed) */
+	const char *token;                   /* the join token: every transport handshake proves it knows it (borrowed) */
 	int timeout_ms;                      /* bound on every wait for a peer or the coordinator's answer */
 	int grace_ms;                        /* how long a lost coordinator may stay away */
 	const volatile sig_atomic_t *leave;  /* becomes non-zero on SIGTERM: drain and leave; NULL: never */

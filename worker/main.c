@@ -167,6 +167,14 @@ int main(int argc, char **argv)
 		rs_engine_destroy(engine);
 		return 0;
 	}
+	/* a mistyped value is refused, not replaced by a default (the coordinator's ranges) */
+	const char *range = timeout_ms < 100 || timeout_ms > 3600000		? "--timeout-ms: 100..3600000"
+			    : grace_ms < 0 || grace_ms > 86400000 ? "--coordinator-grace-ms: 0..86400000"
+								  : NULL;
+	if (range) {
+		fprintf(stderr, "rowshift-worker: %s\n%s\n", range, usage);
+		return 2;
+	}
 	const char *token = getenv("ROWSHIFT_JOIN_TOKEN");
 	if (!url || !config || !token || !*token) {
 		fprintf(stderr, "rowshift-worker: --coordinator, --config and ROWSHIFT_JOIN_TOKEN are required\n%s\n", usage);
@@ -201,8 +209,7 @@ int main(int argc, char **argv)
 	if (rs_coord_conn_control(url, token, name, &conn) != RS_OK)
 		RSFAILGOTO(st, rs_err_set(&err, RS_ENOMEM, "out of memory"), fail);
 	ac.cfg = cfg, ac.engine = engine, ac.conn = conn, ac.host = host, ac.token = token;
-	ac.timeout_ms = (int)(timeout_ms > 0 && timeout_ms < 3600000 ? timeout_ms : 30000);
-	ac.grace_ms = (int)(grace_ms > 0 && grace_ms < 86400000 ? grace_ms : 60000);
+	ac.timeout_ms = (int)timeout_ms, ac.grace_ms = (int)grace_ms;
 	RSCHECKGOTO(rs_agent_create(&ac, &agent, &err), st, fail);
 	RSCHECKGOTO(rs_agent_run(agent, &end, &err), st, fail);
 	rc = 0;

@@ -96,6 +96,9 @@ check "--transport nccl on the CPU is refused, saying why" grep -q "transport nc
 ROWSHIFT_JOIN_TOKEN=t timeout 20 "$bin/rowshift-worker" --coordinator ws://127.0.0.1:1 --config examples/dlrm-small.json \
 	--device tpu >"$tmp/dev2.out" 2>&1
 check "an unknown --device is refused, naming it" grep -q "'tpu' is not auto, cpu, cuda or cuda:N" "$tmp/dev2.out"
+check "a worker's --timeout-ms out of range is refused, not replaced by a default" bash -c \
+	"ROWSHIFT_JOIN_TOKEN=t timeout 20 '$bin/rowshift-worker' --coordinator ws://127.0.0.1:1 --config examples/dlrm-small.json \
+	 --timeout-ms 0 >$tmp/tmo.out 2>&1; [ \$? -eq 2 ] && grep -q -- '--timeout-ms: 100..3600000' $tmp/tmo.out"
 check "--check-device says where a default worker's shards go" bash -c \
 	"\"$bin/rowshift-worker\" --check-device | grep -Eq '^(cpu|cuda:0)\$'"
 
