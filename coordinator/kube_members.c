@@ -43,10 +43,12 @@ static void event(void *ctx, int warning, const char *reason, const char *messag
 	rs_kube_event(m->kube, "StatefulSet", m->statefulset, warning ? "Warning" : "Normal", reason, message);
 }
 
+static rs_status save_state(void *ctx, const rs_state *s, rs_err *err);
+
 rs_job_source rs_kube_members_source(rs_kube_members *m)
 {
 	return (rs_job_source){.ctx = m, .scale = scale, .replicas = replicas, .wanted = wanted, .event = event,
-			       .save_state = rs_kube_members_save};
+			       .save_state = save_state};
 }
 
 static void pod_changed(void *ctx, const rs_kube_pod *pod)
@@ -69,7 +71,8 @@ rs_kube_handler rs_kube_members_handler(rs_kube_members *m)
 	return (rs_kube_handler){.ctx = m, .pod_changed = pod_changed, .pod_gone = pod_gone};
 }
 
-rs_status rs_kube_members_save(void *ctx, const rs_state *s, rs_err *err)
+/* The source's save_state: the state document into the ConfigMap, retried while the API blinks. */
+static rs_status save_state(void *ctx, const rs_state *s, rs_err *err)
 {
 	rs_kube_members *m = ctx;
 	rs_state open = *s;
@@ -81,15 +84,17 @@ rs_status rs_kube_members_save(void *ctx, const rs_state *s, rs_err *err)
 		return rs_err_set(err, RS_ENOMEM, "state: out of memory");
 	/* an API server that blinks must not fail the job: try for a while (the loop is blocked meanwhile) */
 	rs_status st;
+	rs_err e = {0}; /* each attempt's own: the error returned is the last one's */
 	double until = rs_now() + SAVE_PATIENCE_S, wait = 0.25;
-	while ((st = rs_kube_configmap_put(m->kube, m->configmap, STATE_KEY, text, err)) != RS_OK &&
+	while ((st = rs_kube_configmap_put(m->kube, m->configmap, STATE_KEY, text, &e)) != RS_OK &&
 	       st != RS_ENOMEM && rs_now() + wait < until) {
-		RS_WARN("%s; trying again in %.2f s", err->msg, wait);
+		RS_WARN("%s; trying again in %.2f s", e.msg, wait);
+		e.msg[0] = 0;
 		rs_sleep(wait);
 		wait = wait * 2 > 4 ? 4 : wait * 2;
 	}
 	free(text);
-	return st;
+	return st == RS_OK ? RS_OK : rs_err_set(err, st, "%s", e.msg);
 }
 
 static rs_status load_once(rs_kube_members *m, rs_state *s, rs_err *err)

@@ -27,9 +27,6 @@ typedef struct rs_kube_members {
 rs_job_source rs_kube_members_source(rs_kube_members *m);
 rs_kube_handler rs_kube_members_handler(rs_kube_members *m);
 
-/* The source's save_state: the state document into the ConfigMap (ctx: the rs_kube_members). */
-rs_status rs_kube_members_save(void *ctx, const rs_state *s, rs_err *err);
-
 /*
  * The state a previous coordinator saved; RS_ENOTFOUND when there is none.
  * An API server that does not answer yet (the coordinator pod may start

@@ -8,18 +8,18 @@
  * rowshiftctl depends on common/ only: it speaks the control protocol
  * (common/proto.h) over the same WebSocket client the workers use.
  */
+#include "ctl/ctl.h"
 #include "common/checkpoint.h"
-#include "common/file.h"
-#include "common/control.h"
 #include "common/config.h"
+#include "common/control.h"
+#include "common/file.h"
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "common/plan.h"
 #include "common/plandiff.h"
-#include "common/proto.h"
-#include "ctl/ctl.h"
 #include "common/planner.h"
+#include "common/proto.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -194,12 +194,11 @@ static int cmd_plan(int argc, char **argv)
 		RSCHECKGOTO(rs_plan_diff(cfg, prev, plan, map, &moves, &nmoves, &err), st, fail);
 		json_t *jm = rs_moves_to_json(cfg, moves, nmoves);
 		free(moves);
-		if (!jm || json_dump_file(jm, moves_out, JSON_INDENT(1)) != 0) {
-			json_decref(jm);
-			st = rs_err_set(&err, RS_EIO, "%s: cannot write the moves", moves_out);
-			goto fail;
-		}
+		st = jm ? rs_file_write_json(moves_out, 0644, jm, JSON_INDENT(1), &err)
+			: rs_err_set(&err, RS_ENOMEM, "%s: out of memory", moves_out);
 		json_decref(jm);
+		if (st != RS_OK)
+			goto fail;
 	}
 	if (json) {
 		json_t *j = rs_plan_to_json(plan);

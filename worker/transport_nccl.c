@@ -537,5 +537,3 @@ rs_status rs_nccl_transport_split(rs_transport *base, int32_t n, rs_transport **
 	*out = &t->base;
 	return RS_OK;
 }
-
-cudaStream_t rs_nccl_stream(const rs_transport *t) { return ((const nccl *)t)->stream; }

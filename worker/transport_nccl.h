@@ -80,7 +80,4 @@ rs_status rs_nccl_allreduce_sum(rs_transport *t, float *buf, size_t n);
  */
 rs_status rs_nccl_transport_split(rs_transport *t, int32_t n, rs_transport **out);
 
-/* The stream t queues its transfers on (for ordering kernels with them). */
-cudaStream_t rs_nccl_stream(const rs_transport *t);
-
 #endif
