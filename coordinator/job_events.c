@@ -229,7 +229,7 @@ static void status(rs_job *j, const job_event *ev)
 	if (ev->kind == EV_PROGRESS)
 		record_progress(j, ev);
 	if (!j->io.publish)
-		return; /* nobody listens (yet): nothing to build */
+		return; /* no status stream (a test's job, or before the server is up): nothing to build */
 	switch (ev->kind) {
 	case EV_PHASE:
 		publish(j, phase_event(j));

@@ -404,34 +404,32 @@ static void test_elastic_equals_static(void **state)
 	}
 }
 
-/* A corrupted chunk: every member aborts generation 2; members 0 and 1 go on with the old plan for 10 steps. */
-static void test_corrupt_chunk_aborts_and_rolls_back(void **state)
+/* With fault hook `fault` planted, every member aborts generation 2; members 0 and 1 go on with the old plan. */
+static void assert_fault_rolls_back(int fault)
 {
-	(void)state;
 	int codes[MEMBERS];
 	run_static(first_step[1] + 10);
-	rs_reshard_fault_for_tests = 1;
+	rs_reshard_fault_for_tests = fault;
 	run_elastic(codes);
 	rs_reshard_fault_for_tests = 0;
 	for (int m = 0; m < MEMBERS; m++)
 		if (codes[m] != (m < 2 ? 0 : 42))
-			fail_msg("member %d exited %d", m, codes[m]);
+			fail_msg("fault %d: member %d exited %d", fault, m, codes[m]);
 	compare("static60", 2, "rollback", 2, "after an aborted reshard vs static 2");
+}
+
+/* A corrupted chunk: every member aborts generation 2; members 0 and 1 go on with the old plan for 10 steps. */
+static void test_corrupt_chunk_aborts_and_rolls_back(void **state)
+{
+	(void)state;
+	assert_fault_rolls_back(1);
 }
 
 /* A damaged copy of the dense network at a joiner: caught by its CRC, the attempt aborts as for a chunk. */
 static void test_corrupt_dense_network_aborts(void **state)
 {
 	(void)state;
-	int codes[MEMBERS];
-	run_static(first_step[1] + 10);
-	rs_reshard_fault_for_tests = 2;
-	run_elastic(codes);
-	rs_reshard_fault_for_tests = 0;
-	for (int m = 0; m < MEMBERS; m++)
-		if (codes[m] != (m < 2 ? 0 : 42))
-			fail_msg("member %d exited %d", m, codes[m]);
-	compare("static60", 2, "rollback", 2, "after an aborted reshard vs static 2");
+	assert_fault_rolls_back(2);
 }
 
 int main(void)
