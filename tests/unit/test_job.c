@@ -342,6 +342,16 @@ static void to_committing(void)
 	assert_phase("committing");
 }
 
+/* A 2-worker job whose 2 -> 3 attempt staged with a checksum mismatch: aborting. */
+static void to_aborting(void)
+{
+	start(2);
+	to_migrating(2, 3);
+	all_staged(2, 3, 1); /* a row lost or counted twice */
+	tick(0.01);
+	assert_phase("aborting");
+}
+
 static void test_grow_commits(void **state)
 {
 	(void)state;
@@ -421,11 +431,7 @@ static void test_abort_when_a_member_fails_to_stage(void **state)
 static void test_abort_on_checksum_mismatch(void **state)
 {
 	(void)state;
-	start(2);
-	to_migrating(2, 3);
-	all_staged(2, 3, 1); /* a row lost or counted twice */
-	tick(0.01);
-	assert_phase("aborting");
+	to_aborting();
 	assert_true(reported("table 'users': the staged rows' checksum"));
 }
 
@@ -527,11 +533,7 @@ static void test_member_lost_while_committing_fails(void **state)
 static void test_aborting_times_out(void **state)
 {
 	(void)state;
-	start(2);
-	to_migrating(2, 3);
-	all_staged(2, 3, 1);
-	tick(0.01);
-	assert_phase("aborting");
+	to_aborting();
 	paused(0, 1, 0, 40, 1, 2); /* worker-1 never returns to generation 1 */
 	tick(39);
 	assert_phase("aborting");
@@ -543,11 +545,7 @@ static void test_aborting_times_out(void **state)
 static void test_world_member_lost_while_aborting_fails(void **state)
 {
 	(void)state;
-	start(2);
-	to_migrating(2, 3);
-	all_staged(2, 3, 1);
-	tick(0.01);
-	assert_phase("aborting");
+	to_aborting();
 	rs_job_exited(H.job, "worker-1", 0, "killed by signal 9");
 	tick(0.01);
 	assert_phase("failed");
