@@ -29,7 +29,11 @@
 #define MAX_TOKEN 1024
 #define SOCKET_BUFFER (4 << 20)
 #define MAX_PENDING 256             /* connections accepted and still in their handshake */
-#define HANDSHAKE_MS 5000           /* how long one of them may take, at most (see handshake_ms) */
+#define ACCEPT_BATCH (MAX_PENDING / 4) /* accepted between two polls; the newest this many are never dropped */
+#define HELLO_MS 500                /* how long one of them may take to say hello, at most */
+#define HANDSHAKE_MS 5000           /* and then to finish the handshake, at most (see handshake_ms) */
+#define CONNECT_MS 2000             /* one connection attempt unanswered this long: a fresh one */
+#define LISTEN_BACKLOG 4096         /* the kernel caps it at net.core.somaxconn */
 
 /*
  * The handshake, both sides proving they hold the join token (common/auth.h)
@@ -156,7 +160,7 @@ rs_status rs_tcp_listen(const char *host, int port, int *fd_out, int *bound_port
 		st = rs_err_set(err, RS_ESYS, "bind %s:%d: %s", host, port, strerror(errno));
 		goto out;
 	}
-	SYSCHECKGOTO(listen(fd, 256), st, out);
+	SYSCHECKGOTO(listen(fd, LISTEN_BACKLOG), st, out);
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 	SYSCHECKGOTO(getsockname(fd, (struct sockaddr *)&ss, &sl), st, out);
@@ -173,19 +177,28 @@ out:
 	return st;
 }
 
-/* Write or read exactly len bytes on a blocking-mode exchange, bounded by deadline. */
-static rs_status io_full(int fd, void *buf, size_t len, int writing, int64_t deadline)
+/* Wait for events on fd (fd < 0: only wait): RS_OK, RS_ETIMEDOUT at the deadline, RS_EABORTED, RS_ESYS. */
+static rs_status wait_ready(tcp *t, int fd, short events, int64_t deadline)
 {
-	size_t done = 0;
-	while (done < len) {
-		struct pollfd p = {.fd = fd, .events = writing ? POLLOUT : POLLIN};
-		int rc = poll(&p, 1, left_ms(deadline));
+	for (;;) {
+		struct pollfd p[2] = {{.fd = t->wake[0], .events = POLLIN}, {.fd = fd, .events = events}};
+		int rc = poll(p, 2, left_ms(deadline));
+		if (atomic_load(&t->aborted))
+			return RS_EABORTED;
 		if (rc < 0 && errno == EINTR)
 			continue;
 		if (rc < 0)
 			return RS_ESYS;
-		if (rc == 0)
-			return RS_ETIMEDOUT;
+		return rc == 0 ? RS_ETIMEDOUT : RS_OK;
+	}
+}
+
+/* Write or read exactly len bytes on a non-blocking socket, bounded by deadline and abort. */
+static rs_status io_full(tcp *t, int fd, void *buf, size_t len, int writing, int64_t deadline)
+{
+	size_t done = 0;
+	while (done < len) {
+		RSCHECK(wait_ready(t, fd, writing ? POLLOUT : POLLIN, deadline));
 		ssize_t n = writing ? send(fd, (char *)buf + done, len - done, MSG_NOSIGNAL)
 				    : recv(fd, (char *)buf + done, len - done, 0);
 		if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
@@ -229,8 +242,16 @@ static int proof_matches(const char *received, const char *expected)
 /* How long one accepted connection may take to prove itself. */
 static int handshake_ms(const rs_tcp_config *cfg) { return cfg->timeout_ms > 0 && cfg->timeout_ms < HANDSHAKE_MS ? cfg->timeout_ms : HANDSHAKE_MS; }
 
-/* The connector's side of the handshake with rank j on fd. RS_EPEER (with *why) when j does not prove itself. */
-static rs_status introduce(const rs_tcp_config *cfg, int fd, int32_t j, int64_t deadline, const char **why)
+/* And to say hello. */
+static int hello_ms(const rs_tcp_config *cfg) { return handshake_ms(cfg) < HELLO_MS ? handshake_ms(cfg) : HELLO_MS; }
+
+/*
+ * The connector's side of the handshake with rank j on fd. RS_EPEER with *why
+ * when it fails, and *final when the listener answered but is not the peer: a
+ * fresh connection would not help, as it may when the listener closed on us.
+ */
+static rs_status introduce(tcp *t, const rs_tcp_config *cfg, int fd, int32_t j, int64_t deadline, const char **why,
+			   int *final)
 {
 	hello h = {HELLO_MAGIC, PROTO_VERSION, cfg->generation, cfg->rank, cfg->world, {0}};
 	challenge c;
@@ -238,10 +259,12 @@ static rs_status introduce(const rs_tcp_config *cfg, int fd, int32_t j, int64_t 
 	char nonce[RS_AUTH_NONCE_HEX + 1], want[RS_AUTH_PROOF_HEX + 1], mine[RS_AUTH_PROOF_HEX + 1];
 	uint32_t ack[2];
 	*why = "closed during the handshake (wrong generation or join token?)";
+	*final = 0;
 	RSCHECK(rs_auth_nonce(nonce));
 	memcpy(h.nonce, nonce, RS_AUTH_NONCE_HEX);
-	RSCHECK(io_full(fd, &h, sizeof(h), 1, deadline));
-	RSCHECK(io_full(fd, &c, sizeof(c), 0, deadline));
+	RSCHECK(io_full(t, fd, &h, sizeof(h), 1, deadline));
+	RSCHECK(io_full(t, fd, &c, sizeof(c), 0, deadline));
+	*final = 1;
 	if (c.magic != CHALLENGE_MAGIC || c.rank != j) {
 		*why = "not the expected peer";
 		return RS_EPEER;
@@ -250,14 +273,55 @@ static rs_status introduce(const rs_tcp_config *cfg, int fd, int32_t j, int64_t 
 		*why = "it did not prove it holds the join token";
 		return RS_EPEER;
 	}
+	*final = 0;
 	RSCHECK(mesh_proof(cfg, "connector", cfg->rank, j, nonce, c.nonce, mine));
 	memcpy(a.proof, mine, RS_AUTH_PROOF_HEX);
-	RSCHECK(io_full(fd, &a, sizeof(a), 1, deadline));
-	RSCHECK(io_full(fd, ack, sizeof(ack), 0, deadline));
-	return ack[0] == ACK_MAGIC && (int32_t)ack[1] == j ? RS_OK : RS_EPEER;
+	RSCHECK(io_full(t, fd, &a, sizeof(a), 1, deadline));
+	RSCHECK(io_full(t, fd, ack, sizeof(ack), 0, deadline));
+	if (ack[0] == ACK_MAGIC && (int32_t)ack[1] == j)
+		return RS_OK;
+	*why = "not the expected peer", *final = 1;
+	return RS_EPEER;
 }
 
-/* Connect to peer j and prove ourselves, retrying while it is not up yet. */
+/*
+ * One non-blocking connection attempt, until the deadline: a connected socket
+ * in *fd_out; RS_EPEER when it failed (*eno: refused, unreachable, ...), worth
+ * another; RS_ETIMEDOUT, RS_EABORTED, RS_ESYS.
+ */
+static rs_status connect_once(tcp *t, const struct addrinfo *ai, int64_t deadline, int *fd_out, int *eno)
+{
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		*eno = errno;
+		return RS_ESYS;
+	}
+	rs_status st = RS_OK;
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+		int e = errno;
+		socklen_t el = sizeof(e);
+		if (e != EINPROGRESS && e != EINTR)
+			*eno = e, st = RS_EPEER;
+		else if ((st = wait_ready(t, fd, POLLOUT, deadline)) != RS_OK)
+			*eno = 0;
+		else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0)
+			*eno = errno, st = RS_ESYS;
+		else if (e != 0)
+			*eno = e, st = RS_EPEER;
+	}
+	if (st == RS_OK)
+		*fd_out = fd;
+	else
+		close(fd);
+	return st;
+}
+
+/*
+ * Connect to peer j and prove ourselves. Starts afresh, until the deadline,
+ * while j is not up yet, does not answer a connection attempt within
+ * CONNECT_MS, or closes the handshake (a listener drops connections when it
+ * has too many in their handshake); every wait also ends on an abort.
+ */
 static rs_status connect_peer(tcp *t, const rs_tcp_config *cfg, int32_t j, int64_t deadline, rs_err *err)
 {
 	char host[256], port[16];
@@ -269,39 +333,50 @@ static rs_status connect_peer(tcp *t, const rs_tcp_config *cfg, int32_t j, int64
 	if (rc != 0)
 		return rs_err_set(err, RS_EINVAL, "transport: rank %d at %s: %s", j, cfg->addrs[j], gai_strerror(rc));
 	rs_status st = RS_ETIMEDOUT;
-	int last_errno = 0;
-	while (left_ms(deadline) > 0 && !atomic_load(&t->aborted)) {
-		int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd < 0) {
-			st = RS_ESYS;
-			last_errno = errno;
-			break;
-		}
-		if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-			last_errno = errno;
-			close(fd);
-			rs_sleep(0.02);
+	int last_errno = 0, final = 0, pause_ms = 20;
+	while (left_ms(deadline) > 0) {
+		int64_t now = rs_now_ms();
+		int fd = -1;
+		st = connect_once(t, ai, now + CONNECT_MS < deadline ? now + CONNECT_MS : deadline, &fd, &last_errno);
+		if (st != RS_OK)
+			why = NULL;
+		if (st == RS_ETIMEDOUT) { /* no answer to this attempt (its SYN dropped?): a fresh one */
+			last_errno = ETIMEDOUT;
 			continue;
 		}
-		tune_socket(fd);
-		if ((st = introduce(cfg, fd, j, deadline, &why)) == RS_OK)
-			t->fd[j] = fd;
-		else
-			close(fd); /* refused (closed on us), not the peer, or timed out */
-		break;
+		if (st == RS_OK) {
+			last_errno = 0;
+			tune_socket(fd);
+			if ((st = introduce(t, cfg, fd, j, deadline, &why, &final)) == RS_OK) {
+				t->fd[j] = fd;
+				break;
+			}
+			close(fd);
+			if (st == RS_EPEER && !final)
+				RS_DEBUG("transport: rank %d: rank %d %s; trying again", cfg->rank, j, why);
+		}
+		if (st != RS_EPEER || final)
+			break; /* timed out, aborted, a failed call, or a listener that is not the peer */
+		now = rs_now_ms();
+		st = wait_ready(t, -1, 0, now + pause_ms < deadline ? now + pause_ms : deadline);
+		if (st != RS_ETIMEDOUT)
+			break;
+		pause_ms = pause_ms * 2 < 500 ? pause_ms * 2 : 500;
 	}
 	freeaddrinfo(ai);
 	if (st == RS_OK)
 		return RS_OK;
-	return rs_err_set(err, st, "transport: rank %d could not join rank %d at %s: %s%s%s", cfg->rank, j,
+	return rs_err_set(err, st, "transport: rank %d could not join rank %d at %s: %s%s%s%s%s", cfg->rank, j,
 			  cfg->addrs[j], st == RS_EPEER && why ? why : rs_status_str(st),
+			  st != RS_EPEER && why ? "; the last attempt: " : "", st != RS_EPEER && why ? why : "",
 			  last_errno ? ", last error: " : "", last_errno ? strerror(last_errno) : "");
 }
 
 /* One accepted connection in its handshake (the listener's side), driven without blocking. */
 typedef struct pending {
 	int fd;
-	int64_t deadline;
+	uint64_t seq;             /* how many connections were accepted before it */
+	int64_t deadline;         /* for its hello, then for the rest of its handshake */
 	int stage;                /* 0 reading the hello, 1 writing the challenge, 2 reading the answer, 3 writing the ack */
 	size_t done;              /* bytes of the stage's message so far */
 	hello h;
@@ -358,6 +433,7 @@ static int advance(tcp *t, const rs_tcp_config *cfg, pending *p, const char **wh
 				*why = NULL;
 			if (*why)
 				return -1;
+			p->deadline = rs_now_ms() + handshake_ms(cfg); /* said hello: the rest of the handshake */
 			p->c.magic = CHALLENGE_MAGIC, p->c.rank = cfg->rank;
 			memcpy(p->c.nonce, nonce, RS_AUTH_NONCE_HEX);
 			memcpy(p->c.proof, p->want, RS_AUTH_PROOF_HEX);
@@ -383,31 +459,121 @@ static int advance(tcp *t, const rs_tcp_config *cfg, pending *p, const char **wh
 }
 
 /*
- * Accept every higher rank. Handshakes run side by side, without blocking,
- * each within its own short deadline: a connection that does not prove
- * itself in time (an idle or hostile one) is dropped and never delays the
- * real peers, which are waited for until the mesh's deadline.
+ * The listener's side of the set-up (accept_peers). An accepted connection
+ * must say hello within HELLO_MS and finish its handshake within
+ * HANDSHAKE_MS of that; at most MAX_PENDING are in their handshake at once.
+ * The listener never stops accepting, so its backlog drains: when the table
+ * is full, a new connection takes the place of the least promising one
+ * (victim()), and a real peer that lost its place connects again
+ * (connect_peer). Refusals are logged at most once a second.
  */
+typedef struct listener {
+	tcp *t;
+	const rs_tcp_config *cfg;
+	pending *pend;            /* MAX_PENDING entries, np in use */
+	int np;
+	int32_t missing;          /* higher ranks not connected yet */
+	uint64_t accepted;        /* connections accepted so far */
+	long refused;             /* connections refused since the last warning */
+	int64_t next_warn;        /* refusals are logged at most once a second */
+	const char *why;          /* the last refusal's reason (a literal), or NULL */
+} listener;
+
+/* Close pend[k] (which then holds another entry) for why (a literal); k < 0: only log what is not logged yet. */
+static void refuse(listener *l, int k, const char *why)
+{
+	int64_t now = rs_now_ms();
+	if (k >= 0) {
+		close(l->pend[k].fd);
+		l->pend[k] = l->pend[--l->np];
+		l->refused++, l->why = why;
+	}
+	if (l->refused > 0 && (k < 0 || now >= l->next_warn)) {
+		RS_WARN("transport: rank %d refused %ld connection(s), the last: %s", l->cfg->rank, l->refused, l->why);
+		l->refused = 0, l->next_warn = now + 1000;
+	}
+}
+
+/*
+ * The entry to drop for a new connection: never one of the newest
+ * ACCEPT_BATCH accepted while there are others (so each is polled at least
+ * once); among the others, one that has not said hello before one that has,
+ * the oldest first. -1 when there is none.
+ */
+static int victim(const listener *l)
+{
+	int best = -1, protect = l->np > ACCEPT_BATCH;
+	uint64_t best_key = 0;
+	for (int k = 0; k < l->np; k++) {
+		const pending *p = &l->pend[k];
+		uint64_t key = (uint64_t)(p->stage > 0) << 63 | p->seq;
+		if (protect && p->seq + ACCEPT_BATCH >= l->accepted)
+			continue;
+		if (best < 0 || key < best_key)
+			best = k, best_key = key;
+	}
+	return best;
+}
+
+/* Move pend[k] on when its socket is ready, or drop it past its deadline (pend[k] then holds another entry). */
+static void progress(listener *l, int k, int ready, int64_t now)
+{
+	pending *p = &l->pend[k];
+	const char *why = NULL;
+	int done = ready ? advance(l->t, l->cfg, p, &why) : 0;
+	if (done == 0 && now >= p->deadline)
+		done = -1, why = p->stage ? "no handshake in time" : "no hello in time";
+	if (done == 1 && l->t->fd[p->h.rank] >= 0)
+		done = -1, why = "a second connection from one rank";
+	if (done < 0) {
+		refuse(l, k, why);
+	} else if (done > 0) {
+		l->t->fd[p->h.rank] = p->fd;
+		l->missing--;
+		l->pend[k] = l->pend[--l->np];
+	}
+}
+
+/* Accept what waits on lfd (at most ACCEPT_BATCH), each new connection taking the place of victim() when the table is full. */
+static void accept_new(listener *l, int lfd)
+{
+	for (int n = 0; n < ACCEPT_BATCH; n++) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK), e = errno;
+		if (fd < 0 && (e == EAGAIN || e == EWOULDBLOCK))
+			return;
+		if (fd < 0 && (e == ECONNABORTED || e == EINTR || e == EPROTO))
+			continue; /* that one is gone: the next */
+		if (fd < 0 && l->np > 0 && (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM)) {
+			refuse(l, victim(l), "dropped for a newer one: out of descriptors");
+			continue;
+		}
+		if (fd < 0) {
+			RS_WARN("transport: rank %d cannot accept: %s", l->cfg->rank, strerror(e));
+			rs_sleep(0.05); /* never spin on the waiting connection */
+			return;
+		}
+		tune_socket(fd);
+		if (l->np == MAX_PENDING)
+			refuse(l, victim(l), "dropped for a newer one: too many connections in their handshake");
+		int k = l->np++;
+		int64_t now = rs_now_ms();
+		l->pend[k] = (pending){.fd = fd, .seq = l->accepted++, .deadline = now + hello_ms(l->cfg)};
+		progress(l, k, 1, now); /* its hello is often there already */
+	}
+}
+
+/* Accept every higher rank, until the mesh's deadline; idle or hostile connections never delay them. */
 static rs_status accept_peers(tcp *t, const rs_tcp_config *cfg, int lfd, int64_t deadline, rs_err *err)
 {
-	int32_t missing = cfg->world - 1 - cfg->rank;
-	char refused[160] = "";
-	pending *pend = calloc(MAX_PENDING, sizeof(*pend));
-	struct pollfd *pfd = calloc(MAX_PENDING + 1, sizeof(*pfd));
-	int np = 0;
+	listener l = {.t = t, .cfg = cfg, .missing = cfg->world - 1 - cfg->rank};
+	struct pollfd *pfd = calloc(MAX_PENDING + 2, sizeof(*pfd));
 	rs_status st = RS_OK;
-	RSALLOCGOTO(pend, st, out);
+	l.pend = calloc(MAX_PENDING, sizeof(*l.pend));
 	RSALLOCGOTO(pfd, st, out);
+	RSALLOCGOTO(l.pend, st, out);
 	RSCHECKGOTO(set_nonblocking(lfd), st, out);
-	while (missing > 0) {
+	while (l.missing > 0) {
 		int64_t now = rs_now_ms(), wake = deadline;
-		int n = 0;
-		if (np < MAX_PENDING)
-			pfd[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};
-		for (int k = 0; k < np; k++) {
-			pfd[n++] = (struct pollfd){.fd = pend[k].fd, .events = pend[k].stage % 2 ? POLLOUT : POLLIN};
-			wake = pend[k].deadline < wake ? pend[k].deadline : wake;
-		}
 		if (now >= deadline || atomic_load(&t->aborted)) {
 			int32_t first = -1;
 			for (int32_t j = cfg->rank + 1; j < cfg->world && first < 0; j++)
@@ -415,49 +581,31 @@ static rs_status accept_peers(tcp *t, const rs_tcp_config *cfg, int lfd, int64_t
 					first = j;
 			RSFAILGOTO(st, rs_err_set(err, atomic_load(&t->aborted) ? RS_EABORTED : RS_ETIMEDOUT,
 						  "transport: rank %d timed out waiting for %d peer(s), first rank %d%s%s",
-						  cfg->rank, missing, first, refused[0] ? "; " : "", refused), out);
+						  cfg->rank, l.missing, first, l.why ? "; refused a connection: " : "",
+						  l.why ? l.why : ""), out);
 		}
-		int rc = poll(pfd, (nfds_t)n, left_ms(wake < now + 100 ? now + 100 : wake > now + 1000 ? now + 1000 : wake));
+		/* pfd[0] the listener, pfd[1] the abort pipe, pfd[k + 2] pend[k] */
+		pfd[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
+		pfd[1] = (struct pollfd){.fd = t->wake[0], .events = POLLIN};
+		for (int k = 0; k < l.np; k++) {
+			pfd[k + 2] = (struct pollfd){.fd = l.pend[k].fd, .events = l.pend[k].stage % 2 ? POLLOUT : POLLIN};
+			wake = l.pend[k].deadline < wake ? l.pend[k].deadline : wake;
+		}
+		int rc = poll(pfd, (nfds_t)l.np + 2, left_ms(wake < now + 20 ? now + 20 : wake > now + 1000 ? now + 1000 : wake));
 		if (rc < 0 && errno != EINTR)
 			RSFAILGOTO(st, rs_err_set(err, RS_ESYS, "transport: poll: %s", strerror(errno)), out);
 		now = rs_now_ms();
-		/* handshakes under way (pfd[k + off] belongs to pend[k]) */
-		int off = np < MAX_PENDING ? 1 : 0;
-		for (int k = np - 1; k >= 0; k--) {
-			const char *why = NULL;
-			int done = rc > 0 && pfd[k + off].revents ? advance(t, cfg, &pend[k], &why) : 0;
-			if (done == 0 && now >= pend[k].deadline) {
-				done = -1;
-				why = "no handshake in time";
-			}
-			if (done == 1) {
-				t->fd[pend[k].h.rank] = pend[k].fd;
-				missing--;
-			} else if (done < 0) {
-				RS_WARN("transport: rank %d refused a connection: %s", cfg->rank, why);
-				snprintf(refused, sizeof(refused), "refused a connection: %s", why);
-				close(pend[k].fd);
-			}
-			if (done != 0)
-				pend[k] = pend[--np];
-		}
-		/* new connections */
-		while (np < MAX_PENDING) {
-			int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-			if (fd < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
-				RS_WARN("transport: rank %d cannot accept: %s", cfg->rank, strerror(errno));
-				rs_sleep(0.05); /* out of descriptors: never spin on the waiting connection */
-			}
-			if (fd < 0)
-				break;
-			tune_socket(fd);
-			pend[np++] = (pending){.fd = fd, .deadline = now + handshake_ms(cfg)};
-		}
+		for (int k = l.np - 1; k >= 0; k--) /* an entry removed takes the last one, already seen */
+			progress(&l, k, rc > 0 && pfd[k + 2].revents, now);
+		if (rc > 0 && pfd[0].revents)
+			accept_new(&l, lfd);
 	}
 out:
-	for (int k = 0; pend && k < np; k++)
-		close(pend[k].fd);
-	free(pend);
+	if (l.pend)
+		refuse(&l, -1, NULL);
+	for (int k = 0; l.pend && k < l.np; k++)
+		close(l.pend[k].fd);
+	free(l.pend);
 	free(pfd);
 	return st;
 }

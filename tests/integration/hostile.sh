@@ -8,7 +8,12 @@
 # log is not flooded, and training goes on. Then, during a rescale, an idle
 # connection to every worker's transport listener (opened while the workers
 # wait before connecting their mesh): the reshard commits at the first
-# attempt (with the old blocking handshake every attempt timed out).
+# attempt (with the old blocking handshake every attempt timed out). Then a
+# flood: 600 connections kept open to every worker listener during a
+# rescale, more than a listener keeps in their handshake (256) and its old
+# backlog (256) together, a new one for each the worker closes: the reshard
+# still commits at the first attempt (when a full table stopped the
+# listener accepting, every attempt timed out and the job gave up).
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
@@ -57,4 +62,24 @@ check "idle connections were open to every listener: the 2 old workers' and the 
 import json; assert json.load(open('$tmp/idle.json'))['connected'] >= 3"
 check "the rescale committed at the first attempt (exit $rc)" bash -c \
 	"grep -q 'generation 2 committed: 2 -> 3 workers' '$tmp/idle.out' && ! grep -q aborted '$tmp/idle.out'"
+
+# more connections than a listener keeps in their handshake, to every worker listener during a rescale
+port=$(free_port)
+ROWSHIFT_FAULT=stall-connect-ms=1500 "$bin/rowshift-coordinator" --local --workers 2 --config examples/dlrm-small.json \
+	--steps 80 --schedule 30:3 --listen 127.0.0.1:$port --timeout-ms 10000 --admin-file "$tmp/admin3.json" \
+	>"$tmp/flood.out" 2>"$tmp/flood.err" &
+coord=$!
+timeout 150 python3 tests/integration/idle_listeners.py --per 600 120 $coord >"$tmp/flood.json" &
+flood=$!
+timeout 150 tail --pid=$coord -f /dev/null
+wait $coord
+rc=$?
+wait $flood
+cat "$tmp/flood.json"
+check "more than 256 connections were open at once to every listener: the 2 old workers' and the joiner's" python3 -c "
+import json; peak = sorted(json.load(open('$tmp/flood.json'))['peak'].values()); assert len(peak) >= 3 and peak[-3] > 256, peak"
+check "the rescale committed at the first attempt under the flood (exit $rc)" bash -c \
+	"grep -q 'generation 2 committed: 2 -> 3 workers' '$tmp/flood.out' && ! grep -q aborted '$tmp/flood.out'"
+check "the workers' log was not flooded: refusals at most once a second ($(grep -c 'refused' "$tmp/flood.err") lines)" \
+	test "$(grep -c 'refused' "$tmp/flood.err")" -lt 60
 finish_checks hostile
