@@ -88,9 +88,8 @@ static rs_status open_local(coord *c, rs_err *err)
 		if (c->config && strcmp(c->config, c->state.config) != 0)
 			return bad_usage(c, err, "--config %s, but %s resumes a job of %s", c->config, c->f.state_path,
 					 c->state.config);
-		if (!c->state.token)
-			return bad_usage(c, err, "%s has no join token: it was not written by a local coordinator",
-					 c->f.state_path);
+		if (!c->state.token) /* a Kubernetes state (its token is in a Secret) */
+			return bad_usage(c, err, "%s has no join token: not a local job's state", c->f.state_path);
 		c->config = c->state.config, c->steps = c->state.steps, c->save = c->state.save;
 		snprintf(c->token, sizeof(c->token), "%s", c->state.token);
 		const char *colon = strrchr(c->state.url, ':');
@@ -101,11 +100,10 @@ static rs_status open_local(coord *c, rs_err *err)
 		c->o.nsched = c->state.nsched;
 	} else if (rs_job_parse_schedule(c->f.schedule, &c->o, err) != RS_OK) {
 		return bad_usage(c, err, "%s", "");
-	} else {
-		if (rs_secret_hex(c->token, sizeof(c->token), 16) != RS_OK)
-			return rs_err_set(err, RS_ESYS, "cannot draw a join token from the kernel");
+	} else if (rs_secret_hex(c->token, sizeof(c->token), 16) != RS_OK) {
+		return rs_err_set(err, RS_ESYS, "cannot draw a join token from the kernel");
 	}
-	if (!c->config || c->workers < 1 || c->workers > RS_MAX_WORKERS || c->f.grace_ms < 0)
+	if (!c->config || c->workers < 1 || c->workers > RS_MAX_WORKERS)
 		return bad_usage(c, err, "--config and --workers 1..%d are required", RS_MAX_WORKERS);
 	if (c->save && !c->recovering && mkdir(c->save, 0700) != 0 && errno != EEXIST)
 		return rs_err_set(err, RS_EIO, "--save %s: %s", c->save, strerror(errno));
@@ -124,11 +122,9 @@ static rs_status open_local(coord *c, rs_err *err)
 static rs_status open_kube(coord *c, rs_err *err)
 {
 	const char *token = getenv("ROWSHIFT_JOIN_TOKEN");
-	rs_status st;
 	if (!c->config || !c->f.statefulset || !token || !*token)
 		return bad_usage(c, err, "Kubernetes mode needs --config, --statefulset and ROWSHIFT_JOIN_TOKEN");
-	/* 32 random characters: a captured join proof must not allow an offline guess of the token */
-	if (strlen(token) < 32 || strstr(token, "REPLACE-ME"))
+	if (strlen(token) < 32 || strstr(token, "REPLACE-ME")) /* short: guessable offline from a captured proof */
 		return bad_usage(c, err, "ROWSHIFT_JOIN_TOKEN is %s: put 32 or more random characters in the Secret "
 			   "(openssl rand -hex 32)", strstr(token, "REPLACE-ME") ? "the manifests' placeholder" : "too short");
 	snprintf(c->token, sizeof(c->token), "%s", token);
@@ -143,7 +139,7 @@ static rs_status open_kube(coord *c, rs_err *err)
 	RSCHECK(rs_kube_create(&c->kc, ns, c->f.statefulset, c->f.selector, &kh, &c->km.kube, err));
 	RS_INFO("kubernetes: %s, namespace %s, statefulset %s, state in configmap %s", c->kc.source, ns, c->f.statefulset,
 		c->state_name);
-	st = rs_kube_members_load(&c->km, &c->state, (int)c->f.timeout_ms, &interrupted, err);
+	rs_status st = rs_kube_members_load(&c->km, &c->state, (int)c->f.timeout_ms, &interrupted, err);
 	if (st != RS_OK && st != RS_ENOTFOUND)
 		return st;
 	c->recovering = st == RS_OK && c->state.phase != RS_STATE_DONE;
