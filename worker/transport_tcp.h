@@ -9,9 +9,15 @@
  * sides prove they hold the join token, bound to the generation, both
  * ranks and a fresh nonce from each, and neither ever sends the token. A
  * peer from another generation or without the token is refused. A
- * listener runs its handshakes side by side without blocking, each within
- * a few seconds of its own: an idle or hostile connection is dropped and
- * never delays the real peers. The data path is non-blocking sockets driven by poll(),
+ * listener never stops accepting and runs up to 256 handshakes side by
+ * side without blocking: the hello is due within 500 ms of the accept, the
+ * rest within 5 s of the hello, and when every slot is taken a new
+ * connection replaces the least promising one (no hello before a hello,
+ * the oldest first, never one of the 64 newest), so an idle or hostile
+ * flood never keeps the real peers out. A connecting rank never blocks:
+ * each attempt is bounded (2 s), and it connects again with backoff until
+ * the mesh deadline when a listener closed it. The data path is
+ * non-blocking sockets driven by poll(),
  * every message framed with a sequence number and its length, so a
  * desynchronized peer is detected (RS_ECORRUPT) instead of misread.
  */
