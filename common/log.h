@@ -5,7 +5,11 @@
  * name ("coordinator", "worker-3"), set once with rs_log_init(). The level
  * comes from rs_log_init() or the RS_LOG_LEVEL environment variable
  * (error|warn|info|debug). Safe to call from any thread: each line is written
- * with one write(2).
+ * with one write(2). A message may quote what a peer sent: control
+ * characters (below 0x20, 0x7f), malformed UTF-8 and the code points a
+ * terminal acts on (C1 controls, line separators, bidi overrides) are
+ * written as \xNN, so nothing in a message can start a line of its own or
+ * drive the terminal.
  *
  * SYSCHECK(call) evaluates a system call that returns -1 on failure, logs
  * file:line, the call's text and strerror(errno), and returns RS_ESYS from the
@@ -33,6 +37,14 @@ void rs_log_init(const char *component, int level);
 int rs_log_enabled(rs_log_level level);
 void rs_log(rs_log_level level, const char *file, int line, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+
+/*
+ * Copy n bytes of in to out (cap bytes, NUL-terminated) as rs_log writes a
+ * message: what could forge a line or drive a terminal becomes \xNN, well
+ * formed UTF-8 text otherwise stays. Stops before a character that does not
+ * fit. Returns the length written.
+ */
+size_t rs_log_escape(const char *in, size_t n, char *out, size_t cap);
 
 #define RS_ERROR(...) rs_log(RS_LOG_ERROR, __FILE__, __LINE__, __VA_ARGS__)
 #define RS_WARN(...) rs_log(RS_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
