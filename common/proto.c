@@ -22,6 +22,22 @@ static const char *const type_names[RS_MSG_TYPE_COUNT] = {
 	[RS_MSG_SCALING] = "scaling",   [RS_MSG_ERROR] = "error",       [RS_MSG_CHALLENGE] = "challenge",
 };
 
+/*
+ * What a peer wrote, fit to quote in an error (its own keys and values end
+ * up in jansson's messages): printable ASCII only, anything else as '?', at
+ * most 60 characters. Returns out.
+ */
+static const char *tame(const char *in, char out[64])
+{
+	size_t o = 0;
+	for (; *in && o < 60; in++)
+		out[o++] = *in >= 0x20 && *in < 0x7f ? *in : '?';
+	if (*in)
+		out[o - 1] = out[o - 2] = out[o - 3] = '.';
+	out[o] = 0;
+	return out;
+}
+
 const char *rs_proto_type_name(rs_msg_type t)
 {
 	return (unsigned)t < RS_MSG_TYPE_COUNT ? type_names[t] : type_names[RS_MSG_UNKNOWN];
@@ -39,10 +55,11 @@ rs_msg_type rs_proto_kind(const json_t *msg)
 rs_status rs_proto_parse(const char *text, size_t len, json_t **out, const char **type, rs_err *err)
 {
 	json_error_t jerr;
+	char q[64];
 	json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
 	*out = NULL;
 	if (!j)
-		return rs_err_set(err, RS_EINVAL, "malformed JSON: %s", jerr.text);
+		return rs_err_set(err, RS_EINVAL, "malformed JSON: %s", tame(jerr.text, q));
 	if (!json_is_object(j) || !json_is_string(json_object_get(j, "type"))) {
 		json_decref(j);
 		return rs_err_set(err, RS_EINVAL, "a message must be an object with a string \"type\"");
@@ -91,14 +108,15 @@ rs_status rs_proto_join(json_t *msg, rs_msg_join *m, rs_err *err)
 	json_error_t jerr;
 	const char *type;
 	json_int_t pid;
+	char q[64];
 	type = json_string_value(json_object_get(msg, "type"));
 	if (!type || strcmp(type, "join") != 0)
-		return rs_err_set(err, RS_EINVAL, "the first message must be a join, not '%s'", type ? type : "?");
+		return rs_err_set(err, RS_EINVAL, "the first message must be a join");
 	m->incarnation = "";
 	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s, s:s, s:I, s?s, s:s, s:s}", "type", &type, "worker",
 			   &m->worker, "addr", &m->addr, "pid", &pid, "incarnation", &m->incarnation, "nonce", &m->nonce,
 			   "proof", &m->proof) != 0)
-		return rs_err_set(err, RS_EINVAL, "join: %s", jerr.text);
+		return rs_err_set(err, RS_EINVAL, "join: %s", tame(jerr.text, q));
 	if (!rs_auth_nonce_ok(m->nonce) || strlen(m->proof) != RS_AUTH_PROOF_HEX)
 		return rs_err_set(err, RS_EINVAL, "join: a malformed nonce or proof");
 	/* names reach logs, metrics and the status stream: letters, digits, '.', '_', '-' only */
@@ -325,30 +343,31 @@ rs_status rs_proto_reply(json_t *msg, rs_msg_reply *m, rs_err *err)
 	json_error_t jerr;
 	const char *t;
 	json_int_t id = 0, n = 0;
+	char q[64];
 	memset(m, 0, sizeof(*m));
 	m->type = rs_proto_kind(msg);
 	switch (m->type) {
 	case RS_MSG_WELCOME:
 		if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:s}", "type", &t, "worker_id", &id, "proof",
 				   &m->proof) != 0)
-			return rs_err_set(err, RS_EINVAL, "welcome: %s", jerr.text);
+			return rs_err_set(err, RS_EINVAL, "welcome: %s", tame(jerr.text, q));
 		return RS_OK;
 	case RS_MSG_REFUSED:
 		if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s, s?s}", "type", &t, "reason", &m->reason, "proof",
 				   &m->proof) != 0)
-			return rs_err_set(err, RS_EINVAL, "refused: %s", jerr.text);
+			return rs_err_set(err, RS_EINVAL, "refused: %s", tame(jerr.text, q));
 		return RS_OK;
 	case RS_MSG_ERROR:
 		if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s}", "type", &t, "reason", &m->reason) != 0)
-			return rs_err_set(err, RS_EINVAL, "error: %s", jerr.text);
+			return rs_err_set(err, RS_EINVAL, "error: %s", tame(jerr.text, q));
 		return RS_OK;
 	case RS_MSG_SCALING:
 		if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I}", "type", &t, "workers", &n) != 0 || n < 1)
-			return rs_err_set(err, RS_EINVAL, "scaling: %s", n < 1 ? "no worker count" : jerr.text);
+			return rs_err_set(err, RS_EINVAL, "scaling: %s", n < 1 ? "no worker count" : tame(jerr.text, q));
 		m->workers = n;
 		return RS_OK;
 	default:
-		return rs_err_set(err, RS_EINVAL, "'%s' is not an answer", rs_proto_type(msg));
+		return rs_err_set(err, RS_EINVAL, "'%s' is not an answer", tame(rs_proto_type(msg), q));
 	}
 }
 
@@ -356,8 +375,9 @@ rs_status rs_proto_challenge(json_t *msg, const char **nonce, const char **epoch
 {
 	json_error_t jerr;
 	const char *type;
+	char q[64];
 	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s, s:s}", "type", &type, "nonce", nonce, "epoch", epoch) != 0)
-		return rs_err_set(err, RS_EINVAL, "challenge: %s", jerr.text);
+		return rs_err_set(err, RS_EINVAL, "challenge: %s", tame(jerr.text, q));
 	if (strcmp(type, "challenge") != 0 || !rs_auth_nonce_ok(*nonce) || !rs_auth_nonce_ok(*epoch))
 		return rs_err_set(err, RS_EINVAL, "challenge: a malformed nonce or epoch");
 	return RS_OK;

@@ -410,6 +410,59 @@ static void test_kinds(void **state)
 	assert_int_equal(rs_proto_kind(NULL), RS_MSG_UNKNOWN);
 }
 
+/* An error about what a peer sent quotes none of it raw: printable ASCII only, and short. */
+static void assert_tame(const rs_err *err)
+{
+	assert_true(err->msg[0] != 0);
+	for (const char *p = err->msg; *p; p++)
+		if (*p < 0x20 || *p == 0x7f)
+			fail_msg("a control character in \"%s\"", err->msg);
+	assert_true(strlen(err->msg) < 120);
+}
+
+/* The parsers that face unauthenticated peers (the handshake's) never echo their keys or types verbatim. */
+static void test_peer_words_in_errors(void **state)
+{
+	(void)state;
+	static const char forged[] = "\n12:00:00.000 INFO  coordinator forged line\x1b[2J\xc2\x9b" "31m";
+	char key[4200];
+	memset(key, 'k', sizeof(key) - 1);
+	key[sizeof(key) - 1] = 0;
+	memcpy(key, forged, sizeof(forged) - 1);
+	rs_err err = {0};
+	rs_msg_join j;
+	rs_msg_reply r;
+	const char *n, *e, *type;
+	json_t *m = json_pack("{s:s, s:s, s:s, s:i, s:s, s:s, s:i}", "type", "join", "worker", "w", "addr", "", "pid", 1,
+			      "nonce", NONCE, "proof", PROOF, key, 1);
+	assert_int_equal(rs_proto_join(m, &j, &err), RS_EINVAL);
+	assert_tame(&err);
+	json_decref(m);
+	m = json_pack("{s:s}", "type", forged);
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(rs_proto_join(m, &j, &err), RS_EINVAL);
+	assert_tame(&err);
+	assert_null(strstr(err.msg, "forged")); /* the type is not quoted at all */
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(rs_proto_reply(m, &r, &err), RS_EINVAL);
+	assert_tame(&err);
+	json_decref(m);
+	m = json_pack("{s:s, s:s, s:s, s:i}", "type", "challenge", "nonce", NONCE, "epoch", NONCE, forged, 1);
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(rs_proto_challenge(m, &n, &e, &err), RS_EINVAL);
+	assert_tame(&err);
+	json_decref(m);
+	m = json_pack("{s:s, s:s, s:i}", "type", "refused", "reason", "r", forged, 1);
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(rs_proto_reply(m, &r, &err), RS_EINVAL);
+	assert_tame(&err);
+	json_decref(m);
+	static const char bad_json[] = "{\"type\": \"join\", \x1b[2J\n12:00:00.000 forged}";
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(rs_proto_parse(bad_json, sizeof(bad_json) - 1, &m, &type, &err), RS_EINVAL);
+	assert_tame(&err);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -420,6 +473,7 @@ int main(void)
 		cmocka_unit_test(test_reshard_messages),
 		cmocka_unit_test(test_builders_round_trip),
 		cmocka_unit_test(test_kinds),
+		cmocka_unit_test(test_peer_words_in_errors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
