@@ -19,11 +19,18 @@
 
 #define CONTROL_MAX_MESSAGE (64u << 20)
 #define CONTROL_MAX_QUEUED 4096
+#define HANDSHAKE_MAX_MESSAGE 4096u /* until the coordinator proved itself, no message may be larger */
 
 typedef struct inbox {
 	json_t *msg;
 	struct inbox *next;
 } inbox;
+
+/* What checking the coordinator's answer to a join takes (the handshake's, while it waits for that answer). */
+typedef struct answer_check {
+	const char *token, *challenge, *epoch;
+	const rs_msg_join *join;
+} answer_check;
 
 struct rs_control {
 	struct lws_context *ctx;
@@ -31,9 +38,66 @@ struct rs_control {
 	rs_wsmsg io;
 	inbox *head, *tail;
 	int connected, closed;
-	char why[128];
+	/*
+	 * A control connection whose peer has not proved it is the coordinator
+	 * (a welcome with its proof): it may send one message of at most
+	 * HANDSHAKE_MAX_MESSAGE bytes at a time, read before the next comes,
+	 * or it is hung up on. An impostor costs a few KiB.
+	 */
+	int guarded;
+	const answer_check *check; /* set while the answer to our join is due */
+	char why[160];
 	char bearer[1100];      /* "Authorization: Bearer ..." value for the status stream, or "" */
 };
+
+/* Whether reply is a welcome or a refusal carrying the coordinator's proof over this join. */
+static int answer_proven(const answer_check *a, json_t *reply)
+{
+	rs_msg_reply r;
+	rs_err e = {0};
+	char want[RS_AUTH_PROOF_HEX + 1];
+	return rs_proto_reply(reply, &r, &e) == RS_OK && (r.type == RS_MSG_WELCOME || r.type == RS_MSG_REFUSED) &&
+	       r.proof &&
+	       rs_proto_answer_proof(a->token, a->challenge, a->epoch, a->join,
+				     r.type == RS_MSG_WELCOME ? "welcome" : r.reason, want) == RS_OK &&
+	       rs_auth_equal(want, r.proof);
+}
+
+/* Close the connection from its callback: the peer broke the handshake's rules. */
+static int hang_up(rs_control *c, const char *why)
+{
+	snprintf(c->why, sizeof(c->why), "the peer %s before proving it is the coordinator: hung up", why);
+	c->closed = 1;
+	return -1;
+}
+
+/* A whole message: into the inbox, within the rules of a guarded connection. */
+static int on_message(rs_control *c, const char *msg, size_t len)
+{
+	if (c->guarded && c->head)
+		return hang_up(c, "sent a second message unasked");
+	json_error_t jerr;
+	json_t *j = json_loadb(msg, len, 0, &jerr);
+	inbox *b = j && json_is_object(j) ? malloc(sizeof(*b)) : NULL;
+	if (!b) {
+		json_decref(j);
+		if (c->guarded)
+			return hang_up(c, "sent a malformed message");
+		RS_WARN("control: dropped a malformed message from the coordinator");
+		return 0;
+	}
+	if (c->guarded && c->check && rs_proto_kind(j) == RS_MSG_WELCOME && answer_proven(c->check, j)) {
+		c->guarded = 0; /* the coordinator: what it sends next may be as large as a plan */
+		c->io.rx_max = CONTROL_MAX_MESSAGE;
+	}
+	*b = (inbox){j, NULL};
+	if (c->tail)
+		c->tail->next = b;
+	else
+		c->head = b;
+	c->tail = b;
+	return 0;
+}
 
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
 {
@@ -57,25 +121,14 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 		break;
 	case LWS_CALLBACK_CLIENT_RECEIVE:
 		switch (rs_wsmsg_rx(&c->io, in, len, lws_is_first_fragment(wsi), lws_is_final_fragment(wsi), &msg, &mlen)) {
-		case 1: {
-			json_error_t jerr;
-			json_t *j = json_loadb(msg, mlen, 0, &jerr);
-			inbox *b = j && json_is_object(j) ? malloc(sizeof(*b)) : NULL;
-			if (!b) {
-				RS_WARN("control: dropped a malformed message from the coordinator");
-				json_decref(j);
-				break;
-			}
-			*b = (inbox){j, NULL};
-			if (c->tail)
-				c->tail->next = b;
-			else
-				c->head = b;
-			c->tail = b;
-			break;
-		}
+		case 1:
+			return on_message(c, msg, mlen);
 		case -1:
 			RS_WARN("control: dropped an oversized message from the coordinator");
+			break;
+		default:
+			if (c->guarded && c->io.rx_overflow) /* not a byte more of it */
+				return hang_up(c, "sent a message over 4096 bytes");
 			break;
 		}
 		break;
@@ -94,7 +147,8 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 		}
 		break;
 	case LWS_CALLBACK_CLIENT_CLOSED:
-		snprintf(c->why, sizeof(c->why), "the coordinator closed the connection");
+		if (!c->closed)
+			snprintf(c->why, sizeof(c->why), "the coordinator closed the connection");
 		c->closed = 1;
 		c->wsi = NULL;
 		break;
@@ -185,8 +239,12 @@ static const char *incarnation(void)
 	return incarnation_text;
 }
 
-/* A client connection to url with subprotocol `protocol` on `path`; *out once the connection attempt is under way. */
-static rs_status open_client(const char *url, const char *protocol, const char *path, const char *bearer,
+/*
+ * A client connection to url with subprotocol `protocol` on `path`; *out
+ * once the connection attempt is under way. guarded: a control connection,
+ * held to the handshake's rules until the coordinator proves itself.
+ */
+static rs_status open_client(const char *url, const char *protocol, const char *path, const char *bearer, int guarded,
 			     rs_control **out, rs_err *err)
 {
 	char host[256];
@@ -199,7 +257,8 @@ static rs_status open_client(const char *url, const char *protocol, const char *
 		return RS_ENOMEM;
 	if (bearer && *bearer)
 		snprintf(c->bearer, sizeof(c->bearer), "Bearer %s", bearer);
-	rs_wsmsg_init(&c->io, CONTROL_MAX_MESSAGE, CONTROL_MAX_QUEUED);
+	rs_wsmsg_init(&c->io, guarded ? HANDSHAKE_MAX_MESSAGE : CONTROL_MAX_MESSAGE, CONTROL_MAX_QUEUED);
+	c->guarded = guarded;
 	lws_set_log_level(LLL_ERR, NULL);
 	struct lws_context_creation_info info;
 	memset(&info, 0, sizeof(info));
@@ -243,7 +302,7 @@ static rs_status handshake(rs_control *c, const char *url, const char *token, co
 {
 	json_t *challenge = NULL, *join = NULL, *reply = NULL;
 	const char *snonce, *epoch;
-	char nonce[RS_AUTH_NONCE_HEX + 1], proof[RS_AUTH_PROOF_HEX + 1], want[RS_AUTH_PROOF_HEX + 1];
+	char nonce[RS_AUTH_NONCE_HEX + 1], proof[RS_AUTH_PROOF_HEX + 1];
 	rs_msg_join jm = {.worker = worker, .addr = addr, .pid = getpid(), .incarnation = incarnation(), .nonce = nonce,
 			  .proof = proof};
 	rs_msg_reply r;
@@ -256,16 +315,19 @@ static rs_status handshake(rs_control *c, const char *url, const char *token, co
 	if (rs_auth_nonce(nonce) != RS_OK || rs_proto_join_proof(token, snonce, epoch, &jm, proof) != RS_OK)
 		RSFAILGOTO(st, rs_err_set(err, RS_ESYS, "control: cannot draw a nonce or make a proof"), out);
 	RSALLOCGOTO(join = rs_proto_make_join(&jm), st, out);
-	RSCHECKGOTO(rs_control_send(c, join), st, unreachable);
+	answer_check check = {token, snonce, epoch, &jm};
+	c->check = &check; /* the answer is checked as it arrives: a proven welcome lifts the guard before more comes */
+	st = rs_control_send(c, join);
 	int64_t left = deadline - rs_now_ms();
-	RSCHECKGOTO(rs_control_recv(c, left > 0 ? (int)left : 0, &reply), st, unreachable);
+	if (st == RS_OK)
+		st = rs_control_recv(c, left > 0 ? (int)left : 0, &reply);
+	c->check = NULL;
+	if (st != RS_OK)
+		goto unreachable;
 	if (rs_proto_reply(reply, &r, &perr) != RS_OK || (r.type != RS_MSG_WELCOME && r.type != RS_MSG_REFUSED))
 		RSFAILGOTO(st, rs_err_set(err, RS_EPEER, "control: %s answered the join with %s", url,
-					  perr.msg[0] ? perr.msg : rs_proto_type(reply)), out);
-	int proven = r.proof &&
-		     rs_proto_answer_proof(token, snonce, epoch, &jm, r.type == RS_MSG_WELCOME ? "welcome" : r.reason,
-					   want) == RS_OK &&
-		     rs_auth_equal(want, r.proof);
+					  perr.msg[0] ? perr.msg : rs_proto_type_name(r.type)), out);
+	int proven = answer_proven(&check, reply);
 	if (r.type == RS_MSG_WELCOME && proven) {
 		atomic_store(&proven_once, 1);
 		goto out;
@@ -291,7 +353,7 @@ rs_status rs_control_connect(const char *url, const char *token, const char *wor
 {
 	rs_control *c;
 	*out = NULL;
-	RSCHECK(open_client(url, "rowshift-control", "/", NULL, &c, err));
+	RSCHECK(open_client(url, "rowshift-control", "/", NULL, 1, &c, err));
 	rs_status st = handshake(c, url, token, worker, addr, timeout_ms, err);
 	if (st != RS_OK) {
 		rs_control_close(c);
@@ -305,7 +367,7 @@ rs_status rs_control_open_status(const char *url, const char *token, int timeout
 {
 	rs_control *c;
 	*out = NULL;
-	RSCHECK(open_client(url, "rowshift-status", "/status", token, &c, err));
+	RSCHECK(open_client(url, "rowshift-status", "/status", token, 0, &c, err));
 	for (int64_t deadline = rs_now_ms() + timeout_ms; !c->connected;) {
 		if (c->closed || rs_now_ms() >= deadline) {
 			rs_status st = c->closed ? RS_EPEER : RS_ETIMEDOUT;

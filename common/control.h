@@ -24,7 +24,11 @@ typedef struct rs_control rs_control;
  * coordinator that proved itself, or before any coordinator ever did in
  * this process. RS_EPEER when the peer did not prove it holds the token
  * (an impostor: try again later), RS_ETIMEDOUT / RS_EPEER when nobody
- * answers.
+ * answers. Until the coordinator's proven welcome, the peer may send one
+ * message of at most 4 KiB at a time (the challenge, then the answer): a
+ * larger, malformed or unasked-for message hangs up (RS_EPEER), so an
+ * impostor on the coordinator's address costs a few KiB. After it, messages
+ * up to 64 MiB (a plan).
  */
 rs_status rs_control_connect(const char *url, const char *token, const char *worker, const char *addr,
 			     int timeout_ms, rs_control **out, rs_err *err);

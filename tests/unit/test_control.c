@@ -1,0 +1,124 @@
+/*
+ * test_control.c - tests common/control.c, the workers' (and rowshiftctl's)
+ * client of the coordinator, against an impostor on the coordinator's
+ * address (tests/unit/ws_raw.h): until the coordinator proves itself, a
+ * peer may send one message of at most 4 KiB at a time, so whatever it
+ * sends costs the client a few KiB and ends the attempt as RS_EPEER (try
+ * again later), never as a refusal. The real coordinator's side, a large
+ * message right after a proven welcome, is in test_server.c.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "common/control.h"
+#include "tests/unit/ws_raw.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* What the impostor does once the client's upgrade is answered. */
+typedef enum { BIG, FLOOD } act;
+
+static struct {
+	int lfd, port;
+	act what;
+	char *body;    /* what it sends (made before the client's memory is measured) */
+	size_t bytes;
+	int sent;      /* messages the impostor got out before the client hung up (or all) */
+} I;
+
+/* What costs a JSON parser most per byte: a long array of empty objects, n bytes at most. */
+static void make_body(size_t n)
+{
+	I.body = malloc(n);
+	assert_non_null(I.body);
+	I.body[0] = '[';
+	for (size_t i = 1; i + 3 < n; i += 3)
+		memcpy(I.body + i, "{},", 3);
+	I.bytes = 1 + (n - 2) / 3 * 3;
+	I.body[I.bytes - 1] = ']';
+}
+
+static void *impostor(void *arg)
+{
+	(void)arg;
+	int fd = wsr_accept_upgrade(I.lfd, "rowshift-control");
+	if (fd < 0)
+		return NULL;
+	static const char challenge[] = "{\"type\":\"challenge\",\"nonce\":\"0123456789abcdef0123456789abcdef\","
+					"\"epoch\":\"0123456789abcdef0123456789abcdef\"}";
+	int count = I.what == BIG ? 1 : 20000;
+	if (I.what == FLOOD && wsr_send(fd, challenge, sizeof(challenge) - 1, 0) != 0)
+		count = 0;
+	for (I.sent = 0; I.sent < count && wsr_send(fd, I.body, I.bytes, 0) == 0; I.sent++)
+		;
+	wsr_closed(fd);
+	close(fd);
+	return NULL;
+}
+
+/* Join the impostor doing what; the client's RSS growth (KiB) in *grew. */
+static rs_status join_impostor(act what, long *grew, rs_err *err)
+{
+	pthread_t t;
+	rs_control *c = NULL;
+	char url[64];
+	I.lfd = wsr_listen(&I.port);
+	assert_true(I.lfd >= 0);
+	I.what = what;
+	make_body(what == BIG ? (size_t)8 << 20 : 4000);
+	snprintf(url, sizeof(url), "ws://127.0.0.1:%d", I.port);
+	assert_int_equal(pthread_create(&t, NULL, impostor, NULL), 0);
+	long before = wsr_rss_kib();
+	rs_status st = rs_control_connect(url, "the-token", "w", "127.0.0.1:1", 5000, &c, err);
+	*grew = wsr_rss_kib() - before;
+	rs_control_close(c);
+	pthread_join(t, NULL);
+	close(I.lfd);
+	free(I.body);
+	print_message("impostor %s: %s; it got %d message(s) of %zu bytes out; RSS grew %ld KiB\n",
+		      what == BIG ? "big" : "flood", err->msg, I.sent, I.bytes, *grew);
+	return st;
+}
+
+/* One 8 MiB message before any proof: hung up on at 4 KiB, nothing parsed. */
+static void test_big_message_hangs_up(void **state)
+{
+	(void)state;
+	rs_err err = {0};
+	long grew;
+	assert_int_equal(join_impostor(BIG, &grew, &err), RS_EPEER);
+	assert_non_null(strstr(err.msg, "over 4096 bytes"));
+	assert_true(grew < 16 << 10); /* parsed, it takes hundreds of MiB */
+}
+
+/*
+ * A challenge, then message after message, unasked: the client hangs up at
+ * the second before it reads the challenge, or takes the second for the
+ * answer to its join, which proves nothing; either way the attempt ends
+ * and nothing piles up.
+ */
+static void test_flood_hangs_up(void **state)
+{
+	(void)state;
+	rs_err err = {0};
+	long grew;
+	assert_int_equal(join_impostor(FLOOD, &grew, &err), RS_EPEER);
+	assert_true(I.sent < 20000); /* the client was gone before the impostor was done */
+	assert_true(grew < 16 << 10);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_big_message_hangs_up),
+		cmocka_unit_test(test_flood_hangs_up),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
