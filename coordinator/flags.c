@@ -39,6 +39,7 @@ int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
 		RS_PARAM("--max-attempts", "ROWSHIFT_MAX_ATTEMPTS", RS_PARAM_INT, "3", "N", "reshard attempts aborted in a row before the job fails", &c->max_attempts),
 		RS_PARAM("--grace-ms", "ROWSHIFT_COORDINATOR_GRACE_MS", RS_PARAM_INT, "60000", "MS", "how long workers wait for a lost coordinator to come back (local mode)", &c->grace_ms),
 		RS_PARAM("--status-token-file", "ROWSHIFT_STATUS_TOKEN_FILE", RS_PARAM_STR, NULL, "FILE", "require the bearer token in FILE of status stream and /metrics clients (or the token itself in ROWSHIFT_STATUS_TOKEN; never on the command line; default: none)", &c->status_token_file),
+		RS_PARAM("--allowed-hosts", "ROWSHIFT_ALLOWED_HOSTS", RS_PARAM_STR, NULL, "NAME,...", "host names a browser may reach the dashboard, the status stream and /metrics by, besides IP addresses, localhost and the --listen host (a Service's DNS name, an ingress); a page under any other name is refused (DNS rebinding)", &c->allowed_hosts),
 		RS_PARAM("--admin-file", "ROWSHIFT_ADMIN_FILE", RS_PARAM_STR, NULL, "FILE", "where rowshiftctl finds this job (URL and token, mode 0600; default: job-PORT.json in $XDG_RUNTIME_DIR/rowshift or /tmp/rowshift-UID, this user's only)", &c->admin_file),
 		RS_PARAM("--load", "ROWSHIFT_LOAD", RS_PARAM_STR, NULL, "DIR", "start from this checkpoint (any world size; training goes on from its step)", &c->load),
 		RS_PARAM("--save", "ROWSHIFT_SAVE", RS_PARAM_STR, NULL, "DIR", "write a checkpoint (safetensors) here at the end", &c->save),

@@ -12,7 +12,7 @@
 typedef struct rs_coord_flags {
 	bool local, kubernetes, help;
 	const char *config, *listen, *log_json, *worker_bin, *save, *schedule, *admin_file, *state_path, *load;
-	const char *status_token_file;
+	const char *status_token_file, *allowed_hosts;
 	/* Kubernetes mode */
 	const char *kubeconfig, *context, *api_server, *kube_token_file, *kube_ca, *ns, *statefulset, *selector;
 	const char *state_cm;

@@ -193,7 +193,7 @@ static rs_status start(coord *c, rs_err *err)
 		RSCHECK(rs_job_create(&c->o, &c->src, (int32_t)c->workers, &c->job, err));
 	c->lm.job = c->km.job = c->job;
 	rs_server_handler h = rs_job_server_handler(c->job);
-	RSCHECK(rs_server_create(c->listen, c->token, &h, &c->srv, err));
+	RSCHECK(rs_server_create(c->listen, c->token, c->f.allowed_hosts, &h, &c->srv, err));
 	RSCHECK(status_token(c, err));
 	if (c->status_token && rs_server_set_status_token(c->srv, c->status_token) != RS_OK)
 		return rs_err_set(err, RS_EINVAL, "the status token is longer than 1024 bytes");

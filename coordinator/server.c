@@ -1,110 +1,177 @@
 /*
  * server.c - see server.h.
  */
-#include "coordinator/server.h"
+#include "coordinator/server_internal.h"
 #include "common/auth.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/wsmsg.h"
 
+#include <arpa/inet.h>
 #include <libwebsockets.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 
 #define CONTROL_MAX_MESSAGE (16u << 20)
 #define CONTROL_MAX_QUEUED 1024
 #define JOIN_MAX_MESSAGE 4096u       /* until a connection has joined, no message may be larger */
-#define JOIN_DEADLINE_S 10           /* a connection that has not joined by then is closed */
-#define MAX_UNJOINED 64              /* control connections that have not joined yet, at most */
+/*
+ * A connection that has not joined by then is closed. An honest join is one
+ * round trip after the challenge, and a worker gives each attempt 2 s
+ * itself, counted from before it connects (worker/link.c), then tries again.
+ */
+#define JOIN_DEADLINE_S 2
+#define REQUEST_DEADLINE_S 5         /* an HTTP request or a WebSocket upgrade must arrive whole in time */
+#define MAX_UNJOINED 64              /* control connections that have not joined yet, at most: the oldest goes */
+#define MAX_UNJOINED_PER_PEER 8      /* the same, from one remote address (loopback excepted) */
 #define FD_RESERVE 64                /* descriptors kept back from the server for files, pipes, the API */
+#define REFUSAL_BURST 10             /* refusals logged at once before the limit of one a second */
 
 struct rs_conn {
 	rs_server *srv;
 	struct lws *wsi;
 	rs_wsmsg io;
 	int joined;
-	int closing;          /* close once the queue is written */
+	int closing;          /* close once the queue is written; nothing more is read */
+	int waiting;          /* in the server's list of connections that have not joined */
 	char worker[64];
 	char nonce[RS_AUTH_NONCE_HEX + 1]; /* this connection's challenge */
+	char peer[RS__PEER_LEN];
+	struct rs_conn *older, *newer; /* that list, oldest first */
 };
-
-/* A status message, serialized once and shared by the clients' queues. */
-typedef struct shared_msg {
-	int refs;
-	size_t len;
-	unsigned char buf[]; /* LWS_PRE bytes of headroom, then the text */
-} shared_msg;
-
-/* One status client (lws's per-session data of the status protocol). */
-typedef struct status_client {
-	rs_server *srv;
-	struct lws *wsi;
-	shared_msg *q[RS_STATUS_MAX_QUEUED];
-	size_t head, n, bytes;
-	int needs_snapshot;       /* its queue was dropped (or it just came): a snapshot goes next */
-	size_t rx;                /* bytes of the message it is sending us (ignored) */
-	struct status_client *prev, *next;
-} status_client;
-
-struct rs_server {
-	struct lws_context *ctx;
-	rs_server_handler h;
-	char token[1025];
-	char status_token[1025];
-	char status_protocol[1500]; /* "bearer.BASE64URL(status token)": how a browser presents it */
-	int port;
-	int64_t next_id;
-	char epoch[RS_AUTH_NONCE_HEX + 1]; /* this coordinator process's: every handshake is bound to it */
-	int unjoined;             /* control connections in their handshake */
-	double refusal_at;        /* when a refusal was last logged */
-	int refusals_unlogged;    /* refusals since then */
-	status_client *clients;   /* every status client, for broadcasting */
-	int nclients;
-};
-
-static void reply(rs_conn *c, rs_msg_type type, const char *reason)
-{
-	json_t *j = rs_proto_make_reason(type, reason);
-	if (j && rs_wsmsg_push(&c->io, j) == RS_OK)
-		lws_callback_on_writable(c->wsi);
-	json_decref(j);
-}
-
-/*
- * Log a refusal: what unauthenticated peers cause is logged at most once a
- * second (with a count of the others), so a flood of them cannot flood the
- * log.
- */
-static void refusal(rs_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void refusal(rs_server *s, const char *fmt, ...)
-{
-	char what[512];
-	double now = rs_now();
-	if (now - s->refusal_at < 1.0) {
-		s->refusals_unlogged++;
-		return;
-	}
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(what, sizeof(what), fmt, ap);
-	va_end(ap);
-	if (s->refusals_unlogged)
-		RS_WARN("control: refused %s (and %d more in the last %.0f s)", what, s->refusals_unlogged, now - s->refusal_at);
-	else
-		RS_WARN("control: refused %s", what);
-	s->refusal_at = now;
-	s->refusals_unlogged = 0;
-}
 
 static void push(rs_conn *c, json_t *j)
 {
 	if (j && rs_wsmsg_push(&c->io, j) == RS_OK)
 		lws_callback_on_writable(c->wsi);
 	json_decref(j);
+}
+
+static void reply(rs_conn *c, rs_msg_type type, const char *reason) { push(c, rs_proto_make_reason(type, reason)); }
+
+/*
+ * Log what an unauthenticated peer caused: up to REFUSAL_BURST lines at
+ * once, then one a second, the rest counted (and the count logged with the
+ * next line, or by rs_server_service once a line may be logged again), so
+ * a flood of them cannot flood the log.
+ */
+void rs__server_refusal(rs_server *s, const char *fmt, ...)
+{
+	char what[512];
+	double now = rs_now();
+	s->refusal_tokens += now - s->refusal_at;
+	if (s->refusal_tokens > REFUSAL_BURST)
+		s->refusal_tokens = REFUSAL_BURST;
+	s->refusal_at = now;
+	if (s->refusal_tokens < 1) {
+		s->refusals_unlogged++;
+		return;
+	}
+	s->refusal_tokens -= 1;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	if (s->refusals_unlogged)
+		RS_WARN("%s (and %d more refusals in the last %.0f s)", what, s->refusals_unlogged, now - s->logged_at);
+	else
+		RS_WARN("%s", what);
+	s->logged_at = now;
+	s->refusals_unlogged = 0;
+}
+
+/* The refusals counted but not logged, once a line may be logged again. */
+static void refusals_flush(rs_server *s)
+{
+	double now = rs_now();
+	int n = s->refusals_unlogged;
+	if (!n || s->refusal_tokens + (now - s->refusal_at) < 1)
+		return;
+	s->refusals_unlogged = 0;
+	rs__server_refusal(s, "%d more refusals in the last %.0f s, not logged one by one", n, now - s->logged_at);
+}
+
+void rs__server_peer(struct lws *wsi, char out[RS__PEER_LEN])
+{
+	char buf[RS__PEER_LEN];
+	const char *p = lws_get_peer_simple(wsi, buf, sizeof(buf));
+	if (p && !strncmp(p, "::ffff:", 7) && strchr(p, '.'))
+		p += 7;
+	snprintf(out, RS__PEER_LEN, "%s", p ? p : "");
+}
+
+int rs__server_loopback(const char *peer) { return !strncmp(peer, "127.", 4) || !strcmp(peer, "::1"); }
+
+/* ---- the control channel ------------------------------------------------------------- */
+
+static void waiting_add(rs_server *s, rs_conn *c)
+{
+	c->older = s->newest;
+	c->newer = NULL;
+	if (s->newest)
+		s->newest->newer = c;
+	else
+		s->oldest = c;
+	s->newest = c;
+	c->waiting = 1;
+	s->unjoined++;
+}
+
+static void waiting_remove(rs_server *s, rs_conn *c)
+{
+	if (!c->waiting)
+		return;
+	if (c->older)
+		c->older->newer = c->newer;
+	else
+		s->oldest = c->newer;
+	if (c->newer)
+		c->newer->older = c->older;
+	else
+		s->newest = c->older;
+	c->older = c->newer = NULL;
+	c->waiting = 0;
+	s->unjoined--;
+}
+
+/* Close c, which has not joined, to make room for a newer connection. */
+static void evict(rs_server *s, rs_conn *c, const char *why)
+{
+	rs__server_refusal(s, "control: closed the oldest of %s that had not joined yet, for a newer one", why);
+	waiting_remove(s, c);
+	c->closing = 1;
+	lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+}
+
+/*
+ * c has just connected: within the limits on connections that have not
+ * joined, the oldest goes (rather than c), so that idle connections,
+ * however many, delay an honest joiner by one round trip at most instead of
+ * locking it out.
+ */
+static void make_room(rs_server *s, rs_conn *c)
+{
+	char why[128];
+	if (!rs__server_loopback(c->peer)) {
+		rs_conn *first = NULL;
+		int same = 0;
+		for (rs_conn *o = s->oldest; o; o = o->newer)
+			if (!strcmp(o->peer, c->peer) && same++ == 0)
+				first = o;
+		if (same > MAX_UNJOINED_PER_PEER) {
+			snprintf(why, sizeof(why), "%d connections from %s", same, c->peer);
+			evict(s, first, why);
+		}
+	}
+	if (s->unjoined > MAX_UNJOINED) {
+		snprintf(why, sizeof(why), "%d connections", s->unjoined);
+		evict(s, s->oldest, why);
+	}
 }
 
 /* The coordinator's half of the join handshake (common/proto.h): prove ourselves, check the joiner's proof. */
@@ -120,24 +187,28 @@ static void on_join(rs_conn *c, json_t *msg)
 		why = err.msg;
 	else if (rs_proto_join_proof(s->token, c->nonce, s->epoch, &j, want) != RS_OK || !rs_auth_equal(want, j.proof))
 		why = "bad join token";
+	else if (rs_proto_answer_proof(s->token, c->nonce, s->epoch, &j, "welcome", answer) != RS_OK)
+		why = "the coordinator cannot make its proof";
 	if (why) {
 		/* the name is the joiner's word, not yet trusted: the parser kept it to letters, digits, '.', '_', '-' */
 		if (parsed)
-			refusal(s, "worker '%s': %s", j.worker, why);
+			rs__server_refusal(s, "control: refused worker '%s' from %s: %s", j.worker, c->peer, why);
 		else
-			refusal(s, "a connection: %s", why);
-		int provable = parsed && rs_proto_answer_proof(s->token, c->nonce, s->epoch, &j, why, answer) == RS_OK;
-		push(c, rs_proto_make_refused(why, provable ? answer : NULL));
+			rs__server_refusal(s, "control: refused a connection from %s: %s", c->peer, why);
+		/*
+		 * Unsigned: only a joiner that proved it holds the token may get an
+		 * answer signed with it (a signature over a refusal would be an
+		 * oracle for anyone else), and every refusal here is of one that
+		 * did not, but the last (whose proof could not be made at all).
+		 * A worker that a coordinator once welcomed takes an unsigned
+		 * refusal for an impostor's and tries again (common/control.h).
+		 */
+		push(c, rs_proto_make_refused(why, NULL));
 		c->closing = 1;
 		return;
 	}
-	if (rs_proto_answer_proof(s->token, c->nonce, s->epoch, &j, "welcome", answer) != RS_OK) {
-		push(c, rs_proto_make_refused("the coordinator cannot make its proof", NULL));
-		c->closing = 1;
-		return;
-	}
+	waiting_remove(s, c);
 	c->joined = 1;
-	s->unjoined--;
 	c->io.rx_max = CONTROL_MAX_MESSAGE;
 	lws_set_timeout(c->wsi, NO_PENDING_TIMEOUT, 0);
 	snprintf(c->worker, sizeof(c->worker), "%s", j.worker);
@@ -146,6 +217,10 @@ static void on_join(rs_conn *c, json_t *msg)
 		s->h.on_join(s->h.ctx, c, &j);
 }
 
+/*
+ * A whole message. Before the join, the first message is the only one: it
+ * joins, or the connection is refused and closed; nothing more is read.
+ */
 static void on_text(rs_conn *c, const char *text, size_t len)
 {
 	rs_server *s = c->srv;
@@ -154,46 +229,105 @@ static void on_text(rs_conn *c, const char *text, size_t len)
 	json_t *msg;
 
 	if (rs_proto_parse(text, len, &msg, &type, &err) != RS_OK) {
-		RS_WARN("control: from %s: %s", c->joined ? c->worker : "a new connection", err.msg);
-		reply(c, RS_MSG_ERROR, err.msg);
+		if (c->joined) {
+			RS_WARN("control: from %s: %s", c->worker, err.msg);
+			reply(c, RS_MSG_ERROR, err.msg);
+		} else {
+			rs__server_refusal(s, "control: refused a connection from %s: %s", c->peer, err.msg);
+			push(c, rs_proto_make_refused(err.msg, NULL));
+			c->closing = 1;
+		}
 		return;
 	}
-	if (!c->joined) {
-		if (!c->closing)
-			on_join(c, msg);
-		json_decref(msg);
-		return;
-	}
-	if (s->h.on_message)
+	if (!c->joined)
+		on_join(c, msg);
+	else if (s->h.on_message)
 		s->h.on_message(s->h.ctx, c, msg);
 	json_decref(msg);
 }
 
+/* Whether name (no port) is one this server answers to (see host_allowed). */
+static int host_name_allowed(const rs_server *s, const char *name)
+{
+	unsigned char addr[4];
+	size_t n = strlen(name);
+	if (n && name[n - 1] == '.')
+		n--; /* "localhost." is "localhost" */
+	if (!n)
+		return 0;
+	if (inet_pton(AF_INET, name, addr) == 1 || (n == 9 && !strncasecmp(name, "localhost", 9)))
+		return 1;
+	for (const char *h = s->hosts; *h;) {
+		size_t k = strcspn(h, ",");
+		if (k == n && !strncasecmp(h, name, n))
+			return 1;
+		h += k + (h[k] == ',');
+	}
+	return 0;
+}
+
+/*
+ * Whether a Host header ("name", "name:port", "v4:port", "[v6]:port") names
+ * this server as a browser may reach it. An IP address is always one (a
+ * page whose origin is an address was served from that address: DNS
+ * rebinding needs a name); a name must be localhost or one allowed.
+ */
+static int host_allowed(const rs_server *s, const char *host)
+{
+	char name[256];
+	unsigned char addr[16];
+	if (host[0] == '[') {
+		const char *end = strchr(host, ']');
+		if (!end || (size_t)(end - host) >= sizeof(name) || (end[1] && end[1] != ':'))
+			return 0;
+		snprintf(name, sizeof(name), "%.*s", (int)(end - host - 1), host + 1);
+		return inet_pton(AF_INET6, name, addr) == 1;
+	}
+	const char *colon = strchr(host, ':');
+	if (colon && strchr(colon + 1, ':'))
+		return 0; /* an IPv6 address must be in brackets */
+	size_t n = colon ? (size_t)(colon - host) : strlen(host);
+	if (n >= sizeof(name))
+		return 0;
+	snprintf(name, sizeof(name), "%.*s", (int)n, host);
+	return host_name_allowed(s, name);
+}
+
+/* The Host of a request, or "" when it has none (not a browser's); -1 when it does not fit. */
+static int request_host(struct lws *wsi, char *host, int len)
+{
+	host[0] = 0;
+	if (lws_hdr_total_length(wsi, WSI_TOKEN_HOST) <= 0)
+		return 0;
+	return lws_hdr_copy(wsi, host, len, WSI_TOKEN_HOST) > 0 ? 0 : -1;
+}
+
 /*
  * A WebSocket upgrade from a web page carries an Origin: only the
- * coordinator's own pages (the dashboard: Origin http://HOST where HOST is
- * the Host the request was sent to) may upgrade; our clients send none.
- * So a page elsewhere cannot reach the control channel or the status
- * stream through a browser, a port-forward or not.
+ * coordinator's own pages (the dashboard: Origin http://HOST, where HOST is
+ * the Host the request was sent to) may upgrade, and only under a Host this
+ * server answers to (host_allowed): a page of another site that a DNS
+ * rebinding pointed at this address keeps its own name in Host and Origin,
+ * and is refused. Our own clients send no Origin.
  */
-static int origin_allowed(struct lws *wsi)
+int rs__server_origin_allowed(rs_server *s, struct lws *wsi)
 {
 	char origin[300], host[256], own[300];
-	if (lws_hdr_copy(wsi, origin, sizeof(origin), WSI_TOKEN_ORIGIN) <= 0)
+	if (lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN) <= 0)
 		return 1;
-	if (lws_hdr_copy(wsi, host, sizeof(host), WSI_TOKEN_HOST) > 0) {
+	int ok = lws_hdr_copy(wsi, origin, sizeof(origin), WSI_TOKEN_ORIGIN) > 0 &&
+		 request_host(wsi, host, sizeof(host)) == 0 && host[0] && host_allowed(s, host);
+	if (ok) {
 		snprintf(own, sizeof(own), "http://%s", host);
-		if (!strcmp(origin, own))
-			return 1;
+		ok = !strcmp(origin, own);
 		snprintf(own, sizeof(own), "https://%s", host);
-		if (!strcmp(origin, own))
-			return 1;
+		ok = ok || !strcmp(origin, own);
 	}
-	for (char *p = origin; *p; p++)
-		if ((unsigned char)*p < 0x20 || *p == 0x7f)
-			*p = '?'; /* a header is the client's word: no escapes into the log */
-	refusal(lws_context_user(lws_get_context(wsi)), "a WebSocket upgrade from another origin (%s)", origin);
-	return 0;
+	if (!ok)
+		rs__server_refusal(s, "refused a WebSocket upgrade from a page of another site (Origin %.80s, Host %.80s)",
+			lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN) < (int)sizeof(origin) ? origin : "(too long)",
+			host[0] ? host : "(none)");
+	return ok;
 }
 
 static int callback_control(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
@@ -205,45 +339,39 @@ static int callback_control(struct lws *wsi, enum lws_callback_reasons reason, v
 
 	switch (reason) {
 	case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
-		if (!origin_allowed(wsi))
-			return -1;
-		if (s->unjoined >= MAX_UNJOINED) {
-			refusal(s, "%d other connections have not joined yet", s->unjoined);
-			return -1;
-		}
-		break;
+		return rs__server_origin_allowed(s, wsi) ? 0 : -1;
 	case LWS_CALLBACK_ESTABLISHED:
 		memset(c, 0, sizeof(*c));
 		c->srv = s;
 		c->wsi = wsi;
+		rs__server_peer(wsi, c->peer);
 		/* until the join, a connection costs a few KiB and a few seconds at most */
 		rs_wsmsg_init(&c->io, JOIN_MAX_MESSAGE, CONTROL_MAX_QUEUED);
-		s->unjoined++;
+		waiting_add(s, c);
+		make_room(s, c);
 		lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, JOIN_DEADLINE_S);
 		if (rs_auth_nonce(c->nonce) != RS_OK)
 			return -1;
 		push(c, rs_proto_make_challenge(c->nonce, s->epoch));
 		break;
-	case LWS_CALLBACK_RECEIVE:
+	case LWS_CALLBACK_RECEIVE: {
 		if (c->closing)
 			break; /* refused: nothing more of it is read into memory */
-		switch (rs_wsmsg_rx(&c->io, in, len, lws_is_first_fragment(wsi), lws_is_final_fragment(wsi), &msg, &mlen)) {
-		case 1:
-			on_text(c, msg, mlen);
-			break;
-		case -1:
-			RS_WARN("control: from %s: message over %u bytes dropped", c->joined ? c->worker : "a new connection",
-				c->joined ? CONTROL_MAX_MESSAGE : JOIN_MAX_MESSAGE);
-			reply(c, RS_MSG_ERROR, "message too large");
-			break;
-		}
-		if (!c->joined && c->io.rx_overflow && !c->closing) {
+		int got = rs_wsmsg_rx(&c->io, in, len, lws_is_first_fragment(wsi), lws_is_final_fragment(wsi), &msg, &mlen);
+		if (!c->joined && c->io.rx_overflow) {
 			/* an unjoined peer sending more than a join can hold: refused and closed */
-			refusal(s, "a connection that sent over %u bytes before joining", JOIN_MAX_MESSAGE);
+			rs__server_refusal(s, "control: refused a connection from %s that sent over %u bytes before joining", c->peer,
+				JOIN_MAX_MESSAGE);
 			push(c, rs_proto_make_refused("message too large: the join must come first and fit in 4096 bytes", NULL));
 			c->closing = 1;
+		} else if (got == 1) {
+			on_text(c, msg, mlen);
+		} else if (got == -1) {
+			RS_WARN("control: from %s: message over %u bytes dropped", c->worker, CONTROL_MAX_MESSAGE);
+			reply(c, RS_MSG_ERROR, "message too large");
 		}
 		break;
+	}
 	case LWS_CALLBACK_SERVER_WRITEABLE:
 		if (rs_wsmsg_write(&c->io, wsi) < 0)
 			return -1;
@@ -255,8 +383,8 @@ static int callback_control(struct lws *wsi, enum lws_callback_reasons reason, v
 	case LWS_CALLBACK_CLOSED:
 		if (c->joined && s->h.on_close)
 			s->h.on_close(s->h.ctx, c);
-		if (!c->joined && c->srv)
-			s->unjoined--;
+		if (c->srv)
+			waiting_remove(s, c);
 		rs_wsmsg_free(&c->io);
 		c->joined = 0;
 		c->srv = NULL;
@@ -265,205 +393,6 @@ static int callback_control(struct lws *wsi, enum lws_callback_reasons reason, v
 		break;
 	}
 	return 0;
-}
-
-/* ---- the status stream --------------------------------------------------------------- */
-
-static shared_msg *shared_new(const json_t *j)
-{
-	char *text = json_dumps(j, JSON_COMPACT);
-	size_t len = text ? strlen(text) : 0;
-	shared_msg *m = text ? malloc(sizeof(*m) + LWS_PRE + len) : NULL;
-	if (m) {
-		m->refs = 1;
-		m->len = len;
-		memcpy(m->buf + LWS_PRE, text, len);
-	}
-	free(text);
-	return m;
-}
-
-static void shared_unref(shared_msg *m)
-{
-	if (m && --m->refs == 0)
-		free(m);
-}
-
-static void client_drop_queue(status_client *c)
-{
-	for (; c->n; c->n--, c->head = (c->head + 1) % RS_STATUS_MAX_QUEUED)
-		shared_unref(c->q[c->head]);
-	c->bytes = 0;
-}
-
-/* Queue m to c, or when c is too far behind, drop its queue for a snapshot later. */
-static void client_push(status_client *c, shared_msg *m)
-{
-	if (c->needs_snapshot)
-		return; /* the snapshot will include this */
-	if (c->n == RS_STATUS_MAX_QUEUED || c->bytes + m->len > RS_STATUS_MAX_BYTES) {
-		client_drop_queue(c);
-		c->needs_snapshot = 1;
-	} else {
-		m->refs++;
-		c->q[(c->head + c->n++) % RS_STATUS_MAX_QUEUED] = m;
-		c->bytes += m->len;
-	}
-	lws_callback_on_writable(c->wsi);
-}
-
-static int client_write(status_client *c)
-{
-	shared_msg *m;
-	if (c->needs_snapshot) {
-		json_t *snap = c->srv->h.status_snapshot ? c->srv->h.status_snapshot(c->srv->h.ctx) : NULL;
-		c->needs_snapshot = 0;
-		if (!snap)
-			return 0;
-		m = shared_new(snap);
-		json_decref(snap);
-		if (!m)
-			return -1;
-	} else if (c->n) {
-		m = c->q[c->head];
-		c->head = (c->head + 1) % RS_STATUS_MAX_QUEUED;
-		c->n--;
-		c->bytes -= m->len;
-	} else {
-		return 0;
-	}
-	int rc = lws_write(c->wsi, m->buf + LWS_PRE, m->len, LWS_WRITE_TEXT);
-	shared_unref(m);
-	if (rc < 0)
-		return -1;
-	if (c->n || c->needs_snapshot)
-		lws_callback_on_writable(c->wsi);
-	return 0;
-}
-
-/* Whether the connecting client presented the status token (header or ?token=). */
-/*
- * Whether a request presents the status token: as "Authorization: Bearer
- * TOKEN" (rowshiftctl, curl, Prometheus) or, for a browser's WebSocket
- * (which cannot set headers), as a second subprotocol
- * "bearer.BASE64URL(TOKEN)" (the dashboard). Never in the URL, which ends
- * up in logs and histories.
- */
-static int status_authorized(rs_server *s, struct lws *wsi)
-{
-	char buf[1600];
-	if (!s->status_token[0])
-		return 1;
-	int n = lws_hdr_copy(wsi, buf, sizeof(buf), WSI_TOKEN_HTTP_AUTHORIZATION);
-	if (n > 7 && !strncmp(buf, "Bearer ", 7) && rs_auth_equal(buf + 7, s->status_token))
-		return 1;
-	if (lws_hdr_copy(wsi, buf, sizeof(buf), WSI_TOKEN_PROTOCOL) <= 0)
-		return 0;
-	for (char *save = NULL, *p = strtok_r(buf, ", ", &save); p; p = strtok_r(NULL, ", ", &save))
-		if (rs_auth_equal(p, s->status_protocol))
-			return 1;
-	return 0;
-}
-
-static int callback_status(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
-{
-	status_client *c = user;
-	rs_server *s = lws_context_user(lws_get_context(wsi));
-	(void)in;
-	switch (reason) {
-	case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
-		if (!origin_allowed(wsi))
-			return -1;
-		if (!status_authorized(s, wsi)) {
-			RS_WARN("status: refused a client without the status token");
-			return -1;
-		}
-		break;
-	case LWS_CALLBACK_ESTABLISHED:
-		memset(c, 0, sizeof(*c));
-		c->srv = s;
-		c->wsi = wsi;
-		c->needs_snapshot = 1;
-		c->next = s->clients;
-		if (s->clients)
-			s->clients->prev = c;
-		s->clients = c;
-		s->nclients++;
-		lws_callback_on_writable(wsi);
-		break;
-	case LWS_CALLBACK_RECEIVE:
-		/* read-only: what a client says is ignored, but it may not say much */
-		c->rx = lws_is_first_fragment(wsi) ? len : c->rx + len;
-		if (c->rx > RS_STATUS_MAX_INCOMING) {
-			RS_WARN("status: closing a client that sent a message over %d bytes", RS_STATUS_MAX_INCOMING);
-			return -1;
-		}
-		break;
-	case LWS_CALLBACK_SERVER_WRITEABLE:
-		return client_write(c);
-	case LWS_CALLBACK_CLOSED:
-		client_drop_queue(c);
-		if (c->prev)
-			c->prev->next = c->next;
-		else if (s->clients == c)
-			s->clients = c->next;
-		if (c->next)
-			c->next->prev = c->prev;
-		c->prev = c->next = NULL;
-		s->nclients--;
-		break;
-	default:
-		break;
-	}
-	return 0;
-}
-
-void rs_server_publish(rs_server *s, const json_t *event)
-{
-	if (!s || !s->clients)
-		return;
-	shared_msg *m = shared_new(event);
-	if (!m) {
-		/* out of memory: everyone starts over from a snapshot */
-		for (status_client *c = s->clients; c; c = c->next) {
-			client_drop_queue(c);
-			c->needs_snapshot = 1;
-			lws_callback_on_writable(c->wsi);
-		}
-		return;
-	}
-	for (status_client *c = s->clients; c; c = c->next)
-		client_push(c, m);
-	shared_unref(m);
-}
-
-int rs_server_status_clients(const rs_server *s) { return s->nclients; }
-
-size_t rs_server_status_queued(const rs_server *s)
-{
-	size_t total = 0;
-	for (const status_client *c = s->clients; c; c = c->next)
-		total += c->bytes;
-	return total;
-}
-
-rs_status rs_server_set_status_token(rs_server *s, const char *token)
-{
-	if (token && strlen(token) >= sizeof(s->status_token))
-		return RS_EINVAL;
-	snprintf(s->status_token, sizeof(s->status_token), "%s", token ? token : "");
-	/* base64url without padding: what the dashboard's btoa() gives after its substitutions */
-	static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-	const unsigned char *t = (const unsigned char *)s->status_token;
-	size_t n = strlen(s->status_token), o = (size_t)snprintf(s->status_protocol, sizeof(s->status_protocol), "bearer.");
-	for (size_t i = 0; i < n; i += 3) {
-		uint32_t v = (uint32_t)t[i] << 16 | (i + 1 < n ? (uint32_t)t[i + 1] << 8 : 0) | (i + 2 < n ? t[i + 2] : 0);
-		int chars = i + 2 < n ? 4 : i + 1 < n ? 3 : 2;
-		for (int k = 0; k < chars; k++)
-			s->status_protocol[o++] = b64[(v >> (18 - 6 * k)) & 63];
-	}
-	s->status_protocol[o] = 0;
-	return RS_OK;
 }
 
 /* ---- plain HTTP ---------------------------------------------------------------------------- */
@@ -490,10 +419,17 @@ static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void
 	if (reason != LWS_CALLBACK_HTTP)
 		return lws_callback_http_dummy(wsi, reason, user, in, len);
 	const char *path = in ? (const char *)in : "/";
+	char host[256];
 	if (!strcmp(path, "/healthz"))
 		return http_reply(wsi, 200, "text/plain", "ok\n", 3);
+	/* the page and /metrics, to a browser, only under a name of ours (see origin_allowed); the probes to anyone */
+	if (strcmp(path, "/readyz") != 0 && (request_host(wsi, host, sizeof(host)) != 0 || (host[0] && !host_allowed(s, host)))) {
+		rs__server_refusal(s, "refused an HTTP request under another host name (Host %.80s)", host[0] ? host : "(too long)");
+		static const char no[] = "this server does not answer to that host name (see --allowed-hosts)\n";
+		return http_reply(wsi, 403, "text/plain", no, sizeof(no) - 1);
+	}
 	/* what the job shows (metrics) is as private as the status stream; probes and the page itself are not */
-	if (!strcmp(path, "/metrics") && !status_authorized(s, wsi))
+	if (!strcmp(path, "/metrics") && !rs__status_authorized(s, wsi))
 		return http_reply(wsi, 401, "text/plain", "the status token is required\n", 29);
 	char *body = NULL;
 	size_t blen = 0;
@@ -513,7 +449,7 @@ static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void
 static struct lws_protocols protocols[] = {
 	{"http", callback_http, 0, 0, 0, NULL, 0},
 	{"rowshift-control", callback_control, sizeof(rs_conn), 65536, 0, NULL, 0},
-	{"rowshift-status", callback_status, sizeof(status_client), 4096, 0, NULL, 0},
+	{"rowshift-status", rs__status_callback, sizeof(status_client), 4096, 0, NULL, 0},
 	{NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
@@ -538,8 +474,25 @@ static unsigned int fd_budget(void)
 	return rl.rlim_cur > 2 * FD_RESERVE ? (unsigned int)(rl.rlim_cur - FD_RESERVE) : (unsigned int)rl.rlim_cur / 2;
 }
 
-rs_status rs_server_create(const char *listen, const char *token, const rs_server_handler *h, rs_server **out,
-			   rs_err *err)
+/* Add names ("name,name,...") to the host names browsers may use (see host_allowed). */
+static rs_status allow_hosts(rs_server *s, const char *names)
+{
+	for (const char *p = names ? names : ""; *p;) {
+		size_t n = strcspn(p, ","), used = strlen(s->hosts);
+		if (!n || n > 253 || strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") < n)
+			return RS_EINVAL;
+		if (used + n + 2 > sizeof(s->hosts))
+			return RS_ENOSPACE;
+		snprintf(s->hosts + used, sizeof(s->hosts) - used, "%s%.*s", used ? "," : "", (int)n, p);
+		p += n + (p[n] == ',');
+	}
+	return RS_OK;
+}
+
+int rs_server_port(const rs_server *s) { return s->port; }
+
+rs_status rs_server_create(const char *listen, const char *token, const char *hosts, const rs_server_handler *h,
+			   rs_server **out, rs_err *err)
 {
 	char host[256];
 	const char *colon = strrchr(listen, ':');
@@ -558,6 +511,19 @@ rs_status rs_server_create(const char *listen, const char *token, const rs_serve
 		return RS_ENOMEM;
 	s->h = *h;
 	snprintf(s->token, sizeof(s->token), "%s", token);
+	s->refusal_tokens = REFUSAL_BURST;
+	s->refusal_at = s->logged_at = rs_now();
+	unsigned char addr[16];
+	if (host[0] && inet_pton(AF_INET, host, addr) != 1 && inet_pton(AF_INET6, host, addr) != 1 &&
+	    allow_hosts(s, host) != RS_OK) {
+		free(s);
+		return rs_err_set(err, RS_EINVAL, "--listen: '%s' is not a host name or an address", host);
+	}
+	if (allow_hosts(s, hosts) != RS_OK) {
+		free(s);
+		return rs_err_set(err, RS_EINVAL, "--allowed-hosts: '%.200s' is not a list of host names (letters, digits, "
+				  "'.', '-', comma-separated, 2 KiB at most)", hosts);
+	}
 	if (rs_auth_nonce(s->epoch) != RS_OK) {
 		free(s);
 		return rs_err_set(err, RS_ESYS, "control server: cannot draw an epoch");
@@ -570,7 +536,7 @@ rs_status rs_server_create(const char *listen, const char *token, const rs_serve
 	info.protocols = protocols;
 	info.user = s;
 	info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
-	info.timeout_secs = JOIN_DEADLINE_S; /* an HTTP request or upgrade must complete in time too */
+	info.timeout_secs = REQUEST_DEADLINE_S;
 	info.fd_limit_per_thread = fd_budget();
 	s->ctx = lws_create_context(&info);
 	if (!s->ctx) {
@@ -588,15 +554,15 @@ void rs_server_destroy(rs_server *s)
 {
 	if (!s)
 		return;
-	lws_context_destroy(s->ctx);
+	lws_context_destroy(s->ctx); /* closes every connection: the clients' references go */
+	rs__status_free(s);
 	free(s);
 }
-
-int rs_server_port(const rs_server *s) { return s->port; }
 
 void rs_server_service(rs_server *s, int timeout_ms)
 {
 	rs_ws_service(s->ctx, timeout_ms);
+	refusals_flush(s);
 }
 
 rs_status rs_server_send(rs_conn *c, const json_t *msg)

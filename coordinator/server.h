@@ -6,21 +6,41 @@
  *   GET anything else             the owner's http_get hook (the dashboard, /metrics, /readyz)
  *
  * Single-threaded: rs_server_service() runs the event loop for a while and
- * calls the handler from inside it. A connection's first message must be a
- * join carrying the shared join token (compared in constant time); a wrong
- * token is answered {"type":"refused"} and the connection closed, and
- * nothing reaches the handler. Malformed or oversized messages are logged,
- * answered {"type":"error"} where possible, and never stop the server.
+ * calls the handler from inside it.
  *
- * The status stream: a client gets the owner's snapshot when it connects,
- * then every event rs_server_publish sends, serialized once and shared by
- * all clients. Each client's queue is bounded (RS_STATUS_MAX_QUEUED
- * messages, RS_STATUS_MAX_BYTES bytes): a client that falls behind loses
- * its queue and gets a fresh snapshot when it can take one, so a slow or
- * stalled client costs bounded memory and never slows the loop. Anything a
- * status client sends is ignored (over RS_STATUS_MAX_INCOMING bytes closes
- * it). With a status token set, a client must present it as
- * "Authorization: Bearer TOKEN" or "?token=TOKEN".
+ * The control channel: a connection's first message must be a join
+ * proving the shared join token (the handshake in common/proto.h), within
+ * 2 s and 4 KiB; anything else (a wrong proof, malformed JSON, another
+ * message, more bytes) is answered {"type":"refused"} unsigned and closed,
+ * and nothing reaches the handler. At most 64 connections wait for their
+ * join, 8 from one remote address (loopback excepted): past that the
+ * oldest is closed, so idle connections cannot lock joiners out. After the
+ * join, malformed or oversized messages are logged and answered
+ * {"type":"error"}, and never stop the server. What unauthenticated peers
+ * cause is logged at a bounded rate, and every log line is escaped
+ * (common/log.h).
+ *
+ * Browsers: a WebSocket upgrade with an Origin (a web page's) must come from
+ * the coordinator's own page under a Host this server answers to, and so
+ * must a request for the page or /metrics: an IP address, localhost, the
+ * --listen host, or a name given to rs_server_create. A page of
+ * another site that DNS rebinding points here is refused.
+ *
+ * The status stream: at most RS_STATUS_MAX_CLIENTS clients,
+ * RS_STATUS_MAX_PER_PEER from one remote address (loopback excepted). A
+ * client gets a snapshot when it connects, then every event
+ * rs_server_publish sends. Every message is serialized once and shared by
+ * all clients (one snapshot serves every client for up to a second, with
+ * the events since), and written in fragments of RS_STATUS_FRAGMENT bytes
+ * only while the client's socket takes them, so a client that does not
+ * read holds references and a fragment, never copies. Each client's queue
+ * is bounded (RS_STATUS_MAX_QUEUED messages, RS_STATUS_MAX_BYTES bytes): a
+ * client that falls behind loses its queue and gets a fresh snapshot when
+ * it drains; one that takes no message in RS_STATUS_STALL_S seconds is
+ * closed. Anything a status client sends is ignored (over
+ * RS_STATUS_MAX_INCOMING bytes closes it). With a status token set, a
+ * client must present it as "Authorization: Bearer TOKEN" or as the
+ * subprotocol "bearer.BASE64URL(TOKEN)".
  *
  * Control messages (JSON text frames):
  *   worker -> coordinator  {"type":"join","token","worker","addr","pid"}
@@ -40,6 +60,10 @@
 #define RS_STATUS_MAX_QUEUED 256
 #define RS_STATUS_MAX_BYTES ((size_t)1 << 20)
 #define RS_STATUS_MAX_INCOMING 4096
+#define RS_STATUS_MAX_CLIENTS 512
+#define RS_STATUS_MAX_PER_PEER 32
+#define RS_STATUS_FRAGMENT 16384
+#define RS_STATUS_STALL_S 30
 
 typedef struct rs_server rs_server;
 typedef struct rs_conn rs_conn;
@@ -62,9 +86,15 @@ typedef struct rs_server_handler {
 	int (*http_get)(void *ctx, const char *path, char **body, size_t *len, const char **content_type);
 } rs_server_handler;
 
-/* Listen on "host:port" (port 0: ephemeral; see rs_server_port). */
-rs_status rs_server_create(const char *listen, const char *token, const rs_server_handler *h, rs_server **out,
-			   rs_err *err);
+/*
+ * Listen on "host:port" (port 0: ephemeral; see rs_server_port). hosts
+ * (NULL: none): "name,name,..." (letters, digits, '.', '-'; 2 KiB at
+ * most), the host names a browser may reach this server by besides IP
+ * addresses, localhost and the --listen host (a Service's DNS name, an
+ * ingress); see "Browsers" above.
+ */
+rs_status rs_server_create(const char *listen, const char *token, const char *hosts, const rs_server_handler *h,
+			   rs_server **out, rs_err *err);
 void rs_server_destroy(rs_server *s);
 int rs_server_port(const rs_server *s);
 
@@ -80,9 +110,10 @@ rs_status rs_server_set_status_token(rs_server *s, const char *token);
 /* Send an event (borrowed) to every status client, serialized once. */
 void rs_server_publish(rs_server *s, const json_t *event);
 
-/* Status clients connected now, and the bytes waiting in their queues. */
+/* Status clients connected now, the bytes waiting for them, and the snapshots built so far. */
 int rs_server_status_clients(const rs_server *s);
 size_t rs_server_status_queued(const rs_server *s);
+unsigned long rs_server_snapshots_built(const rs_server *s);
 
 /* The worker name the connection joined with. */
 const char *rs_conn_worker(const rs_conn *c);

@@ -118,18 +118,20 @@ check "the coordinator logged the refusal" grep -q "refused worker 'intruder'" "
 
 # bad input on the control channel closes that client at most; training goes on
 token=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["token"])' "$tmp/c2-admin.json")
-for case in malformed early oversized joined; do
+for case in malformed badtoken early oversized joined; do
 	ROWSHIFT_JOIN_TOKEN=$token timeout 30 python3 tests/integration/ws_probe.py $port $case >"$tmp/probe-$case.out" 2>&1
 done
-check "malformed JSON is answered with an error, then a bad join is refused and closed" \
-	bash -c "grep -q '\"type\": *\"error\"' $tmp/probe-malformed.out && grep -q 'bad join token' $tmp/probe-malformed.out && tail -1 $tmp/probe-malformed.out | grep -q closed"
+check "malformed JSON before the join is refused and closed" \
+	bash -c "grep -q '\"type\": *\"refused\"' $tmp/probe-malformed.out && tail -1 $tmp/probe-malformed.out | grep -q closed"
+check "a join proving a wrong token is refused and closed" \
+	bash -c "grep -q 'bad join token' $tmp/probe-badtoken.out && tail -1 $tmp/probe-badtoken.out | grep -q closed"
 check "a message before the join is refused and closed" \
 	bash -c "grep -q 'must be a join' $tmp/probe-early.out && tail -1 $tmp/probe-early.out | grep -q closed"
 check "a client that has not joined may not send more than a join: refused and closed" \
 	bash -c "grep -q 'too large' $tmp/probe-oversized.out && tail -1 $tmp/probe-oversized.out | grep -q closed"
 check "an oversized message from a joined client is dropped with an error and the client may go on" \
 	bash -c "grep -q '\"type\": *\"welcome\"' $tmp/probe-joined.out && grep -q 'too large' $tmp/probe-joined.out && tail -1 $tmp/probe-joined.out | grep -q open"
-check "the coordinator logged what was wrong" grep -q "control: from a new connection: malformed JSON" "$tmp/c2.err"
+check "the coordinator logged what was wrong" grep -q "control: refused a connection from 127.0.0.1: malformed JSON" "$tmp/c2.err"
 check "the job survived the probes" kill -0 $coord
 
 # 4. coordinator killed and not restarted: its workers wait --grace-ms (3 s here) for it, then exit

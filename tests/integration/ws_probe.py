@@ -2,11 +2,15 @@
 channel what a broken or hostile peer might, and prints what comes back.
 
 usage: ws_probe.py PORT CASE
-  malformed   invalid JSON, then a join proving a wrong token
+  malformed   invalid JSON as the first message
+  badtoken    a join proving a wrong token
   early       a progress message before any join
   oversized   one message over 4 KiB before any join (the coordinator's limit until a join)
   joined      a proper join (the token from ROWSHIFT_JOIN_TOKEN), then one message over
               the 16 MiB limit, then invalid JSON
+  rebind      what a page of another site gets when DNS rebinding points its name
+              at the coordinator, and what a page under localhost gets (a port-forward):
+              one line "WHAT HOST: STATUS" per request (101: upgraded; none: closed unanswered)
 The coordinator's challenge, which opens every connection, is read first and
 not printed. Prints one line per message received, then "closed" or "open"."""
 import hashlib
@@ -47,14 +51,46 @@ def join(challenge, token, worker="prober"):
     return json.dumps(j).encode()
 
 
+def http_status(port, path, host, origin=None, protocol=None):
+    """The status line's code of a request for path with these headers (an upgrade when protocol is given)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    head = f"GET {path} HTTP/1.1\r\nHost: {host}\r\n"
+    if origin:
+        head += f"Origin: {origin}\r\n"
+    if protocol:
+        head += ("Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                 f"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: {protocol}\r\n")
+    else:
+        head += "Connection: close\r\n"
+    try:
+        s.sendall((head + "\r\n").encode())
+        line = s.recv(4096).split(b"\r\n", 1)[0].decode(errors="replace")
+    except OSError:
+        line = ""
+    s.close()
+    return line.split(" ")[1] if line.startswith("HTTP/1.1 ") else "none"
+
+
+def rebind(port):
+    for name in ("rebind.example", "localhost"):
+        host = f"{name}:{port}"
+        print(f"status {name}:", http_status(port, "/status", host, f"http://{host}", "rowshift-status"))
+        print(f"control {name}:", http_status(port, "/", host, f"http://{host}", "rowshift-control"))
+        print(f"page {name}:", http_status(port, "/", host))
+
+
 def main():
     port, case = int(sys.argv[1]), sys.argv[2]
+    if case == "rebind":
+        rebind(port)
+        return
     s, rest = connect(port)
     r = wslib.Reader(s, rest)
     challenge = recv(r)
     if case == "malformed":
         send(s, b"{this is not json")
         print(recv(r))
+    elif case == "badtoken":
         send(s, join(challenge, "not-the-token"))
         print(recv(r))
     elif case == "early":

@@ -1,0 +1,522 @@
+/*
+ * test_server.c - tests coordinator/server.c and server_status.c: a real
+ * server on a loopback port, serviced by a thread of its own, against raw
+ * peers (tests/unit/ws_raw.h) playing what an unauthenticated or hostile
+ * client may do, and against the workers' own client (common/control.h).
+ * Each test gets a fresh server. Waits are bounded (WSR_TIMEOUT_S) and only
+ * tell a hang from a finish; nothing here asserts how fast anything is.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "common/auth.h"
+#include "common/clock.h"
+#include "common/control.h"
+#include "common/proto.h"
+#include "coordinator/server.h"
+#include "tests/unit/ws_raw.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#define TOKEN "unit-test-join-token-0123456789abcdef"
+
+static struct {
+	rs_server *srv;
+	pthread_t thread;
+	int port;
+	char url[64];
+	atomic_int stop;
+	atomic_int to_publish;     /* events the server thread is asked to publish */
+	atomic_int published;      /* events published so far (the snapshot says how many it includes) */
+	atomic_int joins;
+	atomic_int clients;        /* rs_server_status_clients, as the server thread last saw it */
+	atomic_ulong built;        /* rs_server_snapshots_built, likewise */
+	size_t snapshot_pad;       /* bytes of padding in each snapshot */
+	size_t after_welcome;      /* on a join, send a message this large at once (0: none) */
+} S;
+
+static void on_join(void *ctx, rs_conn *c, const rs_msg_join *j)
+{
+	(void)ctx, (void)j;
+	atomic_fetch_add(&S.joins, 1);
+	if (!S.after_welcome)
+		return;
+	char *pad = malloc(S.after_welcome + 1);
+	assert_non_null(pad);
+	memset(pad, 'p', S.after_welcome);
+	pad[S.after_welcome] = 0;
+	json_t *m = json_pack("{s:s, s:s}", "type", "big", "pad", pad);
+	assert_int_equal(rs_server_send(c, m), RS_OK);
+	json_decref(m);
+	free(pad);
+}
+
+/* The snapshot says how many events it includes; it is padded to make it large. */
+static json_t *snapshot(void *ctx)
+{
+	(void)ctx;
+	char *pad = calloc(S.snapshot_pad + 1, 1);
+	assert_non_null(pad);
+	memset(pad, 's', S.snapshot_pad);
+	json_t *j = json_pack("{s:s, s:i, s:s}", "type", "snapshot", "published", atomic_load(&S.published), "pad", pad);
+	free(pad);
+	return j;
+}
+
+static void *serve(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&S.stop)) {
+		rs_server_service(S.srv, 5);
+		for (; atomic_load(&S.to_publish) > 0; atomic_fetch_sub(&S.to_publish, 1)) {
+			json_t *e = json_pack("{s:s, s:i}", "type", "event", "n", atomic_load(&S.published) + 1);
+			atomic_fetch_add(&S.published, 1);
+			rs_server_publish(S.srv, e);
+			json_decref(e);
+		}
+		atomic_store(&S.clients, rs_server_status_clients(S.srv));
+		atomic_store(&S.built, rs_server_snapshots_built(S.srv));
+	}
+	return NULL;
+}
+
+static int start(const char *hosts)
+{
+	rs_server_handler h = {.on_join = on_join, .status_snapshot = snapshot};
+	rs_err err = {0};
+	S.snapshot_pad = 100;
+	if (rs_server_create("127.0.0.1:0", TOKEN, hosts, &h, &S.srv, &err) != RS_OK)
+		return -1;
+	S.port = rs_server_port(S.srv);
+	snprintf(S.url, sizeof(S.url), "ws://127.0.0.1:%d", S.port);
+	return pthread_create(&S.thread, NULL, serve, NULL) == 0 ? 0 : -1;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	memset(&S, 0, sizeof(S));
+	return start(NULL);
+}
+
+static int setup_hosts(void **state)
+{
+	(void)state;
+	memset(&S, 0, sizeof(S));
+	return start("coord.example,other.example");
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	atomic_store(&S.stop, 1);
+	pthread_join(S.thread, NULL);
+	rs_server_destroy(S.srv);
+	return 0;
+}
+
+/* Wait (bounded) until *v reaches want. */
+static int wait_for(atomic_int *v, int want)
+{
+	for (double until = rs_now() + WSR_TIMEOUT_S; rs_now() < until; rs_sleep(0.005))
+		if (atomic_load(v) >= want)
+			return 1;
+	return 0;
+}
+
+/* A raw control connection, upgraded, its challenge read into *challenge (a new reference). */
+static int control_conn(json_t **challenge)
+{
+	size_t n;
+	int fd = wsr_connect(S.port, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(wsr_upgrade(fd, "/", "rowshift-control", "127.0.0.1", NULL, NULL), 101);
+	char *text = wsr_recv(fd, &n, 4096);
+	assert_non_null(text);
+	*challenge = json_loads(text, 0, NULL);
+	assert_non_null(*challenge);
+	free(text);
+	return fd;
+}
+
+/* A join answering challenge with a proof made with token, as JSON text (malloc'd); extra: a key to add. */
+static char *join_text(json_t *challenge, const char *token, const char *extra_key)
+{
+	const char *nonce, *epoch;
+	rs_err err = {0};
+	char mine[RS_AUTH_NONCE_HEX + 1], proof[RS_AUTH_PROOF_HEX + 1];
+	assert_int_equal(rs_proto_challenge(challenge, &nonce, &epoch, &err), RS_OK);
+	assert_int_equal(rs_auth_nonce(mine), RS_OK);
+	rs_msg_join j = {.worker = "tester", .addr = "", .pid = 1, .incarnation = "", .nonce = mine, .proof = proof};
+	assert_int_equal(rs_proto_join_proof(token, nonce, epoch, &j, proof), RS_OK);
+	json_t *m = rs_proto_make_join(&j);
+	if (extra_key)
+		json_object_set_new(m, extra_key, json_integer(1));
+	char *text = json_dumps(m, JSON_COMPACT);
+	json_decref(m);
+	return text;
+}
+
+/* The next message on fd, parsed (a new reference), or NULL. */
+static json_t *next_json(int fd, size_t max)
+{
+	size_t n;
+	char *text = wsr_recv(fd, &n, max);
+	json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+	free(text);
+	return j;
+}
+
+/* Idle connections, however many, never lock out a joiner: past the cap the oldest goes. */
+static void test_join_past_idle_connections(void **state)
+{
+	(void)state;
+	enum { IDLE = 100 };
+	int fd[IDLE];
+	for (int i = 0; i < IDLE; i++) {
+		fd[i] = wsr_connect(S.port, 0);
+		assert_true(fd[i] >= 0);
+		assert_int_equal(wsr_upgrade(fd[i], "/", "rowshift-control", "127.0.0.1", NULL, NULL), 101);
+	}
+	rs_control *c = NULL;
+	rs_err err = {0};
+	assert_int_equal(rs_control_connect(S.url, TOKEN, "tester", "", 5000, &c, &err), RS_OK);
+	assert_int_equal(atomic_load(&S.joins), 1);
+	rs_control_close(c);
+	assert_true(wsr_closed(fd[0])); /* the oldest made room */
+	for (int i = 0; i < IDLE; i++)
+		close(fd[i]);
+}
+
+/* A wrong proof is refused without the coordinator's proof (it would sign for a stranger), and closed. */
+static void test_refusal_is_unsigned(void **state)
+{
+	(void)state;
+	json_t *challenge;
+	int fd = control_conn(&challenge);
+	char *join = join_text(challenge, "not-the-token", NULL);
+	assert_int_equal(wsr_send(fd, join, strlen(join), 1), 0);
+	json_t *r = next_json(fd, 4096);
+	assert_non_null(r);
+	assert_string_equal(rs_proto_type(r), "refused");
+	assert_string_equal(json_string_value(json_object_get(r, "reason")), "bad join token");
+	assert_null(json_object_get(r, "proof"));
+	assert_true(wsr_closed(fd));
+	json_decref(r);
+	free(join);
+	json_decref(challenge);
+	close(fd);
+	assert_int_equal(atomic_load(&S.joins), 0);
+}
+
+/* Before the join, the first message is the only one: malformed JSON or another message is refused and closed. */
+static void test_first_message_only(void **state)
+{
+	(void)state;
+	static const char *const first[] = {"{this is not json", "{\"type\":\"progress\",\"rank\":0,\"step\":1}", "[1,2]"};
+	for (size_t i = 0; i < sizeof(first) / sizeof(first[0]); i++) {
+		json_t *challenge;
+		int fd = control_conn(&challenge);
+		assert_int_equal(wsr_send(fd, first[i], strlen(first[i]), 1), 0);
+		json_t *r = next_json(fd, 4096);
+		assert_non_null(r);
+		assert_string_equal(rs_proto_type(r), "refused");
+		assert_true(wsr_closed(fd));
+		json_decref(r);
+		json_decref(challenge);
+		close(fd);
+	}
+}
+
+/* Redirect this process's stderr (where rs_log writes) to a file; returns the saved descriptor. */
+static int capture_log(const char *path)
+{
+	fflush(stderr);
+	int saved = dup(2), f = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(saved >= 0 && f >= 0);
+	assert_true(dup2(f, 2) == 2);
+	close(f);
+	return saved;
+}
+
+static void restore_log(int saved)
+{
+	fflush(stderr);
+	assert_true(dup2(saved, 2) == 2);
+	close(saved);
+}
+
+/* Lines of path that contain what (all lines: NULL); starts: lines that begin with it instead. */
+static int count_lines(const char *path, const char *what, int starts)
+{
+	char line[4096];
+	int n = 0;
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		n += !what || (starts ? !strncmp(line, what, strlen(what)) : strstr(line, what) != NULL);
+	fclose(f);
+	return n;
+}
+
+/* A flood of refusals (malformed joins, foreign pages) is logged at a bounded rate, not line by line. */
+static void test_refusal_log_is_rate_limited(void **state)
+{
+	(void)state;
+	enum { FLOOD = 100 };
+	char path[] = "/tmp/rs_test_server_log_XXXXXX";
+	int tmp = mkstemp(path);
+	assert_true(tmp >= 0);
+	close(tmp);
+	int saved = capture_log(path);
+	double t0 = rs_now();
+	for (int i = 0; i < FLOOD; i++) {
+		json_t *challenge;
+		int fd = control_conn(&challenge);
+		assert_int_equal(wsr_send(fd, "{nope", 5, 1), 0);
+		json_decref(next_json(fd, 4096));
+		json_decref(challenge);
+		close(fd);
+		fd = wsr_connect(S.port, 0);
+		assert_true(fd >= 0);
+		assert_true(wsr_upgrade(fd, "/status", "rowshift-status", "evil.example", "http://evil.example", NULL) != 101);
+		close(fd);
+	}
+	double took = rs_now() - t0;
+	restore_log(saved);
+	int lines = count_lines(path, NULL, 0);
+	print_message("%d refusals in %.1f s: %d log lines\n", 2 * FLOOD, took, lines);
+	/* ten at once, then one a second (a line for what was not logged included) */
+	assert_true(lines >= 1);
+	assert_true(lines <= 10 + (int)took + 2);
+	unlink(path);
+}
+
+/* A peer's key carrying a newline and a forged log line stays on the refusal's own line. */
+static void test_no_forged_log_line(void **state)
+{
+	(void)state;
+	char path[] = "/tmp/rs_test_server_log_XXXXXX";
+	int tmp = mkstemp(path);
+	assert_true(tmp >= 0);
+	close(tmp);
+	int saved = capture_log(path);
+	json_t *challenge;
+	int fd = control_conn(&challenge);
+	char *join = join_text(challenge, TOKEN, "\n12:00:00.000 FORGED\x1b[2J");
+	assert_int_equal(wsr_send(fd, join, strlen(join), 1), 0);
+	json_t *r = next_json(fd, 4096);
+	assert_non_null(r);
+	assert_string_equal(rs_proto_type(r), "refused"); /* an unknown key: the join's schema is strict */
+	const char *reason = json_string_value(json_object_get(r, "reason"));
+	assert_non_null(reason);
+	assert_null(strpbrk(reason, "\n\x1b"));
+	assert_true(wsr_closed(fd));
+	restore_log(saved);
+	assert_int_equal(count_lines(path, "FORGED", 0), 1);   /* logged, on the refusal's line */
+	assert_int_equal(count_lines(path, "12:00:00.000", 1), 0);
+	assert_int_equal(count_lines(path, "\x1b", 0), 0);
+	json_decref(r);
+	free(join);
+	json_decref(challenge);
+	close(fd);
+	unlink(path);
+}
+
+/* One upgrade with these Host and Origin headers: whether it was accepted. */
+static int upgrades(const char *path, const char *protocol, const char *host, const char *origin)
+{
+	int fd = wsr_connect(S.port, 0);
+	assert_true(fd >= 0);
+	int code = wsr_upgrade(fd, path, protocol, host, origin, NULL);
+	close(fd);
+	return code == 101;
+}
+
+/* Browsers: only pages under a name of ours (or an address) upgrade or get the page; a rebound name does not. */
+static void test_browser_hosts(void **state)
+{
+	(void)state;
+	char h[128], o[160];
+	struct {
+		const char *host, *origin_host;
+		int ok;                                     /* upgrades */
+		int page;                                   /* the host gets the page */
+	} cases[] = {
+		{"rebind.example", "rebind.example", 0, 0}, /* DNS rebinding: Host and Origin agree, the name is not ours */
+		{"localhost", "localhost", 1, 1},           /* kubectl port-forward */
+		{"LocalHost.", "LocalHost.", 1, 1},
+		{"127.0.0.1", "127.0.0.1", 1, 1},
+		{"[::1]", "[::1]", 1, 1},
+		{"10.1.2.3", "10.1.2.3", 1, 1},             /* an address is never a rebound name */
+		{"coord.example", "coord.example", 1, 1},   /* allowed at creation */
+		{"other.example", "other.example", 1, 1},
+		{"coord.example.evil", "coord.example.evil", 0, 0},
+		{"localhost", "rebind.example", 0, 1},      /* another site's page */
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(h, sizeof(h), "%s:%d", cases[i].host, S.port);
+		snprintf(o, sizeof(o), "http://%s:%d", cases[i].origin_host, S.port);
+		print_message("Host %s, Origin %s\n", h, o);
+		assert_int_equal(upgrades("/status", "rowshift-status", h, o), cases[i].ok);
+		assert_int_equal(upgrades("/", "rowshift-control", h, o), cases[i].ok);
+		assert_int_equal(wsr_http_get(S.port, "/", h), cases[i].page ? 404 : 403); /* no page here: 404 */
+		assert_int_equal(wsr_http_get(S.port, "/healthz", h), 200);              /* probes: anyone */
+	}
+	/* no Origin: not a browser (a worker reaching a Service by its name) */
+	snprintf(h, sizeof(h), "rebind.example:%d", S.port);
+	assert_true(upgrades("/status", "rowshift-status", h, NULL));
+}
+
+/* Non-reading status clients share one snapshot and hold a fragment each at most, never a copy. */
+static void test_status_clients_share(void **state)
+{
+	(void)state;
+	enum { CLIENTS = 100 };
+	int fd[CLIENTS];
+	S.snapshot_pad = 1 << 20; /* what the kernel's socket buffers do not take, lws would buffer per client */
+	long before = wsr_rss_kib(), peak = before;
+	double t0 = rs_now();
+	for (int i = 0; i < CLIENTS; i++) {
+		fd[i] = wsr_connect(S.port, 4096);
+		assert_true(fd[i] >= 0);
+		assert_int_equal(wsr_upgrade(fd[i], "/status", "rowshift-status", "127.0.0.1", NULL, NULL), 101);
+	}
+	assert_true(wait_for(&S.clients, CLIENTS));
+	for (double until = rs_now() + 2; rs_now() < until; rs_sleep(0.05)) {
+		long now = wsr_rss_kib();
+		peak = now > peak ? now : peak;
+	}
+	unsigned long built = atomic_load(&S.built);
+	double took = rs_now() - t0;
+	print_message("%d clients not reading a %zu KiB snapshot: %lu snapshots built in %.1f s, RSS %ld -> %ld KiB\n",
+		      CLIENTS, S.snapshot_pad >> 10, built, took, before, peak);
+	assert_true(built >= 1 && built <= 1 + (unsigned long)took); /* one a second at most */
+	/* the rest of a copy each (what the kernel did not take) is 80 MiB; a fragment each, 2 MiB */
+	assert_true(peak - before < 16 << 10);
+	/* and one that reads gets the whole snapshot, in fragments, intact */
+	size_t n;
+	char *text = wsr_recv(fd[0], &n, 2 << 20);
+	assert_non_null(text);
+	json_t *j = json_loads(text, 0, NULL);
+	assert_non_null(j);
+	assert_int_equal(strlen(json_string_value(json_object_get(j, "pad"))), S.snapshot_pad);
+	json_decref(j);
+	free(text);
+	/* so does the C client rowshiftctl uses */
+	rs_control *c = NULL;
+	rs_err err = {0};
+	json_t *m = NULL;
+	assert_int_equal(rs_control_open_status(S.url, NULL, 5000, &c, &err), RS_OK);
+	double t = rs_now();
+	assert_int_equal(rs_control_recv(c, WSR_TIMEOUT_S * 1000, &m), RS_OK);
+	print_message("rs_control_recv took the %zu KiB snapshot in %.2f s\n", S.snapshot_pad >> 10, rs_now() - t);
+	assert_int_equal(strlen(json_string_value(json_object_get(m, "pad"))), S.snapshot_pad);
+	json_decref(m);
+	rs_control_close(c);
+	for (int i = 0; i < CLIENTS; i++)
+		close(fd[i]);
+}
+
+/* At most RS_STATUS_MAX_CLIENTS status clients. */
+static void test_status_client_cap(void **state)
+{
+	(void)state;
+	enum { CLIENTS = RS_STATUS_MAX_CLIENTS + 8 };
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < 2 * CLIENTS + 64) {
+		print_message("skipped: %d descriptors needed\n", 2 * CLIENTS + 64);
+		skip();
+	}
+	int fd[CLIENTS], ok = 0;
+	for (int i = 0; i < CLIENTS; i++) {
+		fd[i] = wsr_connect(S.port, 4096);
+		assert_true(fd[i] >= 0);
+		ok += wsr_upgrade(fd[i], "/status", "rowshift-status", "127.0.0.1", NULL, NULL) == 101;
+	}
+	assert_int_equal(ok, RS_STATUS_MAX_CLIENTS);
+	for (int i = 0; i < CLIENTS; i++)
+		close(fd[i]);
+}
+
+/* Read the next message on fd and check it: an event n, or a snapshot (whose count of events is returned). */
+static int expect(int fd, const char *type, int n)
+{
+	json_t *j = next_json(fd, 1 << 20);
+	assert_non_null(j);
+	assert_string_equal(rs_proto_type(j), type);
+	int got = (int)json_integer_value(json_object_get(j, !strcmp(type, "event") ? "n" : "published"));
+	if (n >= 0)
+		assert_int_equal(got, n);
+	json_decref(j);
+	return got;
+}
+
+/* Whichever snapshot a client gets (built for it, or shared), the events after it follow, none missing or twice. */
+static void test_status_snapshot_then_events(void **state)
+{
+	(void)state;
+	int a = wsr_connect(S.port, 0), b = wsr_connect(S.port, 0);
+	assert_true(a >= 0 && b >= 0);
+	assert_int_equal(wsr_upgrade(a, "/status", "rowshift-status", "127.0.0.1", NULL, NULL), 101);
+	expect(a, "snapshot", 0);
+	atomic_store(&S.to_publish, 3);
+	assert_true(wait_for(&S.published, 3));
+	for (int k = 1; k <= 3; k++)
+		expect(a, "event", k);
+	assert_int_equal(wsr_upgrade(b, "/status", "rowshift-status", "127.0.0.1", NULL, NULL), 101);
+	int from = expect(b, "snapshot", -1); /* 0 when a's was shared (then 1..3 follow), 3 when built anew */
+	assert_true(from == 0 || from == 3);
+	for (int k = from + 1; k <= 3; k++)
+		expect(b, "event", k);
+	atomic_store(&S.to_publish, 2);
+	for (int k = 4; k <= 5; k++) {
+		expect(a, "event", k);
+		expect(b, "event", k);
+	}
+	close(a);
+	close(b);
+}
+
+/* The worker's client takes a large message right after a proven welcome (a plan), past its 4 KiB handshake limit. */
+static void test_large_message_after_welcome(void **state)
+{
+	(void)state;
+	S.after_welcome = 300 << 10;
+	rs_control *c = NULL;
+	rs_err err = {0};
+	json_t *m = NULL;
+	assert_int_equal(rs_control_connect(S.url, TOKEN, "tester", "", 5000, &c, &err), RS_OK);
+	assert_int_equal(rs_control_recv(c, WSR_TIMEOUT_S * 1000, &m), RS_OK);
+	assert_string_equal(rs_proto_type(m), "big");
+	assert_int_equal(strlen(json_string_value(json_object_get(m, "pad"))), S.after_welcome);
+	json_decref(m);
+	rs_control_close(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_join_past_idle_connections, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refusal_is_unsigned, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_first_message_only, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refusal_log_is_rate_limited, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_forged_log_line, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_browser_hosts, setup_hosts, teardown),
+		cmocka_unit_test_setup_teardown(test_status_clients_share, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_status_client_cap, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_status_snapshot_then_events, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_large_message_after_welcome, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
