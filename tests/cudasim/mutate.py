@@ -3,15 +3,20 @@
 
     python3 tests/cudasim/mutate.py [--only NAME,...] [--seed N] [--kernels-only] [--list]
 
-Run from the repository root after `make cudasim`. For every mutation below it
-copies kernels/cuda/*.cu and worker/engine_cuda.c to build/cudasim-mutate/NAME/src,
-plants the one bug in the copy (the sources are never touched), builds the
-simulated kernel tests and worker from the copy (make with CUDASIM pointing
-there), runs test_bucketize_cuda, test_embedding_cuda and test_zch_cuda, then
-train_gpu.sh (18 steps, as make test runs it) when they all passed (or always,
-with --all-tests), and prints a table: the bug, where it was planted, and the
-tests that failed. A mutation no test catches
-fails the script (exit 1), as does an unmutated baseline that does not pass.
+Run from the repository root after `make cudasim` (BUILD=DIR as for make). For
+every mutation below it copies kernels/cuda/*.cu and worker/engine_cuda.c to
+$BUILD/cudasim-mutate/NAME/src, plants the one bug in the copy (the sources are
+never touched), builds the simulated kernel tests and worker from the copy
+(make with CUDASIM pointing there), runs test_bucketize_cuda,
+test_embedding_cuda and test_zch_cuda, then train_gpu.sh (18 steps, as make
+test runs it) when they all passed (or always, with --all-tests), and prints a
+table: the bug, where it was planted, and the tests that failed.
+
+Each mutation ends as one of: caught (a test failed), did not compile (the
+planted copy does not build: not a catch, the mutation needs fixing), or
+missed. Anything but caught fails the script (exit 1), as does an unmutated
+baseline that does not pass. A full run (no --only, no --kernels-only)
+rewrites tests/cudasim/MUTATIONS.md with the table.
 
 Not part of make test (it builds and runs everything once per mutation:
 several minutes).
@@ -30,6 +35,7 @@ ROOT = os.path.join(BUILD, 'cudasim-mutate')
 KERNEL_TESTS = ['test_bucketize_cuda', 'test_embedding_cuda', 'test_zch_cuda']
 ENGINE = 'worker/engine_cuda.c'
 CUB = 'tests/cudasim/include/cub/cudasim_cub.cuh'
+TABLE = 'tests/cudasim/MUTATIONS.md'
 
 # name, file, text to find (exactly once), replacement (None: a compile flag instead), what it breaks
 MUTATIONS = [
@@ -71,7 +77,8 @@ MUTATIONS = [
      '*bs = (U *)(buf + n * wb + i * sb);', '*bs = (U *)(buf + n * wb + i * wb);',
      "rows_copy_kernel: a row's optimizer state packed at the weights' stride"),
     ('unstable-sort', CUB, '#ifdef CUDASIM_MUTATE_UNSTABLE_SORT', None,
-     "cub::DeviceRadixSort::SortPairs (the simulator's) not stable: equal keys come out reversed"),
+     "simulator-side, not a kernel bug: the simulator's cub::DeviceRadixSort::SortPairs made unstable (equal keys "
+     "come out reversed), to show the kernels rely on cub's sort being stable"),
     ('range-search', 'kernels/cuda/bucketize.cu',
      'if (a[mid] <= x)', 'if (a[mid] < x)',
      'bucketize: an id equal to a range start goes to the previous range (off-by-one in the binary search)'),
@@ -89,6 +96,31 @@ MUTATIONS = [
     ('engine-no-zero', ENGINE,
      'ce = cudaMemsetAsync(p, 0, len, c->stream);', 'ce = cudaSuccess;',
      'engine cuda_alloc: shard memory (weights, optimizer state) not zeroed'),
+    ('engine-alloc-no-wait', ENGINE,
+     '\tif (ce == cudaSuccess)\n\t\tce = cudaStreamSynchronize(c->stream);\n\tif (ce != cudaSuccess) {\n'
+     '\t\trs_err_set(err, RS_ECUDA, "shard memory of',
+     '\tif (ce != cudaSuccess) {\n\t\trs_err_set(err, RS_ECUDA, "shard memory of',
+     "engine cuda_alloc: returns before the shard's zeroing ran (no stream synchronize), so the zeros can land "
+     "after the host wrote the initial values (the lazy streams run it at the next wait)"),
+    ('bucketize-no-wait', 'kernels/cuda/bucketize.cu',
+     'cudaError_t ce = cudaStreamSynchronize(stream); /* also when failing: the copies write our stack */',
+     'cudaError_t ce = cudaSuccess;',
+     'bucketize: reads the per-owner counts and the bad flag before the copies into them ran (no stream synchronize)'),
+    ('barrier-in-branch', 'kernels/cuda/embedding.cu',
+     '\t\t\tfactor = __fdiv_rn(p.lr, __fadd_rn(__fsqrt_rn(acc), p.eps));\n\t\t}\n\t\t__syncthreads();\n',
+     '\t\t\tfactor = __fdiv_rn(p.lr, __fadd_rn(__fsqrt_rn(acc), p.eps));\n\t\t\t__syncthreads();\n\t\t}\n',
+     "apply_row: the Adagrad factor's barrier moved inside thread 0's branch (threads wait at different barriers; "
+     "the results go wrong too)"),
+    ('apply-skip-divergent', 'kernels/cuda/embedding.cu',
+     'if (r < 0 || r >= nrows)\n\t\t\tcontinue; /* the same for the whole block */',
+     'if (r < 0 || r >= nrows || (int32_t)threadIdx.x >= dim)\n\t\t\tcontinue; /* the same for the whole block */',
+     "apply_kernel: threads past the row's width skip every row and leave while the others wait at the barriers "
+     "(the results stay right: without the barrier check the tests pass)"),
+    ('zch-host-struct', 'kernels/cuda/zch.cu',
+     'z->d, ids, z->pos_out, z->uniq,',
+     '[&] { zch_dev h = z->d; h.local = z->h_local; return h; }(), ids, z->pos_out, z->uniq,',
+     "zch run_kernel: the struct argument's bucket map points at the host copy (h_local), not the device one "
+     "(the simulated kernel reads host memory fine: without the launch's scan of struct arguments the tests pass)"),
 ]
 
 
@@ -103,16 +135,17 @@ def sh(cmd, log, env=None, timeout=900):
             return 124
 
 
-def first_failure(log):
-    """The first line of a test's output that says what went wrong."""
+def first_failure(log, src):
+    """The first line of a test's output that says what went wrong (paths into the planted copy src as in the tree)."""
     try:
-        text = open(log, errors='replace').read()
+        text = open(log, errors='replace').read().replace(src.rstrip('/') + '/', '')
     except OSError:
         return ''
-    for pat in (r'^FAIL .*', r'^FAILED: .*', r'^cudasim: invalid memory access.*', r'^cudasim: .*', r'.*ERROR.*'):
+    for pat in (r'^FAIL .*', r'^FAILED: .*', r'^cudasim: fatal: .*', r'^cudasim: invalid memory access.*',
+                r'^cudasim: .*', r'.*ERROR.*'):
         m = re.search(pat, text, re.M)
         if m:
-            return m.group(0).strip()[:150]
+            return m.group(0).strip()[:320]
     return ''
 
 
@@ -125,7 +158,10 @@ def build(m, name, flags, log):
         os.symlink(os.path.abspath(os.path.join(BUILD, 'cudasim', 'lib')), lib)
     cus = ' '.join(sorted(glob.glob(os.path.join(src, 'kernels/cuda/*.cu'))))
     targets = [os.path.join(m, 'tests/gpu', t) for t in KERNEL_TESTS] + [os.path.join(m, 'bin/rowshift-worker')]
-    return sh(['make', '-s', '-j2', 'BUILD=' + BUILD, 'CUDASIM=' + m, 'CUDASIM_CU_SRCS=' + cus,
+    # the layers' archives come from make cudasim and are never rebuilt here (-o): every mutation links the same
+    # host code, even while the tree is being edited
+    layers = ['-o%s/lib/librowshift_%s.a' % (BUILD, l) for l in ('coordinator', 'worker', 'kernels', 'common')]
+    return sh(['make', '-s', '-j2'] + layers + ['BUILD=' + BUILD, 'CUDASIM=' + m, 'CUDASIM_CU_SRCS=' + cus,
                'CUDASIM_ENGINE_SRC=' + os.path.join(src, ENGINE), 'CUDASIM_MUTATE_CUFLAGS=' + flags] + targets, log)
 
 
@@ -137,7 +173,7 @@ def run_tests(m, seed, kernels_only, logdir, all_tests=True):
         log = os.path.join(logdir, t + '.log')
         open(log, 'w').close()
         rc = sh(['timeout', '-k', '10', '300', os.path.join(m, 'tests/gpu', t)], log, env)
-        out[t] = (rc, first_failure(log))
+        out[t] = (rc, first_failure(log, os.path.join(m, 'src')))
     caught = any(rc != 0 for rc, _ in out.values())
     if not kernels_only and (all_tests or not caught):
         log = os.path.join(logdir, 'train_gpu.log')
@@ -146,7 +182,7 @@ def run_tests(m, seed, kernels_only, logdir, all_tests=True):
                     RS_TRAIN_GPU_STEPS='18')
         env2.pop('RS_CUDASIM_LEAK_CHECK')
         rc = sh(['timeout', '-k', '10', '300', 'bash', 'tests/gpu/train_gpu.sh'], log, env2)
-        out['train_gpu'] = (rc, first_failure(log))
+        out['train_gpu'] = (rc, first_failure(log, os.path.join(m, 'src')))
     return out
 
 
@@ -210,7 +246,7 @@ def main():
         sys.exit('mutate.py: the unmutated copy fails %s (see %s)' % (', '.join(bad), m))
     print('baseline: every test passes on the unmutated copy (%.0f s)' % (time.time() - t0), flush=True)
 
-    rows = []
+    rows = []  # (name, where, what, result: caught / did not compile / missed, by)
     for mut in chosen:
         name, path = mut[0], mut[1]
         m = os.path.join(ROOT, name)
@@ -219,25 +255,41 @@ def main():
         open(log, 'w').close()
         t0 = time.time()
         if build(m, name, flags, log) != 0:
-            rows.append((name, '%s:%d' % (path, line), mut[4], 'does not compile', True))
-            print('%-22s does not compile (see %s)' % (name, log), flush=True)
+            rows.append((name, '%s:%d' % (path, line), mut[4], 'did not compile', 'see %s' % log))
+            print('%-22s did not compile (see %s)' % (name, log), flush=True)
             continue
         res = run_tests(m, a.seed, a.kernels_only, m, a.all_tests)
         caught = ['%s (%s)' % (t, why or 'exit %d' % rc) for t, (rc, why) in res.items() if rc != 0]
-        rows.append((name, '%s:%d' % (path, line), mut[4], '; '.join(caught) if caught else 'NOT CAUGHT', bool(caught)))
+        rows.append((name, '%s:%d' % (path, line), mut[4], 'caught' if caught else 'missed',
+                     '; '.join(caught) if caught else '-'))
         print('%-22s %-8s %4.0f s  %s' % (name, 'caught' if caught else 'MISSED', time.time() - t0,
                                           ', '.join(t for t, (rc, _) in res.items() if rc != 0)), flush=True)
 
+    table = ['| mutation | what it changes | planted at | result | caught by (first failure) |',
+             '| --- | --- | --- | --- | --- |']
+    for name, where, what, result, by in rows:
+        table.append('| %s | %s | %s | %s | %s |' % (name, what, where, result, by.replace('|', '/')))
+    count = {r: sum(1 for x in rows if x[3] == r) for r in ('caught', 'did not compile', 'missed')}
+    bad = [x[0] for x in rows if x[3] != 'caught']
+    summary = '%d planted: %d caught, %d did not compile, %d missed%s (RS_CUDASIM_SEED=%d)' % (
+        len(rows), count['caught'], count['did not compile'], count['missed'],
+        ': ' + ', '.join(bad) if bad else '', a.seed)
     print()
-    print('| bug | planted at | caught by (first failure) |')
-    print('| --- | --- | --- |')
-    for name, where, what, by, _ in rows:
-        print('| %s: %s | %s | %s |' % (name, what, where, by.replace('|', '/')))
-    missed = [r[0] for r in rows if not r[4]]
+    print('\n'.join(table))
     print()
-    print('mutate: %d planted, %d caught, %d missed%s (RS_CUDASIM_SEED=%d)' %
-          (len(rows), len(rows) - len(missed), len(missed), ': ' + ', '.join(missed) if missed else '', a.seed))
-    return 1 if missed else 0
+    print('mutate: ' + summary)
+    if not a.only and not a.kernels_only:
+        with open(TABLE + '.tmp', 'w') as f:
+            f.write('# Mutations of the CUDA code and what catches them\n\n'
+                    'Written by `python3 tests/cudasim/mutate.py` (a full run, after `make cudasim`; do not edit by\n'
+                    'hand). Each row is one bug planted in a copy of the sources, built and run under the CUDA\n'
+                    'simulator: the kernel tests (`tests/gpu/test_*_cuda`), then `tests/gpu/train_gpu.sh` when\n'
+                    'they all passed. "did not compile" is not a catch: such a mutation must be replaced.\n'
+                    'Line numbers are those of the sources when the table was written.\n\n')
+            f.write('\n'.join(table) + '\n\n' + summary + '\n')
+        os.replace(TABLE + '.tmp', TABLE)
+        print('mutate: wrote %s' % TABLE)
+    return 1 if bad else 0
 
 
 if __name__ == '__main__':

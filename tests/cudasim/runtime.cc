@@ -25,14 +25,31 @@
  *    blocking streams and they for it; non-blocking streams do not.
  *    cudaMemset and device-to-device cudaMemcpy are only queued (they are
  *    asynchronous to the host); other cudaMemcpy return after the copy.
+ *    A copy from pageable host memory (not pinned, not managed) takes its
+ *    source at the call, as CUDA's driver stages pageable memory before
+ *    returning;
+ *    a copy from pinned or managed memory reads it when the copy runs, and
+ *    one into pageable memory lands when the copy runs (CUDA may finish it
+ *    before returning, may not: code must wait either way).
  *  - Kernels. A launch is checked (dimensions, shared memory, stream, every
- *    pointer argument must point into device, managed or pinned memory) and
- *    queued. When it runs, its blocks run one after another in a random
- *    order; a block's threads are fibers. Between two barriers the block's
- *    threads run one at a time, each up to its next __syncthreads or its
- *    end, in an order drawn afresh per phase. Shared memory is per block and
- *    starts as garbage. The seed of every draw comes from RS_CUDASIM_SEED
- *    (default 1; "random": from the clock), printed when the process fails.
+ *    pointer argument must point into device, managed or pinned memory, and
+ *    no by-value struct argument may hold a pointer into host memory the
+ *    simulator knows for host memory: see struct_word) and queued. When it
+ *    runs, its blocks run one after another in a random order; a block's
+ *    threads are fibers. Between two barriers the block's threads run one at
+ *    a time, each up to its next __syncthreads or its end, in an order drawn
+ *    afresh per phase. There are no warps: the 32 threads a GPU would run in
+ *    lockstep run one at a time like any others, and there are no warp
+ *    intrinsics (__shfl_sync, __syncwarp, ...: code using them does not
+ *    compile here). After each phase every thread must wait at the same
+ *    __syncthreads (its call site, file:line), or all must have exited:
+ *    otherwise the run stops naming the kernel, both threads and both sites.
+ *    Shared memory is per block and starts as garbage; static and dynamic
+ *    together at most 48 KiB, unless the kernel opted in with
+ *    cudaFuncSetAttribute (static sizes are learnt as kernels run: the first
+ *    launch over the limit stops when it runs, later ones fail at the
+ *    launch). The seed of every draw comes from RS_CUDASIM_SEED (default 1;
+ *    "random": from the clock), printed when the process fails.
  *  - Errors. Bad arguments return CUDA's error codes and set the thread's
  *    last error, as the runtime does; a line on stderr says what was wrong.
  *  - prefetch, advise: check their arguments (managed memory, a valid
@@ -48,6 +65,7 @@
 #include <cuda_runtime.h>
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/mman.h>
@@ -493,6 +511,8 @@ enum fiber_state { F_NEW, F_RUNNING, F_BARRIER, F_DONE };
 struct fiber {
 	fiber_state state;
 	uint3 tid;
+	const char *bar_file; /* the barrier it waits at (F_BARRIER) or last passed; NULL: none yet */
+	int bar_line;
 	stack st;
 	void *sp;
 #if !CUDASIM_ASM_SWITCH
@@ -516,19 +536,34 @@ struct block_run {
 	unsigned char poison;
 };
 
+/* What the simulator knows of a kernel (by its address) across launches. */
+struct kernel_info {
+	size_t static_shared = 0; /* the most static shared memory a block of it took (0 until one ran) */
+	int max_dynamic = -1;     /* cudaFuncAttributeMaxDynamicSharedMemorySize; -1: not set (no opt-in) */
+};
+std::map<const void *, kernel_info> kernels;
+
 /* A queued kernel. */
 struct job {
 	kernel_launch l;
 	uint64_t seed;
+	kernel_info *info;
 	~job() { l.free_args(l.args); }
 };
 
 block_run *running; /* the block being run, or NULL when no kernel runs */
 job *running_job;
 
-/* Per-launch shared memory: [guard][48 KiB static arena][guard] and [dynamic][guard]. */
+/*
+ * Shared memory per block: static and dynamic together at most 48 KiB, as
+ * on a GPU, unless the kernel opted in (cudaFuncSetAttribute with
+ * cudaFuncAttributeMaxDynamicSharedMemorySize) to up to SHARED_OPTIN, the
+ * opt-in limit of compute capability 8.0. The arenas: [guard][48 KiB static][guard] and
+ * [guard][SHARED_OPTIN dynamic][guard], the dynamic memory against its end.
+ */
 const size_t SHARED_MAX = 48 << 10;
-char *static_arena, *dyn_arena; /* each SHARED_MAX bytes, a guard page after */
+const size_t SHARED_OPTIN = 163 << 10;
+char *static_arena, *dyn_arena, *dyn_end; /* dyn_end: the guard page after the dynamic arena */
 
 void shared_arenas()
 {
@@ -536,10 +571,13 @@ void shared_arenas()
 		return;
 	size_t pg = page_size();
 	for (char **a : {&static_arena, &dyn_arena}) {
-		char *m = (char *)mmap(nullptr, SHARED_MAX + 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (m == MAP_FAILED || mprotect(m, pg, PROT_NONE) != 0 || mprotect(m + pg + SHARED_MAX, pg, PROT_NONE) != 0)
+		size_t len = round_to(a == &static_arena ? SHARED_MAX : SHARED_OPTIN, pg);
+		char *m = (char *)mmap(nullptr, len + 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (m == MAP_FAILED || mprotect(m, pg, PROT_NONE) != 0 || mprotect(m + pg + len, pg, PROT_NONE) != 0)
 			fatal("cannot map shared memory");
 		*a = m + pg;
+		if (a == &dyn_arena)
+			dyn_end = m + pg + len;
 	}
 }
 
@@ -606,6 +644,59 @@ void resume(block_run *b, fiber *f)
 	}
 }
 
+void fatalf(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+void fatalf(const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	fatal(buf);
+}
+
+bool same_site(const fiber &a, const fiber &b)
+{
+	return a.bar_line == b.bar_line && a.bar_file && b.bar_file && !strcmp(a.bar_file, b.bar_file);
+}
+
+/*
+ * After a phase, the block's live threads (order) each wait at a barrier or
+ * have exited. Legal: all of them at the same __syncthreads, or all exited.
+ * Threads at different barriers, or some waiting while others exited, would
+ * hang a GPU or leave the result undefined: fail the run, naming both.
+ */
+void check_barrier(const job *j, const block_run &b, const std::vector<uint32_t> &order)
+{
+	const fiber *wait = nullptr, *gone = nullptr;
+	for (uint32_t t : order) {
+		const fiber &f = b.threads[t];
+		if (f.state == F_DONE) {
+			gone = gone ? gone : &f;
+			continue;
+		}
+		if (!wait) {
+			wait = &f;
+		} else if (!same_site(*wait, f)) {
+			fatalf("divergent __syncthreads in kernel %s (launched at %s:%d), block (%u,%u,%u): thread (%u,%u,%u) "
+			       "waits at the barrier at %s:%d, thread (%u,%u,%u) at the one at %s:%d (a GPU hangs or gives "
+			       "undefined results)",
+			       j->l.where.kernel, j->l.where.file, j->l.where.line, block_idx.x, block_idx.y, block_idx.z,
+			       wait->tid.x, wait->tid.y, wait->tid.z, wait->bar_file, wait->bar_line, f.tid.x, f.tid.y, f.tid.z,
+			       f.bar_file, f.bar_line);
+		}
+	}
+	if (wait && gone) {
+		char last[256] = "without passing a barrier";
+		if (gone->bar_file)
+			snprintf(last, sizeof(last), "after the barrier at %s:%d", gone->bar_file, gone->bar_line);
+		fatalf("divergent __syncthreads in kernel %s (launched at %s:%d), block (%u,%u,%u): thread (%u,%u,%u) waits at "
+		       "the barrier at %s:%d while thread (%u,%u,%u) has exited (%s) (a GPU hangs or gives undefined results)",
+		       j->l.where.kernel, j->l.where.file, j->l.where.line, block_idx.x, block_idx.y, block_idx.z, wait->tid.x,
+		       wait->tid.y, wait->tid.z, wait->bar_file, wait->bar_line, gone->tid.x, gone->tid.y, gone->tid.z, last);
+	}
+}
+
 void shuffle(std::vector<uint32_t> &v, uint64_t &rng)
 {
 	for (size_t i = v.size(); i > 1; i--)
@@ -626,6 +717,8 @@ void run_block(job *j, uint3 bid, uint64_t &rng, block_run &b)
 		fiber &f = b.threads[t];
 		f.state = F_NEW;
 		f.tid = uint3{t % bd.x, (t / bd.x) % bd.y, t / (bd.x * bd.y)};
+		f.bar_file = nullptr;
+		f.bar_line = 0;
 		f.st.map = nullptr;
 		f.sp = nullptr;
 	}
@@ -640,6 +733,7 @@ void run_block(job *j, uint3 bid, uint64_t &rng, block_run &b)
 				continue;
 			resume(&b, &f);
 		}
+		check_barrier(j, b, order);
 		size_t k = 0;
 		for (uint32_t t : order)
 			if (b.threads[t].state != F_DONE)
@@ -659,7 +753,7 @@ void run_job(job *j)
 	b.cur = nullptr;
 	b.sched_sp = nullptr;
 	b.stat = static_arena;
-	b.dyn = dyn_arena + SHARED_MAX - round_to(j->l.shmem, 16);
+	b.dyn = dyn_end - round_to(j->l.shmem, 16);
 	running = &b;
 	running_job = j;
 	block_dim = j->l.block;
@@ -726,9 +820,9 @@ void describe_fault(void *addr)
 		     (a >= (uintptr_t)static_arena - pg && a < (uintptr_t)static_arena)))
 			snprintf(line, sizeof(line), "outside the block's static shared memory");
 		if (!line[0] && dyn_arena && running_job &&
-		    a >= (uintptr_t)dyn_arena + SHARED_MAX && a < (uintptr_t)dyn_arena + SHARED_MAX + pg)
+		    a >= (uintptr_t)dyn_end && a < (uintptr_t)dyn_end + pg)
 			snprintf(line, sizeof(line), "%zu bytes past the end of the block's %zu bytes of dynamic shared memory",
-				 (size_t)(a - ((uintptr_t)dyn_arena + SHARED_MAX - round_to(running_job->l.shmem, 16))) -
+				 (size_t)(a - ((uintptr_t)dyn_end - round_to(running_job->l.shmem, 16))) -
 					 running_job->l.shmem,
 				 running_job->l.shmem);
 		if (!line[0]) { /* far past an allocation's guard page? name the nearest one below */
@@ -850,6 +944,86 @@ const char *pointer_argument(const void *p)
 	return nullptr;
 }
 
+/*
+ * Host memory the simulator knows for host memory, for the scan of struct
+ * arguments (where a word may be an integer that merely looks like an
+ * address, so only these count): the calling thread's stack, malloc's main
+ * heap (the program break), and the pageable ranges seen as a copy's host
+ * side.
+ */
+std::map<uintptr_t, uintptr_t> pageable; /* start -> end */
+
+void note_pageable(const void *p, size_t n)
+{
+	if (!p || !n || find_live(p))
+		return;
+	if (pageable.size() >= 65536)
+		pageable.clear();
+	uintptr_t &end = pageable[(uintptr_t)p];
+	end = std::max(end, (uintptr_t)p + n);
+}
+
+bool in_pageable(uintptr_t a)
+{
+	auto it = pageable.upper_bound(a);
+	return it != pageable.begin() && a < (--it)->second;
+}
+
+bool on_host_stack(uintptr_t a)
+{
+	static thread_local uintptr_t lo, hi;
+	if (!hi) {
+		pthread_attr_t at;
+		void *base;
+		size_t len;
+		if (pthread_getattr_np(pthread_self(), &at) != 0)
+			return false;
+		if (pthread_attr_getstack(&at, &base, &len) == 0)
+			lo = (uintptr_t)base, hi = (uintptr_t)base + len;
+		pthread_attr_destroy(&at);
+	}
+	return a >= lo && a < hi;
+}
+
+bool in_brk_heap(uintptr_t a)
+{
+	static uintptr_t start; /* where [heap] begins, from /proc/self/maps (0: not found yet) */
+	if (!start) {
+		FILE *f = fopen("/proc/self/maps", "r");
+		char line[512];
+		while (f && fgets(line, sizeof(line), f))
+			if (strstr(line, "[heap]")) {
+				start = (uintptr_t)strtoull(line, nullptr, 16);
+				break;
+			}
+		if (f)
+			fclose(f);
+		if (!start)
+			return false;
+	}
+	return a >= start && a < (uintptr_t)sbrk(0);
+}
+
+/* Why a word of a struct argument is a pointer a kernel cannot follow, or NULL. */
+const char *struct_word(uintptr_t w)
+{
+	if (w < 4096)
+		return nullptr;
+	const allocation *m = find_live((const void *)w);
+	if (m)
+		return m->freeing ? "points into an allocation whose cudaFreeAsync is queued" : nullptr;
+	for (auto &f : freed)
+		if (w >= (uintptr_t)f.map && w < (uintptr_t)f.map + f.map_len)
+			return "points into freed device memory";
+	if (on_host_stack(w))
+		return "points into the launching thread's stack (host memory: a GPU cannot reach it)";
+	if (in_brk_heap(w))
+		return "points into the host's malloc heap (a GPU cannot reach it)";
+	if (in_pageable(w))
+		return "points into pageable host memory a copy used (a GPU cannot reach it)";
+	return nullptr;
+}
+
 cudaError_t need_device()
 {
 	return cfg().devices ? cudaSuccess : fail(cudaErrorNoDevice);
@@ -864,7 +1038,7 @@ thread_local int current_device = 0;
 cudaError_t launch_kernel(const kernel_launch &l0)
 {
 	entry e;
-	std::unique_ptr<job> j(new job{l0, 0});
+	std::unique_ptr<job> j(new job{l0, 0, nullptr});
 	const kernel_launch &l = j->l;
 	const char *k = l.where.kernel;
 	if (need_device() != cudaSuccess)
@@ -877,16 +1051,40 @@ cudaError_t launch_kernel(const kernel_launch &l0)
 	if (!l.grid.x || !l.grid.y || !l.grid.z || l.grid.x > 0x7fffffffu || l.grid.y > 65535 || l.grid.z > 65535)
 		return bad(cudaErrorInvalidConfiguration, "launch of %s at %s:%d: grid (%u,%u,%u)", k, l.where.file,
 			   l.where.line, l.grid.x, l.grid.y, l.grid.z);
-	if (l.shmem > SHARED_MAX)
-		return bad(cudaErrorInvalidValue, "launch of %s at %s:%d: %zu bytes of dynamic shared memory (at most %zu)", k,
-			   l.where.file, l.where.line, l.shmem, SHARED_MAX);
+	/* static + dynamic shared memory: at most 48 KiB without the opt-in (static is known once the kernel ran) */
+	kernel_info *ki = &kernels[l.func];
+	if (ki->max_dynamic >= 0 && l.shmem > (size_t)ki->max_dynamic)
+		return bad(cudaErrorInvalidValue,
+			   "launch of %s at %s:%d: %zu bytes of dynamic shared memory, above the %d of its "
+			   "cudaFuncAttributeMaxDynamicSharedMemorySize",
+			   k, l.where.file, l.where.line, l.shmem, ki->max_dynamic);
+	if (ki->max_dynamic < 0 && l.shmem + ki->static_shared > SHARED_MAX)
+		return bad(cudaErrorInvalidValue,
+			   "launch of %s at %s:%d: %zu bytes of dynamic shared memory and %zu of static exceed 48 KiB per "
+			   "block (more needs cudaFuncAttributeMaxDynamicSharedMemorySize)",
+			   k, l.where.file, l.where.line, l.shmem, ki->static_shared);
 	for (int i = 0; i < l.npointers; i++) {
 		const char *why = pointer_argument(l.pointers[i]);
 		if (why)
 			return bad(cudaErrorInvalidValue, "launch of %s at %s:%d: argument %d (%p) %s", k, l.where.file,
 				   l.where.line, i + 1, l.pointers[i], why);
 	}
+	/* a struct passed by value: each pointer-aligned word that points where a kernel cannot go */
+	for (int i = 0; i < l.nstructs; i++) {
+		const arg_bytes &a = l.structs[i];
+		for (size_t off = 0; off + sizeof(uintptr_t) <= a.n; off += sizeof(uintptr_t)) {
+			uintptr_t w;
+			memcpy(&w, (const char *)a.p + off, sizeof(w));
+			const char *why = struct_word(w);
+			if (why)
+				return bad(cudaErrorInvalidValue,
+					   "launch of %s at %s:%d: argument %d (a %zu-byte struct) holds %p at byte %zu, which %s", k,
+					   l.where.file, l.where.line, a.index, a.n, (void *)w, off, why);
+		}
+	}
 	j->l.pointers = nullptr;
+	j->l.structs = nullptr;
+	j->info = ki;
 	j->seed = cfg().seed * 0x9e3779b97f4a7c15ull + ++launches;
 	job *raw = j.release();
 	cudaError_t err = enqueue_op(
@@ -910,6 +1108,20 @@ void *shared_alloc(size_t size, size_t align)
 	if (at + size > SHARED_MAX)
 		fatal("more than 48 KiB of static shared memory in one block");
 	b->stat_used = at + size;
+	/* learnt as the kernel runs: a launch whose static and dynamic shared memory exceed the limit fails here */
+	const kernel_launch &l = b->j->l;
+	kernel_info *ki = b->j->info;
+	ki->static_shared = std::max(ki->static_shared, b->stat_used);
+	if (ki->max_dynamic < 0 && b->stat_used + l.shmem > SHARED_MAX)
+		fatalf("kernel %s (launched at %s:%d): %zu bytes of static shared memory and %zu of dynamic exceed 48 KiB per "
+		       "block without cudaFuncAttributeMaxDynamicSharedMemorySize: a GPU refuses this launch "
+		       "(cudaErrorInvalidValue; the simulator, which learns a kernel's static shared memory as it runs, "
+		       "refuses its next launches so)",
+		       l.where.kernel, l.where.file, l.where.line, b->stat_used, l.shmem);
+	if (ki->max_dynamic >= 0 && b->stat_used + (size_t)ki->max_dynamic > SHARED_OPTIN)
+		fatalf("kernel %s (launched at %s:%d): %zu bytes of static shared memory and the %d of its "
+		       "cudaFuncAttributeMaxDynamicSharedMemorySize exceed the %zu a block may have",
+		       l.where.kernel, l.where.file, l.where.line, b->stat_used, ki->max_dynamic, SHARED_OPTIN);
 	memset(b->stat + at, b->poison, size);
 	return b->stat + at;
 }
@@ -921,13 +1133,15 @@ void *dynamic_shared()
 	return running->dyn;
 }
 
-void syncthreads()
+void syncthreads(const char *file, int line)
 {
 	block_run *b = running;
 	if (!b || !b->cur)
 		fatal("__syncthreads called outside a kernel");
 	fiber *f = b->cur;
 	f->state = F_BARRIER;
+	f->bar_file = file;
+	f->bar_line = line;
 #if CUDASIM_ASM_SWITCH
 	cudasim_switch(&f->sp, b->sched_sp);
 #else
@@ -1070,6 +1284,7 @@ static int attribute(enum cudaDeviceAttr a, bool *ok)
 	case cudaDevAttrManagedMemory: return 1;
 	case cudaDevAttrPageableMemoryAccess: return 0;
 	case cudaDevAttrConcurrentManagedAccess: return 1;
+	case cudaDevAttrMaxSharedMemoryPerBlockOptin: return (int)SHARED_OPTIN;
 	}
 	*ok = false;
 	return 0;
@@ -1105,6 +1320,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device)
 	snprintf(p->name, sizeof(p->name), "cudasim (CUDA simulated on the CPU, tests/cudasim)");
 	p->totalGlobalMem = total_bytes;
 	p->sharedMemPerBlock = SHARED_MAX;
+	p->sharedMemPerBlockOptin = SHARED_OPTIN;
 	p->warpSize = 32;
 	p->maxThreadsPerBlock = 1024;
 	p->maxThreadsDim[0] = 1024, p->maxThreadsDim[1] = 1024, p->maxThreadsDim[2] = 64;
@@ -1155,6 +1371,26 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
 		return bad(cudaErrorInvalidValue, "cudaMemGetInfo: NULL output");
 	*free_bytes = total_bytes - live_bytes;
 	*total = total_bytes;
+	return cudaSuccess;
+}
+
+/* ---- kernels ---- */
+
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)
+{
+	ENTRY;
+	if (need_device() != cudaSuccess)
+		return cudaErrorNoDevice;
+	if (!func)
+		return bad(cudaErrorInvalidDeviceFunction, "cudaFuncSetAttribute: NULL function");
+	if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize)
+		return bad(cudaErrorInvalidValue, "cudaFuncSetAttribute: attribute %d is not simulated", (int)attr);
+	kernel_info &k = kernels[func];
+	if (value < 0 || (size_t)value + k.static_shared > SHARED_OPTIN)
+		return bad(cudaErrorInvalidValue,
+			   "cudaFuncSetAttribute: %d bytes of dynamic shared memory (with %zu static, at most %zu a block)", value,
+			   k.static_shared, SHARED_OPTIN);
+	k.max_dynamic = value;
 	return cudaSuccess;
 }
 
@@ -1315,13 +1551,38 @@ static cudaError_t copy_op(const char *call, void *dst, size_t dpitch, const voi
 		return e;
 	char *d = (char *)dst;
 	const char *s = (const char *)src;
-	e = enqueue_op(
-		stream,
-		[=] {
-			for (size_t r = 0; r < height; r++)
-				memcpy(d + r * dpitch, s + r * spitch, width);
-		},
-		call);
+	size_t dn = (height - 1) * dpitch + width, sn = (height - 1) * spitch + width;
+	if (!find_live(dst))
+		note_pageable(dst, dn);
+	if (!find_live(src)) {
+		/*
+		 * Pageable source: CUDA documents that a copy from pageable
+		 * memory may stage it into pinned memory before returning (the
+		 * runtime API's "API synchronization behavior"), and the driver
+		 * does; so the copy takes the source now, and a caller reusing
+		 * its buffer after the call is not reported. The destination is
+		 * written when the stream runs the copy.
+		 */
+		note_pageable(src, sn);
+		auto staged = std::make_shared<std::vector<char>>(width * height);
+		for (size_t r = 0; r < height; r++)
+			memcpy(staged->data() + r * width, s + r * spitch, width);
+		e = enqueue_op(
+			stream,
+			[=] {
+				for (size_t r = 0; r < height; r++)
+					memcpy(d + r * dpitch, staged->data() + r * width, width);
+			},
+			call);
+	} else {
+		e = enqueue_op(
+			stream,
+			[=] {
+				for (size_t r = 0; r < height; r++)
+					memcpy(d + r * dpitch, s + r * spitch, width);
+			},
+			call);
+	}
 	if (e == cudaSuccess && blocking && !d2d)
 		drain(stream_of(stream));
 	return e;

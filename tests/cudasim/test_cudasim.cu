@@ -4,20 +4,31 @@
  *
  *  - barriers: code after __syncthreads sees what every thread wrote before
  *    it; without the barrier the same kernel goes wrong (the adversarial
- *    order finds the race), and the order changes from launch to launch;
+ *    order finds the race), also within one warp (no lockstep: warp-
+ *    synchronous exchange is a race here), and the order changes from
+ *    launch to launch;
+ *    threads of a block at different barriers, or some waiting while others
+ *    exited, fail the process naming the kernel and both sites (checked in
+ *    a child process), while a block that leaves as a whole does not;
  *  - shared memory: per block, garbage at the start of every block, static
- *    and dynamic; blocks run in a random order;
+ *    and dynamic; blocks run in a random order; static + dynamic above
+ *    48 KiB fails (at the run when the kernel's static size is not known
+ *    yet, at the launch after it), unless the kernel opted in;
  *  - streams: queued work runs when waited for (a host read before the wait
  *    sees the old data), in order per stream; the legacy stream's implicit
- *    ordering; events order streams; cudaMemset is asynchronous;
+ *    ordering; events order streams; cudaMemset is asynchronous; a
+ *    cudaMemcpyAsync from pageable memory takes its source at the call,
+ *    one from pinned memory when it runs;
  *  - errors: launch configurations, bad handles, bad pointers and ranges,
- *    prefetch/advise/discard arguments, the last error and its reset;
+ *    host pointers inside struct arguments, prefetch/advise/discard
+ *    arguments, the last error and its reset;
  *  - memory: fresh allocations are garbage; discard scrambles; host access
  *    to device memory, a kernel running off an allocation's end, use after
  *    free and a leak each fail the process (checked in a child process);
  *  - cub: stable radix sort over a bit range (signed keys too), size
- *    queries, too little temporary storage, run-length encoding, exclusive
- *    scan in place, select flagged;
+ *    queries, too little temporary storage for every primitive (also when
+ *    sized for fewer items), temporary storage overlapping an operand,
+ *    run-length encoding, exclusive scan in place, select flagged;
  *  - cuBLAS (libcublas.so.cudasim through dlopen, as the engine opens it):
  *    sgemm with both transposes against a plain loop, beta 0 ignoring C.
  * Every group prints what it checked; the last line counts the failures.
@@ -142,6 +153,78 @@ __global__ void coords_kernel(unsigned *out)
 
 __global__ void write_kernel(int *p, int at) { p[at] = 1; }
 
+/* Planted: even threads wait at one barrier, odd threads at another (3 lines further). */
+enum { split_line = __LINE__ + 5 };
+__global__ void split_barrier_kernel(int *p)
+{
+	if (threadIdx.x % 2 == 0) {
+		p[threadIdx.x] = 1;
+		__syncthreads();
+	} else {
+		p[threadIdx.x] = 2;
+		__syncthreads();
+	}
+}
+
+/* Planted: thread 0 leaves before the barrier the others wait at. */
+enum { exit_line = __LINE__ + 6 };
+__global__ void early_exit_kernel(int *p)
+{
+	if (threadIdx.x == 0)
+		return;
+	p[threadIdx.x] = 1;
+	__syncthreads();
+	p[0] = 2;
+}
+
+/* Legal: a whole block leaves before the barrier; the others loop through one barrier a uniform number of times. */
+__global__ void uniform_barrier_kernel(int *p, int rounds)
+{
+	if (blockIdx.x == 1)
+		return;
+	for (int r = 0; r < rounds; r++) {
+		atomicAdd(&p[blockIdx.x], 1);
+		__syncthreads();
+	}
+}
+
+/* 32 KiB of static shared memory, plus the dynamic memory the launch asks for (all of it written and read). */
+__global__ void big_static_kernel(int *ok, int dyn_floats)
+{
+	__shared__ float s[8192];
+	extern __shared__ float dyn[];
+	for (int i = threadIdx.x; i < 8192; i += blockDim.x)
+		s[i] = (float)i;
+	for (int i = threadIdx.x; i < dyn_floats; i += blockDim.x)
+		dyn[i] = (float)(2 * i);
+	__syncthreads();
+	int good = 1;
+	for (int i = threadIdx.x; i < dyn_floats; i += blockDim.x)
+		good &= dyn[i] == (float)(2 * i) && s[i % 8192] == (float)(i % 8192);
+	if (!good)
+		atomicExch(ok, 0);
+}
+
+/* A struct passed by value, as zch_dev is: the pointer inside it is followed. */
+struct span {
+	int *p;
+	int n;
+	int add;
+};
+
+__global__ void span_kernel(span x)
+{
+	for (int i = threadIdx.x; i < x.n; i += blockDim.x)
+		x.p[i] += x.add;
+}
+
+/* A struct of integers only, one of them looking like an address. */
+struct numbers {
+	unsigned long long a, b;
+};
+
+__global__ void numbers_kernel(numbers x, unsigned long long *out) { *out = x.a + x.b; }
+
 /* ---- groups ---------------------------------------------------------------------------------- */
 
 static std::vector<int> run_rotate(bool sync, int blocks, int n)
@@ -173,6 +256,15 @@ static void barriers(void)
 	}
 	CHECK(wrong_sync == 0, "barriers: %d wrong reads after __syncthreads", wrong_sync);
 	CHECK(wrong_nosync > 0, "barriers: a race on shared memory without __syncthreads went unseen");
+	/* one warp exchanging through shared memory without a barrier (warp-synchronous code): no lockstep here,
+	 * the lanes run one at a time like any threads, so it goes wrong as a race does */
+	int wrong_warp = 0;
+	for (int rep = 0; rep < 4; rep++) {
+		std::vector<int> w = run_rotate(false, 1, 32);
+		for (int t = 0; t < 32; t++)
+			wrong_warp += w[t] != ((t + 1) % 32) * 7;
+	}
+	CHECK(wrong_warp > 0, "barriers: a warp exchanging through shared memory without a barrier read it right");
 	/* the order of a block's threads is drawn per launch */
 	int *d;
 	CUDA(cudaMalloc((void **)&d, sizeof(int) * 65));
@@ -212,8 +304,17 @@ static void barriers(void)
 	}
 	CHECK(bad_coords == 0, "barriers: %d threads of a 3D launch missed or repeated", bad_coords);
 	CUDA(cudaFree(dc));
-	printf("barriers: %d wrong reads with the barrier, %d without (of %d); thread orders differ per launch\n",
-	       wrong_sync, wrong_nosync, 4 * blocks * n);
+	/* a block leaving as a whole, and a barrier in a loop every thread runs as often: no divergence */
+	int *du, hu[3];
+	CUDA(cudaMalloc((void **)&du, sizeof(hu)));
+	CUDA(cudaMemset(du, 0, sizeof(hu)));
+	uniform_barrier_kernel<<<3, 32>>>(du, 5);
+	CUDA(cudaMemcpy(hu, du, sizeof(hu), cudaMemcpyDeviceToHost));
+	CHECK(hu[0] == 160 && hu[1] == 0 && hu[2] == 160, "barriers: uniform barriers gave %d %d %d", hu[0], hu[1], hu[2]);
+	CUDA(cudaFree(du));
+	printf("barriers: %d wrong reads with the barrier, %d without (of %d), %d in one warp without (of 128); thread "
+	       "orders differ per launch; uniform barriers pass\n",
+	       wrong_sync, wrong_nosync, 4 * blocks * n, wrong_warp);
 }
 
 static void shared_memory(void)
@@ -251,9 +352,31 @@ static void shared_memory(void)
 	CHECK(zf == 0, "shared: %d blocks found their dynamic shared memory zeroed", zf);
 	dynamic_kernel<<<1, 64, 48 * 1024 + 1>>>(f, ok, 10);
 	CHECK(cudaGetLastError() == cudaErrorInvalidValue, "shared: more than 48 KiB of dynamic shared memory launched");
+	/* static + dynamic: 32 KiB static and 1 KiB dynamic run; the static size is known from then on */
+	*ok = 1;
+	big_static_kernel<<<2, 64, 1024>>>(ok, 256);
+	CUDA(cudaDeviceSynchronize());
+	CHECK(*ok == 1, "shared: 32 KiB static and 1 KiB dynamic shared memory did not keep what was written");
+	big_static_kernel<<<2, 64, 20 * 1024>>>(ok, 5 * 1024);
+	CHECK(cudaGetLastError() == cudaErrorInvalidValue, "shared: 32 KiB static + 20 KiB dynamic launched without the opt-in");
+	CHECK(cudaFuncSetAttribute(big_static_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024) ==
+		      cudaErrorInvalidValue,
+	      "shared: an opt-in past the device's shared memory per block accepted");
+	cudaGetLastError();
+	CUDA(cudaFuncSetAttribute(big_static_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024));
+	big_static_kernel<<<2, 64, 100 * 1024>>>(ok, 25 * 1024);
+	CUDA(cudaGetLastError());
+	CUDA(cudaDeviceSynchronize());
+	CHECK(*ok == 1, "shared: 100 KiB of dynamic shared memory after the opt-in did not keep what was written");
+	big_static_kernel<<<2, 64, 100 * 1024 + 4>>>(ok, 10);
+	CHECK(cudaGetLastError() == cudaErrorInvalidValue, "shared: dynamic shared memory above the opt-in launched");
+	int optin = 0;
+	CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+	CHECK(optin == 163 * 1024, "shared: opt-in limit %d", optin);
 	for (void *p : {(void *)first, (void *)sums, (void *)order, (void *)counter, (void *)f, (void *)ok})
 		CUDA(cudaFree(p));
-	printf("shared: per block, garbage at the start, blocks in a random order\n");
+	printf("shared: per block, garbage at the start, blocks in a random order, static + dynamic at most 48 KiB "
+	       "without the opt-in\n");
 }
 
 static void streams(void)
@@ -272,6 +395,23 @@ static void streams(void)
 	CHECK(h[0] == -1 && h[n - 1] == -1, "streams: an asynchronous copy landed before anything waited for it");
 	CUDA(cudaStreamSynchronize(s));
 	CHECK(h[0] == 5 && h[n - 1] == 5, "streams: after the wait the copy holds %d, want 5", h[0]);
+	/* host to device: a pageable source is staged at the call (CUDA's documented behaviour), a pinned one is read
+	 * when the copy runs */
+	std::vector<int> pageable(n, 7);
+	CUDA(cudaMemcpyAsync(d, pageable.data(), sizeof(int) * n, cudaMemcpyHostToDevice, s));
+	std::fill(pageable.begin(), pageable.end(), 9);
+	CUDA(cudaStreamSynchronize(s));
+	CUDA(cudaMemcpy(pageable.data(), d, sizeof(int) * n, cudaMemcpyDeviceToHost));
+	CHECK(pageable[0] == 7 && pageable[n - 1] == 7, "streams: a pageable source rewritten after cudaMemcpyAsync: %d",
+	      pageable[0]);
+	for (int i = 0; i < n; i++)
+		h[i] = 3;
+	CUDA(cudaMemcpyAsync(d, h, sizeof(int) * n, cudaMemcpyHostToDevice, s));
+	for (int i = 0; i < n; i++)
+		h[i] = 4;
+	CUDA(cudaStreamSynchronize(s));
+	CUDA(cudaMemcpy(pageable.data(), d, sizeof(int) * n, cudaMemcpyDeviceToHost));
+	CHECK(pageable[0] == 4, "streams: a pinned source was read at the call, not when the copy ran (%d)", pageable[0]);
 	/* the legacy stream orders a blocking stream, not a non-blocking one */
 	CUDA(cudaMemset(d, 0, sizeof(int) * n));    /* legacy, asynchronous */
 	add_kernel<<<4, 64, 0, s>>>(d, n, 1);       /* blocking stream: after the memset */
@@ -307,7 +447,7 @@ static void streams(void)
 	CUDA(cudaFree(d2));
 	CUDA(cudaFreeHost(h));
 	CUDA(cudaFree(d));
-	printf("streams: lazy, ordered per stream, legacy ordering, events\n");
+	printf("streams: lazy, ordered per stream, legacy ordering, events, pageable sources staged at the call\n");
 }
 
 static void errors_and_memory(void)
@@ -324,6 +464,30 @@ static void errors_and_memory(void)
 	add_kernel<<<1, 1>>>(hbuf, 1, 1);
 	CHECK(cudaGetLastError() == cudaErrorInvalidValue, "errors: a kernel launched on a host pointer");
 	CHECK(cudaGetLastError() == cudaSuccess, "errors: the launch error was not reset");
+	/* host pointers inside a struct argument: the stack, malloc's heap, pageable memory a copy used */
+	span dspan = {d, 8, 1};
+	span_kernel<<<1, 32>>>(dspan);
+	CHECK(cudaGetLastError() == cudaSuccess, "errors: a struct holding a device pointer refused");
+	span hspan = {hbuf, 8, 1};
+	span_kernel<<<1, 32>>>(hspan);
+	CHECK(cudaGetLastError() == cudaErrorInvalidValue, "errors: a struct holding a pointer to the host stack launched");
+	int *heap = (int *)malloc(64);
+	span heapspan = {heap, 8, 1};
+	span_kernel<<<1, 32>>>(heapspan);
+	CHECK(cudaGetLastError() == cudaErrorInvalidValue, "errors: a struct holding a pointer into malloc's heap launched");
+	free(heap);
+	std::vector<int> big(1 << 18); /* 1 MiB: malloc maps it apart from its heap */
+	CUDA(cudaMemcpy(d, big.data(), 100, cudaMemcpyHostToDevice));
+	span bigspan = {big.data() + 10, 8, 1};
+	span_kernel<<<1, 32>>>(bigspan);
+	CHECK(cudaGetLastError() == cudaErrorInvalidValue, "errors: a struct holding a pointer into pageable memory launched");
+	unsigned long long *dsum;
+	CUDA(cudaMalloc((void **)&dsum, sizeof(*dsum)));
+	numbers nums = {0x00007fff00001234ull, 0x0000555500000000ull}; /* integers that look like host addresses */
+	numbers_kernel<<<1, 1>>>(nums, dsum);
+	CHECK(cudaGetLastError() == cudaSuccess, "errors: a struct of integers refused");
+	CUDA(cudaDeviceSynchronize());
+	CUDA(cudaFree(dsum));
 	CHECK(cudaMemcpy(hbuf, d, 104, cudaMemcpyDeviceToHost) == cudaErrorInvalidValue, "errors: a copy past the end");
 	CHECK(cudaMemcpy(d, hbuf, 8, cudaMemcpyDeviceToHost) == cudaErrorInvalidValue, "errors: device memory as the host side");
 	CHECK(cudaMemcpy(hbuf, hbuf + 4, 8, cudaMemcpyHostToDevice) == cudaErrorInvalidValue, "errors: host memory as the device side");
@@ -408,6 +572,21 @@ static int child_mode(const char *mode)
 		write_kernel<<<1, 1>>>(keep, 0); /* refused at the launch: freed memory */
 		return cudaGetLastError() == cudaErrorInvalidValue ? 3 : 0;
 	}
+	if (!strcmp(mode, "barrier-divergent")) {
+		CUDA(cudaMalloc((void **)&d, 64 * sizeof(int)));
+		split_barrier_kernel<<<1, 64>>>(d);
+		return cudaDeviceSynchronize();
+	}
+	if (!strcmp(mode, "barrier-exit")) {
+		CUDA(cudaMalloc((void **)&d, 64 * sizeof(int)));
+		early_exit_kernel<<<1, 64>>>(d);
+		return cudaDeviceSynchronize();
+	}
+	if (!strcmp(mode, "shared-over-48k")) { /* the first launch: the static size is learnt as it runs */
+		CUDA(cudaMallocManaged((void **)&d, sizeof(int)));
+		big_static_kernel<<<1, 64, 20 * 1024>>>(d, 10);
+		return cudaDeviceSynchronize();
+	}
 	if (!strcmp(mode, "leak")) {
 		setenv("RS_CUDASIM_LEAK_CHECK", "1", 1);
 		CUDA(cudaMalloc((void **)&d, 64));
@@ -432,7 +611,22 @@ static void faults(void)
 	st = child("leak", &err);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1 && err.find("leak: 64 bytes") != std::string::npos,
 	      "faults: a leak: status %#x, said: %s", st, err.c_str());
-	printf("faults: host access to device memory, a kernel past the end, use after free, a leak\n");
+	st = child("barrier-divergent", &err);
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && err.find("divergent __syncthreads in kernel split_barrier_kernel") != std::string::npos &&
+		      err.find("test_cudasim.cu:" + std::to_string(split_line)) != std::string::npos &&
+		      err.find("test_cudasim.cu:" + std::to_string(split_line + 3)) != std::string::npos,
+	      "faults: threads at two barriers: status %#x, said: %s", st, err.c_str());
+	st = child("barrier-exit", &err);
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && err.find("in kernel early_exit_kernel") != std::string::npos &&
+		      err.find("has exited (without passing a barrier)") != std::string::npos &&
+		      err.find("test_cudasim.cu:" + std::to_string(exit_line)) != std::string::npos,
+	      "faults: a barrier some threads exited before: status %#x, said: %s", st, err.c_str());
+	st = child("shared-over-48k", &err);
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT &&
+		      err.find("32768 bytes of static shared memory and 20480 of dynamic exceed 48 KiB") != std::string::npos,
+	      "faults: 32 KiB static + 20 KiB dynamic shared memory: status %#x, said: %s", st, err.c_str());
+	printf("faults: host access to device memory, a kernel past the end, use after free, a leak, divergent "
+	       "barriers, too much shared memory\n");
 }
 
 /* ---- cub -------------------------------------------------------------------------------------- */
@@ -516,10 +710,39 @@ static void cub_primitives(void)
 	CUDA(cudaMemcpy(u.data(), duniq, 4 * m, cudaMemcpyDeviceToHost));
 	CHECK(sel == 5 && u[0] == 4 && u[1] == 7 && u[2] == 9 && u[3] == -1 && u[4] == -1, "cub: Flagged selected %lld",
 	      (long long)sel);
+	/* every primitive: too little storage, storage sized for fewer items, storage overlapping an operand */
+	int refused = 0, tried = 0;
+	auto refuses = [&](cudaError_t e) {
+		tried++;
+		refused += e == cudaErrorInvalidValue;
+		cudaGetLastError();
+	};
+	size_t be = 0, bs = 0, bf = 0, small_e = 0, small_s = 0, small_f = 0;
+	int32_t *d32 = dko;
+	CUDA(cub::DeviceRunLengthEncode::Encode(nullptr, be, dk, d32, dvo, dnr, n));
+	CUDA(cub::DeviceScan::ExclusiveSum(nullptr, bs, dk, d32, n));
+	CUDA(cub::DeviceSelect::Flagged(nullptr, bf, dk, dfl, d32, dsel, (int64_t)n));
+	CUDA(cub::DeviceRunLengthEncode::Encode(nullptr, small_e, dk, d32, dvo, dnr, 10));
+	CUDA(cub::DeviceScan::ExclusiveSum(nullptr, small_s, dk, d32, 10));
+	CUDA(cub::DeviceSelect::Flagged(nullptr, small_f, dk, dfl, d32, dsel, (int64_t)1));
+	size_t le = be - 1, ls = bs - 1, lf = bf - 1;
+	refuses(cub::DeviceRunLengthEncode::Encode(tmp, le, dk, d32, dvo, dnr, n));
+	refuses(cub::DeviceScan::ExclusiveSum(tmp, ls, dk, d32, n));
+	refuses(cub::DeviceSelect::Flagged(tmp, lf, dk, dfl, d32, dsel, (int64_t)n)); /* refused before its ranges */
+	refuses(cub::DeviceRunLengthEncode::Encode(tmp, small_e, dk, d32, dvo, dnr, n));
+	refuses(cub::DeviceScan::ExclusiveSum(tmp, small_s, dk, d32, n));
+	refuses(cub::DeviceSelect::Flagged(tmp, small_f, dk, dfl, d32, dsel, (int64_t)n));
+	size_t whole = 4 * (size_t)n;
+	refuses(cub::DeviceRunLengthEncode::Encode((void *)dvo, whole, dk, d32, dvo, dnr, n));
+	refuses(cub::DeviceScan::ExclusiveSum((void *)dk, whole, dk, d32, n));
+	refuses(cub::DeviceSelect::Flagged((void *)dk, whole, dk, dfl, d32, dsel, (int64_t)m));
+	CHECK(refused == tried, "cub: %d of %d calls with bad temporary storage refused", refused, tried);
+	CHECK(be > small_e && bs > small_s && bf > small_f, "cub: the temporary storage does not grow with the items");
 	for (void *p : {(void *)dk, (void *)dko, (void *)dv, (void *)dvo, tmp, (void *)din, (void *)duniq, (void *)dcnt,
 			(void *)dnr, (void *)dfl, (void *)dsel})
 		CUDA(cudaFree(p));
-	printf("cub: sort (stable, bit ranges, signed), encode, scan, select\n");
+	printf("cub: sort (stable, bit ranges, signed), encode, scan, select; every primitive refuses too little or "
+	       "overlapping temporary storage\n");
 }
 
 /* ---- cuBLAS through dlopen, as worker/engine_cuda.c opens it ------------------------------- */

@@ -11,7 +11,11 @@
  * as cooperative fibers. Between two barriers the block's threads run one
  * at a time, each to its next __syncthreads (or its end), in an order drawn
  * afresh for every phase from the launch's seed (RS_CUDASIM_SEED): a
- * missing barrier or a race on shared memory changes the result. Shared
+ * missing barrier or a race on shared memory changes the result. No warps:
+ * a warp's threads run one at a time too (warp-synchronous exchange without
+ * a barrier is a race here), and the warp intrinsics are not declared.
+ * __syncthreads carries its call site: threads of a block waiting at
+ * different ones, or waiting while others exited, stop the run. Shared
  * memory (static __shared__ variables and the dynamic extern array) is per
  * block and holds garbage when the block starts. Atomics are exact (threads
  * are never preempted between barriers).
@@ -92,17 +96,27 @@ struct site {
 	const char *kernel;
 };
 
+/* A kernel argument passed by value that is a struct: its bytes, scanned at the launch for host pointers. */
+struct arg_bytes {
+	int index; /* 1-based, as diagnostics count arguments */
+	const void *p;
+	size_t n;
+};
+
 /* One launch, as the generated code hands it over: thread_main(args) runs one thread. */
 struct kernel_launch {
 	site where;
 	dim3 grid, block;
 	size_t shmem;
 	cudaStream_t stream;
+	const void *func; /* the kernel (cudaFuncSetAttribute's key) */
 	void (*thread_main)(void *args);
 	void *args;
 	void (*free_args)(void *args);
 	const void *const *pointers; /* the kernel's pointer arguments, checked at the launch */
 	int npointers;
+	const arg_bytes *structs; /* its struct arguments that may hold pointers, scanned at the launch */
+	int nstructs;
 };
 
 /* Validate and queue a launch (the runtime owns args from here on); the result is the launch's error. */
@@ -126,7 +140,8 @@ template <typename T> inline T &shared_get(shared_slot &s)
 /* The running block's dynamic shared memory (extern __shared__). */
 void *dynamic_shared();
 
-void syncthreads();
+/* A barrier; file:line is the __syncthreads call's site (divergent barriers are named by it). */
+void syncthreads(const char *file, int line);
 
 /* ---- for the simulated libraries (cub, cuBLAS) ---- */
 
@@ -145,6 +160,17 @@ template <typename T> struct arg_pointer<T *> {
 	static const void *of(T *const &p) { return (const void *)p; }
 	static constexpr bool is = true;
 };
+
+/*
+ * A by-value struct argument that can hold a pointer (pointer-aligned, at
+ * least a pointer wide): its bytes are scanned at the launch, so that a host
+ * pointer inside a struct is refused as a plain pointer argument is.
+ */
+template <typename T> inline void note_struct(const T &x, int index, arg_bytes *out, int &n)
+{
+	if constexpr (std::is_class<T>::value && alignof(T) >= sizeof(void *) && sizeof(T) >= sizeof(void *))
+		out[n++] = arg_bytes{index, &x, sizeof(T)};
+}
 
 template <typename F, typename Tuple> struct kernel_args {
 	F fn;
@@ -169,15 +195,21 @@ template <typename... P> struct launcher {
 		using pack = kernel_args<void (*)(P...), tuple>;
 		auto *k = new pack{fn, tuple(std::forward<A>(a)...)};
 		const void *ptrs[sizeof...(P) + 1] = {};
-		int n = 0;
+		arg_bytes structs[sizeof...(P) + 1] = {};
+		int n = 0, ns = 0;
 		std::apply([&](const auto &...x) { ((ptrs[n++] = arg_pointer<std::decay_t<decltype(x)>>::of(x)), ...); },
 			   k->args);
+		n = 0;
+		std::apply([&](const auto &...x) { (note_struct(x, ++n, structs, ns), ...); }, k->args);
 		kernel_launch m = l;
+		m.func = (const void *)fn;
 		m.thread_main = &run_thread<void (*)(P...), tuple>;
 		m.args = k;
 		m.free_args = &free_args<void (*)(P...), tuple>;
 		m.pointers = ptrs;
 		m.npointers = (int)sizeof...(P);
+		m.structs = structs;
+		m.nstructs = ns;
 		launch_kernel(m);
 	}
 };
@@ -186,7 +218,8 @@ template <typename... P> struct launcher {
 template <typename... P>
 launcher<P...> launch(site where, void (*fn)(P...), dim3 grid, dim3 block, size_t shmem = 0, cudaStream_t stream = 0)
 {
-	return launcher<P...>{fn, kernel_launch{where, grid, block, shmem, stream, nullptr, nullptr, nullptr, nullptr, 0}};
+	return launcher<P...>{fn, kernel_launch{where, grid, block, shmem, stream, nullptr, nullptr, nullptr, nullptr,
+						nullptr, 0, nullptr, 0}};
 }
 
 } /* namespace cudasim */
@@ -203,7 +236,8 @@ static constexpr int warpSize = 32;
 
 /* ---- synchronization ------------------------------------------------------------------ */
 
-inline void __syncthreads() { ::cudasim::syncthreads(); }
+/* Each call site is a barrier of its own: threads of a block waiting at different ones fail the run. */
+#define __syncthreads() ::cudasim::syncthreads(__FILE__, __LINE__)
 inline void __threadfence() {}
 inline void __threadfence_block() {}
 
@@ -259,6 +293,10 @@ inline int __ffsll(long long x) { return __builtin_ffsll(x); }
 
 /* ---- host-side conveniences of the real header ---------------------------------------- */
 
+template <typename T> inline cudaError_t cudaFuncSetAttribute(T *entry, enum cudaFuncAttribute attr, int value)
+{
+	return cudaFuncSetAttribute((const void *)entry, attr, value);
+}
 template <typename T> inline cudaError_t cudaMalloc(T **p, size_t size) { return cudaMalloc((void **)p, size); }
 template <typename T> inline cudaError_t cudaMallocHost(T **p, size_t size) { return cudaMallocHost((void **)p, size); }
 template <typename T> inline cudaError_t cudaMallocManaged(T **p, size_t size, unsigned int flags = cudaMemAttachGlobal)

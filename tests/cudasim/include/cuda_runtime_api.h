@@ -12,6 +12,8 @@
  *  - work on a stream runs when something waits for it (a synchronize, a
  *    blocking copy, an event), in order per stream, in a random interleaving
  *    across streams; the legacy default stream's implicit ordering holds;
+ *    a copy from pageable host memory takes its source at the call (CUDA
+ *    stages it before returning), one from pinned memory when it runs;
  *  - every call checks its arguments and returns CUDA's error codes, and a
  *    failing call sets the thread's last error (cudaGetLastError).
  */
@@ -94,7 +96,8 @@ enum cudaDeviceAttr {
 	cudaDevAttrComputeCapabilityMinor = 76,
 	cudaDevAttrManagedMemory = 83,
 	cudaDevAttrPageableMemoryAccess = 88,
-	cudaDevAttrConcurrentManagedAccess = 89
+	cudaDevAttrConcurrentManagedAccess = 89,
+	cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
 };
 
 enum cudaMemoryAdvise {
@@ -119,11 +122,17 @@ struct cudaMemLocation {
 	int id;
 };
 
+/* cudaFuncSetAttribute's attributes (CUDA's values): only the opt-in to more dynamic shared memory. */
+enum cudaFuncAttribute {
+	cudaFuncAttributeMaxDynamicSharedMemorySize = 8
+};
+
 /* The fields rowshift reads, with CUDA's names (the layout is the simulator's own). */
 struct cudaDeviceProp {
 	char name[256];
 	size_t totalGlobalMem;
 	size_t sharedMemPerBlock;
+	size_t sharedMemPerBlockOptin;
 	int warpSize;
 	int maxThreadsPerBlock;
 	int maxThreadsDim[3];
@@ -147,6 +156,9 @@ cudaError_t cudaDeviceReset(void);
 cudaError_t cudaDriverGetVersion(int *version);
 cudaError_t cudaRuntimeGetVersion(int *version);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+
+/* kernels */
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value);
 
 /* errors */
 cudaError_t cudaGetLastError(void);

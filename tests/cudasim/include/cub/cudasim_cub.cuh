@@ -2,10 +2,16 @@
  * cub/cudasim_cub.cuh - the CUDA simulator's cub (tests/cudasim): the
  * device-wide primitives rowshift calls, with cub's signatures and
  * documented semantics, run as host loops queued on the caller's stream:
- *  - a call with d_temp_storage == NULL only sets temp_storage_bytes (and
- *    touches nothing else); a call with less temporary storage than that
- *    fails with cudaErrorInvalidValue; the temporary storage is really used
- *    (the radix sort's second buffers live there);
+ *  - every primitive follows cub's temporary-storage protocol: a call with
+ *    d_temp_storage == NULL only sets temp_storage_bytes (and touches
+ *    nothing else); a call with less temporary storage than that query
+ *    returns for its num_items fails with cudaErrorInvalidValue. The size
+ *    grows with num_items for every primitive (the sort's second buffers;
+ *    a 16-byte descriptor per 128 items for the single-pass scan, encode
+ *    and select, as cub's decoupled look-back keeps), so storage sized for
+ *    fewer items than a call passes is refused. The temporary storage is
+ *    really used (the sort's buffers; the others overwrite what they asked
+ *    for) and must not overlap an operand;
  *  - DeviceRadixSort::SortPairs is an LSD radix sort of 8-bit digits over
  *    the key bits [begin_bit, end_bit) only, stable (signed keys ordered as
  *    cub orders them); the four ranges and the temporary storage must not
@@ -17,8 +23,11 @@
  * Every device range is checked at the call (cudaErrorInvalidValue, with a
  * line on stderr, for memory a kernel could not use).
  *
- * Mutation hook (tests/cudasim/mutate.sh only): compiled with
- * -DCUDASIM_MUTATE_UNSTABLE_SORT, SortPairs reverses every run of equal keys.
+ * Mutation hook, of this simulator's cub and not of our kernels
+ * (tests/cudasim/mutate.py only): compiled with
+ * -DCUDASIM_MUTATE_UNSTABLE_SORT, SortPairs reverses every run of equal keys,
+ * a simulator-side emulation of an unstable sort, to show that the kernels'
+ * results depend on cub's sort being stable (the real one is).
  */
 #ifndef CUDASIM_CUB_CUH
 #define CUDASIM_CUB_CUH
@@ -28,8 +37,10 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <iterator>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace cub {
@@ -67,6 +78,22 @@ inline bool size_query(void *d_temp_storage, size_t &temp_storage_bytes, size_t 
 		if (cudasim_e != cudaSuccess)                                       \
 			return cudasim_e;                                           \
 	} while (0)
+
+/* The temporary storage of a single-pass primitive for n items: a header, a 16-byte descriptor per 128 items. */
+inline size_t tile_state_bytes(size_t n) { return 256 + round_up((n + 127) / 128 * 16); }
+
+/* Does a call's temporary storage [p, p + need) overlap one of its operands (pointer, bytes)? Then it fails. */
+inline bool temp_overlaps(const char *what, const void *p, size_t need,
+			  std::initializer_list<std::pair<const void *, size_t>> ops)
+{
+	for (auto &o : ops)
+		if (overlap(p, need, o.first, o.second)) {
+			std::fprintf(stderr, "cudasim: %s: the temporary storage overlaps an operand\n", what);
+			::cudasim::set_error(cudaErrorInvalidValue);
+			return true;
+		}
+	return false;
+}
 
 template <typename It> using value_of = typename std::iterator_traits<It>::value_type;
 
@@ -193,10 +220,10 @@ struct DeviceRunLengthEncode {
 				      std::is_pointer<NumRunsOutputIteratorT>::value,
 			      "cudasim's Encode takes pointers");
 		const char *what = "cub::DeviceRunLengthEncode::Encode";
+		size_t n = num_items > 0 ? (size_t)num_items : 0, need = d::tile_state_bytes(n);
 		cudaError_t e;
-		if (d::size_query(d_temp_storage, temp_storage_bytes, 256, &e, what))
+		if (d::size_query(d_temp_storage, temp_storage_bytes, need, &e, what))
 			return e;
-		size_t n = num_items > 0 ? (size_t)num_items : 0;
 		using T = d::value_of<InputIteratorT>;
 		using C = d::value_of<LengthsOutputIteratorT>;
 		using R = d::value_of<NumRunsOutputIteratorT>;
@@ -205,9 +232,14 @@ struct DeviceRunLengthEncode {
 		CUDASIM_CUB_CHECK(d_unique_out, n * sizeof(*d_unique_out), "Encode: d_unique_out");
 		CUDASIM_CUB_CHECK(d_counts_out, n * sizeof(C), "Encode: d_counts_out");
 		CUDASIM_CUB_CHECK(d_num_runs_out, sizeof(R), "Encode: d_num_runs_out");
+		if (d::temp_overlaps(what, d_temp_storage, need,
+				     {{d_in, n * sizeof(T)}, {d_unique_out, n * sizeof(*d_unique_out)},
+				      {d_counts_out, n * sizeof(C)}, {d_num_runs_out, sizeof(R)}}))
+			return cudaErrorInvalidValue;
 		return ::cudasim::enqueue(
 			stream,
 			[=] {
+				std::memset(d_temp_storage, 0xa5, need); /* the tile descriptors */
 				size_t runs = 0;
 				for (size_t i = 0; i < n;) {
 					size_t j = i + 1;
@@ -233,10 +265,10 @@ struct DeviceScan {
 		static_assert(std::is_pointer<InputIteratorT>::value && std::is_pointer<OutputIteratorT>::value,
 			      "cudasim's ExclusiveSum takes pointers");
 		const char *what = "cub::DeviceScan::ExclusiveSum";
+		size_t n = num_items > 0 ? (size_t)num_items : 0, need = d::tile_state_bytes(n);
 		cudaError_t e;
-		if (d::size_query(d_temp_storage, temp_storage_bytes, 256, &e, what))
+		if (d::size_query(d_temp_storage, temp_storage_bytes, need, &e, what))
 			return e;
-		size_t n = num_items > 0 ? (size_t)num_items : 0;
 		using T = typename std::remove_cv<d::value_of<InputIteratorT>>::type;
 		using O = d::value_of<OutputIteratorT>;
 		if (n == 0)
@@ -244,9 +276,12 @@ struct DeviceScan {
 		CUDASIM_CUB_CHECK(d_temp_storage, temp_storage_bytes, "ExclusiveSum: d_temp_storage");
 		CUDASIM_CUB_CHECK(d_in, n * sizeof(T), "ExclusiveSum: d_in");
 		CUDASIM_CUB_CHECK(d_out, n * sizeof(O), "ExclusiveSum: d_out");
+		if (d::temp_overlaps(what, d_temp_storage, need, {{d_in, n * sizeof(T)}, {d_out, n * sizeof(O)}}))
+			return cudaErrorInvalidValue;
 		return ::cudasim::enqueue(
 			stream,
 			[=] {
+				std::memset(d_temp_storage, 0xa5, need); /* the tile descriptors */
 				T acc = T();
 				for (size_t i = 0; i < n; i++) {
 					T v = d_in[i]; /* read before writing: in place works */
@@ -271,10 +306,10 @@ struct DeviceSelect {
 				      std::is_pointer<NumSelectedIteratorT>::value,
 			      "cudasim's Flagged takes pointers");
 		const char *what = "cub::DeviceSelect::Flagged";
+		size_t n = num_items > 0 ? (size_t)num_items : 0, need = d::tile_state_bytes(n);
 		cudaError_t e;
-		if (d::size_query(d_temp_storage, temp_storage_bytes, 256, &e, what))
+		if (d::size_query(d_temp_storage, temp_storage_bytes, need, &e, what))
 			return e;
-		size_t n = num_items > 0 ? (size_t)num_items : 0;
 		using T = d::value_of<InputIteratorT>;
 		using F = d::value_of<FlagIterator>;
 		using S = d::value_of<NumSelectedIteratorT>;
@@ -287,9 +322,14 @@ struct DeviceSelect {
 			std::fprintf(stderr, "cudasim: %s: d_in and d_out overlap\n", what);
 			return ::cudasim::set_error(cudaErrorInvalidValue);
 		}
+		if (d::temp_overlaps(what, d_temp_storage, need,
+				     {{d_in, n * sizeof(T)}, {d_flags, n * sizeof(F)}, {d_out, n * sizeof(*d_out)},
+				      {d_num_selected_out, sizeof(S)}}))
+			return cudaErrorInvalidValue;
 		return ::cudasim::enqueue(
 			stream,
 			[=] {
+				std::memset(d_temp_storage, 0xa5, need); /* the tile descriptors */
 				size_t k = 0;
 				for (size_t i = 0; i < n; i++)
 					if (d_flags[i])
