@@ -62,6 +62,10 @@ static void test_join(void **state)
 		J("\"worker\":\"w\\u001b[2J\",\"addr\":\"h:1\",\"pid\":3,\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""),
 		J("\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3,\"nonce\":\"short\",\"proof\":\"" PROOF "\""),
 		J("\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3,\"nonce\":\"" NONCE "\",\"proof\":\"abc\""),
+		J("\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":\"3\",\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""), /* pid a string */
+		J("\"worker\":7,\"addr\":\"h:1\",\"pid\":3,\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""), /* name a number */
+		J("\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3,\"incarnation\":1,\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""),
+		J("\"worker\":\"w\",\"addr\":\"h:1 x\",\"pid\":3,\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""), /* addr */
 		"{\"type\":\"progress\",\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3}", /* not a join */
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
