@@ -173,7 +173,8 @@ function contract(args) {
   expectEq("coordinator args (flags with values)", [a[11], a[13], a.length], ["--steps", "--debounce-ms", 15]);
   if (!/^-?\d+$/.test(a[12] || "") || !/^\d+$/.test(a[14] || "")) fail(`--steps ${a[12]} --debounce-ms ${a[14]}: not integers`);
   const cenv = (cc.env || []).filter((e) => e.name !== "ROWSHIFT_STATUS_TOKEN");
-  expectEq("coordinator env", cenv, [secretEnv("ROWSHIFT_JOIN_TOKEN", "token"), fieldEnv("POD_NAMESPACE", "metadata.namespace")]);
+  expectEq("coordinator env", cenv, [secretEnv("ROWSHIFT_JOIN_TOKEN", "token"), fieldEnv("POD_NAMESPACE", "metadata.namespace"),
+    { name: "ROWSHIFT_ALLOWED_HOSTS", value: "rowshift-coordinator,rowshift-coordinator.rowshift,rowshift-coordinator.rowshift.svc,rowshift-coordinator.rowshift.svc.cluster.local" }]);
   const st = (cc.env || []).find((e) => e.name === "ROWSHIFT_STATUS_TOKEN");
   if (st) expectEq("coordinator ROWSHIFT_STATUS_TOKEN", st, secretEnv("ROWSHIFT_STATUS_TOKEN", "status-token"));
   expectEq("coordinator ports", cc.ports, [{ name: "control", containerPort: 7070, protocol: "TCP" }]);

@@ -64,6 +64,9 @@ render --set networkPolicy.enabled=false >"$tmp/nonp.yaml" 2>&1
 check "networkPolicy.enabled=false leaves them out" bash -c "! grep -q 'kind: NetworkPolicy' '$tmp/nonp.yaml'"
 render --set 'networkPolicy.coordinatorClients[0].namespaceSelector.matchLabels.team=monitoring' >"$tmp/np.yaml" 2>&1
 check "networkPolicy.coordinatorClients are let in to the coordinator's port" grep -q 'team: monitoring' "$tmp/np.yaml"
+render --set 'coordinator.allowedHosts[0]=rowshift.example.com' >"$tmp/hosts.yaml" 2>&1
+check "coordinator.allowedHosts adds to the Service's names a browser may use" grep -q \
+	'value: "rowshift-coordinator,rowshift-coordinator.rowshift,rowshift-coordinator.rowshift.svc,rowshift-coordinator.rowshift.svc.cluster.local,rowshift.example.com"' "$tmp/hosts.yaml"
 
 # 4. values
 rejects() { # rejects VALUE PATTERN: the schema refuses --set VALUE, saying PATTERN
@@ -77,6 +80,7 @@ check "the schema rejects a short joinToken" rejects joinToken=short "/joinToken
 check "the schema rejects an unknown key" rejects wrokers=3 "wrokers"
 check "the schema rejects terminationGracePeriodSeconds: -5" rejects terminationGracePeriodSeconds=-5 "/terminationGracePeriodSeconds"
 check "the schema rejects an unknown image.pullPolicy" rejects image.pullPolicy=Sometimes "/image/pullPolicy"
+check "the schema rejects a host name with a comma in coordinator.allowedHosts" rejects "coordinator.allowedHosts[0]=a\\,b" "/coordinator/allowedHosts"
 check "the schema accepts workers: 8, gpusPerWorker: 0, steps: -1" bash -c "'$helm' template rowshift '$chart' --set workers=8 --set gpusPerWorker=0 --set steps=-1 >/dev/null"
 
 given=abcdefghijklmnopqrstuvwxyz0123456789ABCD
