@@ -4,6 +4,7 @@
 #include "common/control.h"
 #include "common/auth.h"
 #include "common/clock.h"
+#include "common/file.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/secret.h"
@@ -46,7 +47,7 @@ struct rs_control {
 	 */
 	int guarded;
 	const answer_check *check; /* set while the answer to our join is due */
-	char why[160];
+	char why[400];
 	char bearer[1100];      /* "Authorization: Bearer ..." value for the status stream, or "" */
 };
 
@@ -99,6 +100,23 @@ static int on_message(rs_control *c, const char *msg, size_t len)
 	return 0;
 }
 
+/*
+ * What libwebsockets says of an error goes through rs_log (escaped), and the
+ * last of it is kept: a certificate that fails verification ("self-signed
+ * certificate", "hostname mismatch") is said only there, and the failed
+ * connection's own text names none of it.
+ */
+static _Thread_local char lws_said[160];
+
+static void lws_emit(int level, const char *line)
+{
+	(void)level;
+	const char *p = strstr(line, "] E: ");
+	p = p ? p + 5 : line;
+	snprintf(lws_said, sizeof(lws_said), "%.*s", (int)strcspn(p, "\r\n"), p);
+	RS_WARN("control: libwebsockets: %s", lws_said);
+}
+
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
 {
 	(void)user;
@@ -115,7 +133,8 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 			lws_callback_on_writable(wsi);
 		break;
 	case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
-		snprintf(c->why, sizeof(c->why), "cannot connect: %s", in ? (const char *)in : "unknown error");
+		snprintf(c->why, sizeof(c->why), "cannot connect: %s%s%s%s", in ? (const char *)in : "unknown error",
+			 lws_said[0] ? " (" : "", lws_said, lws_said[0] ? ")" : "");
 		c->closed = 1;
 		c->wsi = NULL;
 		break;
@@ -244,14 +263,52 @@ static const char *incarnation(void)
  * once the connection attempt is under way. guarded: a control connection,
  * held to the handshake's rules until the coordinator proves itself.
  */
+static char tls_ca[4096];
+
+rs_status rs_control_set_tls_ca(const char *file, rs_err *err)
+{
+	tls_ca[0] = 0;
+	if (!file || !*file)
+		return RS_OK;
+	if (strlen(file) >= sizeof(tls_ca))
+		return rs_err_set(err, RS_EINVAL, "--tls-ca: the path is longer than %zu bytes", sizeof(tls_ca) - 1);
+	/* read here, so that a missing or unreadable file is named now, not as a failed handshake later */
+	char *pem = NULL;
+	size_t n;
+	RSCHECK(rs_file_read(file, 1u << 20, &pem, &n, err));
+	int looks = strstr(pem, "-----BEGIN CERTIFICATE-----") != NULL;
+	free(pem);
+	if (!looks)
+		return rs_err_set(err, RS_EINVAL, "--tls-ca %s: no PEM certificate in it", file);
+	snprintf(tls_ca, sizeof(tls_ca), "%s", file);
+	return RS_OK;
+}
+
+/* "ws://HOST:PORT" or "wss://HOST:PORT" (TLS); HOST may be [v6]. */
+static rs_status parse_url(const char *url, char host[256], int *port, int *tls, rs_err *err)
+{
+	char rest[16] = "";
+	const char *p = url;
+	*tls = !strncmp(url, "wss://", 6);
+	p += *tls ? 6 : !strncmp(url, "ws://", 5) ? 5 : 0;
+	int ok = p != url;
+	if (ok && *p == '[')
+		ok = sscanf(p, "[%255[0-9a-fA-F:.]]:%d%15s", host, port, rest) >= 2;
+	else if (ok)
+		ok = sscanf(p, "%255[^:/[]:%d%15s", host, port, rest) >= 2;
+	ok = ok && (!rest[0] || !strcmp(rest, "/")); /* nothing after the port but a slash */
+	if (!ok || *port <= 0 || *port > 65535)
+		return rs_err_set(err, RS_EINVAL, "coordinator URL '%.200s' is not ws://HOST:PORT or wss://HOST:PORT", url);
+	return RS_OK;
+}
+
 static rs_status open_client(const char *url, const char *protocol, const char *path, const char *bearer, int guarded,
 			     rs_control **out, rs_err *err)
 {
 	char host[256];
-	int port;
+	int port, tls;
 	*out = NULL;
-	if (sscanf(url, "ws://%255[^:/]:%d", host, &port) != 2 || port <= 0 || port > 65535)
-		return rs_err_set(err, RS_EINVAL, "coordinator URL '%s' is not ws://HOST:PORT", url);
+	RSCHECK(parse_url(url, host, &port, &tls, err));
 	rs_control *c = calloc(1, sizeof(*c));
 	if (!c)
 		return RS_ENOMEM;
@@ -259,12 +316,18 @@ static rs_status open_client(const char *url, const char *protocol, const char *
 		snprintf(c->bearer, sizeof(c->bearer), "Bearer %s", bearer);
 	rs_wsmsg_init(&c->io, guarded ? HANDSHAKE_MAX_MESSAGE : CONTROL_MAX_MESSAGE, CONTROL_MAX_QUEUED);
 	c->guarded = guarded;
-	lws_set_log_level(LLL_ERR, NULL);
+	lws_said[0] = 0;
+	lws_set_log_level(LLL_ERR, lws_emit);
 	struct lws_context_creation_info info;
 	memset(&info, 0, sizeof(info));
 	info.port = CONTEXT_PORT_NO_LISTEN;
 	info.protocols = protocols;
 	info.user = c;
+	if (tls) {
+		/* the server's certificate and host name are verified (lws's default): by --tls-ca, else the system's CAs */
+		info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+		info.client_ssl_ca_filepath = tls_ca[0] ? tls_ca : NULL;
+	}
 	c->ctx = lws_create_context(&info);
 	if (!c->ctx) {
 		rs_control_close(c);
@@ -278,6 +341,7 @@ static rs_status open_client(const char *url, const char *protocol, const char *
 	ci.path = path;
 	ci.host = host;
 	ci.protocol = protocol; /* no Origin: the coordinator refuses upgrades from web pages */
+	ci.ssl_connection = tls ? LCCSCF_USE_SSL : 0;
 	ci.pwsi = &c->wsi;
 	if (!lws_client_connect_via_info(&ci)) {
 		rs_control_close(c);

@@ -17,7 +17,7 @@
 typedef struct rs_control rs_control;
 
 /*
- * Connect to url ("ws://host:port") and join, announcing the worker's name
+ * Connect to url ("ws://HOST:PORT", or "wss://HOST:PORT" over TLS) and join, announcing the worker's name
  * and its transport address, proving knowledge of the token without
  * sending it and checking the coordinator's own proof (proto.h, "The join
  * handshake"). RS_EINVAL (with the reason) when refused for good: by a
@@ -41,6 +41,14 @@ void rs_control_close(rs_control *c);
  * snapshot first); nothing needs to be sent.
  */
 rs_status rs_control_open_status(const char *url, const char *token, int timeout_ms, rs_control **out, rs_err *err);
+
+/*
+ * The CA certificates (a PEM file) that a wss:// coordinator's certificate
+ * must chain to; NULL or "": the system's. The server's certificate and its
+ * host name (or IP address) are always verified. For the whole process;
+ * the file is read now, so a missing or malformed one is reported here.
+ */
+rs_status rs_control_set_tls_ca(const char *file, rs_err *err);
 
 /* Queue a message (msg stays the caller's). */
 rs_status rs_control_send(rs_control *c, const json_t *msg);

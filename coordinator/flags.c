@@ -2,9 +2,11 @@
  * flags.c - see flags.h.
  */
 #include "coordinator/flags.h"
+#include "common/file.h"
 #include "common/param.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 const char *const rs_coord_usage =
@@ -40,6 +42,8 @@ int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
 		RS_PARAM("--grace-ms", "ROWSHIFT_COORDINATOR_GRACE_MS", RS_PARAM_INT, "60000", "MS", "how long workers wait for a lost coordinator to come back (local mode)", &c->grace_ms),
 		RS_PARAM("--status-token-file", "ROWSHIFT_STATUS_TOKEN_FILE", RS_PARAM_STR, NULL, "FILE", "require the bearer token in FILE of status stream and /metrics clients (or the token itself in ROWSHIFT_STATUS_TOKEN; never on the command line; default: none)", &c->status_token_file),
 		RS_PARAM("--allowed-hosts", "ROWSHIFT_ALLOWED_HOSTS", RS_PARAM_STR, NULL, "NAME,...", "host names a browser may reach the dashboard, the status stream and /metrics by, besides IP addresses, localhost and the --listen host (a Service's DNS name, an ingress); a page under any other name is refused (DNS rebinding)", &c->allowed_hosts),
+		RS_PARAM("--tls-cert", "ROWSHIFT_TLS_CERT", RS_PARAM_STR, NULL, "FILE", "serve TLS only (wss://, https://) with this PEM certificate (chain); workers and rowshiftctl verify it against ROWSHIFT_TLS_CA or the system's CAs (local mode: the certificate itself when ROWSHIFT_TLS_CA is unset)", &c->tls_cert),
+		RS_PARAM("--tls-key", "ROWSHIFT_TLS_KEY", RS_PARAM_STR, NULL, "FILE", "the PEM private key of --tls-cert", &c->tls_key),
 		RS_PARAM("--admin-file", "ROWSHIFT_ADMIN_FILE", RS_PARAM_STR, NULL, "FILE", "where rowshiftctl finds this job (URL and token, mode 0600; default: job-PORT.json in $XDG_RUNTIME_DIR/rowshift or /tmp/rowshift-UID, this user's only)", &c->admin_file),
 		RS_PARAM("--load", "ROWSHIFT_LOAD", RS_PARAM_STR, NULL, "DIR", "start from this checkpoint (any world size; training goes on from its step)", &c->load),
 		RS_PARAM("--save", "ROWSHIFT_SAVE", RS_PARAM_STR, NULL, "DIR", "write a checkpoint (safetensors) here at the end", &c->save),
@@ -72,4 +76,19 @@ int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
 		return 2;
 	}
 	return -1;
+}
+
+rs_status rs_coord_status_token(const rs_coord_flags *f, char **buf, const char **token, rs_err *err)
+{
+	size_t n;
+	*token = getenv("ROWSHIFT_STATUS_TOKEN");
+	if (!f->status_token_file)
+		return RS_OK;
+	RSCHECK(rs_file_read(f->status_token_file, 4096, buf, &n, err));
+	while (n && ((*buf)[n - 1] == '\n' || (*buf)[n - 1] == '\r'))
+		(*buf)[--n] = 0;
+	if (!n)
+		return rs_err_set(err, RS_EINVAL, "--status-token-file %s is empty", f->status_token_file);
+	*token = *buf;
+	return RS_OK;
 }

@@ -96,9 +96,10 @@ void rs_local_members_end(rs_local_members *m, rs_server *srv);
 
 /*
  * Tell rowshiftctl where this job is and how to join it: path gets
- * {"url", "token", "status_token"?}, readable by this user only.
+ * {"url", "token", "status_token"?, "tls_ca"?}, readable by this user only
+ * (tls_ca: the CA file a wss:// url's certificate is verified against).
  */
 rs_status rs_local_write_admin_file(const char *path, const char *url, const char *token, const char *status_token,
-				    rs_err *err);
+				    const char *tls_ca, rs_err *err);
 
 #endif

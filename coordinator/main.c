@@ -144,25 +144,9 @@ static rs_status open_kube(coord *c, rs_err *err)
 		return st;
 	c->recovering = st == RS_OK && c->state.phase != RS_STATE_DONE;
 	err->msg[0] = 0;
-	snprintf(c->url, sizeof(c->url), "ws://%s", c->listen);
+	snprintf(c->url, sizeof(c->url), "%s://%s", c->f.tls_cert ? "wss" : "ws", c->listen);
 	c->workers = 0; /* the StatefulSet's pods are the workers */
 	c->src = rs_kube_members_source(&c->km);
-	return RS_OK;
-}
-
-/* The status token: from --status-token-file (trailing newlines trimmed), else ROWSHIFT_STATUS_TOKEN, else none. */
-static rs_status status_token(coord *c, rs_err *err)
-{
-	size_t n;
-	c->status_token = getenv("ROWSHIFT_STATUS_TOKEN");
-	if (!c->f.status_token_file)
-		return RS_OK;
-	RSCHECK(rs_file_read(c->f.status_token_file, 4096, &c->token_buf, &n, err));
-	while (n && (c->token_buf[n - 1] == '\n' || c->token_buf[n - 1] == '\r'))
-		c->token_buf[--n] = 0;
-	if (!n)
-		return rs_err_set(err, RS_EINVAL, "--status-token-file %s is empty", c->f.status_token_file);
-	c->status_token = c->token_buf;
 	return RS_OK;
 }
 
@@ -193,13 +177,16 @@ static rs_status start(coord *c, rs_err *err)
 		RSCHECK(rs_job_create(&c->o, &c->src, (int32_t)c->workers, &c->job, err));
 	c->lm.job = c->km.job = c->job;
 	rs_server_handler h = rs_job_server_handler(c->job);
-	RSCHECK(rs_server_create(c->listen, c->token, c->f.allowed_hosts, &h, &c->srv, err));
-	RSCHECK(status_token(c, err));
+	rs_server_opts so = {c->listen, c->token, c->f.allowed_hosts, c->f.tls_cert, c->f.tls_key};
+	RSCHECK(rs_server_create(&so, &h, &c->srv, err));
+	RSCHECK(rs_coord_status_token(&c->f, &c->token_buf, &c->status_token, err));
 	if (c->status_token && rs_server_set_status_token(c->srv, c->status_token) != RS_OK)
 		return rs_err_set(err, RS_EINVAL, "the status token is longer than 1024 bytes");
 	rs_job_set_server(c->job, c->srv);
 	if (c->f.local) {
-		snprintf(c->url, sizeof(c->url), "ws://127.0.0.1:%d", rs_server_port(c->srv));
+		snprintf(c->url, sizeof(c->url), "%s://127.0.0.1:%d", c->f.tls_cert ? "wss" : "ws", rs_server_port(c->srv));
+		if (c->f.tls_cert) /* the workers started here trust the certificate itself, unless told otherwise */
+			setenv("ROWSHIFT_TLS_CA", c->f.tls_cert, 0);
 		if (c->recovering) /* the wanted workers that are missing start now */
 			RSCHECK(rs_local_scale(c->lm.local, c->state.replicas, err));
 		if (c->f.admin_file)
@@ -208,7 +195,8 @@ static rs_status start(coord *c, rs_err *err)
 			snprintf(c->admin + strlen(c->admin), 32, "/job-%d.json", rs_server_port(c->srv));
 		else
 			return RS_EINVAL;
-		RSCHECK(rs_local_write_admin_file(c->admin, c->url, c->token, c->status_token, err));
+		RSCHECK(rs_local_write_admin_file(c->admin, c->url, c->token, c->status_token,
+						  c->f.tls_cert ? getenv("ROWSHIFT_TLS_CA") : NULL, err));
 	}
 	RS_INFO("control channel, status and dashboard on port %d; %s", rs_server_port(c->srv),
 		c->recovering ? "resuming the job" : "starting");

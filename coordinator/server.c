@@ -4,6 +4,7 @@
 #include "coordinator/server_internal.h"
 #include "common/auth.h"
 #include "common/clock.h"
+#include "common/file.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/wsmsg.h"
@@ -491,9 +492,29 @@ static rs_status allow_hosts(rs_server *s, const char *names)
 
 int rs_server_port(const rs_server *s) { return s->port; }
 
-rs_status rs_server_create(const char *listen, const char *token, const char *hosts, const rs_server_handler *h,
-			   rs_server **out, rs_err *err)
+/* Both TLS files or neither, each a readable PEM file: named now, since lws's own errors would not name them. */
+static rs_status check_tls(const rs_server_opts *o, rs_err *err)
 {
+	static const char *const flag[2] = {"--tls-cert", "--tls-key"}, *const want[2] = {"CERTIFICATE", "PRIVATE KEY"};
+	const char *file[2] = {o->tls_cert, o->tls_key};
+	if (!file[0] != !file[1])
+		return rs_err_set(err, RS_EINVAL, "%s without %s: TLS needs the certificate and its key", file[0] ? flag[0] : flag[1],
+				  file[0] ? flag[1] : flag[0]);
+	for (int i = 0; i < 2 && file[i]; i++) {
+		char *pem = NULL;
+		RSCHECK(rs_file_read(file[i], 1u << 20, &pem, NULL, err));
+		int looks = strstr(pem, "-----BEGIN ") && strstr(pem, want[i]);
+		explicit_bzero(pem, strlen(pem)); /* a key: not left in freed memory */
+		free(pem);
+		if (!looks)
+			return rs_err_set(err, RS_EINVAL, "%s %s: no PEM %s in it", flag[i], file[i], i ? "private key" : "certificate");
+	}
+	return RS_OK;
+}
+
+rs_status rs_server_create(const rs_server_opts *o, const rs_server_handler *h, rs_server **out, rs_err *err)
+{
+	const char *listen = o->listen, *token = o->token, *hosts = o->hosts;
 	char host[256];
 	const char *colon = strrchr(listen, ':');
 	*out = NULL;
@@ -506,6 +527,7 @@ rs_status rs_server_create(const char *listen, const char *token, const char *ho
 		return rs_err_set(err, RS_EINVAL, "--listen: bad port in '%s'", listen);
 	if (strlen(token) >= sizeof(((rs_server *)0)->token))
 		return rs_err_set(err, RS_EINVAL, "join token longer than 1024 bytes");
+	RSCHECK(check_tls(o, err));
 	rs_server *s = calloc(1, sizeof(*s));
 	if (!s)
 		return RS_ENOMEM;
@@ -538,9 +560,17 @@ rs_status rs_server_create(const char *listen, const char *token, const char *ho
 	info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
 	info.timeout_secs = REQUEST_DEADLINE_S;
 	info.fd_limit_per_thread = fd_budget();
+	if (o->tls_cert) {
+		info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+		info.ssl_cert_filepath = o->tls_cert;
+		info.ssl_private_key_filepath = o->tls_key;
+	}
 	s->ctx = lws_create_context(&info);
 	if (!s->ctx) {
 		free(s);
+		if (o->tls_cert)
+			return rs_err_set(err, RS_ELWS, "control server: cannot listen on %s with TLS (is the key --tls-key %s "
+					  "the certificate's, --tls-cert %s?)", listen, o->tls_key, o->tls_cert);
 		return rs_err_set(err, RS_ELWS, "control server: cannot listen on %s", listen);
 	}
 	s->port = lws_get_vhost_listen_port(lws_get_vhost_by_name(s->ctx, "default"));

@@ -86,15 +86,26 @@ typedef struct rs_server_handler {
 	int (*http_get)(void *ctx, const char *path, char **body, size_t *len, const char **content_type);
 } rs_server_handler;
 
-/*
- * Listen on "host:port" (port 0: ephemeral; see rs_server_port). hosts
- * (NULL: none): "name,name,..." (letters, digits, '.', '-'; 2 KiB at
- * most), the host names a browser may reach this server by besides IP
- * addresses, localhost and the --listen host (a Service's DNS name, an
- * ingress); see "Browsers" above.
- */
-rs_status rs_server_create(const char *listen, const char *token, const char *hosts, const rs_server_handler *h,
-			   rs_server **out, rs_err *err);
+typedef struct rs_server_opts {
+	const char *listen; /* "host:port" (port 0: ephemeral; see rs_server_port) */
+	const char *token;  /* the shared join token */
+	/*
+	 * NULL: none; or "name,name,..." (letters, digits, '.', '-'; 2 KiB at
+	 * most), the host names a browser may reach this server by besides IP
+	 * addresses, localhost and the --listen host (a Service's DNS name, an
+	 * ingress); see "Browsers" above.
+	 */
+	const char *hosts;
+	/*
+	 * PEM files of the server's certificate (chain) and private key: with
+	 * both, the port speaks TLS only (wss://, https://: the control channel,
+	 * the status stream, the dashboard, /metrics and the probes); with
+	 * neither, plain.
+	 */
+	const char *tls_cert, *tls_key;
+} rs_server_opts;
+
+rs_status rs_server_create(const rs_server_opts *o, const rs_server_handler *h, rs_server **out, rs_err *err);
 void rs_server_destroy(rs_server *s);
 int rs_server_port(const rs_server *s);
 

@@ -2,6 +2,7 @@
  * job.c - see ctl.h.
  */
 #include "ctl/ctl.h"
+#include "common/control.h"
 #include "common/file.h"
 
 #include <dirent.h>
@@ -40,7 +41,9 @@ static rs_status find_admin_file(char *out, size_t n, rs_err *err)
 rs_status rs_ctl_find_job(const char *admin_file, const char *url, rs_ctl_job *out, rs_err *err)
 {
 	memset(out, 0, sizeof(*out));
+	const char *ca = getenv("ROWSHIFT_TLS_CA"); /* for a wss:// URL: the user's word first, then the job's */
 	if (url) {
+		RSCHECK(rs_control_set_tls_ca(ca, err));
 		out->url = strdup(url);
 		out->token = dup_or_null(getenv("ROWSHIFT_JOIN_TOKEN"));
 		out->status_token = dup_or_null(getenv("ROWSHIFT_STATUS_TOKEN"));
@@ -59,6 +62,11 @@ rs_status rs_ctl_find_job(const char *admin_file, const char *url, rs_ctl_job *o
 			   st == RS_OK ? "the admin file has no url and token" : why.msg);
 		json_decref(adm);
 		return RS_EINVAL;
+	}
+	st = rs_control_set_tls_ca(ca && *ca ? ca : json_string_value(json_object_get(adm, "tls_ca")), err);
+	if (st != RS_OK) {
+		json_decref(adm);
+		return st;
 	}
 	out->url = strdup(u);
 	out->token = strdup(t);

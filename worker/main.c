@@ -16,6 +16,7 @@
  * exits after they are handed over (at once when it holds none).
  */
 #include "common/config.h"
+#include "common/control.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "worker/agent.h"
@@ -119,11 +120,12 @@ static rs_status choose_transport(const char *kind, const rs_engine *engine, con
 int main(int argc, char **argv)
 {
 	const char *url = NULL, *config = NULL, *name = NULL, *host = NULL, *fault = NULL, *device = NULL;
-	const char *transport = NULL;
+	const char *transport = NULL, *tls_ca = NULL;
 	int64_t timeout_ms = 30000, grace_ms = 60000;
 	bool help = false, check_device = false;
 	rs_param params[] = {
-		RS_PARAM("--coordinator", "ROWSHIFT_COORDINATOR", RS_PARAM_STR, NULL, "URL", "the coordinator's control channel, ws://HOST:PORT", &url),
+		RS_PARAM("--coordinator", "ROWSHIFT_COORDINATOR", RS_PARAM_STR, NULL, "URL", "the coordinator's control channel, ws://HOST:PORT (wss:// over TLS)", &url),
+		RS_PARAM("--tls-ca", "ROWSHIFT_TLS_CA", RS_PARAM_STR, NULL, "FILE", "CA certificates (PEM) a wss:// coordinator's certificate must chain to (default: the system's); its name is verified too", &tls_ca),
 		RS_PARAM("--config", "ROWSHIFT_CONFIG", RS_PARAM_STR, NULL, "FILE", "model config (JSON)", &config),
 		RS_PARAM("--name", "POD_NAME", RS_PARAM_STR, NULL, "NAME", "this worker's name (the pod name)", &name),
 		RS_PARAM("--host", "POD_IP", RS_PARAM_STR, "127.0.0.1", "ADDR", "address peers reach this worker's transport on", &host),
@@ -178,6 +180,10 @@ int main(int argc, char **argv)
 	const char *token = getenv("ROWSHIFT_JOIN_TOKEN");
 	if (!url || !config || !token || !*token) {
 		fprintf(stderr, "rowshift-worker: --coordinator, --config and ROWSHIFT_JOIN_TOKEN are required\n%s\n", usage);
+		return 2;
+	}
+	if (rs_control_set_tls_ca(tls_ca, &err) != RS_OK) {
+		fprintf(stderr, "rowshift-worker: %s\n", err.msg);
 		return 2;
 	}
 	if (fault && !strcmp(fault, "corrupt-chunk")) {

@@ -87,6 +87,43 @@ static rs_status join_impostor(act what, long *grew, rs_err *err)
 	return st;
 }
 
+/* ws:// and wss:// URLs, HOST:PORT with an optional slash; anything else is refused before any connection. */
+static void test_urls(void **state)
+{
+	(void)state;
+	static const char *const bad[] = {"http://127.0.0.1:1", "127.0.0.1:1", "ws://127.0.0.1", "ws://127.0.0.1:0",
+					  "wss://127.0.0.1:70000", "ws://127.0.0.1:1/path", "ws://[::1:1", "ws://:1"};
+	static const char *const good[] = {"ws://127.0.0.1:1", "wss://127.0.0.1:1", "ws://127.0.0.1:1/", "ws://[::1]:1",
+					   "wss://localhost:1"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		rs_control *c = NULL;
+		rs_err err = {0};
+		if (rs_control_connect(bad[i], "t", "w", "", 500, &c, &err) != RS_EINVAL || !strstr(err.msg, "is not ws://"))
+			fail_msg("%s: %s", bad[i], err.msg);
+	}
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		rs_control *c = NULL;
+		rs_err err = {0};
+		rs_status st = rs_control_connect(good[i], "t", "w", "", 500, &c, &err); /* nobody listens on port 1 */
+		if (st == RS_OK || st == RS_EINVAL)
+			fail_msg("%s: %s (%s)", good[i], rs_status_str(st), err.msg);
+	}
+}
+
+/* --tls-ca: a missing file or one without a PEM certificate is named at once; NULL and "" mean the system's. */
+static void test_tls_ca(void **state)
+{
+	(void)state;
+	rs_err err = {0};
+	assert_int_equal(rs_control_set_tls_ca("/nonexistent/ca.pem", &err), RS_ENOTFOUND);
+	assert_non_null(strstr(err.msg, "/nonexistent/ca.pem"));
+	err.msg[0] = 0;
+	assert_int_equal(rs_control_set_tls_ca("examples/dlrm-small.json", &err), RS_EINVAL);
+	assert_non_null(strstr(err.msg, "no PEM certificate"));
+	assert_int_equal(rs_control_set_tls_ca(NULL, &err), RS_OK);
+	assert_int_equal(rs_control_set_tls_ca("", &err), RS_OK);
+}
+
 /* One 8 MiB message before any proof: hung up on at 4 KiB, nothing parsed. */
 static void test_big_message_hangs_up(void **state)
 {
@@ -117,6 +154,8 @@ static void test_flood_hangs_up(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_urls),
+		cmocka_unit_test(test_tls_ca),
 		cmocka_unit_test(test_big_message_hangs_up),
 		cmocka_unit_test(test_flood_hangs_up),
 	};
