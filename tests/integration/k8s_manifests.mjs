@@ -19,6 +19,7 @@
 //   nonroot FILE...                      no container can run as root or gain privileges
 //   token FILE...                        print the Secret's join token
 //   gpu FILE...                          print the worker's nvidia.com/gpu limit, or "none"
+//   tls FILE...                          the chart rendered with tls.secretName=rowshift-tls
 // Exits non-zero, saying what differs, when a check fails.
 import { createRequire } from "node:module";
 import { readFileSync } from "node:fs";
@@ -291,8 +292,33 @@ function gpu(args) {
   const g = c.resources && ((c.resources.limits || {})["nvidia.com/gpu"] ?? (c.resources.requests || {})["nvidia.com/gpu"]);
   console.log(g === undefined ? "none" : String(g));
 }
+// The chart with tls.secretName=rowshift-tls: the coordinator reads the Secret's certificate and key
+// (mounted for it alone), probes and scraping use https; the workers connect with wss:// and get ca.crt only.
+function tls(args) {
+  const objs = load(args);
+  const dep = find(objs, "Deployment", "rowshift-coordinator").spec.template;
+  const cc = dep.spec.containers[0];
+  const env = Object.fromEntries((cc.env || []).map((e) => [e.name, e.value]));
+  expectEq("coordinator TLS env", [env.ROWSHIFT_TLS_CERT, env.ROWSHIFT_TLS_KEY],
+    ["/etc/rowshift-tls/tls.crt", "/etc/rowshift-tls/tls.key"]);
+  const cvol = (dep.spec.volumes || []).find((v) => v.name === "tls");
+  expectEq("coordinator TLS volume", cvol && cvol.secret, { secretName: "rowshift-tls", defaultMode: 0o400,
+    items: [{ key: "tls.crt", path: "tls.crt" }, { key: "tls.key", path: "tls.key" }] });
+  expectEq("coordinator TLS mount", (cc.volumeMounts || []).find((m) => m.name === "tls"),
+    { name: "tls", mountPath: "/etc/rowshift-tls", readOnly: true });
+  expectEq("probe schemes", [cc.livenessProbe.httpGet.scheme, cc.readinessProbe.httpGet.scheme], ["HTTPS", "HTTPS"]);
+  expectEq("scrape scheme", dep.metadata.annotations["prometheus.io/scheme"], "https");
+  const ws = find(objs, "StatefulSet", "rowshift-worker").spec.template.spec;
+  const wenv = Object.fromEntries((ws.containers[0].env || []).map((e) => [e.name, e.value]));
+  expectEq("worker URL and CA", [wenv.ROWSHIFT_COORDINATOR, wenv.ROWSHIFT_TLS_CA],
+    ["wss://rowshift-coordinator:7070", "/etc/rowshift-tls/ca.crt"]);
+  const wvol = (ws.volumes || []).find((v) => v.name === "tls-ca");
+  expectEq("worker TLS volume: ca.crt only, never the key", wvol && wvol.secret,
+    { secretName: "rowshift-tls", items: [{ key: "ca.crt", path: "ca.crt" }] });
+  if (!failed) console.log("TLS: the coordinator's certificate and key, https probes, wss:// workers with ca.crt only");
+}
 
-const commands = { same, contract, model, rbac, nonroot, token, gpu };
+const commands = { same, contract, model, rbac, nonroot, token, gpu, tls };
 if (!commands[cmd]) { console.error(`usage: node k8s_manifests.mjs ${Object.keys(commands).join("|")} FILE...`); process.exit(2); }
 try { commands[cmd](rest); } catch (e) { fail(e.message); }
 process.exitCode = failed ? 1 : 0;

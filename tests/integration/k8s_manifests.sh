@@ -64,6 +64,13 @@ render --set networkPolicy.enabled=false >"$tmp/nonp.yaml" 2>&1
 check "networkPolicy.enabled=false leaves them out" bash -c "! grep -q 'kind: NetworkPolicy' '$tmp/nonp.yaml'"
 render --set 'networkPolicy.coordinatorClients[0].namespaceSelector.matchLabels.team=monitoring' >"$tmp/np.yaml" 2>&1
 check "networkPolicy.coordinatorClients are let in to the coordinator's port" grep -q 'team: monitoring' "$tmp/np.yaml"
+render --set tls.secretName=rowshift-tls >"$tmp/tls.yaml" 2>&1
+check "tls.secretName: the coordinator serves TLS with the Secret's certificate and key, probes and scraping over https" \
+	$js tls "$tmp/tls.yaml"
+check "without tls.secretName nothing of TLS is rendered" bash -c "! grep -qi 'tls' '$tmp/chart.yaml'"
+"$helm" install rowshift "$chart" --namespace rowshift --dry-run=client --set tls.secretName=rowshift-tls >"$tmp/install-tls.out" 2>&1
+check "NOTES.txt over TLS: https and wss through the port-forward, and the CA for rowshiftctl" bash -c "
+	grep -q 'https://localhost:7070/' '$tmp/install-tls.out' && grep -q 'ROWSHIFT_TLS_CA=<ca.crt> rowshiftctl status --watch --coordinator wss://localhost:7070' '$tmp/install-tls.out'"
 render --set 'coordinator.allowedHosts[0]=rowshift.example.com' >"$tmp/hosts.yaml" 2>&1
 check "coordinator.allowedHosts adds to the Service's names a browser may use" grep -q \
 	'value: "rowshift-coordinator,rowshift-coordinator.rowshift,rowshift-coordinator.rowshift.svc,rowshift-coordinator.rowshift.svc.cluster.local,rowshift.example.com"' "$tmp/hosts.yaml"
@@ -81,6 +88,7 @@ check "the schema rejects an unknown key" rejects wrokers=3 "wrokers"
 check "the schema rejects terminationGracePeriodSeconds: -5" rejects terminationGracePeriodSeconds=-5 "/terminationGracePeriodSeconds"
 check "the schema rejects an unknown image.pullPolicy" rejects image.pullPolicy=Sometimes "/image/pullPolicy"
 check "the schema rejects a host name with a comma in coordinator.allowedHosts" rejects "coordinator.allowedHosts[0]=a\\,b" "/coordinator/allowedHosts"
+check "the schema rejects a tls.secretName that is not a Secret's name" rejects 'tls.secretName=Bad_Name' "/tls/secretName"
 check "the schema accepts workers: 8, gpusPerWorker: 0, steps: -1" bash -c "'$helm' template rowshift '$chart' --set workers=8 --set gpusPerWorker=0 --set steps=-1 >/dev/null"
 
 given=abcdefghijklmnopqrstuvwxyz0123456789ABCD
@@ -130,8 +138,8 @@ check "the documented 'kubectl create secret' and 'create configmap' make the ob
 "$helm" install rowshift "$chart" --namespace rowshift --dry-run=client >"$tmp/install.out" 2>&1
 check "NOTES.txt: port-forward, the dashboard, rowshiftctl status --watch, kubectl scale, the token" bash -c "
 	grep -q 'kubectl --namespace rowshift port-forward svc/rowshift-coordinator 7070' '$tmp/install.out' &&
-	grep -q 'http://127.0.0.1:7070/' '$tmp/install.out' &&
-	grep -q 'rowshiftctl status --watch --coordinator ws://127.0.0.1:7070' '$tmp/install.out' &&
+	grep -q 'http://localhost:7070/' '$tmp/install.out' &&
+	grep -q 'rowshiftctl status --watch --coordinator ws://localhost:7070' '$tmp/install.out' &&
 	grep -q 'scale statefulset/rowshift-worker --replicas=N' '$tmp/install.out' &&
 	grep -q 'get secret rowshift-join-token' '$tmp/install.out'"
 check "the Dockerfile installs the three binaries and runs as uid 10001" bash -c "
