@@ -2,21 +2,37 @@
  * checkpoint.c - see checkpoint.h.
  */
 #include "common/checkpoint.h"
+#include "common/crc32c.h"
 #include "common/file.h"
 #include "common/safetensors.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void rs_checkpoint_shard_file(const rs_table_config *t, const rs_shard *s, char *buf, size_t n)
 {
 	snprintf(buf, n, "%s.r%lld.c%d.safetensors", t->name, (long long)s->row_offset, s->col_offset);
 }
 
+/* Add a file's "crc32c" and "bytes" from sums ({file: {"crc32c", "bytes"}}) to o; RS_EINVAL when it has none. */
+static rs_status add_sum(json_t *o, const json_t *sums, const char *file, rs_err *err)
+{
+	if (!sums)
+		return RS_OK;
+	json_t *e = json_object_get(sums, file);
+	if (!e)
+		return rs_err_set(err, RS_EINVAL, "checkpoint index: no worker reported writing %s", file);
+	if (json_object_set(o, "crc32c", json_object_get(e, "crc32c")) || json_object_set(o, "bytes", json_object_get(e, "bytes")))
+		return RS_ENOMEM;
+	return RS_OK;
+}
+
 rs_status rs_checkpoint_write_index(const char *dir, const rs_config *cfg, const rs_plan *plan, int64_t step,
-				    size_t dense_params, rs_err *err)
+				    size_t dense_params, const json_t *sums, rs_err *err)
 {
 	json_t *tables = json_array();
 	json_t *root = json_pack("{s:s, s:i, s:I, s:o, s:{s:s, s:I}}", "format", "rowshift-checkpoint", "version", 1,
@@ -26,6 +42,9 @@ rs_status rs_checkpoint_write_index(const char *dir, const rs_config *cfg, const
 	char path[4096], file[512];
 	if (!root)
 		return RS_ENOMEM;
+	if ((st = add_sum(json_object_get(root, "dense"), sums, "dense.safetensors", err)) != RS_OK)
+		goto out;
+	st = RS_ENOMEM;
 	for (int t = 0; t < cfg->ntables; t++) {
 		const rs_table_config *tc = &cfg->tables[t];
 		const rs_table_plan *tp = &plan->tables[t];
@@ -40,10 +59,11 @@ rs_status rs_checkpoint_write_index(const char *dir, const rs_config *cfg, const
 			if (s->replica != 0 || (tp->sharding == RS_SHARD_DP && s->rank != 0))
 				continue;
 			rs_checkpoint_shard_file(tc, s, file, sizeof(file));
-			if (json_array_append_new(shards, json_pack("{s:s, s:I, s:I, s:i, s:i}", "file", file, "row_offset",
-								    (json_int_t)s->row_offset, "rows", (json_int_t)s->rows,
-								    "col_offset", s->col_offset, "cols", s->cols)))
+			json_t *js = json_pack("{s:s, s:I, s:I, s:i, s:i}", "file", file, "row_offset", (json_int_t)s->row_offset,
+					       "rows", (json_int_t)s->rows, "col_offset", s->col_offset, "cols", s->cols);
+			if (json_array_append_new(shards, js) || (st = add_sum(js, sums, file, err)) != RS_OK)
 				goto out;
+			st = RS_ENOMEM;
 		}
 	}
 	snprintf(path, sizeof(path), "%s/index.json", dir);
@@ -51,6 +71,44 @@ rs_status rs_checkpoint_write_index(const char *dir, const rs_config *cfg, const
 out:
 	json_decref(root);
 	return st;
+}
+
+rs_status rs_checkpoint_verify_file(const char *dir, const char *file, const rs_ckpt_sum *sum, rs_err *err)
+{
+	char path[4096];
+	int fd;
+	if (!sum->has)
+		return RS_OK;
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	RSCHECK(rs_file_open_regular(path, 1, &fd, err));
+	enum { CHUNK = 1 << 20 };
+	unsigned char *buf = malloc(CHUNK);
+	uint32_t crc = 0;
+	int64_t n = 0;
+	ssize_t got = 0;
+	while (buf && (got = read(fd, buf, CHUNK)) > 0) {
+		crc = rs_crc32c(crc, buf, (size_t)got);
+		n += got;
+	}
+	int e = errno;
+	close(fd);
+	free(buf);
+	if (!buf)
+		return rs_err_set(err, RS_ENOMEM, "%s: out of memory", path);
+	if (got < 0)
+		return rs_err_set(err, RS_EIO, "%s: %s", path, strerror(e));
+	if (n != sum->bytes || crc != sum->crc32c)
+		return rs_err_set(err, RS_ECORRUPT, "%s: %lld bytes with CRC-32C %08x, but the index says %lld bytes with %08x: "
+				  "a torn or damaged file", path, (long long)n, crc, (long long)sum->bytes, sum->crc32c);
+	return RS_OK;
+}
+
+rs_status rs_checkpoint_verify(const char *dir, const rs_ckpt_index *ix, rs_err *err)
+{
+	for (int t = 0; t < ix->ntables; t++)
+		for (int k = 0; k < ix->tables[t].nshards; k++)
+			RSCHECK(rs_checkpoint_verify_file(dir, ix->tables[t].shards[k].file, &ix->tables[t].shards[k].sum, err));
+	return rs_checkpoint_verify_file(dir, ix->dense_file, &ix->dense_sum, err);
 }
 
 /* ---- diff ------------------------------------------------------------------------ */
@@ -171,6 +229,8 @@ rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out,
 	memset(&ib, 0, sizeof(ib));
 	RSCHECKGOTO(rs_checkpoint_index_read(dir_a, &ia, err), st, out_a);
 	RSCHECKGOTO(rs_checkpoint_index_read(dir_b, &ib, err), st, out);
+	RSCHECKGOTO(rs_checkpoint_verify(dir_a, &ia, err), st, out);
+	RSCHECKGOTO(rs_checkpoint_verify(dir_b, &ib, err), st, out);
 	RSALLOCGOTO(res, st, out);
 	RSALLOCGOTO(tables, st, out);
 	if (ia.ntables != ib.ntables)
@@ -336,11 +396,14 @@ static rs_status parse_shard(json_t *js, rs_ckpt_table *t, int k, const char *na
 {
 	json_error_t jerr;
 	json_t *file;
-	json_int_t r0, nr, c0, nc;
+	json_int_t r0, nr, c0, nc, crc = -1, bytes = -1;
 	rs_ckpt_shard *s = &t->shards[k];
-	if (json_unpack_ex(js, &jerr, JSON_STRICT, "{s:o, s:I, s:I, s:I, s:I}", "file", &file, "row_offset", &r0, "rows",
-			   &nr, "col_offset", &c0, "cols", &nc) != 0)
+	if (json_unpack_ex(js, &jerr, JSON_STRICT, "{s:o, s:I, s:I, s:I, s:I, s?I, s?I}", "file", &file, "row_offset", &r0,
+			   "rows", &nr, "col_offset", &c0, "cols", &nc, "crc32c", &crc, "bytes", &bytes) != 0)
 		return rs_err_set(err, RS_EINVAL, "%s: table '%s': shard %d: %s", name, t->name, k, jerr.text);
+	if ((crc == -1) != (bytes == -1) || crc < -1 || crc > (json_int_t)UINT32_MAX || bytes < -1)
+		return rs_err_set(err, RS_EINVAL, "%s: table '%s': shard %d: 'crc32c' (32 bits) and 'bytes' go together",
+				  name, t->name, k);
 	if (!plain_file_name(file))
 		return rs_err_set(err, RS_EINVAL, "%s: table '%s': shard %d: field 'file' must be a plain file name in "
 				  "the checkpoint's directory", name, t->name, k);
@@ -351,6 +414,7 @@ static rs_status parse_shard(json_t *js, rs_ckpt_table *t, int k, const char *na
 	if (!(s->file = strdup(json_string_value(file))))
 		return RS_ENOMEM;
 	s->row_offset = r0, s->rows = nr, s->col_offset = (int32_t)c0, s->cols = (int32_t)nc;
+	s->sum = (rs_ckpt_sum){crc >= 0, (uint32_t)(crc >= 0 ? crc : 0), bytes};
 	return RS_OK;
 }
 
@@ -413,26 +477,29 @@ rs_status rs_checkpoint_index_parse(const char *text, size_t len, const char *na
 	json_error_t jerr;
 	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr), *tables, *jt, *dfile;
 	const char *format;
-	json_int_t version, step, params;
+	json_int_t version, step, params, dcrc = -1, dbytes = -1;
 	int64_t nshards = 0;
 	rs_status st = RS_OK;
 	size_t i;
 	memset(out, 0, sizeof(*out));
 	if (!root)
 		return rs_err_set(err, RS_EINVAL, "%s:%d: %s", name, jerr.line, jerr.text);
-	if (json_unpack_ex(root, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:o, s:{s:o, s:I}}", "format", &format, "version",
-			   &version, "step", &step, "tables", &tables, "dense", "file", &dfile, "params", &params) != 0)
+	if (json_unpack_ex(root, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:o, s:{s:o, s:I, s?I, s?I}}", "format", &format,
+			   "version", &version, "step", &step, "tables", &tables, "dense", "file", &dfile, "params", &params,
+			   "crc32c", &dcrc, "bytes", &dbytes) != 0)
 		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s: not a rowshift checkpoint index: %s", name, jerr.text), out);
 	if (strcmp(format, "rowshift-checkpoint") != 0 || version != 1)
 		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s: not a rowshift checkpoint index (version 1)", name), out);
-	if (step < 0 || params < 0 || params > RS_CKPT_MAX_ELEMENTS || !plain_file_name(dfile))
-		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s: field 'step', 'dense.params' or 'dense.file' is out of range "
-					  "or not a plain file name", name), out);
+	if (step < 0 || params < 0 || params > RS_CKPT_MAX_ELEMENTS || !plain_file_name(dfile) || (dcrc == -1) != (dbytes == -1) ||
+	    dcrc < -1 || dcrc > (json_int_t)UINT32_MAX || dbytes < -1)
+		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s: field 'step', 'dense.params', 'dense.file' or the dense "
+					  "file's 'crc32c' and 'bytes' are out of range or not a plain file name", name), out);
 	size_t n = json_array_size(tables);
 	if (!json_is_array(tables) || n < 1 || n > RS_CKPT_MAX_TABLES)
 		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s: field 'tables' must be an array of 1..%d tables", name,
 					  RS_CKPT_MAX_TABLES), out);
 	out->step = step, out->dense_params = params;
+	out->dense_sum = (rs_ckpt_sum){dcrc >= 0, (uint32_t)(dcrc >= 0 ? dcrc : 0), dbytes};
 	RSALLOCGOTO(out->dense_file = strdup(json_string_value(dfile)), st, out);
 	RSALLOCGOTO(out->tables = calloc(n, sizeof(*out->tables)), st, out);
 	json_array_foreach(tables, i, jt) {

@@ -4,8 +4,11 @@
  *
  *   index.json  {"format": "rowshift-checkpoint", "version": 1, "step": S,
  *                "tables": [{"name", "rows", "dim", "dtype", "optimizer",
- *                            "shards": [{"file", "row_offset", "rows", "col_offset", "cols"}]}],
- *                "dense": {"file": "dense.safetensors", "params": N}}
+ *                            "shards": [{"file", "row_offset", "rows", "col_offset", "cols",
+ *                                        "crc32c"?, "bytes"?}]}],
+ *                "dense": {"file": "dense.safetensors", "params": N, "crc32c"?, "bytes"?}}
+ *                (a periodic checkpoint's index carries every file's CRC-32C and
+ *                size; a reader checks them before it uses the file)
  *   TABLE.rROW.cCOL.safetensors   "weight" [rows, cols] in the table's dtype;
  *                "momentum1" [rows] (row-wise Adagrad) or "exp_avg" and
  *                "exp_avg_sq" [rows, cols] (Adam); "zch_ids" [rows] (I64,
@@ -30,15 +33,34 @@
 /* The file name of the shard at (row_offset, col_offset) of table t (into buf). */
 void rs_checkpoint_shard_file(const rs_table_config *t, const rs_shard *s, char *buf, size_t n);
 
-/* Write dir/index.json for cfg and plan at `step` (rank 0). */
+/*
+ * Write dir/index.json for cfg and plan at `step` (atomically, fsynced; last,
+ * after every file it names is in place). sums (NULL: none) gives each
+ * file's checksum: {file: {"crc32c", "bytes"}}, and must then name every
+ * file the index does (RS_EINVAL naming the one missing).
+ */
 rs_status rs_checkpoint_write_index(const char *dir, const rs_config *cfg, const rs_plan *plan, int64_t step,
-				    size_t dense_params, rs_err *err);
+				    size_t dense_params, const json_t *sums, rs_err *err);
+
+/* A file's checksum as an index gives it (periodic checkpoints have them). */
+typedef struct rs_ckpt_sum {
+	int has;
+	uint32_t crc32c;        /* of the whole file (rs_crc32c from 0) */
+	int64_t bytes;
+} rs_ckpt_sum;
+
+/*
+ * Whether dir/file is what sum says (a no-op without one): RS_ECORRUPT naming
+ * the file when its size or CRC-32C differ (a torn or damaged file).
+ */
+rs_status rs_checkpoint_verify_file(const char *dir, const char *file, const rs_ckpt_sum *sum, rs_err *err);
 
 /* A checkpoint's index, validated: what it says is safe to act on. */
 typedef struct rs_ckpt_shard {
 	char *file;             /* a plain file name in the checkpoint's directory: no '/', not hidden */
 	int64_t row_offset, rows;
 	int32_t col_offset, cols;
+	rs_ckpt_sum sum;
 } rs_ckpt_shard;
 
 typedef struct rs_ckpt_table {
@@ -57,6 +79,7 @@ typedef struct rs_ckpt_index {
 	int ntables;
 	char *dense_file;       /* a plain file name */
 	int64_t dense_params;
+	rs_ckpt_sum dense_sum;
 } rs_ckpt_index;
 
 /* Limits on what an index may describe (a larger one is refused, not trusted). */
@@ -77,6 +100,9 @@ rs_status rs_checkpoint_index_parse(const char *text, size_t len, const char *na
 
 /* Read dir/index.json (a regular file) and parse it. */
 rs_status rs_checkpoint_index_read(const char *dir, rs_ckpt_index *out, rs_err *err);
+
+/* Every file of ix (in dir) that has a checksum is what it says (rs_checkpoint_verify_file). */
+rs_status rs_checkpoint_verify(const char *dir, const rs_ckpt_index *ix, rs_err *err);
 
 void rs_checkpoint_index_free(rs_ckpt_index *ix);
 

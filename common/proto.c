@@ -20,6 +20,7 @@ static const char *const type_names[RS_MSG_TYPE_COUNT] = {
 	[RS_MSG_START] = "start",       [RS_MSG_COMMIT] = "commit",     [RS_MSG_ABORT] = "abort",
 	[RS_MSG_RESUME] = "resume",     [RS_MSG_PAUSE] = "pause",       [RS_MSG_STOP] = "stop",
 	[RS_MSG_SCALING] = "scaling",   [RS_MSG_ERROR] = "error",       [RS_MSG_CHALLENGE] = "challenge",
+	[RS_MSG_CHECKPOINTED] = "checkpointed",
 };
 
 /*
@@ -135,23 +136,27 @@ rs_status rs_proto_start(json_t *msg, rs_msg_start *s, rs_err *err)
 {
 	json_error_t jerr;
 	const char *type;
-	json_int_t v[8] = {0};
+	json_int_t v[9] = {0};
 	int last = 1;
 	s->save = NULL;
 	s->load = NULL;
+	s->checkpoint_dir = NULL;
 	s->previous_plan = NULL;
 	s->union_of_old = NULL;
 	v[7] = -1;
 	if (json_unpack_ex(msg, &jerr, JSON_STRICT,
-			   "{s:s, s:I, s:I, s:I, s:o, s:o, s:I, s:I, s:I, s:I, s?s, s?s, s?I, s?o, s?o, s?b}", "type", &type,
+			   "{s:s, s:I, s:I, s:I, s:o, s:o, s:I, s:I, s:I, s:I, s?s, s?s, s?I, s?o, s?o, s?b, s?s, s?I}", "type", &type,
 			   "generation", &v[0], "rank", &v[1], "world", &v[2], "peers", &s->peers, "plan", &s->plan,
 			   "first_step", &v[3], "steps", &v[4], "eval_every", &v[5], "eval_samples", &v[6], "save",
 			   &s->save, "load", &s->load, "union_world", &v[7], "previous_plan", &s->previous_plan, "union_of_old",
-			   &s->union_of_old, "last", &last) != 0)
+			   &s->union_of_old, "last", &last, "checkpoint_dir", &s->checkpoint_dir, "checkpoint_every", &v[8]) != 0)
 		return rs_err_set(err, RS_EINVAL, "start: %s", jerr.text);
 	s->generation = v[0], s->rank = v[1], s->world = v[2], s->first_step = v[3], s->steps = v[4];
 	s->eval_every = v[5], s->eval_samples = v[6], s->union_world = v[7] < 0 ? v[2] : v[7];
 	s->last = last;
+	s->checkpoint_every = v[8];
+	if ((s->checkpoint_every < 0) || (s->checkpoint_every > 0) != (s->checkpoint_dir != NULL))
+		return rs_err_set(err, RS_EINVAL, "start: checkpoint_every must be >= 1 with a checkpoint_dir, else absent");
 	if (s->generation < 1 || s->world < 1 || s->world > RS_MAX_WORKERS || s->union_world < s->world ||
 	    s->union_world > RS_MAX_WORKERS || s->rank < 0 || s->rank >= s->union_world || !json_is_array(s->peers) ||
 	    (int64_t)json_array_size(s->peers) != s->union_world || s->eval_every < 0 || s->eval_samples < 0 ||
@@ -326,6 +331,42 @@ rs_status rs_proto_done(json_t *msg, int64_t *rank, int64_t *step, rs_err *err)
 	return RS_OK;
 }
 
+rs_status rs_proto_checkpointed(json_t *msg, rs_msg_checkpointed *m, rs_err *err)
+{
+	json_error_t jerr;
+	const char *type;
+	json_int_t g, r, s, d = -1;
+	json_t *files;
+	char q[64];
+	m->files = NULL;
+	m->nfiles = 0;
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:I, s:o, s?I}", "type", &type, "generation", &g,
+			   "rank", &r, "step", &s, "files", &files, "dense_params", &d) != 0)
+		return rs_err_set(err, RS_EINVAL, "checkpointed: %s", tame(jerr.text, q));
+	size_t n = json_array_size(files);
+	if (g < 1 || r < 0 || r >= RS_MAX_WORKERS || s < 1 || d < -1 || !json_is_array(files) ||
+	    n > RS_PROTO_MAX_CKPT_FILES)
+		return rs_err_set(err, RS_EINVAL, "checkpointed: inconsistent fields");
+	m->files = calloc(n + 1, sizeof(*m->files));
+	if (!m->files)
+		return rs_err_set(err, RS_ENOMEM, "checkpointed: out of memory");
+	for (size_t i = 0; i < n; i++) {
+		json_int_t crc, bytes;
+		const char *f;
+		if (json_unpack_ex(json_array_get(files, i), &jerr, JSON_STRICT, "{s:s, s:I, s:I}", "file", &f, "crc32c", &crc,
+				   "bytes", &bytes) != 0 ||
+		    !f[0] || f[0] == '.' || strlen(f) > 255 || strspn(f, NAME_CHARS) != strlen(f) || crc < 0 ||
+		    crc > (json_int_t)UINT32_MAX || bytes < 0) {
+			free(m->files);
+			m->files = NULL;
+			return rs_err_set(err, RS_EINVAL, "checkpointed: files[%zu] is not {file (a plain name), crc32c, bytes}", i);
+		}
+		m->files[i] = (rs_ckpt_file_report){f, (uint32_t)crc, bytes};
+	}
+	m->generation = g, m->rank = r, m->step = s, m->dense_params = d, m->nfiles = (int)n;
+	return RS_OK;
+}
+
 rs_status rs_proto_scale(json_t *msg, int32_t *workers, rs_err *err)
 {
 	json_error_t jerr;
@@ -453,6 +494,9 @@ json_t *rs_proto_make_start(const rs_msg_start *m)
 	j = opt_set(j, "previous_plan", json_incref(m->previous_plan), m->previous_plan != NULL);
 	j = opt_set(j, "union_of_old", json_incref(m->union_of_old), m->union_of_old != NULL);
 	j = opt_set(j, "save", m->save ? json_string(m->save) : NULL, m->save != NULL);
+	j = opt_set(j, "checkpoint_dir", m->checkpoint_dir ? json_string(m->checkpoint_dir) : NULL,
+		    m->checkpoint_dir != NULL);
+	j = opt_set(j, "checkpoint_every", json_integer(m->checkpoint_every), m->checkpoint_dir != NULL);
 	return opt_set(j, "load", m->load ? json_string(m->load) : NULL, m->load != NULL);
 }
 
@@ -495,6 +539,23 @@ json_t *rs_proto_make_idle(const char *addr) { return json_pack("{s:s, s:s}", "t
 json_t *rs_proto_make_done(int64_t rank, int64_t step)
 {
 	return json_pack("{s:s, s:I, s:I}", "type", "done", "rank", (json_int_t)rank, "step", (json_int_t)step);
+}
+
+json_t *rs_proto_make_checkpointed(const rs_msg_checkpointed *m)
+{
+	json_t *files = json_array();
+	for (int i = 0; files && i < m->nfiles; i++)
+		if (json_array_append_new(files, json_pack("{s:s, s:I, s:I}", "file", m->files[i].file, "crc32c",
+							   (json_int_t)m->files[i].crc32c, "bytes",
+							   (json_int_t)m->files[i].bytes)) != 0) {
+			json_decref(files);
+			return NULL;
+		}
+	if (!files)
+		return NULL;
+	json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:o}", "type", "checkpointed", "generation", (json_int_t)m->generation,
+			      "rank", (json_int_t)m->rank, "step", (json_int_t)m->step, "files", files);
+	return opt_set(j, "dense_params", json_integer(m->dense_params), m->dense_params >= 0);
 }
 
 json_t *rs_proto_make_scale(int32_t workers)

@@ -36,6 +36,7 @@ typedef enum rs_msg_type {
 	RS_MSG_IDLE,
 	RS_MSG_LEAVE,
 	RS_MSG_SCALE,
+	RS_MSG_CHECKPOINTED,
 	/* coordinator -> worker (or rowshiftctl) */
 	RS_MSG_WELCOME,
 	RS_MSG_REFUSED,
@@ -95,6 +96,8 @@ typedef struct rs_msg_start {
 	json_t *union_of_old;  /* a reshard: per old rank, its union rank (an array of distinct ints) */
 	const char *save;     /* checkpoint directory, or NULL */
 	const char *load;     /* a fresh start: the checkpoint to load first (its step is first_step), or NULL */
+	const char *checkpoint_dir; /* periodic checkpoints go under it (step-NNNNNNNNN/), or NULL */
+	int64_t checkpoint_every;   /* ... at every step that is a multiple of it (0: none) */
 	int last;             /* training ends at `steps` (else the worker pauses there) */
 } rs_msg_start;
 
@@ -156,6 +159,32 @@ json_t *rs_proto_checksums_to_json(const uint64_t *v, int n);
 
 /* Read n checksums written by rs_proto_checksums_to_json; RS_EINVAL when the array is not exactly that. */
 rs_status rs_proto_checksums(const json_t *arr, uint64_t *out, int n, rs_err *err);
+
+/* One file of a checkpoint a worker wrote: a plain name in the checkpoint's directory, and its CRC-32C. */
+typedef struct rs_ckpt_file_report {
+	const char *file;
+	uint32_t crc32c;
+	int64_t bytes;
+} rs_ckpt_file_report;
+
+#define RS_PROTO_MAX_CKPT_FILES 65536
+
+/*
+ * {"type":"checkpointed","generation","rank","step","files":[{"file","crc32c","bytes"}],
+ * "dense_params"?}: a worker's files of the periodic checkpoint at step
+ * are written, fsynced and in place (rank 0 also wrote the dense network's,
+ * dense_params of them). *files (n of them, borrowed from msg) are
+ * checked: plain file names, CRCs of 32 bits.
+ */
+typedef struct rs_msg_checkpointed {
+	int64_t generation, rank, step, dense_params; /* dense_params: -1 when absent */
+	rs_ckpt_file_report *files;
+	int nfiles;
+} rs_msg_checkpointed;
+
+/* Parse (m->files allocated: free it) and build. */
+rs_status rs_proto_checkpointed(json_t *msg, rs_msg_checkpointed *m, rs_err *err);
+json_t *rs_proto_make_checkpointed(const rs_msg_checkpointed *m);
 
 /* {"type":"done","rank","step"}: training ended at step (the last). */
 rs_status rs_proto_done(json_t *msg, int64_t *rank, int64_t *step, rs_err *err);

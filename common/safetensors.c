@@ -3,6 +3,7 @@
  * arm64), like the format itself.
  */
 #include "common/safetensors.h"
+#include "common/crc32c.h"
 #include "common/file.h"
 #include "common/log.h"
 
@@ -43,22 +44,37 @@ typedef struct st_body {
 	size_t header_len;
 	const rs_st_tensor_in *tensors;
 	int n;
+	uint32_t crc;           /* CRC-32C of the bytes written so far */
+	int64_t bytes;
 } st_body;
+
+static rs_status put(int fd, st_body *b, const void *p, size_t n)
+{
+	b->crc = rs_crc32c(b->crc, p, n);
+	b->bytes += (int64_t)n;
+	return rs_file_write_all(fd, p, n);
+}
 
 static rs_status write_body(int fd, void *ctx)
 {
-	const st_body *b = ctx;
+	st_body *b = ctx;
 	uint64_t hlen = b->header_len;
-	RSCHECK(rs_file_write_all(fd, &hlen, 8));
-	RSCHECK(rs_file_write_all(fd, b->header, b->header_len));
+	b->crc = 0, b->bytes = 0; /* a retried write starts over */
+	RSCHECK(put(fd, b, &hlen, 8));
+	RSCHECK(put(fd, b, b->header, b->header_len));
 	for (int i = 0; i < b->n; i++)
-		RSCHECK(rs_file_write_all(fd, b->tensors[i].data, (size_t)tensor_bytes(b->tensors[i].dtype,
-										      b->tensors[i].ndim,
-										      b->tensors[i].shape)));
+		RSCHECK(put(fd, b, b->tensors[i].data,
+			    (size_t)tensor_bytes(b->tensors[i].dtype, b->tensors[i].ndim, b->tensors[i].shape)));
 	return RS_OK;
 }
 
 rs_status rs_st_write(const char *path, const rs_st_tensor_in *tensors, int n, const json_t *metadata, rs_err *err)
+{
+	return rs_st_write_crc(path, tensors, n, metadata, NULL, NULL, err);
+}
+
+rs_status rs_st_write_crc(const char *path, const rs_st_tensor_in *tensors, int n, const json_t *metadata,
+			  uint32_t *crc, int64_t *size, rs_err *err)
 {
 	json_t *hdr = json_object();
 	char *text = NULL;
@@ -89,8 +105,12 @@ rs_status rs_st_write(const char *path, const rs_st_tensor_in *tensors, int n, c
 	RSALLOCGOTO(p, st, out);
 	text = p;
 	memset(text + len, ' ', padded - len);
-	st_body body = {text, padded, tensors, n};
+	st_body body = {text, padded, tensors, n, 0, 0};
 	st = rs_file_write_atomic(path, 0600, write_body, &body, err); /* checkpoints are the owner's */
+	if (crc)
+		*crc = body.crc;
+	if (size)
+		*size = body.bytes;
 out:
 	if (st == RS_ENOMEM)
 		rs_err_set(err, st, "%s: out of memory", path);

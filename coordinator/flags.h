@@ -14,11 +14,11 @@
 typedef struct rs_coord_flags {
 	bool local, kubernetes, help;
 	const char *config, *listen, *log_json, *worker_bin, *save, *schedule, *admin_file, *state_path, *load;
-	const char *status_token_file, *allowed_hosts, *tls_cert, *tls_key;
+	const char *status_token_file, *allowed_hosts, *tls_cert, *tls_key, *checkpoint_dir;
 	/* Kubernetes mode */
 	const char *kubeconfig, *context, *api_server, *kube_token_file, *kube_ca, *ns, *statefulset, *selector;
 	const char *state_cm;
-	int64_t workers, steps, timeout_ms, debounce_ms, grace_ms, max_attempts;
+	int64_t workers, steps, timeout_ms, debounce_ms, grace_ms, max_attempts, checkpoint_every, checkpoint_keep;
 } rs_coord_flags;
 
 extern const char *const rs_coord_usage;

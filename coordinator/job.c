@@ -137,6 +137,7 @@ void rs_job_destroy(rs_job *j)
 	free(j->rep.history);
 	rs_plan_free(j->cur.plan);
 	rs__cycle_free_attempt(j);
+	rs__ckpt_free(j);
 	free(j);
 }
 

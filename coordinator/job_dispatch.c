@@ -271,6 +271,9 @@ void rs__dispatch_message(void *ctx, rs_conn *c, json_t *msg)
 	case RS_MSG_DONE:
 		st = on_done(j, m, msg, &err);
 		break;
+	case RS_MSG_CHECKPOINTED:
+		st = rs__job_checkpointed(j, i, msg, &err);
+		break;
 	default:
 		st = rs_err_set(&err, RS_EINVAL, "unknown message type '%.64s'", rs_proto_type(msg));
 		break;

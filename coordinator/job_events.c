@@ -54,6 +54,10 @@ static void report(rs_job *j, const job_event *ev)
 	case EV_SCHEDULE:
 		fprintf(f, "schedule: at step %lld, scale to %d workers\n", (long long)ev->step, (int)ev->workers);
 		break;
+	case EV_CHECKPOINT:
+		fprintf(f, "checkpoint of step %lld complete: %s (%.2f MiB, %.3f s from the first rank's files to the "
+			   "index)\n", (long long)ev->step, ev->detail, ev->moved / 1048576.0, ev->seconds);
+		break;
 	case EV_ATTEMPT:
 		fprintf(f, "generation %lld: %d -> %d workers at step %lld; the plan moves %.2f MiB (lower bound %.2f MiB), "
 			   "planned in %.1f ms\n",
@@ -146,6 +150,10 @@ static void json_line(rs_job *j, const job_event *ev)
 	case EV_ABORTED:
 		line = json_pack("{s:s, s:I, s:s}", "event", "abort", "generation", (json_int_t)j->att.generation, "reason",
 				 ev->reason);
+		break;
+	case EV_CHECKPOINT:
+		line = json_pack("{s:s, s:I, s:s, s:I}", "event", "checkpoint", "step", (json_int_t)ev->step, "dir",
+				 ev->detail, "bytes", (json_int_t)ev->moved);
 		break;
 	default:
 		return;
@@ -255,6 +263,10 @@ static void status(rs_job *j, const job_event *ev)
 	}
 	case EV_RESHARDED:
 		publish(j, typed(rs__reshard_json(ev->record), "reshard"));
+		break;
+	case EV_CHECKPOINT:
+		publish(j, json_pack("{s:s, s:I, s:s, s:I}", "type", "checkpoint", "step", (json_int_t)ev->step, "dir",
+				     ev->detail, "bytes", (json_int_t)ev->moved));
 		break;
 	case EV_STARTED:
 	case EV_COMMITTED:

@@ -7,6 +7,7 @@
  *   job_persist.c   the persisted state, and recovery from it
  *   job_events.c    one event fan-out to every report sink
  *   job_status.c    the status stream's snapshot, /metrics, /readyz, dashboard
+ *   job_ckpt.c      periodic checkpoints: the ranks' files gathered, the index written last
  * Nothing else includes this; names here carry the rs__ prefix where they
  * are not static.
  */
@@ -137,6 +138,18 @@ struct rs_job {
 		int npairs;
 	} att;
 
+	/* the periodic checkpoint being gathered (job_ckpt.c): step 0 when none */
+	struct {
+		int64_t step, generation;
+		int32_t nworld, ngot;
+		unsigned char *got;   /* per rank of that generation: its files are in */
+		json_t *sums;         /* {file: {"crc32c", "bytes"}} of the files reported so far */
+		int64_t dense_params;
+		double started;       /* when its first report came */
+		int64_t last_complete; /* the step of the latest complete checkpoint, 0: none */
+		int complete;         /* complete checkpoints so far */
+	} ck;
+
 	/* timings of the cycle in flight, for its report */
 	struct {
 		double started;       /* when the first workers were asked for; 0 once generation 1 made a step */
@@ -254,6 +267,7 @@ typedef enum job_event_kind {
 	EV_RESHARDED,   /* training resumed after a reshard: the reshard's record */
 	EV_DONE,        /* training ended */
 	EV_FAILED,      /* the job failed: j->why */
+	EV_CHECKPOINT,  /* a periodic checkpoint is complete: step, detail (its directory), moved (its bytes), seconds (since its first rank's report) */
 } job_event_kind;
 
 typedef struct job_event {
@@ -271,6 +285,14 @@ typedef struct job_event {
 } job_event;
 
 void rs__emit(rs_job *j, const job_event *ev);
+
+/* ---- job_ckpt.c ----------------------------------------------------------------------- */
+
+/* A world member's "checkpointed": its files of the checkpoint at a step are in place. */
+rs_status rs__job_checkpointed(rs_job *j, int member_index, json_t *msg, rs_err *err);
+
+/* Forget the checkpoint being gathered (the job ends). */
+void rs__ckpt_free(rs_job *j);
 
 /* ---- job_status.c --------------------------------------------------------------------- */
 

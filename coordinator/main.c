@@ -170,6 +170,9 @@ static rs_status start(coord *c, rs_err *err)
 		return rs_err_set(err, RS_EIO, "%s: %s", c->f.log_json, strerror(errno));
 	c->o.cfg = c->cfg, c->o.config_path = c->config, c->o.token = c->token, c->o.url = c->url;
 	c->o.steps = c->steps, c->o.save = c->save, c->o.log_json = c->log;
+	c->o.ckpt_dir = c->f.checkpoint_dir, c->o.ckpt_every = c->f.checkpoint_every, c->o.ckpt_keep = (int)c->f.checkpoint_keep;
+	if (c->o.ckpt_dir && mkdir(c->o.ckpt_dir, 0700) != 0 && errno != EEXIST)
+		return rs_err_set(err, RS_EIO, "--checkpoint-dir %s: %s", c->o.ckpt_dir, strerror(errno));
 	c->o.debounce_ms = (int)c->f.debounce_ms, c->o.timeout_ms = (int)c->f.timeout_ms, c->o.max_attempts = (int)c->f.max_attempts;
 	if (c->recovering)
 		RSCHECK(rs_job_recover(&c->o, &c->src, &c->state, &c->job, err));

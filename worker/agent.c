@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/plan.h"
 #include "common/proto.h"
+#include "worker/checkpointer.h"
 #include "worker/train.h"
 
 #include <stdio.h>
@@ -21,6 +22,8 @@ typedef struct run {
 	int64_t generation, rank, step, steps, eval_every, eval_samples;
 	int last;
 	char save[4096];        /* "" for no checkpoint at the end */
+	char ckpt_dir[4096];    /* periodic checkpoints: under this directory ("": none) */
+	int64_t ckpt_every;     /* ... at every multiple of this step */
 } run;
 
 struct rs_agent {
@@ -41,6 +44,7 @@ struct rs_agent {
 	rs_transport *st_t, *st_uni;
 	rs_plan *st_plan;
 	run staged;
+	rs_checkpointer *ckpt;  /* periodic checkpoints, written off the training thread */
 };
 
 static int leave_requested(const rs_agent *a) { return a->c.leave && *a->c.leave; }
@@ -112,6 +116,34 @@ static void take_run(run *r, const rs_msg_start *s)
 	r->rank = s->rank, r->generation = s->generation, r->step = s->first_step, r->steps = s->steps;
 	r->last = s->last, r->eval_every = s->eval_every, r->eval_samples = s->eval_samples;
 	snprintf(r->save, sizeof(r->save), "%s", s->save ? s->save : "");
+	snprintf(r->ckpt_dir, sizeof(r->ckpt_dir), "%s", s->checkpoint_dir ? s->checkpoint_dir : "");
+	r->ckpt_every = s->checkpoint_dir ? s->checkpoint_every : 0;
+}
+
+/* Send the report of a periodic checkpoint whose files are written (wait: the one in flight, once written). */
+static void ckpt_collect(rs_agent *a, int wait)
+{
+	json_t *report;
+	rs_err err = {0};
+	if (rs_checkpointer_done(a->ckpt, wait, &report, &err) != RS_OK)
+		RS_WARN("%s (training goes on; this checkpoint stays incomplete and is never read)", err.msg);
+	if (report)
+		rs_link_post(&a->link, report);
+}
+
+/* A periodic checkpoint at this step boundary: copy this rank's part now, write it off the training thread. */
+static void ckpt_take(rs_agent *a)
+{
+	rs_snapshot *s;
+	rs_err err = {0};
+	double t0 = rs_now();
+	ckpt_collect(a, 1); /* one write at a time */
+	if (rs_trainer_snapshot(a->tr, &s, &err) != RS_OK ||
+	    rs_checkpointer_start(a->ckpt, s, a->cur.ckpt_dir, a->cur.generation, a->cur.step, a->cur.rank, &err) != RS_OK) {
+		RS_WARN("%s (training goes on without this checkpoint)", err.msg);
+		return;
+	}
+	RS_DEBUG("checkpoint of step %lld: copied in %.3f s", (long long)a->cur.step, rs_now() - t0);
 }
 
 /* A fresh start's checkpoint: loaded into a->tr, which must be of the step the start names. */
@@ -302,6 +334,7 @@ static void between_steps(json_t *m, rs_trainer *tr, int *stop)
 /* At the end of the last step: the checkpoint asked for, then "done". */
 static rs_status finish(rs_agent *a, rs_err *err)
 {
+	ckpt_collect(a, 1); /* the last periodic checkpoint is reported before "done" */
 	if (a->cur.save[0]) {
 		double s0 = rs_now();
 		RSCHECK(rs_trainer_save(a->tr, a->cur.save, a->cur.steps, err));
@@ -340,6 +373,9 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *err)
 		if (eval && (st = rs_trainer_evaluate(a->tr, r->eval_samples, &auc, &ll, &why)) != RS_OK)
 			return rs_err_set(err, st, "evaluation at step %lld: %s", (long long)step,
 					  why.msg[0] ? why.msg : rs_status_str(st));
+		if (r->ckpt_every > 0 && r->step % r->ckpt_every == 0)
+			ckpt_take(a);
+		ckpt_collect(a, 0);
 		double t1 = rs_now();
 		if (eval || step % 10 == 9 || end || step == first) {
 			double sps = (double)a->c.cfg->train.global_batch * (double)(r->step - since) / (t1 - t0);
@@ -470,8 +506,11 @@ rs_status rs_agent_create(const rs_agent_config *c, rs_agent **out, rs_err *err)
 	a->engine = rs_engine_or_cpu(c->engine);
 	a->lfd = -1;
 	rs_link_init(&a->link, c->conn, a->addr, c->timeout_ms, c->grace_ms, c->leave);
-	rs_status st = relisten(a, err);
+	rs_status st = rs_checkpointer_create(&a->ckpt, err);
+	if (st == RS_OK)
+		st = relisten(a, err);
 	if (st != RS_OK) {
+		rs_checkpointer_destroy(a->ckpt);
 		free(a);
 		return st;
 	}
@@ -496,6 +535,7 @@ rs_status rs_agent_run(rs_agent *a, rs_agent_end *end, rs_err *err)
 		}
 		/* joined, the coordinator decides how long this takes; cut off, the grace period bounds it */
 		st = rs_link_recv(&a->link, 1000, &msg, &why);
+		ckpt_collect(a, 0); /* a write that ended while this worker was paused */
 		if (st == RS_ETIMEDOUT)
 			continue;
 		if (st != RS_OK)
@@ -515,6 +555,7 @@ void rs_agent_destroy(rs_agent *a)
 {
 	if (!a)
 		return;
+	rs_checkpointer_destroy(a->ckpt); /* waits for a write in flight: its files stay whole */
 	rs_link_close(&a->link);
 	drop_staged(a);
 	rs_trainer_destroy(a->tr);

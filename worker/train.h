@@ -26,6 +26,7 @@
 
 #include "common/config.h"
 #include "common/plan.h"
+#include "common/proto.h"
 #include "worker/engine.h"
 #include "worker/transport.h"
 
@@ -96,6 +97,24 @@ rs_status rs_trainer_dump(const rs_trainer *tr, const char *path);
  * network and the index. Collective: returns once every rank has written.
  */
 rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err *err);
+
+/*
+ * A periodic checkpoint, in two halves: rs_trainer_snapshot copies this
+ * rank's part (its shards' weights, optimizer state and ZCH identities; on
+ * rank 0 the dense network too) at a step boundary, on the training thread
+ * (local: no collective); rs_snapshot_write writes the copy's files into an
+ * existing directory, each atomically and fsynced, touching nothing but the
+ * snapshot, so any thread may run it while training goes on. The index is
+ * the coordinator's to write, once every rank's files are in place.
+ */
+typedef struct rs_snapshot rs_snapshot;
+rs_status rs_trainer_snapshot(rs_trainer *tr, rs_snapshot **out, rs_err *err);
+rs_status rs_snapshot_write(rs_snapshot *s, const char *dir, rs_err *err);
+/* After rs_snapshot_write: the files written (names, CRC-32C, sizes; borrowed from s) and their count. */
+int rs_snapshot_files(const rs_snapshot *s, const rs_ckpt_file_report **files);
+int64_t rs_snapshot_dense_params(const rs_snapshot *s); /* rank 0's snapshot: the dense network's size; else -1 */
+size_t rs_snapshot_bytes(const rs_snapshot *s);         /* memory the copies take */
+void rs_snapshot_free(rs_snapshot *s);
 
 /*
  * Load a checkpoint written by rs_trainer_save (at any world size and

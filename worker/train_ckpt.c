@@ -55,90 +55,168 @@ static rs_st_dtype st_dtype(rs_dtype d)
 	return d == RS_DTYPE_FP16 ? RS_ST_F16 : d == RS_DTYPE_BF16 ? RS_ST_BF16 : RS_ST_F32;
 }
 
-static rs_status save_shard(const rs_trainer *tr, const lshard *ls, const char *dir, rs_err *err)
+/* One file of a snapshot: its tensors, copied out of the trainer, and what writing it gave. */
+typedef struct snap_file {
+	char name[512];
+	rs_st_tensor_in t[4];
+	int n;
+	void *own[4];           /* the copies the tensors point at */
+	json_t *meta;
+} snap_file;
+
+struct rs_snapshot {
+	snap_file *f;
+	int n;
+	int64_t dense_params;   /* rank 0: the dense network's; else -1 */
+	rs_ckpt_file_report *written; /* per file, after rs_snapshot_write */
+	size_t bytes;           /* of the copies */
+};
+
+void rs_snapshot_free(rs_snapshot *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; i < s->n; i++) {
+		for (int k = 0; k < s->f[i].n; k++)
+			free(s->f[i].own[k]);
+		json_decref(s->f[i].meta);
+	}
+	free(s->f);
+	free(s->written);
+	free(s);
+}
+
+/* Add tensor (name, dtype, shape) to f, a copy of the `bytes` at src (the copy may be filled later: src NULL). */
+static void *snap_tensor(rs_snapshot *s, snap_file *f, const char *name, rs_st_dtype dtype, int ndim, int64_t d0,
+			 int64_t d1, const void *src, size_t bytes)
+{
+	void *p = malloc(bytes ? bytes : 1);
+	if (!p)
+		return NULL;
+	if (src)
+		memcpy(p, src, bytes);
+	f->own[f->n] = p;
+	f->t[f->n++] = (rs_st_tensor_in){name, dtype, ndim, {d0, d1}, p};
+	s->bytes += bytes;
+	return p;
+}
+
+/* The tensors of a shard's file (see common/checkpoint.h), copied. */
+static rs_status snap_shard(const rs_trainer *tr, const lshard *ls, rs_snapshot *s, snap_file *f)
 {
 	const rs_config *cfg = tr->cfg;
 	const rs_table_config *tc = &cfg->tables[ls->table];
 	const tinfo *ti = &tr->tables[ls->table];
 	int64_t rows = ls->s.rows, cols = ls->s.cols;
-	rs_st_tensor_in t[4];
-	int n = 0;
-	float *m = NULL, *v = NULL;
-	int64_t *ids = NULL;
-	json_t *meta = NULL;
-	rs_status st = RS_OK;
-	char file[512], path[4096];
-
-	t[n++] = (rs_st_tensor_in){"weight", st_dtype(tc->dtype), 2, {rows, cols}, ls->emb.weights};
+	size_t cells = (size_t)(rows * cols);
+	if (!snap_tensor(s, f, "weight", st_dtype(tc->dtype), 2, rows, cols, ls->emb.weights,
+			 cells * (size_t)rs_dtype_size(tc->dtype)))
+		return RS_ENOMEM;
 	if (cfg->optimizer.kind == RS_OPT_ROWWISE_ADAGRAD) {
-		t[n++] = (rs_st_tensor_in){"momentum1", RS_ST_F32, 1, {rows}, ls->emb.state};
+		if (!snap_tensor(s, f, "momentum1", RS_ST_F32, 1, rows, 0, ls->emb.state, sizeof(float) * (size_t)rows))
+			return RS_ENOMEM;
 	} else if (cfg->optimizer.kind == RS_OPT_ADAM) {
 		/* the state interleaves m and v per row; the file keeps them apart, as PyTorch names them */
-		m = malloc(sizeof(float) * (size_t)(rows * cols + 1));
-		v = malloc(sizeof(float) * (size_t)(rows * cols + 1));
-		if (!m || !v)
-			RSFAILGOTO(st, RS_ENOMEM, out);
+		float *m = snap_tensor(s, f, "exp_avg", RS_ST_F32, 2, rows, cols, NULL, sizeof(float) * cells);
+		float *v = m ? snap_tensor(s, f, "exp_avg_sq", RS_ST_F32, 2, rows, cols, NULL, sizeof(float) * cells) : NULL;
+		if (!v)
+			return RS_ENOMEM;
 		for (int64_t r = 0; r < rows; r++) {
 			memcpy(m + r * cols, ls->emb.state + r * 2 * cols, sizeof(float) * (size_t)cols);
 			memcpy(v + r * cols, ls->emb.state + r * 2 * cols + cols, sizeof(float) * (size_t)cols);
 		}
-		t[n++] = (rs_st_tensor_in){"exp_avg", RS_ST_F32, 2, {rows, cols}, m};
-		t[n++] = (rs_st_tensor_in){"exp_avg_sq", RS_ST_F32, 2, {rows, cols}, v};
 	}
 	if (ti->zch) {
-		ids = malloc(sizeof(int64_t) * (size_t)(rows + 1));
-		RSALLOCGOTO(ids, st, out);
+		int64_t *ids = snap_tensor(s, f, "zch_ids", RS_ST_I64, 1, rows, 0, NULL, sizeof(int64_t) * (size_t)rows);
+		if (!ids)
+			return RS_ENOMEM;
 		for (int64_t r = 0; r < rows; r++) {
 			int live;
 			uint64_t id = rs_zch_slot_id(ti->zch, ls->s.row_offset + r, &live);
 			ids[r] = live ? (int64_t)id : -1;
 		}
-		t[n++] = (rs_st_tensor_in){"zch_ids", RS_ST_I64, 1, {rows}, ids};
 	}
-	meta = json_pack("{s:s, s:s, s:s, s:s}", "table", tc->name, "sharding",
-			 rs_sharding_name(tr->plan->tables[ls->table].sharding), "row_offset", "", "col_offset", "");
-	RSALLOCGOTO(meta, st, out);
-	char buf[32];
-	snprintf(buf, sizeof(buf), "%lld", (long long)ls->s.row_offset);
-	json_object_set_new(meta, "row_offset", json_string(buf));
-	snprintf(buf, sizeof(buf), "%d", ls->s.col_offset);
-	json_object_set_new(meta, "col_offset", json_string(buf));
-	rs_checkpoint_shard_file(tc, &ls->s, file, sizeof(file));
-	snprintf(path, sizeof(path), "%s/%s", dir, file);
-	st = rs_st_write(path, t, n, meta, err);
-out:
-	json_decref(meta);
-	free(ids);
-	free(v);
-	free(m);
-	return st;
+	char ro[32], co[32];
+	snprintf(ro, sizeof(ro), "%lld", (long long)ls->s.row_offset);
+	snprintf(co, sizeof(co), "%d", ls->s.col_offset);
+	f->meta = json_pack("{s:s, s:s, s:s, s:s}", "table", tc->name, "sharding",
+			    rs_sharding_name(tr->plan->tables[ls->table].sharding), "row_offset", ro, "col_offset", co);
+	if (!f->meta)
+		return RS_ENOMEM;
+	rs_checkpoint_shard_file(tc, &ls->s, f->name, sizeof(f->name));
+	return RS_OK;
 }
 
-rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err *err)
+rs_status rs_trainer_snapshot(rs_trainer *tr, rs_snapshot **out, rs_err *err)
 {
+	rs_snapshot *s = calloc(1, sizeof(*s));
 	rs_status st = RS_OK;
+	*out = NULL;
+	if (!s || !(s->f = calloc((size_t)tr->nshards + 1, sizeof(*s->f))))
+		RSFAILGOTO(st, RS_ENOMEM, out);
+	s->dense_params = -1;
 	rs__trainer_prefetch(tr, 1);
-	for (int i = 0; i < tr->nshards && st == RS_OK; i++) {
+	for (int i = 0; i < tr->nshards; i++) {
 		const lshard *ls = &tr->shards[i];
 		if (tr->tables[ls->table].dp_shard == i && tr->rank != 0)
 			continue; /* one copy of a data-parallel table is enough */
-		st = save_shard(tr, ls, dir, err);
+		RSCHECKGOTO(snap_shard(tr, ls, s, &s->f[s->n++]), st, out);
 	}
-	if (st == RS_OK && tr->rank == 0) {
-		char path[4096];
-		rs_st_tensor_in d = {"params", RS_ST_F32, 1, {(int64_t)rs_dense_nparams(tr->dense)}, rs_dense_params(tr->dense)};
-		snprintf(path, sizeof(path), "%s/dense.safetensors", dir);
-		st = rs_st_write(path, &d, 1, NULL, err);
-		if (st == RS_OK)
-			st = rs_checkpoint_write_index(dir, tr->cfg, tr->plan, step, rs_dense_nparams(tr->dense), err);
+	if (tr->rank == 0) {
+		snap_file *f = &s->f[s->n++];
+		size_t n = rs_dense_nparams(tr->dense);
+		snprintf(f->name, sizeof(f->name), "dense.safetensors");
+		if (!snap_tensor(s, f, "params", RS_ST_F32, 1, (int64_t)n, 0, rs_dense_params(tr->dense), sizeof(float) * n))
+			RSFAILGOTO(st, RS_ENOMEM, out);
+		s->dense_params = (int64_t)n;
 	}
+	*out = s;
+	return RS_OK;
+out:
+	rs_snapshot_free(s);
+	return rs_err_set(err, st, "checkpoint: copying this rank's shards: %s", rs_status_str(st));
+}
+
+rs_status rs_snapshot_write(rs_snapshot *s, const char *dir, rs_err *err)
+{
+	char path[4096];
+	free(s->written);
+	if (!(s->written = calloc((size_t)s->n + 1, sizeof(*s->written))))
+		return rs_err_set(err, RS_ENOMEM, "checkpoint %s: out of memory", dir);
+	for (int i = 0; i < s->n; i++) {
+		snap_file *f = &s->f[i];
+		rs_ckpt_file_report *w = &s->written[i];
+		snprintf(path, sizeof(path), "%s/%s", dir, f->name);
+		w->file = f->name;
+		RSCHECK(rs_st_write_crc(path, f->t, f->n, f->meta, &w->crc32c, &w->bytes, err));
+	}
+	return RS_OK;
+}
+
+int rs_snapshot_files(const rs_snapshot *s, const rs_ckpt_file_report **files)
+{
+	*files = s->written;
+	return s->written ? s->n : 0;
+}
+
+int64_t rs_snapshot_dense_params(const rs_snapshot *s) { return s->dense_params; }
+size_t rs_snapshot_bytes(const rs_snapshot *s) { return s->bytes; }
+
+rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err *err)
+{
+	rs_snapshot *s = NULL;
+	rs_status st = rs_trainer_snapshot(tr, &s, err);
+	if (st == RS_OK)
+		st = rs_snapshot_write(s, dir, err);
+	if (st == RS_OK && tr->rank == 0)
+		st = rs_checkpoint_write_index(dir, tr->cfg, tr->plan, step, rs_dense_nparams(tr->dense), NULL, err);
+	rs_snapshot_free(s);
 	/* everyone's files exist before anyone reports the checkpoint done */
 	rs_status bst = rs_transport_barrier(tr->t);
 	if (st == RS_OK && bst != RS_OK)
 		rs_err_set(err, bst, "checkpoint: waiting for the other ranks: %s", rs_transport_error(tr->t));
 	return st != RS_OK ? st : bst;
 }
-
 
 /* ---- loading a checkpoint ----------------------------------------------------------- */
 
@@ -210,6 +288,7 @@ static rs_status load_shard(const rs_trainer *tr, const lshard *ls, const char *
 		char path[4096];
 		rs_st_file *f;
 		snprintf(path, sizeof(path), "%s/%s", dir, cs->file);
+		RSCHECK(rs_checkpoint_verify_file(dir, cs->file, &cs->sum, err));
 		RSCHECK(rs_st_open(path, &f, err));
 		rs_status st = load_rows(tr, ls, f, cs->row_offset, cs->rows, lo, hi, err);
 		rs_st_close(f);
@@ -257,6 +336,7 @@ rs_status rs_trainer_load(rs_trainer *tr, const char *dir, int64_t *step, rs_err
 				      dir, (long long)ix.dense_params, n),
 			   out);
 	snprintf(path, sizeof(path), "%s/%s", dir, ix.dense_file);
+	RSCHECKGOTO(rs_checkpoint_verify_file(dir, ix.dense_file, &ix.dense_sum, err), st, out);
 	RSCHECKGOTO(rs_st_open(path, &f, err), st, out);
 	RSCHECKGOTO(find_tensor(f, "params", RS_ST_F32, (int64_t)n, 0, &k, err), st, out);
 	RSCHECKGOTO(rs_st_read(f, k, rs_dense_params(tr->dense), err), st, out);

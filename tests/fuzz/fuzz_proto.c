@@ -97,9 +97,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else if (!e13.msg[0]) {
 		abort();
 	}
+	/* a checkpoint report: what parses names plain files in the checkpoint's directory, CRCs of 32 bits */
+	rs_msg_checkpointed ck;
+	rs_err e14 = {0};
+	if (rs_proto_checkpointed(msg, &ck, &e14) == RS_OK) {
+		for (int i = 0; i < ck.nfiles; i++)
+			if (!ck.files[i].file[0] || ck.files[i].file[0] == '.' || strchr(ck.files[i].file, '/') ||
+			    ck.files[i].bytes < 0)
+				abort();
+		free(ck.files);
+	} else if (!e14.msg[0] || ck.files) {
+		abort();
+	}
 	tame(&e11);
 	tame(&e12);
 	tame(&e13);
+	tame(&e14);
 	uint64_t sums[4];
 	json_t *sum = json_object_get(msg, "checksum");
 	if (sum && rs_proto_checksums(sum, sums, 4, &e9) != RS_OK && !e9.msg[0])

@@ -400,6 +400,46 @@ static void test_builders_round_trip(void **state)
 	json_decref(uoo);
 }
 
+/* A worker's checkpoint report: built and read back; file names must be plain, CRCs 32 bits. */
+static void test_checkpointed(void **state)
+{
+	(void)state;
+	rs_ckpt_file_report files[2] = {{"user.r0.c0.safetensors", 0xdeadbeefu, 1234}, {"dense.safetensors", 7, 40}};
+	rs_msg_checkpointed m = {.generation = 3, .rank = 0, .step = 90, .dense_params = 10, .files = files, .nfiles = 2};
+	json_t *j = rs_proto_make_checkpointed(&m);
+	assert_non_null(j);
+	assert_int_equal(rs_proto_kind(j), RS_MSG_CHECKPOINTED);
+	rs_msg_checkpointed r;
+	rs_err err = {0};
+	assert_int_equal(rs_proto_checkpointed(j, &r, &err), RS_OK);
+	assert_int_equal(r.nfiles, 2);
+	assert_int_equal(r.step, 90);
+	assert_int_equal(r.dense_params, 10);
+	assert_string_equal(r.files[0].file, "user.r0.c0.safetensors");
+	assert_int_equal(r.files[0].crc32c, 0xdeadbeefu);
+	assert_int_equal(r.files[1].bytes, 40);
+	free(r.files);
+	json_decref(j);
+	static const char *const bad[] = {
+		"{\"type\":\"checkpointed\",\"generation\":1,\"rank\":0,\"step\":30,\"files\":[{\"file\":\"../x\",\"crc32c\":1,\"bytes\":1}]}",
+		"{\"type\":\"checkpointed\",\"generation\":1,\"rank\":0,\"step\":30,\"files\":[{\"file\":\".hidden\",\"crc32c\":1,\"bytes\":1}]}",
+		"{\"type\":\"checkpointed\",\"generation\":1,\"rank\":0,\"step\":30,\"files\":[{\"file\":\"a\",\"crc32c\":4294967296,\"bytes\":1}]}",
+		"{\"type\":\"checkpointed\",\"generation\":1,\"rank\":0,\"step\":30,\"files\":[{\"file\":\"a\",\"crc32c\":1,\"bytes\":-1}]}",
+		"{\"type\":\"checkpointed\",\"generation\":1,\"rank\":-1,\"step\":30,\"files\":[]}",
+		"{\"type\":\"checkpointed\",\"generation\":1,\"rank\":0,\"step\":0,\"files\":[]}",
+		"{\"type\":\"checkpointed\",\"generation\":1,\"rank\":0,\"step\":30,\"files\":{}}",
+		"{\"type\":\"checkpointed\",\"generation\":1,\"rank\":0,\"step\":30,\"files\":[],\"extra\":1}",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *type;
+		rs_err e = {0};
+		assert_int_equal(rs_proto_parse(bad[i], strlen(bad[i]), &j, &type, &e), RS_OK);
+		if (rs_proto_checkpointed(j, &r, &e) != RS_EINVAL || r.files)
+			fail_msg("accepted: %s", bad[i]);
+		json_decref(j);
+	}
+}
+
 static void test_kinds(void **state)
 {
 	(void)state;
@@ -477,6 +517,7 @@ int main(void)
 		cmocka_unit_test(test_reshard_messages),
 		cmocka_unit_test(test_builders_round_trip),
 		cmocka_unit_test(test_kinds),
+		cmocka_unit_test(test_checkpointed),
 		cmocka_unit_test(test_peer_words_in_errors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

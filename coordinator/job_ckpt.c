@@ -1,0 +1,190 @@
+/*
+ * job_ckpt.c - periodic checkpoints, the coordinator's half. Every rank of
+ * the world copies its part at the same step boundary and writes it off
+ * its training thread into DIR/step-NNNNNNNNN/ (worker/checkpointer.h),
+ * then reports its files with their CRC-32C. Once every rank of that
+ * generation has, the coordinator writes the index (with every file's
+ * checksum) last, atomically and fsynced: only then is the checkpoint
+ * complete, and only a complete one is ever read. A checkpoint a rank never
+ * finishes (it died, a reshard intervened, a write failed) stays without
+ * its index. Then the oldest are deleted, keeping --checkpoint-keep
+ * complete ones (and anything newer, which may be in flight).
+ */
+#include "coordinator/job_internal.h"
+#include "common/checkpoint.h"
+#include "common/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void rs__ckpt_free(rs_job *j)
+{
+	free(j->ck.got);
+	json_decref(j->ck.sums);
+	j->ck.got = NULL, j->ck.sums = NULL;
+	j->ck.step = 0, j->ck.ngot = 0;
+}
+
+/* Gather the checkpoint at (generation, step) from now on, dropping an older one still incomplete. */
+static rs_status begin(rs_job *j, int64_t generation, int64_t step)
+{
+	if (j->ck.step)
+		RS_WARN("checkpoint of step %lld stays incomplete: %d of %d ranks reported their files",
+			(long long)j->ck.step, j->ck.ngot, j->ck.nworld);
+	rs__ckpt_free(j);
+	j->ck.got = calloc((size_t)j->cur.nworld, 1);
+	j->ck.sums = json_object();
+	if (!j->ck.got || !j->ck.sums) {
+		rs__ckpt_free(j);
+		return RS_ENOMEM;
+	}
+	j->ck.step = step, j->ck.generation = generation, j->ck.nworld = j->cur.nworld;
+	j->ck.dense_params = -1;
+	j->ck.started = rs__job_now(j);
+	return RS_OK;
+}
+
+/* The step of a "step-NNNNNNNNN" directory name, or -1. */
+static int64_t step_of(const char *name)
+{
+	char *end;
+	if (strncmp(name, "step-", 5) != 0 || strlen(name) != 14)
+		return -1;
+	long long v = strtoll(name + 5, &end, 10);
+	return *end || v < 1 ? -1 : v;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Delete dir/step-S: its files, then it. */
+static void remove_step(const char *root, int64_t step)
+{
+	char dir[4096], path[4400];
+	snprintf(dir, sizeof(dir), "%s/step-%09lld", root, (long long)step);
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+			snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+			if (unlink(path) != 0)
+				RS_WARN("checkpoint: cannot delete %s: %s", path, strerror(errno));
+		}
+	if (d)
+		closedir(d);
+	if (rmdir(dir) != 0)
+		RS_WARN("checkpoint: cannot delete %s: %s", dir, strerror(errno));
+}
+
+/*
+ * Keep the newest o.ckpt_keep complete checkpoints (those with an index)
+ * and whatever is newer than the oldest of them; delete the rest.
+ */
+static void prune(rs_job *j)
+{
+	const char *root = j->o.ckpt_dir;
+	DIR *d = opendir(root);
+	if (!d) {
+		RS_WARN("checkpoint: cannot list %s: %s", root, strerror(errno));
+		return;
+	}
+	int64_t *steps = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		int64_t s = step_of(e->d_name);
+		if (s < 0)
+			continue;
+		if (n == cap) {
+			int64_t *p = realloc(steps, sizeof(*steps) * (cap = cap ? 2 * cap : 16));
+			if (!p)
+				break;
+			steps = p;
+		}
+		steps[n++] = s;
+	}
+	closedir(d);
+	qsort(steps, n, sizeof(*steps), cmp_desc);
+	int kept = 0;
+	int64_t oldest_kept = -1;
+	for (size_t i = 0; i < n && kept < j->o.ckpt_keep; i++) {
+		char index[4200];
+		snprintf(index, sizeof(index), "%s/step-%09lld/index.json", root, (long long)steps[i]);
+		if (access(index, F_OK) == 0)
+			kept++, oldest_kept = steps[i];
+	}
+	for (size_t i = 0; kept == j->o.ckpt_keep && i < n; i++)
+		if (steps[i] < oldest_kept)
+			remove_step(root, steps[i]);
+	free(steps);
+}
+
+/* Every rank reported: write the index (last), report the checkpoint, prune the old ones. */
+static void complete(rs_job *j)
+{
+	char dir[4096];
+	rs_err err = {0};
+	int64_t step = j->ck.step;
+	snprintf(dir, sizeof(dir), "%s/step-%09lld", j->o.ckpt_dir, (long long)step);
+	uint64_t bytes = 0;
+	const char *file;
+	json_t *v;
+	json_object_foreach(j->ck.sums, file, v)
+		bytes += (uint64_t)json_integer_value(json_object_get(v, "bytes"));
+	if (j->ck.dense_params < 0 || rs_checkpoint_write_index(dir, j->cfg, j->cur.plan, step, (size_t)j->ck.dense_params,
+								  j->ck.sums, &err) != RS_OK) {
+		RS_WARN("checkpoint of step %lld stays incomplete: %s", (long long)step,
+			j->ck.dense_params < 0 ? "rank 0 did not report the dense network" : err.msg);
+		rs__ckpt_free(j);
+		return;
+	}
+	double seconds = rs__job_now(j) - j->ck.started;
+	j->ck.last_complete = step;
+	j->ck.complete++;
+	rs__ckpt_free(j);
+	rs__emit(j, &(job_event){.kind = EV_CHECKPOINT, .step = step, .detail = dir, .moved = bytes, .seconds = seconds});
+	prune(j);
+}
+
+rs_status rs__job_checkpointed(rs_job *j, int i, json_t *msg, rs_err *err)
+{
+	rs_msg_checkpointed m;
+	RSCHECK(rs_proto_checkpointed(msg, &m, err));
+	rs_status st = RS_OK;
+	/* only the current world's word counts, each rank for itself, for a step it trained */
+	if (!j->o.ckpt_dir || m.generation != j->cur.generation || m.rank >= j->cur.nworld ||
+	    j->cur.world[m.rank] != i || m.step % j->o.ckpt_every != 0 || m.step <= j->ck.last_complete ||
+	    (j->ck.step && m.step < j->ck.step)) {
+		RS_DEBUG("checkpoint: a report of step %lld from %s ignored (stale or not of this world)", (long long)m.step,
+			 j->mem.v[i].name);
+		goto out;
+	}
+	if ((m.step != j->ck.step || m.generation != j->ck.generation) && (st = begin(j, m.generation, m.step)) != RS_OK)
+		goto out;
+	for (int k = 0; k < m.nfiles; k++) {
+		json_t *e = json_pack("{s:I, s:I}", "crc32c", (json_int_t)m.files[k].crc32c, "bytes",
+				      (json_int_t)m.files[k].bytes);
+		if (!e || json_object_set_new(j->ck.sums, m.files[k].file, e) != 0)
+			RSFAILGOTO(st, RS_ENOMEM, out);
+	}
+	if (m.rank == 0)
+		j->ck.dense_params = m.dense_params;
+	if (!j->ck.got[m.rank]) {
+		j->ck.got[m.rank] = 1;
+		j->ck.ngot++;
+	}
+	if (j->ck.ngot == j->ck.nworld)
+		complete(j);
+out:
+	free(m.files);
+	if (st == RS_ENOMEM)
+		rs_err_set(err, st, "checkpoint: out of memory");
+	return st;
+}

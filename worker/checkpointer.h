@@ -1,0 +1,53 @@
+/*
+ * checkpointer.h - a worker's periodic checkpoints, written off the
+ * training thread. At a checkpoint step the agent copies this rank's part
+ * (rs_trainer_snapshot, on the training thread, between two steps) and
+ * hands the copy over; a thread of its own writes the files into
+ * ROOT/step-NNNNNNNNN/ (created as needed, mode 0700), each atomically and
+ * fsynced, while training goes on. When the files are in place the agent
+ * reports them ("checkpointed", with each file's CRC-32C) and the
+ * coordinator writes the index once every rank has: a checkpoint without
+ * its index is incomplete and never read.
+ *
+ * One write at a time: starting the next waits for the one before (the
+ * agent collects its report first). Single-owner: every call comes from the
+ * agent's thread.
+ */
+#ifndef RS_CHECKPOINTER_H
+#define RS_CHECKPOINTER_H
+
+#include "common/status.h"
+#include "worker/train.h"
+
+#include <jansson.h>
+
+typedef struct rs_checkpointer rs_checkpointer;
+
+/* The directory of the checkpoint at step under root (into buf of n bytes). */
+void rs_checkpoint_step_dir(const char *root, int64_t step, char *buf, size_t n);
+
+rs_status rs_checkpointer_create(rs_checkpointer **out, rs_err *err);
+
+/*
+ * Write s (taken over, freed when written) for (generation, step, rank)
+ * under root. The previous write must have been collected (rs_checkpointer_done
+ * with wait); RS_EINVAL otherwise (a bug). RS_ESYS when no thread can be started (s is then freed).
+ */
+rs_status rs_checkpointer_start(rs_checkpointer *c, rs_snapshot *s, const char *root, int64_t generation,
+				int64_t step, int64_t rank, rs_err *err);
+
+/*
+ * The finished write, if any (with wait: the one in flight, once it ends):
+ * RS_OK with *report the "checkpointed" message to send (a new reference;
+ * NULL when nothing finished), or the write's error (in err, naming the
+ * checkpoint). RS_ENOMEM when the report cannot be built.
+ */
+rs_status rs_checkpointer_done(rs_checkpointer *c, int wait, json_t **report, rs_err *err);
+
+/* Whether a write is in flight (started and not collected). */
+int rs_checkpointer_busy(const rs_checkpointer *c);
+
+/* Waits for a write in flight (its result is dropped) and frees c. */
+void rs_checkpointer_destroy(rs_checkpointer *c);
+
+#endif
