@@ -3,9 +3,11 @@
  */
 #include "common/checkpoint.h"
 #include "common/crc32c.h"
+#include "common/log.h"
 #include "common/file.h"
 #include "common/safetensors.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -109,6 +111,68 @@ rs_status rs_checkpoint_verify(const char *dir, const rs_ckpt_index *ix, rs_err 
 		for (int k = 0; k < ix->tables[t].nshards; k++)
 			RSCHECK(rs_checkpoint_verify_file(dir, ix->tables[t].shards[k].file, &ix->tables[t].shards[k].sum, err));
 	return rs_checkpoint_verify_file(dir, ix->dense_file, &ix->dense_sum, err);
+}
+
+static int cmp_name_desc(const void *a, const void *b) { return -strcmp(*(char *const *)a, *(char *const *)b); }
+
+rs_status rs_checkpoint_resolve(const char *path, char *out, size_t n, rs_err *err)
+{
+	char index[4200];
+	snprintf(index, sizeof(index), "%s/index.json", path);
+	if (access(index, F_OK) == 0) {
+		snprintf(out, n, "%s", path);
+		return RS_OK;
+	}
+	DIR *d = opendir(path);
+	if (!d)
+		return rs_err_set(err, errno == ENOENT ? RS_ENOTFOUND : RS_EIO, "checkpoint %s: %s", path, strerror(errno));
+	char **names = NULL;
+	size_t k = 0, cap = 0;
+	struct dirent *e;
+	rs_status st = RS_OK;
+	while ((e = readdir(d))) {
+		if (strncmp(e->d_name, "step-", 5) != 0 || strlen(e->d_name) != 14 ||
+		    strspn(e->d_name + 5, "0123456789") != 9)
+			continue;
+		if (k == cap) {
+			char **p = realloc(names, sizeof(*names) * (cap = cap ? 2 * cap : 16));
+			if (!p)
+				RSFAILGOTO(st, RS_ENOMEM, out);
+			names = p;
+		}
+		if (!(names[k] = strdup(e->d_name)))
+			RSFAILGOTO(st, RS_ENOMEM, out);
+		k++;
+	}
+	qsort(names, k, sizeof(*names), cmp_name_desc); /* zero-padded: newest first */
+	st = RS_ENOTFOUND;
+	for (size_t i = 0; i < k && st == RS_ENOTFOUND; i++) {
+		char dir[4096];
+		rs_ckpt_index ix;
+		rs_err why = {0};
+		snprintf(dir, sizeof(dir), "%s/%s", path, names[i]);
+		if (rs_checkpoint_index_read(dir, &ix, &why) == RS_OK) {
+			rs_status vst = rs_checkpoint_verify(dir, &ix, &why);
+			rs_checkpoint_index_free(&ix);
+			if (vst == RS_OK) {
+				snprintf(out, n, "%s", dir);
+				st = RS_OK;
+				break;
+			}
+		}
+		RS_WARN("checkpoint %s passed over: %s", dir, why.msg);
+	}
+	if (st == RS_ENOTFOUND)
+		rs_err_set(err, st, "%s holds no index.json and no complete periodic checkpoint (step-NNNNNNNNN/ with its "
+			   "index, every file matching its checksum)", path);
+out:
+	closedir(d);
+	for (size_t i = 0; i < k; i++)
+		free(names[i]);
+	free(names);
+	if (st == RS_ENOMEM)
+		rs_err_set(err, st, "checkpoint %s: out of memory", path);
+	return st;
 }
 
 /* ---- diff ------------------------------------------------------------------------ */

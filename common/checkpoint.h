@@ -104,6 +104,14 @@ rs_status rs_checkpoint_index_read(const char *dir, rs_ckpt_index *out, rs_err *
 /* Every file of ix (in dir) that has a checksum is what it says (rs_checkpoint_verify_file). */
 rs_status rs_checkpoint_verify(const char *dir, const rs_ckpt_index *ix, rs_err *err);
 
+/*
+ * The checkpoint `path` names, into out (n bytes): path itself when it holds
+ * an index.json; else, when it holds periodic checkpoints (step-NNNNNNNNN/),
+ * the newest complete one whose files all match their checksums (each one
+ * passed over is logged with the reason). RS_ENOTFOUND when there is none.
+ */
+rs_status rs_checkpoint_resolve(const char *path, char *out, size_t n, rs_err *err);
+
 void rs_checkpoint_index_free(rs_ckpt_index *ix);
 
 /* The table of this name, or NULL. */

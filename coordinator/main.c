@@ -47,7 +47,7 @@ typedef struct coord {
 	rs_coord_flags f;
 	const char *config, *listen, *save; /* the flags', or the recovered job's */
 	int64_t workers, steps;
-	char token[1100], url[300], listen_buf[300], state_name[300], admin[4096];
+	char token[1100], url[300], listen_buf[300], state_name[300], admin[4096], load[4096];
 	rs_state state;           /* a previous coordinator's, when recovering */
 	int recovering;
 	int usage;                /* the command line (or the state) contradicts itself: exit 2 */
@@ -156,15 +156,16 @@ static rs_status start(coord *c, rs_err *err)
 	RSCHECK(rs_config_load(c->config, &c->cfg, err));
 	if (c->steps < 0)
 		c->steps = c->cfg->train.steps;
-	if (c->f.load && !c->recovering) {
+	if (c->f.load && !c->recovering) { /* a checkpoint, or the newest complete one of periodic checkpoints */
 		rs_ckpt_index ix;
-		RSCHECK(rs_checkpoint_index_read(c->f.load, &ix, err));
+		RSCHECK(rs_checkpoint_resolve(c->f.load, c->load, sizeof(c->load), err));
+		RSCHECK(rs_checkpoint_index_read(c->load, &ix, err));
 		c->o.load_step = ix.step;
 		rs_checkpoint_index_free(&ix);
 		if (c->o.load_step > c->steps)
 			return rs_err_set(err, RS_EINVAL, "--load %s is at step %lld, past --steps %lld", c->f.load,
 					  (long long)c->o.load_step, (long long)c->steps);
-		c->o.load = c->f.load;
+		c->o.load = c->load;
 	}
 	if (c->f.log_json && !(c->log = fopen(c->f.log_json, c->recovering || c->f.kubernetes ? "a" : "w")))
 		return rs_err_set(err, RS_EIO, "%s: %s", c->f.log_json, strerror(errno));

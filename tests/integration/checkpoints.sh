@@ -8,7 +8,8 @@
 # copy taken at the step boundary and written while training went on is
 # that step's model. A flipped byte in a shard file is found by its
 # checksum (checkpoint diff and --load refuse it, naming the file); a
-# checkpoint without its index is never loaded.
+# checkpoint without its index is never loaded; --load of the directory of
+# periodic checkpoints takes the newest complete one that checks out.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
@@ -73,6 +74,17 @@ run c --workers 2 --load "$tmp/bad"
 rc=$?
 check "--load of the damaged checkpoint fails the job, naming the file (exit $rc)" \
 	bash -c "[ $rc != 0 ] && [ $rc != 124 ] && grep -q '$victim.*torn or damaged' '$tmp/c.err'"
+# --load of the directory of periodic checkpoints: the newest complete one that checks out
+mkdir "$tmp/root" && cp -r "$tmp/ck/step-000000120" "$tmp/root/" && cp -r "$tmp/bad" "$tmp/root/step-000000090"
+cp -r "$tmp/ck/step-000000090" "$tmp/root/step-000000060" && sed -i 's/"step": 90/"step": 60/' "$tmp/root/step-000000060/index.json"
+mkdir "$tmp/root/step-000000150" && cp "$tmp/ck/step-000000120/"*.safetensors "$tmp/root/step-000000150/"
+run e --workers 2 --load "$tmp/root"
+check "--load DIR of periodic checkpoints takes the newest complete one (step 120; 150 has no index)" \
+	grep -q "loaded .*step-000000120 (step 120)" "$tmp/e.err"
+rm -rf "$tmp/root/step-000000120"
+run e2 --workers 2 --load "$tmp/root"
+check "... passing over one whose file is damaged, saying why (90), for the next (60)" bash -c \
+	"grep -q 'step-000000090 passed over: .*torn or damaged' '$tmp/e2.err' && grep -q 'loaded .*step-000000060 (step 60)' '$tmp/e2.err'"
 mkdir "$tmp/noindex" && cp "$tmp/ck/step-000000090/"*.safetensors "$tmp/noindex/"
 run d --workers 2 --load "$tmp/noindex"
 rc=$?
