@@ -12,7 +12,9 @@
  *   TABLE.rROW.cCOL.safetensors   "weight" [rows, cols] in the table's dtype;
  *                "momentum1" [rows] (row-wise Adagrad) or "exp_avg" and
  *                "exp_avg_sq" [rows, cols] (Adam); "zch_ids" [rows] (I64,
- *                -1 for a free slot) for ZCH tables
+ *                -1 for a free slot) and "zch_meta" [rows, 3] (U32: last
+ *                step seen + 1, LFU count, the bucket's decay epoch; see
+ *                kernels/zch.h) for ZCH tables
  *   dense.safetensors             "params" [N], the dense network, flat
  *
  * Every rank writes the files of the shards it holds (replica 0; rank 0 for

@@ -453,3 +453,56 @@ rs_status rs_zch_bucket_load(rs_zch_table *z, const void *buf, size_t len, void 
 	*bucket = b;
 	return RS_OK;
 }
+
+void rs_zch_slot_meta(const rs_zch_table *z, int64_t slot, uint32_t meta[3])
+{
+	int live;
+	meta[0] = meta[1] = meta[2] = 0;
+	(void)rs_zch_slot_id(z, slot, &live);
+	if (slot < 0 || (uint64_t)slot >= (uint64_t)z->nbuckets * z->spb || z->local[slot / z->spb] < 0)
+		return;
+	uint32_t l = (uint32_t)z->local[slot / z->spb];
+	size_t at = (size_t)l * z->spb + (size_t)(slot % z->spb);
+	meta[2] = z->epoch[l];
+	if (live)
+		meta[0] = z->last[at], meta[1] = z->count[at];
+}
+
+rs_status rs_zch_bucket_restore(rs_zch_table *z, uint32_t bucket, const int64_t *ids, const uint32_t *meta,
+				rs_err *err)
+{
+	size_t S = z->spb, len = rs_zch_bucket_bytes(z, 0);
+	uint32_t nused = 0, got;
+	if (bucket >= z->nbuckets)
+		return rs_err_set(err, RS_EINVAL, "zch: bucket %u of %u", bucket, z->nbuckets);
+	while (nused < S && ids[nused] != -1)
+		nused++;
+	for (size_t s = nused; s < S; s++)
+		if (ids[s] != -1)
+			return rs_err_set(err, RS_ECORRUPT, "zch bucket %u: slot %zu holds an ID after a free slot", bucket, s);
+	for (uint32_t s = 0; meta && s < nused; s++)
+		if (meta[3 * s] == 0)
+			return rs_err_set(err, RS_ECORRUPT, "zch bucket %u: live slot %u has no last step", bucket, s);
+	/* as rs_zch_bucket_save lays a bucket out, without rows: rs_zch_bucket_load verifies and commits it */
+	unsigned char *buf = calloc(1, len), dummy = 0;
+	if (!buf)
+		return rs_err_set(err, RS_ENOMEM, "zch bucket %u: out of memory", bucket);
+	put32(buf, ZCH_MAGIC);
+	put32(buf + 4, ZCH_VERSION);
+	put32(buf + 8, z->nbuckets);
+	put32(buf + 12, z->spb);
+	put32(buf + 16, bucket);
+	put32(buf + 20, nused);
+	put64(buf + 24, 0);
+	put32(buf + 32, meta && nused ? meta[2] : 0);
+	unsigned char *p = buf + HEADER_BYTES;
+	for (uint32_t s = 0; s < nused; s++) {
+		put64(p + 8 * (size_t)s, (uint64_t)ids[s]);
+		put32(p + 8 * S + 4 * (size_t)s, meta ? meta[3 * s] : 1);
+		put32(p + 12 * S + 4 * (size_t)s, meta ? meta[3 * s + 1] : 1);
+	}
+	put32(buf + len - 4, rs_crc32c(0, buf, len - 4));
+	rs_status st = rs_zch_bucket_load(z, buf, len, &dummy, 0, &got, err);
+	free(buf);
+	return st;
+}

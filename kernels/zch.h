@@ -110,4 +110,19 @@ rs_status rs_zch_bucket_save(const rs_zch_table *z, uint32_t bucket, const void 
 rs_status rs_zch_bucket_load(rs_zch_table *z, const void *buf, size_t len, void *rows_out,
 			     size_t row_bytes, uint32_t *bucket, rs_err *err);
 
+/*
+ * Checkpoints keep a bucket's identities beside its rows, slot by slot:
+ * rs_zch_slot_meta gives a slot's eviction metadata (meta[0]: the last step
+ * it was seen + 1, 0 for a free slot; meta[1]: its LFU count; meta[2]: its
+ * bucket's LFU decay epoch), and rs_zch_bucket_restore puts a bucket back
+ * from its S slots' IDs (live IDs first, then -1 for the free slots) and
+ * metadata (NULL: every live slot as seen at step 0, count 1, epoch 0),
+ * verified as rs_zch_bucket_load verifies a saved bucket (each live ID of
+ * this bucket and once, live slots a prefix) before it replaces the
+ * bucket's state (owning it). RS_ECORRUPT with err otherwise, nothing changed.
+ */
+void rs_zch_slot_meta(const rs_zch_table *z, int64_t slot, uint32_t meta[3]);
+rs_status rs_zch_bucket_restore(rs_zch_table *z, uint32_t bucket, const int64_t *ids, const uint32_t *meta,
+				rs_err *err);
+
 #endif

@@ -122,7 +122,8 @@ void rs_snapshot_free(rs_snapshot *s);
  * the dense network; *step gets the step it was taken at. Every row of
  * every local shard must be in it exactly once. Errors name the file, the
  * table and what was wrong; the trainer's contents are then undefined
- * (destroy it). ZCH tables are not loadable yet (RS_EUNSUPPORTED). Local.
+ * (destroy it). ZCH tables get their identities and eviction metadata
+ * back, bucket by bucket. Local.
  */
 rs_status rs_trainer_load(rs_trainer *tr, const char *dir, int64_t *step, rs_err *err);
 

@@ -130,10 +130,14 @@ static rs_status snap_shard(const rs_trainer *tr, const lshard *ls, rs_snapshot 
 		int64_t *ids = snap_tensor(s, f, "zch_ids", RS_ST_I64, 1, rows, 0, NULL, sizeof(int64_t) * (size_t)rows);
 		if (!ids)
 			return RS_ENOMEM;
+		uint32_t *meta = snap_tensor(s, f, "zch_meta", RS_ST_U32, 2, rows, 3, NULL, sizeof(uint32_t) * 3 * (size_t)rows);
+		if (!meta)
+			return RS_ENOMEM;
 		for (int64_t r = 0; r < rows; r++) {
 			int live;
 			uint64_t id = rs_zch_slot_id(ti->zch, ls->s.row_offset + r, &live);
 			ids[r] = live ? (int64_t)id : -1;
+			rs_zch_slot_meta(ti->zch, ls->s.row_offset + r, meta + 3 * r);
 		}
 	}
 	char ro[32], co[32];
@@ -235,6 +239,40 @@ static rs_status find_tensor(const rs_st_file *f, const char *name, rs_st_dtype 
 	return RS_OK;
 }
 
+/*
+ * The ZCH identities of rows [lo, hi) (whole buckets of spb slots) from the
+ * checkpoint shard in f (nr rows from table row r0) into z: "zch_ids", and
+ * "zch_meta" (the eviction metadata) when the file has it.
+ */
+static rs_status load_zch(rs_zch_table *z, int64_t spb, const rs_st_file *f, int64_t r0, int64_t nr, int64_t lo,
+			  int64_t hi, rs_err *err)
+{
+	int64_t n = hi - lo, from = lo - r0;
+	int k, km = -1;
+	if (lo % spb || hi % spb)
+		return rs_err_set(err, RS_EINVAL, "%s: rows %lld..%lld do not cover whole ZCH buckets of %lld slots", f->path,
+				  (long long)lo, (long long)hi - 1, (long long)spb);
+	RSCHECK(find_tensor(f, "zch_ids", RS_ST_I64, nr, 0, &k, err));
+	if (rs_st_find(f, "zch_meta") >= 0)
+		RSCHECK(find_tensor(f, "zch_meta", RS_ST_U32, nr, 3, &km, err));
+	int64_t *ids = malloc(sizeof(int64_t) * (size_t)n);
+	uint32_t *meta = km >= 0 ? malloc(sizeof(uint32_t) * 3 * (size_t)n) : NULL;
+	rs_status st = ids && (km < 0 || meta) ? RS_OK : rs_err_set(err, RS_ENOMEM, "%s: out of memory", f->path);
+	if (st == RS_OK)
+		st = rs_st_read_range(f, k, (uint64_t)from * 8, (uint64_t)n * 8, ids, err);
+	if (st == RS_OK && meta)
+		st = rs_st_read_range(f, km, (uint64_t)from * 12, (uint64_t)n * 12, meta, err);
+	for (int64_t b = 0; st == RS_OK && b < n / spb; b++) {
+		rs_err why = {0};
+		if ((st = rs_zch_bucket_restore(z, (uint32_t)((lo / spb) + b), ids + b * spb, meta ? meta + 3 * b * spb : NULL,
+						&why)) != RS_OK)
+			rs_err_set(err, st, "%s: %s", f->path, why.msg);
+	}
+	free(ids);
+	free(meta);
+	return st;
+}
+
 /* Rows [lo, hi) of the checkpoint shard (file f, starting at table row r0) into local shard ls. */
 static rs_status load_rows(const rs_trainer *tr, const lshard *ls, const rs_st_file *f, int64_t r0, int64_t nr,
 			   int64_t lo, int64_t hi, rs_err *err)
@@ -264,6 +302,9 @@ static rs_status load_rows(const rs_trainer *tr, const lshard *ls, const rs_st_f
 		free(tmp);
 		RSCHECK(st);
 	}
+	const tinfo *ti = &tr->tables[ls->table];
+	if (ti->zch)
+		RSCHECK(load_zch(ti->zch, ti->spb, f, r0, nr, lo, hi, err));
 	return RS_OK;
 }
 
@@ -319,11 +360,6 @@ rs_status rs_trainer_load(rs_trainer *tr, const char *dir, int64_t *step, rs_err
 			RSFAILGOTO(st,
 				   rs_err_set(err, RS_EINVAL, "%s: table '%s': not in the checkpoint with this config's shape, "
 					      "dtype and optimizer", dir, tc->name),
-				   out);
-		if (tc->has_zch)
-			RSFAILGOTO(st,
-				   rs_err_set(err, RS_EUNSUPPORTED, "%s: table '%s': loading ZCH identities from a checkpoint "
-					      "is not built yet", dir, tc->name),
 				   out);
 		RSCHECKGOTO(load_shard(tr, ls, dir, ct, err), st, out);
 	}

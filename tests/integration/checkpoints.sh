@@ -13,14 +13,7 @@
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
-# the demo model without its ZCH table (ZCH tables do not load from checkpoints yet)
-cfg=$tmp/model.json
-python3 - examples/dlrm-small.json "$cfg" <<'PY'
-import json, sys
-m = json.load(open(sys.argv[1]))
-m["tables"] = [t for t in m["tables"] if "zch" not in t]
-json.dump(m, open(sys.argv[2], "w"))
-PY
+cfg=examples/dlrm-small.json # with its ZCH table: identities and eviction metadata are checkpointed too
 run() { # run NAME FLAGS...: a local job of dlrm-small (no ZCH) to step 120, saved to $tmp/NAME.final
 	local name=$1
 	shift
@@ -55,6 +48,12 @@ check "a job loading the checkpoint of step 90 finishes (exit $rc)" bash -c "[ $
 check "... and ends where the undisturbed job did (max_rel <= 1e-5)" \
 	"$bin/rowshiftctl" checkpoint diff "$tmp/a.final" "$tmp/b.final" --max-rel 1e-5
 tail -n 1 "$tmp/diff-ab.out"
+# at another world size: loaded by 2 workers and saved at once, the model (ZCH identities and eviction state too) is the checkpoint's
+timeout 120 "$bin/rowshift-coordinator" --local --config "$cfg" --workers 2 --steps 90 --load "$tmp/ck/step-000000090" \
+	--save "$tmp/z.final" --listen 127.0.0.1:0 --admin-file "$tmp/z.admin" >"$tmp/z.out" 2>"$tmp/z.err"
+check "loaded by 2 workers, the checkpoint of 3 comes back exactly, ZCH identities included" bash -c \
+	"'$bin/rowshiftctl' checkpoint diff '$tmp/ck/step-000000090' '$tmp/z.final' --max-rel 0 --json >'$tmp/diff-z.json' &&
+	 grep -q '\"zch_ids\"' '$tmp/diff-z.json'"
 
 # damage: a flipped byte, a missing index
 cp -r "$tmp/ck/step-000000090" "$tmp/bad"

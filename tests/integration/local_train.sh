@@ -42,7 +42,7 @@ check "checkpoints of different shapes are refused, naming the table" grep -q "t
 # loading: a checkpoint of 3 workers at step 40, loaded by 2 workers who go on to step 60, equals 60 steps on 2
 python3 -c "
 import json; c = json.load(open('examples/dlrm-small.json'))
-c['tables'] = [t for t in c['tables'] if 'zch' not in t]  # ZCH identities are not loadable yet
+c['tables'] = [t for t in c['tables'] if 'zch' not in t]  # which row a ZCH ID gets depends on the world size (issue 18)
 json.dump(c, open('$tmp/nozch.json', 'w'))"
 timeout 60 "$bin/rowshift-coordinator" --local --workers 3 --config "$tmp/nozch.json" --steps 40 --save "$tmp/ck40" >/dev/null 2>&1
 timeout 60 "$bin/rowshift-coordinator" --local --workers 2 --config "$tmp/nozch.json" --steps 60 --load "$tmp/ck40" \
@@ -55,9 +55,6 @@ head -c 100 "$tmp/ck40/index.json" > "$tmp/ck40/index.trunc" && mv "$tmp/ck40/in
 timeout 60 "$bin/rowshift-coordinator" --local --workers 2 --config "$tmp/nozch.json" --steps 60 --load "$tmp/ck40" \
 	>"$tmp/load_bad.out" 2>&1
 check "a damaged checkpoint index is refused, naming the file" bash -c "grep -q 'ck40/index.json:' $tmp/load_bad.out"
-timeout 60 "$bin/rowshift-coordinator" --local --workers 1 --config examples/dlrm-small.json --steps 50 --load "$tmp/ckpt1" \
-	>"$tmp/load_zch.out" 2>&1
-check "a ZCH table's checkpoint is refused clearly (not built yet)" grep -q "table 'item_zch': loading ZCH identities" "$tmp/load_zch.out"
 
 # live rescaling: 2 -> 4 at step 50 -> 3 at step 120 reaches the same model as a static run
 timeout 120 "$bin/rowshift-coordinator" --local --workers 2 --config examples/dlrm-small.json --steps 150 \

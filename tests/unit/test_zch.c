@@ -372,6 +372,58 @@ static void test_corrupt_bucket_rejected(void **state)
 	rs_zch_destroy(b);
 }
 
+/*
+ * A checkpoint's view of a bucket (slot IDs and metadata, rs_zch_slot_meta)
+ * restores it: the same IDs in the same slots, and the same LRU victim next;
+ * malformed views are refused without touching the table.
+ */
+static void test_restore_from_checkpoint(void **state)
+{
+	(void)state;
+	rs_zch_table *z = make(1, 4, RS_EVICT_LRU, 1), *r = make(1, 4, RS_EVICT_LRU, 0);
+	uint64_t a[] = {10, 11, 12};
+	int64_t s[3], ids[4], got, want;
+	uint32_t meta[12];
+	rs_err err = {0};
+	for (uint32_t i = 0; i < 3; i++)
+		assert_int_equal(rs_zch_find_or_insert(z, &a[i], 1, i + 1, &s[i], NULL, NULL), RS_OK);
+	assert_int_equal(rs_zch_find_or_insert(z, &a[0], 1, 5, &got, NULL, NULL), RS_OK); /* 11 is now the LRU */
+	for (int64_t k = 0; k < 4; k++) {
+		int live;
+		uint64_t id = rs_zch_slot_id(z, k, &live);
+		ids[k] = live ? (int64_t)id : -1;
+		rs_zch_slot_meta(z, k, meta + 3 * k);
+	}
+	assert_int_equal(ids[3], -1);
+	assert_int_equal(rs_zch_bucket_restore(r, 0, ids, meta, &err), RS_OK);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(rs_zch_find(r, &a[i], 1, &got), RS_OK);
+		assert_int_equal(got, s[i]);
+	}
+	/* the free slot fills first, then the LRU victim is the same in both */
+	uint64_t x[] = {98, 99};
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(rs_zch_find_or_insert(z, &x[i], 1, 6 + (uint32_t)i, &want, NULL, NULL), RS_OK);
+		assert_int_equal(rs_zch_find_or_insert(r, &x[i], 1, 6 + (uint32_t)i, &got, NULL, NULL), RS_OK);
+		assert_int_equal(got, want);
+	}
+	assert_int_equal(got, s[1]);
+	/* malformed: an ID after a free slot, a duplicate, a live slot without a last step */
+	rs_zch_table *e = make(1, 4, RS_EVICT_LRU, 0);
+	int64_t gap[4] = {10, -1, 11, -1}, twice[4] = {10, 10, -1, -1};
+	uint32_t nolast[12] = {0};
+	err.msg[0] = 0;
+	assert_int_equal(rs_zch_bucket_restore(e, 0, gap, NULL, &err), RS_ECORRUPT);
+	assert_non_null(strstr(err.msg, "after a free slot"));
+	assert_int_equal(rs_zch_bucket_restore(e, 0, twice, NULL, &err), RS_ECORRUPT);
+	assert_int_equal(rs_zch_bucket_restore(e, 0, ids, nolast, &err), RS_ECORRUPT);
+	assert_int_equal(rs_zch_bucket_restore(e, 1, ids, meta, &err), RS_EINVAL); /* no such bucket */
+	assert_int_equal(rs_zch_owned(e), 0); /* nothing changed */
+	rs_zch_destroy(e);
+	rs_zch_destroy(z);
+	rs_zch_destroy(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -382,6 +434,7 @@ int main(void)
 		cmocka_unit_test(test_reshard_any_sizes),
 		cmocka_unit_test(test_bad_geometry),
 		cmocka_unit_test(test_corrupt_bucket_rejected),
+		cmocka_unit_test(test_restore_from_checkpoint),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
