@@ -105,8 +105,6 @@ static rs_status open_local(coord *c, rs_err *err)
 	}
 	if (!c->config || c->workers < 1 || c->workers > RS_MAX_WORKERS)
 		return bad_usage(c, err, "--config and --workers 1..%d are required", RS_MAX_WORKERS);
-	if (c->save && !c->recovering && mkdir(c->save, 0700) != 0 && errno != EEXIST)
-		return rs_err_set(err, RS_EIO, "--save %s: %s", c->save, strerror(errno));
 	/* the workers read the URL from c->url, filled once the server listens */
 	rs_local_options lo = {.worker_bin = c->f.worker_bin, .url = c->url, .config = c->config, .token = c->token,
 			       .timeout_ms = c->f.timeout_ms / 2, .grace_ms = c->f.grace_ms};
@@ -172,8 +170,10 @@ static rs_status start(coord *c, rs_err *err)
 	c->o.cfg = c->cfg, c->o.config_path = c->config, c->o.token = c->token, c->o.url = c->url;
 	c->o.steps = c->steps, c->o.save = c->save, c->o.log_json = c->log;
 	c->o.ckpt_dir = c->f.checkpoint_dir, c->o.ckpt_every = c->f.checkpoint_every, c->o.ckpt_keep = (int)c->f.checkpoint_keep;
-	if (c->o.ckpt_dir && mkdir(c->o.ckpt_dir, 0700) != 0 && errno != EEXIST)
-		return rs_err_set(err, RS_EIO, "--checkpoint-dir %s: %s", c->o.ckpt_dir, strerror(errno));
+	const char *dirs[2][2] = {{"--save", c->save}, {"--checkpoint-dir", c->o.ckpt_dir}}; /* both modes: a volume in Kubernetes */
+	for (int i = 0; i < 2; i++)
+		if (dirs[i][1] && mkdir(dirs[i][1], 0700) != 0 && errno != EEXIST)
+			return rs_err_set(err, RS_EIO, "%s %s: %s", dirs[i][0], dirs[i][1], strerror(errno));
 	c->o.debounce_ms = (int)c->f.debounce_ms, c->o.timeout_ms = (int)c->f.timeout_ms, c->o.max_attempts = (int)c->f.max_attempts;
 	if (c->recovering)
 		RSCHECK(rs_job_recover(&c->o, &c->src, &c->state, &c->job, err));

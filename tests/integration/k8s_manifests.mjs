@@ -20,6 +20,7 @@
 //   token FILE...                        print the Secret's join token
 //   gpu FILE...                          print the worker's nvidia.com/gpu limit, or "none"
 //   tls FILE...                          the chart rendered with tls.secretName=rowshift-tls
+//   checkpoint FILE...                   the chart rendered with checkpoint.existingClaim=ckpts, every=500, keep=3
 // Exits non-zero, saying what differs, when a check fails.
 import { createRequire } from "node:module";
 import { readFileSync } from "node:fs";
@@ -317,8 +318,25 @@ function tls(args) {
     { secretName: "rowshift-tls", items: [{ key: "ca.crt", path: "ca.crt" }] });
   if (!failed) console.log("TLS: the coordinator's certificate and key, https probes, wss:// workers with ca.crt only");
 }
+// The chart with checkpoint.existingClaim=ckpts, every=500, keep=3: the claim mounted at /checkpoints in both
+// pods, the coordinator saving the final model there and taking periodic checkpoints.
+function checkpoint(args) {
+  const objs = load(args);
+  const dep = find(objs, "Deployment", "rowshift-coordinator").spec.template.spec;
+  const ws = find(objs, "StatefulSet", "rowshift-worker").spec.template.spec;
+  expectEq("coordinator checkpoint args", (dep.containers[0].args || []).slice(15),
+    ["--save", "/checkpoints/final", "--checkpoint-dir", "/checkpoints/periodic", "--checkpoint-every", "500",
+     "--checkpoint-keep", "3"]);
+  for (const [who, spec] of [["coordinator", dep], ["worker", ws]]) {
+    expectEq(`${who} checkpoint volume`, (spec.volumes || []).find((v) => v.name === "checkpoints"),
+      { name: "checkpoints", persistentVolumeClaim: { claimName: "ckpts" } });
+    expectEq(`${who} checkpoint mount`, (spec.containers[0].volumeMounts || []).find((m) => m.name === "checkpoints"),
+      { name: "checkpoints", mountPath: "/checkpoints" });
+  }
+  if (!failed) console.log("checkpoints: the claim at /checkpoints in both pods, --save and periodic checkpoints there");
+}
 
-const commands = { same, contract, model, rbac, nonroot, token, gpu, tls };
+const commands = { same, contract, model, rbac, nonroot, token, gpu, tls, checkpoint };
 if (!commands[cmd]) { console.error(`usage: node k8s_manifests.mjs ${Object.keys(commands).join("|")} FILE...`); process.exit(2); }
 try { commands[cmd](rest); } catch (e) { fail(e.message); }
 process.exitCode = failed ? 1 : 0;

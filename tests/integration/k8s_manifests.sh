@@ -64,6 +64,12 @@ render --set networkPolicy.enabled=false >"$tmp/nonp.yaml" 2>&1
 check "networkPolicy.enabled=false leaves them out" bash -c "! grep -q 'kind: NetworkPolicy' '$tmp/nonp.yaml'"
 render --set 'networkPolicy.coordinatorClients[0].namespaceSelector.matchLabels.team=monitoring' >"$tmp/np.yaml" 2>&1
 check "networkPolicy.coordinatorClients are let in to the coordinator's port" grep -q 'team: monitoring' "$tmp/np.yaml"
+render --set checkpoint.existingClaim=ckpts --set checkpoint.every=500 --set checkpoint.keep=3 >"$tmp/ckpt.yaml" 2>&1
+check "checkpoint.existingClaim: both pods mount it at /checkpoints; the final model and periodic checkpoints go there" \
+	$js checkpoint "$tmp/ckpt.yaml"
+render --set checkpoint.existingClaim=ckpts >"$tmp/ckpt0.yaml" 2>&1
+check "... with every: 0, the final model only" bash -c "grep -q /checkpoints/final '$tmp/ckpt0.yaml' && ! grep -q checkpoint-every '$tmp/ckpt0.yaml'"
+check "without it nothing is saved (no --save, no volume)" bash -c "! grep -q 'checkpoints' '$tmp/chart.yaml'"
 render --set tls.secretName=rowshift-tls >"$tmp/tls.yaml" 2>&1
 check "tls.secretName: the coordinator serves TLS with the Secret's certificate and key, probes and scraping over https" \
 	$js tls "$tmp/tls.yaml"
@@ -88,6 +94,7 @@ check "the schema rejects an unknown key" rejects wrokers=3 "wrokers"
 check "the schema rejects terminationGracePeriodSeconds: -5" rejects terminationGracePeriodSeconds=-5 "/terminationGracePeriodSeconds"
 check "the schema rejects an unknown image.pullPolicy" rejects image.pullPolicy=Sometimes "/image/pullPolicy"
 check "the schema rejects a host name with a comma in coordinator.allowedHosts" rejects "coordinator.allowedHosts[0]=a\\,b" "/coordinator/allowedHosts"
+check "the schema rejects checkpoint.keep: 0" rejects checkpoint.keep=0 "/checkpoint/keep"
 check "the schema rejects a tls.secretName that is not a Secret's name" rejects 'tls.secretName=Bad_Name' "/tls/secretName"
 check "the schema accepts workers: 8, gpusPerWorker: 0, steps: -1" bash -c "'$helm' template rowshift '$chart' --set workers=8 --set gpusPerWorker=0 --set steps=-1 >/dev/null"
 
