@@ -130,4 +130,25 @@ const rs_ckpt_table *rs_checkpoint_index_table(const rs_ckpt_index *ix, const ch
  */
 rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out, rs_err *err);
 
+/*
+ * Export a checkpoint (dir, checked against its checksums) as one
+ * safetensors file at out_path for PyTorch users, one tensor per table and
+ * state in global row order, named as TorchRec's
+ * EmbeddingBagCollection.state_dict() names the weights:
+ *   embedding_bags.TABLE.weight              [rows, dim], the table's dtype
+ *   embedding_bags.TABLE.weight.momentum1    [rows] F32 (row-wise Adagrad; not for
+ *                                             column-wise tables, whose blocks each keep one)
+ *   embedding_bags.TABLE.weight.exp_avg, .exp_avg_sq   [rows, dim] F32 (Adam)
+ *   embedding_bags.TABLE.zch_ids             [rows] I64, -1 for a free slot (ZCH tables)
+ *   dense.params                             [N] F32, the dense network, flat
+ * and "__metadata__" {"format": "rowshift-export", "step"}. Every table is
+ * assembled in memory (its whole size). *rep says what was written.
+ */
+typedef struct rs_ckpt_export_report {
+	int tables, tensors;
+	int skipped;            /* per-row optimizer states left out (column-wise tables) */
+	int64_t step;
+} rs_ckpt_export_report;
+rs_status rs_checkpoint_export(const char *dir, const char *out_path, rs_ckpt_export_report *rep, rs_err *err);
+
 #endif

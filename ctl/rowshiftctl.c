@@ -226,7 +226,24 @@ out:
 	return rc;
 }
 
-/* rowshiftctl checkpoint diff A B [--json] [--max-rel X] */
+/* rowshiftctl checkpoint export DIR OUT.safetensors: one file for PyTorch users (common/checkpoint.h). */
+static int export_checkpoint(const char *dir, const char *out)
+{
+	rs_ckpt_export_report rep;
+	rs_err err = {0};
+	if (rs_checkpoint_export(dir, out, &rep, &err) != RS_OK) {
+		fprintf(stderr, "rowshiftctl checkpoint export: %s\n", err.msg);
+		return 1;
+	}
+	printf("%s: %d tables of step %lld as %d tensors (embedding_bags.TABLE.weight, its optimizer state, dense.params)\n",
+	       out, rep.tables, (long long)rep.step, rep.tensors);
+	if (rep.skipped)
+		printf("left out: the row-wise Adagrad state of %d column-wise table(s) (each column block keeps its own)\n",
+		       rep.skipped);
+	return 0;
+}
+
+/* rowshiftctl checkpoint diff A B [--json] [--max-rel X] | export DIR OUT */
 static int cmd_checkpoint(int argc, char **argv)
 {
 	bool json = false, help = false;
@@ -237,7 +254,8 @@ static int cmd_checkpoint(int argc, char **argv)
 		RS_PARAM("--help", NULL, RS_PARAM_FLAG, NULL, NULL, "show this help", &help),
 	};
 	const int np = (int)(sizeof(params) / sizeof(params[0]));
-	const char *usage = "usage: rowshiftctl checkpoint diff DIR_A DIR_B [--json] [--max-rel X]";
+	const char *usage = "usage: rowshiftctl checkpoint diff DIR_A DIR_B [--json] [--max-rel X]\n"
+			    "       rowshiftctl checkpoint export DIR OUT.safetensors";
 	const char *pos[3];
 	int npos;
 	rs_err err = {0};
@@ -249,6 +267,8 @@ static int cmd_checkpoint(int argc, char **argv)
 		rs_params_usage(stdout, usage, params, np);
 		return 0;
 	}
+	if (npos == 3 && !strcmp(pos[0], "export"))
+		return export_checkpoint(pos[1], pos[2]);
 	if (npos != 3 || strcmp(pos[0], "diff") != 0) {
 		fprintf(stderr, "%s\n", usage);
 		return 2;

@@ -1,6 +1,6 @@
 /*
  * fuzz_checkpoint_diff.c - libFuzzer target for what `rowshiftctl
- * checkpoint diff` reads (common/checkpoint.c, rs_checkpoint_diff): a
+ * checkpoint diff` and `checkpoint export` read (common/checkpoint.c, rs_checkpoint_diff; checkpoint_export.c): a
  * whole checkpoint made of the input, compared with itself. The input is
  * index.json, a NUL, the first shard file's bytes, a NUL, the dense
  * network file's bytes (the seed in corpus/checkpoint_diff/ is a real
@@ -93,6 +93,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (!out || !(a == 0 || isnan(a)))
 			abort(); /* a checkpoint differs from itself */
 		json_decref(out);
+	}
+	/* the export reads the same files: an error says what; a success leaves one file, removed here */
+	rs_ckpt_export_report rep;
+	char outp[128];
+	snprintf(outp, sizeof(outp), "%s.export", dir);
+	memset(&err, 0, sizeof(err));
+	if (rs_checkpoint_export(dir, outp, &rep, &err) != RS_OK) {
+		if (!err.msg[0])
+			abort();
+	} else if (unlink(outp) != 0) {
+		abort();
 	}
 	drop("index.json");
 	if (sname[0])

@@ -46,4 +46,5 @@ def main():
     print(f"{sys.argv[1]}: valid safetensors, {len(header) - ('__metadata__' in header)} tensors")
 
 
-main()
+if __name__ == "__main__":
+    main()
