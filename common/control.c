@@ -100,23 +100,6 @@ static int on_message(rs_control *c, const char *msg, size_t len)
 	return 0;
 }
 
-/*
- * What libwebsockets says of an error goes through rs_log (escaped), and the
- * last of it is kept: a certificate that fails verification ("self-signed
- * certificate", "hostname mismatch") is said only there, and the failed
- * connection's own text names none of it.
- */
-static _Thread_local char lws_said[160];
-
-static void lws_emit(int level, const char *line)
-{
-	(void)level;
-	const char *p = strstr(line, "] E: ");
-	p = p ? p + 5 : line;
-	snprintf(lws_said, sizeof(lws_said), "%.*s", (int)strcspn(p, "\r\n"), p);
-	RS_WARN("control: libwebsockets: %s", lws_said);
-}
-
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
 {
 	(void)user;
@@ -134,7 +117,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 		break;
 	case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
 		snprintf(c->why, sizeof(c->why), "cannot connect: %s%s%s%s", in ? (const char *)in : "unknown error",
-			 lws_said[0] ? " (" : "", lws_said, lws_said[0] ? ")" : "");
+			 rs_ws_last_error()[0] ? " (" : "", rs_ws_last_error(), rs_ws_last_error()[0] ? ")" : "");
 		c->closed = 1;
 		c->wsi = NULL;
 		break;
@@ -316,8 +299,8 @@ static rs_status open_client(const char *url, const char *protocol, const char *
 		snprintf(c->bearer, sizeof(c->bearer), "Bearer %s", bearer);
 	rs_wsmsg_init(&c->io, guarded ? HANDSHAKE_MAX_MESSAGE : CONTROL_MAX_MESSAGE, CONTROL_MAX_QUEUED);
 	c->guarded = guarded;
-	lws_said[0] = 0;
-	lws_set_log_level(LLL_ERR, lws_emit);
+	rs_ws_clear_error();
+	rs_ws_log_init();
 	struct lws_context_creation_info info;
 	memset(&info, 0, sizeof(info));
 	info.port = CONTEXT_PORT_NO_LISTEN;

@@ -2,7 +2,9 @@
  * wsmsg.c - see wsmsg.h.
  */
 #include "common/wsmsg.h"
+#include "common/log.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,3 +119,18 @@ void rs_ws_service(struct lws_context *ctx, int timeout_ms)
 	lws_service(ctx, 0);
 	lws_sul_cancel(&sul);
 }
+
+static _Thread_local char lws_said[160];
+
+static void lws_emit(int level, const char *line)
+{
+	(void)level;
+	const char *p = strstr(line, "] E: ");
+	p = p ? p + 5 : line;
+	snprintf(lws_said, sizeof(lws_said), "%.*s", (int)strcspn(p, "\r\n"), p);
+	RS_WARN("libwebsockets: %s", lws_said);
+}
+
+void rs_ws_log_init(void) { lws_set_log_level(LLL_ERR, lws_emit); }
+const char *rs_ws_last_error(void) { return lws_said; }
+void rs_ws_clear_error(void) { lws_said[0] = 0; }

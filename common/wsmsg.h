@@ -53,4 +53,14 @@ int rs_wsmsg_write(rs_wsmsg *m, struct lws *wsi);
  */
 void rs_ws_service(struct lws_context *ctx, int timeout_ms);
 
+/*
+ * libwebsockets' errors go through rs_log (escaped, like every log line),
+ * and the last one this thread saw is kept (rs_ws_last_error): a
+ * certificate that fails verification is said only there, never in the
+ * failed connection's own text. Call before creating a context.
+ */
+void rs_ws_log_init(void);
+const char *rs_ws_last_error(void);
+void rs_ws_clear_error(void);
+
 #endif

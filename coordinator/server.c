@@ -550,7 +550,7 @@ rs_status rs_server_create(const rs_server_opts *o, const rs_server_handler *h, 
 		free(s);
 		return rs_err_set(err, RS_ESYS, "control server: cannot draw an epoch");
 	}
-	lws_set_log_level(LLL_ERR, NULL);
+	rs_ws_log_init(); /* its errors through rs_log, escaped */
 	struct lws_context_creation_info info;
 	memset(&info, 0, sizeof(info));
 	info.port = port;
