@@ -256,12 +256,9 @@ def accept_upgrade(ls, deadline):
     try:
         c, _ = ls.accept()
         c.settimeout(10)
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            chunk = c.recv(4096)
-            if not chunk:
-                return None
-            buf += chunk
+        buf = wslib.read_head(c)
+        if buf is None:
+            return None
     except OSError:
         return None
     key = [l.split(b":", 1)[1].strip() for l in buf.split(b"\r\n") if l.lower().startswith(b"sec-websocket-key")][0]

@@ -9,6 +9,17 @@ import struct
 import time
 
 
+def read_head(s):
+    """An HTTP head (through its blank line, and whatever came after it), or None when the peer closed first."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = s.recv(4096)
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
 def connect(port, protocol, path="/", token=None, timeout=10):
     """(socket, bytes already read past the handshake), or None when refused."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
@@ -17,13 +28,8 @@ def connect(port, protocol, path="/", token=None, timeout=10):
     s.sendall((f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{auth}"
                f"Sec-WebSocket-Protocol: {protocol}\r\n\r\n").encode())
-    resp = b""
-    while b"\r\n\r\n" not in resp:
-        chunk = s.recv(4096)
-        if not chunk:
-            return None
-        resp += chunk
-    if not resp.startswith(b"HTTP/1.1 101"):
+    resp = read_head(s)
+    if resp is None or not resp.startswith(b"HTTP/1.1 101"):
         return None
     return s, resp.split(b"\r\n\r\n", 1)[1]
 
