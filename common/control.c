@@ -282,6 +282,15 @@ static rs_status parse_url(const char *url, char host[256], int *port, int *tls,
 	ok = ok && (!rest[0] || !strcmp(rest, "/")); /* nothing after the port but a slash */
 	if (!ok || *port <= 0 || *port > 65535)
 		return rs_err_set(err, RS_EINVAL, "coordinator URL '%.200s' is not ws://HOST:PORT or wss://HOST:PORT", url);
+	/*
+	 * libwebsockets cuts the name it verifies the certificate against at its
+	 * first ':', so an IPv6 literal would be checked against "" (no check at
+	 * all) or a fragment: over TLS, name the coordinator by a host name or an
+	 * IPv4 address.
+	 */
+	if (*tls && strchr(host, ':'))
+		return rs_err_set(err, RS_EINVAL, "coordinator URL '%.200s': wss:// with an IPv6 address cannot have its "
+				  "certificate's name checked; use a host name or an IPv4 address", url);
 	return RS_OK;
 }
 

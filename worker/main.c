@@ -124,7 +124,7 @@ int main(int argc, char **argv)
 	int64_t timeout_ms = 30000, grace_ms = 60000;
 	bool help = false, check_device = false;
 	rs_param params[] = {
-		RS_PARAM("--coordinator", "ROWSHIFT_COORDINATOR", RS_PARAM_STR, NULL, "URL", "the coordinator's control channel, ws://HOST:PORT (wss:// over TLS)", &url),
+		RS_PARAM("--coordinator", "ROWSHIFT_COORDINATOR", RS_PARAM_STR, NULL, "URL", "the coordinator's control channel, ws://HOST:PORT (wss:// over TLS: HOST a name or an IPv4 address)", &url),
 		RS_PARAM("--tls-ca", "ROWSHIFT_TLS_CA", RS_PARAM_STR, NULL, "FILE", "CA certificates (PEM) a wss:// coordinator's certificate must chain to (default: the system's); its name is verified too", &tls_ca),
 		RS_PARAM("--config", "ROWSHIFT_CONFIG", RS_PARAM_STR, NULL, "FILE", "model config (JSON)", &config),
 		RS_PARAM("--name", "POD_NAME", RS_PARAM_STR, NULL, "NAME", "this worker's name (the pod name)", &name),

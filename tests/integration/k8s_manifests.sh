@@ -74,6 +74,12 @@ render --set tls.secretName=rowshift-tls >"$tmp/tls.yaml" 2>&1
 check "tls.secretName: the coordinator serves TLS with the Secret's certificate and key, probes and scraping over https" \
 	$js tls "$tmp/tls.yaml"
 check "without tls.secretName nothing of TLS is rendered" bash -c "! grep -qi 'tls' '$tmp/chart.yaml'"
+render --set tls.secretName=rowshift-tls --set tls.caKey= >"$tmp/tls-system.yaml" 2>&1
+check "tls.caKey \"\": the workers verify against the system CAs (no CA mounted), still over wss://" bash -c \
+	"grep -q 'wss://rowshift-coordinator:7070' '$tmp/tls-system.yaml' && ! grep -q 'ROWSHIFT_TLS_CA\|tls-ca' '$tmp/tls-system.yaml'"
+render --set tls.secretName=rowshift-tls --set tls.caSecretName=corp-ca --set tls.caKey=root.pem >"$tmp/tls-ca.yaml" 2>&1
+check "tls.caSecretName and caKey: the workers' CA comes from that Secret's key" bash -c \
+	"grep -A3 'secretName: corp-ca' '$tmp/tls-ca.yaml' | grep -q '{key: root.pem, path: ca.crt}'"
 "$helm" install rowshift "$chart" --namespace rowshift --dry-run=client --set tls.secretName=rowshift-tls >"$tmp/install-tls.out" 2>&1
 check "NOTES.txt over TLS: https and wss through the port-forward, and the CA for rowshiftctl" bash -c "
 	grep -q 'https://localhost:7070/' '$tmp/install-tls.out' && grep -q 'ROWSHIFT_TLS_CA=<ca.crt> rowshiftctl status --watch --coordinator wss://localhost:7070' '$tmp/install-tls.out'"

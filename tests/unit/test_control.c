@@ -92,13 +92,15 @@ static void test_urls(void **state)
 {
 	(void)state;
 	static const char *const bad[] = {"http://127.0.0.1:1", "127.0.0.1:1", "ws://127.0.0.1", "ws://127.0.0.1:0",
-					  "wss://127.0.0.1:70000", "ws://127.0.0.1:1/path", "ws://[::1:1", "ws://:1"};
+					  "wss://127.0.0.1:70000", "ws://127.0.0.1:1/path", "ws://[::1:1", "ws://:1",
+					  "wss://[::1]:1" /* the certificate's name could not be checked */};
 	static const char *const good[] = {"ws://127.0.0.1:1", "wss://127.0.0.1:1", "ws://127.0.0.1:1/", "ws://[::1]:1",
 					   "wss://localhost:1"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		rs_control *c = NULL;
 		rs_err err = {0};
-		if (rs_control_connect(bad[i], "t", "w", "", 500, &c, &err) != RS_EINVAL || !strstr(err.msg, "is not ws://"))
+		if (rs_control_connect(bad[i], "t", "w", "", 500, &c, &err) != RS_EINVAL ||
+		    (!strstr(err.msg, "is not ws://") && !strstr(err.msg, "cannot have its certificate's name checked")))
 			fail_msg("%s: %s", bad[i], err.msg);
 	}
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
