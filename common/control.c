@@ -39,6 +39,7 @@ struct rs_control {
 	rs_wsmsg io;
 	inbox *head, *tail;
 	int connected, closed;
+	int untrusted;          /* the connection failed TLS verification: the server's certificate is not to be trusted */
 	/*
 	 * A control connection whose peer has not proved it is the coordinator
 	 * (a welcome with its proof): it may send one message of at most
@@ -118,6 +119,8 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 	case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
 		snprintf(c->why, sizeof(c->why), "cannot connect: %s%s%s%s", in ? (const char *)in : "unknown error",
 			 rs_ws_last_error()[0] ? " (" : "", rs_ws_last_error(), rs_ws_last_error()[0] ? ")" : "");
+		/* lws says "SSL error: <why> (preverify_ok=0;...)" when the certificate or its name does not check out */
+		c->untrusted = strstr(rs_ws_last_error(), "preverify_ok=0") != NULL;
 		c->closed = 1;
 		c->wsi = NULL;
 		break;
@@ -288,6 +291,9 @@ static rs_status parse_url(const char *url, char host[256], int *port, int *tls,
 	 * all) or a fragment: over TLS, name the coordinator by a host name or an
 	 * IPv4 address.
 	 */
+	if (*tls && strlen(host) > 127)
+		return rs_err_set(err, RS_EINVAL, "coordinator URL '%.200s': over TLS the host name may have at most 127 "
+				  "characters (libwebsockets checks the certificate against that many)", url);
 	if (*tls && strchr(host, ':'))
 		return rs_err_set(err, RS_EINVAL, "coordinator URL '%.200s': wss:// with an IPv6 address cannot have its "
 				  "certificate's name checked; use a host name or an IPv4 address", url);
@@ -396,6 +402,13 @@ static rs_status handshake(rs_control *c, const char *url, const char *token, co
 	RSFAILGOTO(st, rs_err_set(err, RS_EPEER, "control: %s refused the join (%s) without proving it holds the join "
 				  "token: an impostor, or not the coordinator", url, r.reason), out);
 unreachable:
+	/*
+	 * A certificate that does not check out: before any coordinator proved
+	 * itself, a set-up error that trying again will not mend (refused for
+	 * good); after, an impostor on the port, like an unproven refusal.
+	 */
+	if (c->untrusted)
+		st = atomic_load(&proven_once) ? RS_EPEER : RS_EINVAL;
 	rs_err_set(err, st, "control: joining %s: %s", url, c->why[0] ? c->why : rs_status_str(st));
 out:
 	json_decref(challenge);

@@ -22,7 +22,7 @@ typedef struct rs_control rs_control;
  * sending it and checking the coordinator's own proof (proto.h, "The join
  * handshake"). RS_EINVAL (with the reason) when refused for good: by a
  * coordinator that proved itself, or before any coordinator ever did in
- * this process. RS_EPEER when the peer did not prove it holds the token
+ * this process (a wss:// certificate that fails verification then too). RS_EPEER when the peer did not prove it holds the token
  * (an impostor: try again later), RS_ETIMEDOUT / RS_EPEER when nobody
  * answers. Until the coordinator's proven welcome, the peer may send one
  * message of at most 4 KiB at a time (the challenge, then the answer): a

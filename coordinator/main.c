@@ -189,8 +189,12 @@ static rs_status start(coord *c, rs_err *err)
 	rs_job_set_server(c->job, c->srv);
 	if (c->f.local) {
 		snprintf(c->url, sizeof(c->url), "%s://127.0.0.1:%d", c->f.tls_cert ? "wss" : "ws", rs_server_port(c->srv));
-		if (c->f.tls_cert) /* the workers started here trust the certificate itself, unless told otherwise */
-			setenv("ROWSHIFT_TLS_CA", c->f.tls_cert, 0);
+		if (c->f.tls_cert) { /* the workers started here reach 127.0.0.1 and trust the certificate itself, unless told otherwise */
+			RSCHECK(rs_server_cert_names(c->f.tls_cert, "127.0.0.1", err));
+			char *abs = realpath(c->f.tls_cert, NULL); /* by its full path: rowshiftctl runs elsewhere */
+			setenv("ROWSHIFT_TLS_CA", abs ? abs : c->f.tls_cert, 0);
+			free(abs);
+		}
 		if (c->recovering) /* the wanted workers that are missing start now */
 			RSCHECK(rs_local_scale(c->lm.local, c->state.replicas, err));
 		if (c->f.admin_file)

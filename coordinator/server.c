@@ -10,6 +10,9 @@
 #include "common/wsmsg.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <openssl/pem.h>
+#include <openssl/x509v3.h>
 #include <libwebsockets.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -564,6 +567,12 @@ rs_status rs_server_create(const rs_server_opts *o, const rs_server_handler *h, 
 		info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
 		info.ssl_cert_filepath = o->tls_cert;
 		info.ssl_private_key_filepath = o->tls_key;
+		/*
+		 * HTTP/1.1 only: offered h2, browsers take it, and this server's
+		 * HTTP answers (one write per body) and Host checks (the Host
+		 * header; h2 sends :authority) are HTTP/1.1's.
+		 */
+		info.alpn = "http/1.1";
 	}
 	s->ctx = lws_create_context(&info);
 	if (!s->ctx) {
@@ -604,3 +613,20 @@ rs_status rs_server_send(rs_conn *c, const json_t *msg)
 }
 
 const char *rs_conn_worker(const rs_conn *c) { return c->worker; }
+
+rs_status rs_server_cert_names(const char *cert_file, const char *ip, rs_err *err)
+{
+	FILE *f = fopen(cert_file, "r");
+	if (!f)
+		return rs_err_set(err, RS_EIO, "--tls-cert %s: %s", cert_file, strerror(errno));
+	X509 *x = PEM_read_X509(f, NULL, NULL, NULL);
+	fclose(f);
+	int ok = x && X509_check_ip_asc(x, ip, 0) == 1;
+	X509_free(x);
+	if (!ok)
+		return rs_err_set(err, RS_EINVAL, "--tls-cert %s does not name %s, which the workers started here connect to "
+				  "and verify (make one with: openssl req -x509 -newkey ec -pkeyopt "
+				  "ec_paramgen_curve:prime256v1 -nodes -keyout key.pem -out cert.pem -days 365 -subj "
+				  "/CN=rowshift -addext subjectAltName=IP:%s)", cert_file, ip, ip);
+	return RS_OK;
+}

@@ -106,6 +106,13 @@ typedef struct rs_server_opts {
 } rs_server_opts;
 
 rs_status rs_server_create(const rs_server_opts *o, const rs_server_handler *h, rs_server **out, rs_err *err);
+
+/*
+ * Whether the PEM certificate in cert_file names ip (an IP address its
+ * clients will verify it against): RS_EINVAL saying how to make one that
+ * does, otherwise.
+ */
+rs_status rs_server_cert_names(const char *cert_file, const char *ip, rs_err *err);
 void rs_server_destroy(rs_server *s);
 int rs_server_port(const rs_server *s);
 
