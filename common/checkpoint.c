@@ -113,7 +113,45 @@ rs_status rs_checkpoint_verify(const char *dir, const rs_ckpt_index *ix, rs_err 
 	return rs_checkpoint_verify_file(dir, ix->dense_file, &ix->dense_sum, err);
 }
 
-static int cmp_name_desc(const void *a, const void *b) { return -strcmp(*(char *const *)a, *(char *const *)b); }
+void rs_checkpoint_step_dir(const char *root, int64_t step, char *buf, size_t n)
+{
+	snprintf(buf, n, "%s/step-%09lld", root, (long long)step);
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+rs_status rs_checkpoint_steps(const char *root, int64_t **steps, size_t *n, rs_err *err)
+{
+	DIR *d = opendir(root);
+	*steps = NULL, *n = 0;
+	if (!d)
+		return rs_err_set(err, errno == ENOENT ? RS_ENOTFOUND : RS_EIO, "checkpoint %s: %s", root, strerror(errno));
+	size_t cap = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		const char *name = e->d_name;
+		if (strncmp(name, "step-", 5) != 0 || strlen(name) != 14 || strspn(name + 5, "0123456789") != 9)
+			continue;
+		if (*n == cap) {
+			int64_t *p = realloc(*steps, sizeof(**steps) * (cap = cap ? 2 * cap : 16));
+			if (!p) {
+				closedir(d);
+				free(*steps);
+				*steps = NULL, *n = 0;
+				return rs_err_set(err, RS_ENOMEM, "checkpoint %s: out of memory", root);
+			}
+			*steps = p;
+		}
+		(*steps)[(*n)++] = strtoll(name + 5, NULL, 10);
+	}
+	closedir(d);
+	qsort(*steps, *n, sizeof(**steps), cmp_desc);
+	return RS_OK;
+}
 
 rs_status rs_checkpoint_resolve(const char *path, char *out, size_t n, rs_err *err)
 {
@@ -123,56 +161,28 @@ rs_status rs_checkpoint_resolve(const char *path, char *out, size_t n, rs_err *e
 		snprintf(out, n, "%s", path);
 		return RS_OK;
 	}
-	DIR *d = opendir(path);
-	if (!d)
-		return rs_err_set(err, errno == ENOENT ? RS_ENOTFOUND : RS_EIO, "checkpoint %s: %s", path, strerror(errno));
-	char **names = NULL;
-	size_t k = 0, cap = 0;
-	struct dirent *e;
-	rs_status st = RS_OK;
-	while ((e = readdir(d))) {
-		if (strncmp(e->d_name, "step-", 5) != 0 || strlen(e->d_name) != 14 ||
-		    strspn(e->d_name + 5, "0123456789") != 9)
-			continue;
-		if (k == cap) {
-			char **p = realloc(names, sizeof(*names) * (cap = cap ? 2 * cap : 16));
-			if (!p)
-				RSFAILGOTO(st, RS_ENOMEM, out);
-			names = p;
-		}
-		if (!(names[k] = strdup(e->d_name)))
-			RSFAILGOTO(st, RS_ENOMEM, out);
-		k++;
-	}
-	qsort(names, k, sizeof(*names), cmp_name_desc); /* zero-padded: newest first */
-	st = RS_ENOTFOUND;
-	for (size_t i = 0; i < k && st == RS_ENOTFOUND; i++) {
+	int64_t *steps;
+	size_t k;
+	RSCHECK(rs_checkpoint_steps(path, &steps, &k, err));
+	for (size_t i = 0; i < k; i++) {
 		char dir[4096];
 		rs_ckpt_index ix;
 		rs_err why = {0};
-		snprintf(dir, sizeof(dir), "%s/%s", path, names[i]);
+		rs_checkpoint_step_dir(path, steps[i], dir, sizeof(dir));
 		if (rs_checkpoint_index_read(dir, &ix, &why) == RS_OK) {
 			rs_status vst = rs_checkpoint_verify(dir, &ix, &why);
 			rs_checkpoint_index_free(&ix);
 			if (vst == RS_OK) {
 				snprintf(out, n, "%s", dir);
-				st = RS_OK;
-				break;
+				free(steps);
+				return RS_OK;
 			}
 		}
 		RS_WARN("checkpoint %s passed over: %s", dir, why.msg);
 	}
-	if (st == RS_ENOTFOUND)
-		rs_err_set(err, st, "%s holds no index.json and no complete periodic checkpoint (step-NNNNNNNNN/ with its "
-			   "index, every file matching its checksum)", path);
-out:
-	closedir(d);
-	for (size_t i = 0; i < k; i++)
-		free(names[i]);
-	free(names);
-	if (st == RS_ENOMEM)
-		rs_err_set(err, st, "checkpoint %s: out of memory", path);
-	return st;
+	free(steps);
+	return rs_err_set(err, RS_ENOTFOUND, "%s holds no index.json and no complete periodic checkpoint "
+			  "(step-NNNNNNNNN/ with its index, every file matching its checksum)", path);
 }
 
 /* ---- diff ------------------------------------------------------------------------ */

@@ -106,6 +106,16 @@ rs_status rs_checkpoint_index_read(const char *dir, rs_ckpt_index *out, rs_err *
 /* Every file of ix (in dir) that has a checksum is what it says (rs_checkpoint_verify_file). */
 rs_status rs_checkpoint_verify(const char *dir, const rs_ckpt_index *ix, rs_err *err);
 
+/* The directory of the periodic checkpoint at step under root: root/step-NNNNNNNNN (into buf of n bytes). */
+void rs_checkpoint_step_dir(const char *root, int64_t step, char *buf, size_t n);
+
+/*
+ * The steps of the periodic checkpoints under root (its step-NNNNNNNNN
+ * directories, complete or not), newest first: *steps (the caller frees
+ * it), *n of them. RS_ENOTFOUND / RS_EIO when root cannot be listed.
+ */
+rs_status rs_checkpoint_steps(const char *root, int64_t **steps, size_t *n, rs_err *err);
+
 /*
  * The checkpoint `path` names, into out (n bytes): path itself when it holds
  * an index.json; else, when it holds periodic checkpoints (step-NNNNNNNNN/),

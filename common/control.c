@@ -244,12 +244,7 @@ static const char *incarnation(void)
 	return incarnation_text;
 }
 
-/*
- * A client connection to url with subprotocol `protocol` on `path`; *out
- * once the connection attempt is under way. guarded: a control connection,
- * held to the handshake's rules until the coordinator proves itself.
- */
-static char tls_ca[4096];
+static char tls_ca[4096]; /* rs_control_set_tls_ca's file, "" for the system's CAs */
 
 rs_status rs_control_set_tls_ca(const char *file, rs_err *err)
 {
@@ -270,7 +265,7 @@ rs_status rs_control_set_tls_ca(const char *file, rs_err *err)
 	return RS_OK;
 }
 
-/* "ws://HOST:PORT" or "wss://HOST:PORT" (TLS); HOST may be [v6]. */
+/* "ws://HOST:PORT" or "wss://HOST:PORT" (TLS; HOST then a name or an IPv4 address); for ws://, HOST may be [v6]. */
 static rs_status parse_url(const char *url, char host[256], int *port, int *tls, rs_err *err)
 {
 	char rest[16] = "";
@@ -285,21 +280,26 @@ static rs_status parse_url(const char *url, char host[256], int *port, int *tls,
 	ok = ok && (!rest[0] || !strcmp(rest, "/")); /* nothing after the port but a slash */
 	if (!ok || *port <= 0 || *port > 65535)
 		return rs_err_set(err, RS_EINVAL, "coordinator URL '%.200s' is not ws://HOST:PORT or wss://HOST:PORT", url);
+	if (*tls && strlen(host) > 127) /* lws copies the name it checks the certificate against into 128 bytes */
+		return rs_err_set(err, RS_EINVAL, "coordinator URL '%.200s': over TLS the host name may have at most 127 "
+				  "characters (libwebsockets checks the certificate against that many)", url);
 	/*
 	 * libwebsockets cuts the name it verifies the certificate against at its
 	 * first ':', so an IPv6 literal would be checked against "" (no check at
 	 * all) or a fragment: over TLS, name the coordinator by a host name or an
 	 * IPv4 address.
 	 */
-	if (*tls && strlen(host) > 127)
-		return rs_err_set(err, RS_EINVAL, "coordinator URL '%.200s': over TLS the host name may have at most 127 "
-				  "characters (libwebsockets checks the certificate against that many)", url);
 	if (*tls && strchr(host, ':'))
 		return rs_err_set(err, RS_EINVAL, "coordinator URL '%.200s': wss:// with an IPv6 address cannot have its "
 				  "certificate's name checked; use a host name or an IPv4 address", url);
 	return RS_OK;
 }
 
+/*
+ * A client connection to url with subprotocol `protocol` on `path`; *out
+ * once the connection attempt is under way. guarded: a control connection,
+ * held to the handshake's rules until the coordinator proves itself.
+ */
 static rs_status open_client(const char *url, const char *protocol, const char *path, const char *bearer, int guarded,
 			     rs_control **out, rs_err *err)
 {

@@ -48,27 +48,11 @@ static rs_status begin(rs_job *j, int64_t generation, int64_t step)
 	return RS_OK;
 }
 
-/* The step of a "step-NNNNNNNNN" directory name, or -1. */
-static int64_t step_of(const char *name)
-{
-	char *end;
-	if (strncmp(name, "step-", 5) != 0 || strlen(name) != 14)
-		return -1;
-	long long v = strtoll(name + 5, &end, 10);
-	return *end || v < 1 ? -1 : v;
-}
-
-static int cmp_desc(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-	return x < y ? 1 : x > y ? -1 : 0;
-}
-
-/* Delete dir/step-S: its files, then it. */
+/* Delete root/step-S: its files, then it. */
 static void remove_step(const char *root, int64_t step)
 {
 	char dir[4096], path[4400];
-	snprintf(dir, sizeof(dir), "%s/step-%09lld", root, (long long)step);
+	rs_checkpoint_step_dir(root, step, dir, sizeof(dir));
 	DIR *d = opendir(dir);
 	struct dirent *e;
 	while (d && (e = readdir(d)))
@@ -90,33 +74,18 @@ static void remove_step(const char *root, int64_t step)
 static void prune(rs_job *j)
 {
 	const char *root = j->o.ckpt_dir;
-	DIR *d = opendir(root);
-	if (!d) {
-		RS_WARN("checkpoint: cannot list %s: %s", root, strerror(errno));
+	int64_t *steps, oldest_kept = -1;
+	size_t n;
+	int kept = 0;
+	rs_err err = {0};
+	if (rs_checkpoint_steps(root, &steps, &n, &err) != RS_OK) {
+		RS_WARN("%s (nothing deleted)", err.msg);
 		return;
 	}
-	int64_t *steps = NULL;
-	size_t n = 0, cap = 0;
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		int64_t s = step_of(e->d_name);
-		if (s < 0)
-			continue;
-		if (n == cap) {
-			int64_t *p = realloc(steps, sizeof(*steps) * (cap = cap ? 2 * cap : 16));
-			if (!p)
-				break;
-			steps = p;
-		}
-		steps[n++] = s;
-	}
-	closedir(d);
-	qsort(steps, n, sizeof(*steps), cmp_desc);
-	int kept = 0;
-	int64_t oldest_kept = -1;
 	for (size_t i = 0; i < n && kept < j->o.ckpt_keep; i++) {
-		char index[4200];
-		snprintf(index, sizeof(index), "%s/step-%09lld/index.json", root, (long long)steps[i]);
+		char dir[4096], index[4200];
+		rs_checkpoint_step_dir(root, steps[i], dir, sizeof(dir));
+		snprintf(index, sizeof(index), "%s/index.json", dir);
 		if (access(index, F_OK) == 0)
 			kept++, oldest_kept = steps[i];
 	}
@@ -132,7 +101,7 @@ static void complete(rs_job *j)
 	char dir[4096];
 	rs_err err = {0};
 	int64_t step = j->ck.step;
-	snprintf(dir, sizeof(dir), "%s/step-%09lld", j->o.ckpt_dir, (long long)step);
+	rs_checkpoint_step_dir(j->o.ckpt_dir, step, dir, sizeof(dir));
 	uint64_t bytes = 0;
 	const char *file;
 	json_t *v;

@@ -2,6 +2,7 @@
  * checkpointer.c - see checkpointer.h.
  */
 #include "worker/checkpointer.h"
+#include "common/checkpoint.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/proto.h"
@@ -29,11 +30,6 @@ struct rs_checkpointer {
 	rs_status st;
 	rs_err err;
 };
-
-void rs_checkpoint_step_dir(const char *root, int64_t step, char *buf, size_t n)
-{
-	snprintf(buf, n, "%s/step-%09lld", root, (long long)step);
-}
 
 /* mkdir that takes an existing directory for success. */
 static rs_status make_dir(const char *path, rs_err *err)

@@ -23,9 +23,6 @@
 
 typedef struct rs_checkpointer rs_checkpointer;
 
-/* The directory of the checkpoint at step under root (into buf of n bytes). */
-void rs_checkpoint_step_dir(const char *root, int64_t step, char *buf, size_t n);
-
 rs_status rs_checkpointer_create(rs_checkpointer **out, rs_err *err);
 
 /*

@@ -70,6 +70,7 @@ struct rs_snapshot {
 	int64_t dense_params;   /* rank 0: the dense network's; else -1 */
 	rs_ckpt_file_report *written; /* per file, after rs_snapshot_write */
 	size_t bytes;           /* of the copies */
+	int borrow;             /* the trainer's own buffers are written as they are (a save that waits for its write) */
 };
 
 void rs_snapshot_free(rs_snapshot *s)
@@ -86,18 +87,23 @@ void rs_snapshot_free(rs_snapshot *s)
 	free(s);
 }
 
-/* Add tensor (name, dtype, shape) to f, a copy of the `bytes` at src (the copy may be filled later: src NULL). */
+/*
+ * Add tensor (name, dtype, shape) to f: the `bytes` at src, copied unless
+ * the snapshot borrows; src NULL: a buffer of its own for the caller to
+ * fill. Returns where the tensor's data is, or NULL without memory.
+ */
 static void *snap_tensor(rs_snapshot *s, snap_file *f, const char *name, rs_st_dtype dtype, int ndim, int64_t d0,
 			 int64_t d1, const void *src, size_t bytes)
 {
-	void *p = malloc(bytes ? bytes : 1);
+	void *p = src && s->borrow ? (void *)src : malloc(bytes ? bytes : 1);
 	if (!p)
 		return NULL;
-	if (src)
+	if (p != src && src)
 		memcpy(p, src, bytes);
-	f->own[f->n] = p;
+	f->own[f->n] = p == src ? NULL : p;
+	if (p != src)
+		s->bytes += bytes;
 	f->t[f->n++] = (rs_st_tensor_in){name, dtype, ndim, {d0, d1}, p};
-	s->bytes += bytes;
 	return p;
 }
 
@@ -151,7 +157,8 @@ static rs_status snap_shard(const rs_trainer *tr, const lshard *ls, rs_snapshot 
 	return RS_OK;
 }
 
-rs_status rs_trainer_snapshot(rs_trainer *tr, rs_snapshot **out, rs_err *err)
+/* The snapshot of rs_trainer_snapshot; borrow: pointing at the trainer's buffers, valid until it trains again. */
+static rs_status snapshot(rs_trainer *tr, int borrow, rs_snapshot **out, rs_err *err)
 {
 	rs_snapshot *s = calloc(1, sizeof(*s));
 	rs_status st = RS_OK;
@@ -159,6 +166,7 @@ rs_status rs_trainer_snapshot(rs_trainer *tr, rs_snapshot **out, rs_err *err)
 	if (!s || !(s->f = calloc((size_t)tr->nshards + 1, sizeof(*s->f))))
 		RSFAILGOTO(st, RS_ENOMEM, out);
 	s->dense_params = -1;
+	s->borrow = borrow;
 	rs__trainer_prefetch(tr, 1);
 	for (int i = 0; i < tr->nshards; i++) {
 		const lshard *ls = &tr->shards[i];
@@ -180,6 +188,8 @@ out:
 	rs_snapshot_free(s);
 	return rs_err_set(err, st, "checkpoint: copying this rank's shards: %s", rs_status_str(st));
 }
+
+rs_status rs_trainer_snapshot(rs_trainer *tr, rs_snapshot **out, rs_err *err) { return snapshot(tr, 0, out, err); }
 
 rs_status rs_snapshot_write(rs_snapshot *s, const char *dir, rs_err *err)
 {
@@ -209,7 +219,7 @@ size_t rs_snapshot_bytes(const rs_snapshot *s) { return s->bytes; }
 rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err *err)
 {
 	rs_snapshot *s = NULL;
-	rs_status st = rs_trainer_snapshot(tr, &s, err);
+	rs_status st = snapshot(tr, 1, &s, err); /* written before training goes on: nothing to copy */
 	if (st == RS_OK)
 		st = rs_snapshot_write(s, dir, err);
 	if (st == RS_OK && tr->rank == 0)
