@@ -2,6 +2,7 @@
  * wsmsg.c - see wsmsg.h.
  */
 #include "common/wsmsg.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #include <stdio.h>
@@ -121,6 +122,8 @@ void rs_ws_service(struct lws_context *ctx, int timeout_ms)
 }
 
 static _Thread_local char lws_said[160];
+static _Thread_local double lws_tokens = 10, lws_at; /* lines that may be logged now: 10 at once, then one a second */
+static _Thread_local int lws_unlogged;
 
 static void lws_emit(int level, const char *line)
 {
@@ -128,7 +131,20 @@ static void lws_emit(int level, const char *line)
 	const char *p = strstr(line, "] E: ");
 	p = p ? p + 5 : line;
 	snprintf(lws_said, sizeof(lws_said), "%.*s", (int)strcspn(p, "\r\n"), p);
-	RS_WARN("libwebsockets: %s", lws_said);
+	/* a peer can cause these (a garbled TLS handshake): at a bounded rate, the rest counted */
+	double now = rs_now();
+	lws_tokens = lws_tokens + (now - lws_at) > 10 ? 10 : lws_tokens + (now - lws_at);
+	lws_at = now;
+	if (lws_tokens < 1) {
+		lws_unlogged++;
+		return;
+	}
+	lws_tokens -= 1;
+	if (lws_unlogged)
+		RS_WARN("libwebsockets: %s (and %d more errors not logged one by one)", lws_said, lws_unlogged);
+	else
+		RS_WARN("libwebsockets: %s", lws_said);
+	lws_unlogged = 0;
 }
 
 void rs_ws_log_init(void) { lws_set_log_level(LLL_ERR, lws_emit); }

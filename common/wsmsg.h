@@ -54,7 +54,8 @@ int rs_wsmsg_write(rs_wsmsg *m, struct lws *wsi);
 void rs_ws_service(struct lws_context *ctx, int timeout_ms);
 
 /*
- * libwebsockets' errors go through rs_log (escaped, like every log line),
+ * libwebsockets' errors go through rs_log (escaped, like every log line;
+ * 10 at once, then one a second, the rest counted: a peer can cause them),
  * and the last one this thread saw is kept (rs_ws_last_error): a
  * certificate that fails verification is said only there, never in the
  * failed connection's own text. Call before creating a context.
