@@ -14,7 +14,7 @@
 #include <time.h>
 
 const char *const rs__phase_names[] = {"starting", "training", "paused", "migrating",
-				       "committing", "aborting", "done", "failed"};
+				       "committing", "aborting", "recovering", "done", "failed"};
 
 double rs__job_now(const rs_job *j) { return j->o.now ? j->o.now() : rs_now(); }
 
@@ -138,6 +138,7 @@ void rs_job_destroy(rs_job *j)
 	rs_plan_free(j->cur.plan);
 	rs__cycle_free_attempt(j);
 	rs__ckpt_free(j);
+	rs__recover_free(j);
 	free(j);
 }
 

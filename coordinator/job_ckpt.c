@@ -157,3 +157,24 @@ out:
 		rs_err_set(err, st, "checkpoint: out of memory");
 	return st;
 }
+
+void rs__ckpt_rollback(rs_job *j, int64_t step)
+{
+	int64_t *steps;
+	size_t n;
+	rs_err err = {0};
+	rs__ckpt_free(j);
+	j->ck.last_complete = step;
+	if (!j->o.ckpt_dir)
+		return;
+	if (rs_checkpoint_steps(j->o.ckpt_dir, &steps, &n, &err) != RS_OK) {
+		RS_WARN("%s (nothing deleted)", err.msg);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (steps[i] > step) { /* of the abandoned run: the world writes its own again */
+			RS_INFO("checkpoint: deleting step %lld, newer than the rollback's", (long long)steps[i]);
+			remove_step(j->o.ckpt_dir, steps[i]);
+		}
+	free(steps);
+}

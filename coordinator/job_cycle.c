@@ -41,9 +41,12 @@ static void send_union(rs_job *j, json_t *msg)
 	json_decref(msg);
 }
 
-/* The start message of union rank u (a world rank when u < world). jplan and jprev are borrowed. */
+/*
+ * The start message of union rank u (a world rank when u < world). jplan
+ * and jprev are borrowed; load (a fresh start's checkpoint) too.
+ */
 static json_t *start_msg(const rs_job *j, int64_t gen, int32_t u, int32_t world, const int32_t *uni, int32_t nuni,
-			 json_t *jplan, json_t *jprev, int64_t first, int64_t bound)
+			 json_t *jplan, json_t *jprev, const char *load, int64_t first, int64_t bound)
 {
 	json_t *peers = json_array(), *uoo = jprev ? json_array() : NULL;
 	for (int32_t k = 0; peers && k < nuni; k++)
@@ -53,7 +56,7 @@ static json_t *start_msg(const rs_job *j, int64_t gen, int32_t u, int32_t world,
 	rs_msg_start m = {.generation = gen, .rank = u, .world = world, .union_world = nuni, .peers = peers,
 			  .plan = jplan, .previous_plan = jprev, .union_of_old = uoo, .first_step = first,
 			  .steps = bound, .eval_every = j->cfg->data.eval_every, .eval_samples = j->cfg->data.eval_samples,
-			  .save = j->o.save, .load = jprev ? NULL : j->o.load, .last = bound >= j->o.steps,
+			  .save = j->o.save, .load = load, .last = bound >= j->o.steps,
 			  .checkpoint_dir = j->o.ckpt_dir, .checkpoint_every = j->o.ckpt_dir ? j->o.ckpt_every : 0};
 	json_t *msg = peers && (uoo || !jprev) ? rs_proto_make_start(&m) : NULL;
 	json_decref(peers);
@@ -61,37 +64,43 @@ static json_t *start_msg(const rs_job *j, int64_t gen, int32_t u, int32_t world,
 	return msg;
 }
 
-/* Generation 1 over the joined workers. */
-static void start_first(rs_job *j, const int32_t *c, int32_t n)
+int rs__cycle_start(rs_job *j, const int32_t *c, int32_t n, int64_t gen, const char *load, int64_t step)
 {
 	rs_err err = {0};
 	rs_world w = rs_world_make(j->cfg, n, 0, 0, 0);
-	if (rs_planner_plan(j->cfg, &w, NULL, NULL, &j->cur.plan, &err) != RS_OK) {
-		rs__job_fail(j, "planning %d workers: %s", n, err.msg);
-		return;
+	rs_plan *plan = NULL;
+	int32_t *world = malloc(sizeof(int32_t) * (size_t)n);
+	if (!world || rs_planner_plan(j->cfg, &w, NULL, NULL, &plan, &err) != RS_OK) {
+		free(world);
+		rs__job_fail(j, "planning %d workers: %s", n, world ? err.msg : "out of memory");
+		return 0;
 	}
-	if (!(j->cur.world = malloc(sizeof(int32_t) * (size_t)n))) {
-		rs__job_fail(j, "out of memory");
-		return;
-	}
-	memcpy(j->cur.world, c, sizeof(int32_t) * (size_t)n);
+	memcpy(world, c, sizeof(int32_t) * (size_t)n);
+	rs_plan_free(j->cur.plan);
+	free(j->cur.world);
+	j->cur.plan = plan;
+	j->cur.world = world;
 	j->cur.nworld = n;
-	j->cur.generation = j->att.last_generation = 1;
-	j->cur.step = j->o.load ? j->o.load_step : 0;
+	j->cur.generation = j->att.last_generation = gen;
+	j->cur.step = step;
 	j->cur.bound = rs__cycle_bound_after(j, j->cur.step);
+	j->cur.pause_sent = 0;
+	j->cur.resume_step = -1;
 	if (!rs__persist(j, RS_STATE_TRAINING))
-		return;
+		return 0;
 	json_t *jp = rs_plan_to_json(j->cur.plan);
 	if (!jp) {
-		rs__job_fail(j, "out of memory sending the plan of generation 1");
-		return;
+		rs__job_fail(j, "out of memory sending the plan of generation %lld", (long long)gen);
+		return 0;
 	}
-	for (int32_t r = 0; r < n; r++)
-		rs__job_send(j, &j->mem.v[c[r]], start_msg(j, 1, r, n, j->cur.world, n, jp, NULL, j->cur.step, j->cur.bound));
+	for (int32_t r = 0; r < n; r++) {
+		member *m = &j->mem.v[c[r]];
+		rs__job_send(j, m, start_msg(j, gen, r, n, j->cur.world, n, jp, NULL, load, j->cur.step, j->cur.bound));
+		m->st = M_TRAINING, m->gen = gen; /* until it reports otherwise: an "idle" from now on means it lost this one */
+	}
 	json_decref(jp);
-	j->cur.pause_sent = 0;
-	rs__emit(j, &(job_event){.kind = EV_STARTED});
 	rs__job_set_phase(j, P_TRAINING);
+	return 1;
 }
 
 /* Paused with nothing to change: go on. */
@@ -178,8 +187,8 @@ static void begin_attempt(rs_job *j, const int32_t *c, int32_t n)
 		member *m = &j->mem.v[j->att.uni[u]];
 		if (!m->conn)
 			break; /* tick_migrating aborts: it is gone */
-		rs__job_send(j, m, start_msg(j, j->att.generation, u, n, j->att.uni, j->att.nuni, jp, jprev, j->cur.step,
-					      j->att.bound));
+		rs__job_send(j, m, start_msg(j, j->att.generation, u, n, j->att.uni, j->att.nuni, jp, jprev, NULL,
+					      j->cur.step, j->att.bound));
 		m->staged_ok = 0;
 		m->st = M_STAGING;
 		m->gen = j->att.generation;
@@ -330,6 +339,13 @@ void rs__cycle_progress(rs_job *j, int64_t step)
 		rs__emit(j, &(job_event){.kind = EV_FIRST_STEP, .seconds = rs__job_now(j) - j->t.started});
 		j->t.started = 0;
 	}
+	if (j->rec.started > 0) {
+		double s = rs__job_now(j) - j->rec.started;
+		j->rec.last_s = s;
+		j->rec.seconds_sum += s;
+		j->rec.started = 0;
+		rs__emit(j, &(job_event){.kind = EV_RECOVERED, .seconds = s, .step = step + 1});
+	}
 	if (j->cur.resume_step < 0 || step < j->cur.resume_step)
 		return;
 	double now = rs__job_now(j);
@@ -338,17 +354,6 @@ void rs__cycle_progress(rs_job *j, int64_t step)
 	rs__emit(j, &(job_event){.kind = EV_RESHARDED, .record = &rec});
 	j->cur.resume_step = -1;
 	j->mem.scale_at = 0;
-}
-
-/* The world member i died or vanished without handing its rows over. */
-static void lost_rows(rs_job *j, int i)
-{
-	char tables[256];
-	rs__member_tables(j, i, tables, sizeof(tables));
-	int64_t step = j->mem.v[i].step > j->cur.step ? j->mem.v[i].step : j->cur.step;
-	rs__job_fail(j, "%s was lost holding the only copy of rows of %s (generation %lld, near step %lld): restart the "
-			"job from a checkpoint (recovery from replicas or checkpoints is not built yet)",
-		     j->mem.v[i].name, tables[0] ? tables : "its tables", (long long)j->cur.generation, (long long)step);
 }
 
 /* ---- one tick per phase --------------------------------------------------------------- */
@@ -368,7 +373,8 @@ static void tick_starting(rs_job *j)
 	}
 	nc = rs__members_candidates(j, c, &pending);
 	if (nc > 0 && pending == 0) {
-		start_first(j, c, nc);
+		if (rs__cycle_start(j, c, nc, 1, j->o.load, j->o.load ? j->o.load_step : 0))
+			rs__emit(j, &(job_event){.kind = EV_STARTED});
 		return;
 	}
 	if (rs__job_now(j) - j->ph_at > j->o.timeout_ms / 1000.0)
@@ -457,7 +463,7 @@ static void tick_migrating(rs_job *j)
 		member *m = &j->mem.v[j->att.uni[u]];
 		if (rs__member_gone(j, m)) {
 			if (u >= j->att.nworld || rs__member_in_world(j, j->att.uni[u])) {
-				lost_rows(j, j->att.uni[u]); /* an old member: its rows are gone */
+				rs__recover(j, j->att.uni[u], "was lost during the migration"); /* an old member: its rows are gone */
 				return;
 			}
 			abort_attempt(j, "%s (joining) was lost during the migration", m->name);
@@ -489,8 +495,7 @@ static void tick_committing(rs_job *j)
 		if (u >= j->att.nworld) /* a leaver: it exits once committed */
 			took |= m->exited && m->st == M_STAGED;
 		else if (rs__member_gone(j, m) && !took) {
-			rs__job_fail(j, "%s was lost right after the commit of generation %lld, holding the only copy of its rows",
-				     m->name, (long long)j->att.generation);
+			rs__recover(j, j->att.uni[u], "was lost right after the commit");
 			return;
 		}
 		all &= took;
@@ -508,7 +513,7 @@ static void tick_aborting(rs_job *j)
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
 		member *m = &j->mem.v[j->cur.world[r]];
 		if (rs__member_gone(j, m)) {
-			lost_rows(j, j->cur.world[r]);
+			rs__recover(j, j->cur.world[r], "was lost during the abort");
 			return;
 		}
 		all &= m->st == M_PAUSED && m->gen == j->cur.generation;
@@ -525,24 +530,25 @@ static void tick_aborting(rs_job *j)
 }
 
 /*
- * A world member that is gone without handing its rows over: nothing can
- * bring them back here. When several went at once (peers fail right after
- * a member dies), name one killed by a signal: the likely cause. Peers of a
- * dead member fail within milliseconds: the first cause gets a moment to
- * surface. 1 when the job failed.
+ * A world member that is gone without handing its rows over, or that lost
+ * its generation (a peer died under it): its rows are gone. When several
+ * went at once (peers fail right after a member dies), name one killed by
+ * a signal: the likely cause, which gets a moment to surface. 1 when the
+ * job recovers (or failed).
  */
 static int world_lost(rs_job *j)
 {
-	int lost = -1;
+	int lost = -1, lost_gone = 0;
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
 		const member *m = &j->mem.v[j->cur.world[r]];
-		if (rs__member_gone(j, m) && m->st != M_DONE && (lost < 0 || (m->killed && !j->mem.v[lost].killed)))
-			lost = j->cur.world[r];
+		int gone = rs__member_gone(j, m) && m->st != M_DONE, idle = m->st == M_IDLE;
+		if ((gone || idle) && (lost < 0 || (gone && !lost_gone) || (m->killed && !j->mem.v[lost].killed)))
+			lost = j->cur.world[r], lost_gone = gone;
 	}
 	if (lost >= 0 && !j->mem.loss_seen_at)
 		j->mem.loss_seen_at = rs__job_now(j);
 	if (lost >= 0 && (j->mem.v[lost].killed || rs__job_now(j) - j->mem.loss_seen_at > 0.5)) {
-		lost_rows(j, lost);
+		rs__recover(j, lost, lost_gone ? "was lost" : "lost its generation (a peer failed under it)");
 		return 1;
 	}
 	return 0;
@@ -570,6 +576,9 @@ void rs__cycle_tick(rs_job *j)
 		break;
 	case P_ABORTING:
 		tick_aborting(j);
+		break;
+	case P_RECOVERING:
+		rs__recover_tick(j);
 		break;
 	case P_DONE:
 	case P_FAILED:

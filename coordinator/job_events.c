@@ -11,7 +11,7 @@
  *            progress, reshards, and a fresh snapshot after every commit;
  *            also the history and reshard records late clients replay
  *   source   the membership source's events (Kubernetes Events on the
- *            StatefulSet): each reshard
+ *            StatefulSet): each reshard, each recovery
  *
  * The cycle decides what happened; the wording of every report lives here.
  */
@@ -86,6 +86,16 @@ static void report(rs_job *j, const job_event *ev)
 			j->t.staged - j->t.attempt, j->t.committed - j->t.staged);
 		break;
 	}
+	case EV_RECOVERING:
+		fprintf(f, "recovery: %s; rolling back to %s (step %lld)\n", ev->reason,
+			ev->detail ? ev->detail : "the start", (long long)ev->step);
+		break;
+	case EV_RECOVERED:
+		fprintf(f, "recovered: generation %lld (%d worker%s) made step %lld, %.3f s after the loss (rolled back %lld "
+			   "steps)\n",
+			(long long)j->cur.generation, j->cur.nworld, j->cur.nworld == 1 ? "" : "s", (long long)ev->step, ev->seconds,
+			(long long)(j->rec.from - j->rec.to));
+		break;
 	case EV_DONE:
 		fprintf(f, "training done: %d workers, %lld steps, %lld generation(s), %d reshard(s)\n", j->cur.nworld,
 			(long long)j->o.steps, (long long)j->cur.generation, j->rep.reshards);
@@ -128,6 +138,21 @@ static void log_line(rs_job *j, const job_event *ev)
 
 /* ---- json: --log-json ------------------------------------------------------------------- */
 
+/* A recovery's event as --log-json and the status stream show it (a new reference, or NULL). */
+static json_t *recovery_json(const rs_job *j, const job_event *ev, const char *what)
+{
+	json_t *e = json_pack("{s:s, s:s, s:I, s:I, s:I, s:s?}", "event", what, "kind", "rollback", "from_step",
+			      (json_int_t)j->rec.from, "to_step", (json_int_t)j->rec.to, "generation",
+			      (json_int_t)j->cur.generation, "checkpoint", j->rec.load[0] ? j->rec.load : NULL);
+	if (e && ev->kind == EV_RECOVERING)
+		json_object_set_new(e, "reason", json_string(ev->reason));
+	if (e && ev->kind == EV_RECOVERED) {
+		json_object_set_new(e, "seconds", json_real(ev->seconds));
+		json_object_set_new(e, "workers", json_integer(j->cur.nworld));
+	}
+	return e;
+}
+
 static void json_line(rs_job *j, const job_event *ev)
 {
 	json_t *line = NULL;
@@ -154,6 +179,12 @@ static void json_line(rs_job *j, const job_event *ev)
 	case EV_CHECKPOINT:
 		line = json_pack("{s:s, s:I, s:s, s:I}", "event", "checkpoint", "step", (json_int_t)ev->step, "dir",
 				 ev->detail, "bytes", (json_int_t)ev->moved);
+		break;
+	case EV_RECOVERING:
+		line = recovery_json(j, ev, "recovering");
+		break;
+	case EV_RECOVERED:
+		line = recovery_json(j, ev, "recovered");
 		break;
 	default:
 		return;
@@ -268,6 +299,16 @@ static void status(rs_job *j, const job_event *ev)
 		publish(j, json_pack("{s:s, s:I, s:s, s:I}", "type", "checkpoint", "step", (json_int_t)ev->step, "dir",
 				     ev->detail, "bytes", (json_int_t)ev->moved));
 		break;
+	case EV_RECOVERING:
+	case EV_RECOVERED: {
+		json_t *e = recovery_json(j, ev, ev->kind == EV_RECOVERING ? "recovering" : "recovered");
+		if (e)
+			json_object_del(e, "event");
+		publish(j, typed(e, ev->kind == EV_RECOVERING ? "recovering" : "recovered"));
+		if (ev->kind == EV_RECOVERED)
+			publish(j, rs__job_snapshot(j)); /* a new world and plan */
+		break;
+	}
 	case EV_STARTED:
 	case EV_COMMITTED:
 		publish(j, rs__job_snapshot(j)); /* a new world and plan: status clients start over from it */
@@ -282,9 +323,19 @@ static void status(rs_job *j, const job_event *ev)
 static void source(rs_job *j, const job_event *ev)
 {
 	const reshard_record *r = ev->record;
+	char words[1024];
+	if (j->src.event && ev->kind == EV_RECOVERING) {
+		snprintf(words, sizeof(words), "%s; rolling back to step %lld%s%s", ev->reason, (long long)ev->step,
+			 ev->detail ? " from " : "", ev->detail ? ev->detail : "");
+		j->src.event(j->src.ctx, 1, "Recovering", words);
+	}
+	if (j->src.event && ev->kind == EV_RECOVERED) {
+		snprintf(words, sizeof(words), "Generation %lld (%d workers) trains again from step %lld, %.2f s "
+			 "after the loss", (long long)j->cur.generation, j->cur.nworld, (long long)j->rec.to, ev->seconds);
+		j->src.event(j->src.ctx, 0, "Recovered", words);
+	}
 	if (!j->src.event || ev->kind != EV_RESHARDED)
 		return;
-	char words[256];
 	snprintf(words, sizeof(words), "Resharded generation %lld: %d -> %d workers, moved %.2f MiB in %.2f s (paused %.2f s)",
 		 (long long)r->generation, r->from, r->to, r->moved_bytes / 1048576.0, r->migrate_s, r->pause_s);
 	j->src.event(j->src.ctx, 0, "Resharded", words);

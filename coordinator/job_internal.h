@@ -8,6 +8,7 @@
  *   job_events.c    one event fan-out to every report sink
  *   job_status.c    the status stream's snapshot, /metrics, /readyz, dashboard
  *   job_ckpt.c      periodic checkpoints: the ranks' files gathered, the index written last
+ *   job_recover.c   a world member lost: the world rolled back to the latest checkpoint
  * Nothing else includes this; names here carry the rs__ prefix where they
  * are not static.
  */
@@ -26,6 +27,7 @@ typedef enum phase {
 	P_MIGRATING,
 	P_COMMITTING,
 	P_ABORTING,
+	P_RECOVERING, /* a world member was lost: waiting for the survivors and replacements */
 	P_DONE,
 	P_FAILED,
 } phase;
@@ -150,6 +152,17 @@ struct rs_job {
 		int complete;         /* complete checkpoints so far */
 	} ck;
 
+	/* recovery from a lost world member (job_recover.c) */
+	struct {
+		int32_t *old, nold;   /* the lost generation's world, while recovering */
+		char load[4096];      /* the checkpoint the world starts again from ("": none, from step 0) */
+		int64_t from, to;     /* the step training was near, and the one it goes back to */
+		double started;       /* when the loss was acted on; 0 once the new generation made a step */
+		int total, in_a_row;  /* recoveries so far, and back to the same step without a checkpoint between */
+		double seconds_sum, last_s;
+		char why[512];        /* what was lost */
+	} rec;
+
 	/* timings of the cycle in flight, for its report */
 	struct {
 		double started;       /* when the first workers were asked for; 0 once generation 1 made a step */
@@ -223,6 +236,12 @@ void rs__member_tables(const rs_job *j, int i, char *buf, size_t n);
 /* ---- job_cycle.c ---------------------------------------------------------------------- */
 
 void rs__cycle_tick(rs_job *j);
+/*
+ * Generation `gen` over the candidates c (n, in rank order) with a fresh
+ * plan, training from `step`, loading `load` first when not NULL. 1 when
+ * started, 0 when the job failed.
+ */
+int rs__cycle_start(rs_job *j, const int32_t *c, int32_t n, int64_t gen, const char *load, int64_t step);
 /* Where a run starting at `step` stops: the next schedule step after it, or the end. */
 int64_t rs__cycle_bound_after(const rs_job *j, int64_t step);
 void rs__cycle_free_attempt(rs_job *j);
@@ -268,6 +287,8 @@ typedef enum job_event_kind {
 	EV_DONE,        /* training ended */
 	EV_FAILED,      /* the job failed: j->why */
 	EV_CHECKPOINT,  /* a periodic checkpoint is complete: step, detail (its directory), moved (its bytes), seconds (since its first rank's report) */
+	EV_RECOVERING,  /* a world member was lost: reason (what), step (rolled back to), detail (the checkpoint, NULL: none) */
+	EV_RECOVERED,   /* the recovered generation made its first step: seconds (since the loss was acted on) */
 } job_event_kind;
 
 typedef struct job_event {
@@ -293,6 +314,24 @@ rs_status rs__job_checkpointed(rs_job *j, int member_index, json_t *msg, rs_err 
 
 /* Forget the checkpoint being gathered (the job ends). */
 void rs__ckpt_free(rs_job *j);
+
+/*
+ * Forget the checkpoint being gathered, and delete the periodic checkpoints
+ * newer than step (a rollback to step abandons them). 
+ */
+void rs__ckpt_rollback(rs_job *j, int64_t step);
+
+/* ---- job_recover.c -------------------------------------------------------------------- */
+
+/*
+ * World member i was lost (died, vanished, or lost its generation: why)
+ * holding rows nobody else has: roll the world back to the latest complete
+ * checkpoint, or fail the job when that cannot help.
+ */
+void rs__recover(rs_job *j, int i, const char *why);
+void rs__recover_tick(rs_job *j);
+/* Forget the recovery's state (the job ends). */
+void rs__recover_free(rs_job *j);
 
 /* ---- job_status.c --------------------------------------------------------------------- */
 

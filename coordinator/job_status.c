@@ -151,6 +151,11 @@ static char *metrics(const rs_job *j, size_t *len)
 		"rowshift_reshards_total %d\n", j->rep.reshards);
 	add(&t, "# HELP rowshift_reshard_aborts_total Reshard attempts aborted.\n"
 		"# TYPE rowshift_reshard_aborts_total counter\nrowshift_reshard_aborts_total %d\n", j->rep.aborts);
+	add(&t, "# HELP rowshift_recoveries_total Recoveries from a lost world member, by kind.\n"
+		"# TYPE rowshift_recoveries_total counter\nrowshift_recoveries_total{kind=\"rollback\"} %d\n", j->rec.total);
+	add(&t, "# HELP rowshift_recovery_seconds Time from a loss to the recovered generation's first step.\n"
+		"# TYPE rowshift_recovery_seconds summary\nrowshift_recovery_seconds_sum %.6f\n"
+		"rowshift_recovery_seconds_count %d\n", j->rec.seconds_sum, j->rec.total - (j->rec.started > 0));
 	add(&t, "# HELP rowshift_reshard_pause_seconds Training time lost to each reshard.\n"
 		"# TYPE rowshift_reshard_pause_seconds histogram\n");
 	int cum = 0;

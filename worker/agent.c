@@ -94,6 +94,46 @@ static void drop_staged(rs_agent *a)
 	a->st_gen = 0;
 }
 
+/* Send the report of a periodic checkpoint whose files are written (wait: the one in flight, once written). */
+static void ckpt_collect(rs_agent *a, int wait)
+{
+	json_t *report;
+	rs_err err = {0};
+	if (rs_checkpointer_done(a->ckpt, wait, &report, &err) != RS_OK)
+		RS_WARN("%s (training goes on; this checkpoint stays incomplete and is never read)", err.msg);
+	if (report)
+		rs_link_post(&a->link, report);
+}
+
+/* Forget the generation this worker trains: its model, transports and plan (the rows go with them). */
+static void drop_model(rs_agent *a)
+{
+	ckpt_collect(a, 1); /* a periodic write in flight ends first: no file of the lost world lands later */
+	drop_staged(a);
+	if (a->t)
+		rs_transport_abort(a->t); /* the other ranks must not wait for this one */
+	rs_trainer_destroy(a->tr);
+	rs_transport_destroy(a->t);
+	rs_transport_destroy(a->uni);
+	rs_plan_free(a->plan);
+	a->tr = NULL, a->t = a->uni = NULL, a->plan = NULL;
+}
+
+/*
+ * The generation failed under this worker (a peer died, the mesh broke):
+ * its rows are of no use without the others'. Drop it, listen anew and
+ * tell the coordinator this worker is idle: it rolls the world back to
+ * its latest checkpoint (README, "Recovery").
+ */
+static rs_status lose_generation(rs_agent *a, const char *why, rs_err *err)
+{
+	RS_WARN("generation %lld lost at step %lld: %s; waiting for the coordinator to recover",
+		(long long)a->cur.generation, (long long)a->cur.step, why);
+	drop_model(a);
+	RSCHECK(relisten(a, err));
+	return rs_link_status(&a->link, rs_proto_make_idle(a->addr), err);
+}
+
 /* A transport over the start message's peers (one per union rank), on the listening socket. */
 static rs_status connect_peers(rs_agent *a, const rs_msg_start *s, rs_transport **out, rs_err *err)
 {
@@ -118,17 +158,6 @@ static void take_run(run *r, const rs_msg_start *s)
 	snprintf(r->save, sizeof(r->save), "%s", s->save ? s->save : "");
 	snprintf(r->ckpt_dir, sizeof(r->ckpt_dir), "%s", s->checkpoint_dir ? s->checkpoint_dir : "");
 	r->ckpt_every = s->checkpoint_dir ? s->checkpoint_every : 0;
-}
-
-/* Send the report of a periodic checkpoint whose files are written (wait: the one in flight, once written). */
-static void ckpt_collect(rs_agent *a, int wait)
-{
-	json_t *report;
-	rs_err err = {0};
-	if (rs_checkpointer_done(a->ckpt, wait, &report, &err) != RS_OK)
-		RS_WARN("%s (training goes on; this checkpoint stays incomplete and is never read)", err.msg);
-	if (report)
-		rs_link_post(&a->link, report);
 }
 
 /* A periodic checkpoint at this step boundary: copy this rank's part now, write it off the training thread. */
@@ -163,10 +192,15 @@ static rs_status load_checkpoint(rs_agent *a, const rs_msg_start *s, rs_err *err
 static rs_status start_fresh(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_err *err)
 {
 	rs_status st = RS_OK;
-	if (a->tr) {
+	if (a->tr && s->generation <= a->cur.generation) {
 		rs_plan_free(plan);
-		return rs_err_set(err, RS_EINVAL, "a fresh start for a worker that already trains generation %lld",
-				  (long long)a->cur.generation);
+		return rs_err_set(err, RS_EINVAL, "a fresh start of generation %lld for a worker that trains generation %lld",
+				  (long long)s->generation, (long long)a->cur.generation);
+	}
+	if (a->tr || a->st_gen) { /* a rollback: the world starts again from a checkpoint */
+		RS_INFO("generation %lld starts afresh from step %lld: dropping generation %lld", (long long)s->generation,
+			(long long)s->first_step, (long long)a->cur.generation);
+		drop_model(a);
 	}
 	RSCHECKGOTO(relisten(a, err), st, fail);
 	RSCHECKGOTO(connect_peers(a, s, &a->t, err), st, fail);
@@ -346,10 +380,11 @@ static rs_status finish(rs_agent *a, rs_err *err)
 /*
  * Train from a->cur.step to a->cur.steps, evaluating and reporting as
  * configured, handling "pause" and "stop" between steps. Ends paused
- * (a->cur.step < steps, or == steps when not last), done (*done) or
- * stopped (*stop).
+ * (a->cur.step < steps, or == steps when not last), done (*done),
+ * stopped (*stop), or with the generation lost (a step or an evaluation
+ * failed: *lost gets why).
  */
-static rs_status train(rs_agent *a, int *done, int *stop, rs_err *err)
+static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *err)
 {
 	run *r = &a->cur;
 	double teacher_auc = r->rank == 0 && r->step == 0 ? rs_trainer_teacher_auc(a->tr, r->eval_samples) : -1;
@@ -364,15 +399,19 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *err)
 		int64_t step = r->step;
 		rs_step_stats stats;
 		rs_err why = {0};
-		if ((st = rs_trainer_step(a->tr, step, &stats, &why)) != RS_OK)
-			return rs_err_set(err, st, "step %lld: %s", (long long)step, why.msg[0] ? why.msg : rs_status_str(st));
+		if ((st = rs_trainer_step(a->tr, step, &stats, &why)) != RS_OK) {
+			rs_err_set(lost, st, "step %lld: %s", (long long)step, why.msg[0] ? why.msg : rs_status_str(st));
+			return RS_OK;
+		}
 		r->step = step + 1;
 		int end = r->step == r->steps;
 		int eval = r->eval_every > 0 && (r->step % r->eval_every == 0 || (end && r->last));
 		double auc = -1, ll;
-		if (eval && (st = rs_trainer_evaluate(a->tr, r->eval_samples, &auc, &ll, &why)) != RS_OK)
-			return rs_err_set(err, st, "evaluation at step %lld: %s", (long long)step,
-					  why.msg[0] ? why.msg : rs_status_str(st));
+		if (eval && (st = rs_trainer_evaluate(a->tr, r->eval_samples, &auc, &ll, &why)) != RS_OK) {
+			rs_err_set(lost, st, "evaluation at step %lld: %s", (long long)step,
+				   why.msg[0] ? why.msg : rs_status_str(st));
+			return RS_OK;
+		}
 		if (r->ckpt_every > 0 && r->step % r->ckpt_every == 0)
 			ckpt_take(a);
 		ckpt_collect(a, 0);
@@ -488,7 +527,10 @@ static rs_status handle(rs_agent *a, json_t *msg, int *over, rs_agent_end *end, 
 	if (!train_next)
 		return RS_OK;
 	int done, stop;
-	RSCHECK(train(a, &done, &stop, err));
+	rs_err lost = {0};
+	RSCHECK(train(a, &done, &stop, &lost, err));
+	if (lost.msg[0])
+		return lose_generation(a, lost.msg, err);
 	if (stop)
 		RS_INFO("stopped by the coordinator at step %lld", (long long)a->cur.step);
 	if (done || stop)

@@ -211,5 +211,7 @@ void rs_trainer_checksum(const rs_trainer *tr, uint64_t *per_table);
  * it is checked; 2: the dense network a joiner receives is.
  */
 extern int rs_reshard_fault_for_tests;
+/* Tests only: a checkpoint's writer waits this long (ms) after its first file, a window to kill it mid-write. */
+extern int64_t rs_checkpoint_stall_ms_for_tests;
 
 #endif

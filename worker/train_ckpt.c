@@ -7,6 +7,7 @@
  */
 #include "worker/train_internal.h"
 #include "common/checkpoint.h"
+#include "common/clock.h"
 #include "common/safetensors.h"
 
 #include <stdio.h>
@@ -191,6 +192,8 @@ out:
 
 rs_status rs_trainer_snapshot(rs_trainer *tr, rs_snapshot **out, rs_err *err) { return snapshot(tr, 0, out, err); }
 
+int64_t rs_checkpoint_stall_ms_for_tests;
+
 rs_status rs_snapshot_write(rs_snapshot *s, const char *dir, rs_err *err)
 {
 	char path[4096];
@@ -203,6 +206,8 @@ rs_status rs_snapshot_write(rs_snapshot *s, const char *dir, rs_err *err)
 		snprintf(path, sizeof(path), "%s/%s", dir, f->name);
 		w->file = f->name;
 		RSCHECK(rs_st_write_crc(path, f->t, f->n, f->meta, &w->crc32c, &w->bytes, err));
+		if (i == 0 && rs_checkpoint_stall_ms_for_tests > 0)
+			rs_sleep((double)rs_checkpoint_stall_ms_for_tests / 1000.0);
 	}
 	return RS_OK;
 }

@@ -16,7 +16,11 @@
 #      watch gets 410 Expired): the coordinator lists again and reshards for
 #      the change;
 #   5. the API server is unreachable for 10 s: training goes on with the
-#      same members, and a scale made after it is acted on.
+#      same members, and a scale made after it is acted on;
+#   6. `kubectl delete pod --grace-period=0 --force` of a worker (its
+#      process SIGKILLed, the StatefulSet makes a new pod): the world rolls
+#      back to the latest periodic checkpoint and trains again, a Warning
+#      Event on the StatefulSet saying so.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 kubectl=tools/bin/kubectl
@@ -67,6 +71,7 @@ coordinator() { # start the coordinator as the chart's Deployment would, but her
 	ROWSHIFT_JOIN_TOKEN=$jointok "$bin/rowshift-coordinator" --kubernetes --kubeconfig "$tmp/kubeconfig" \
 		--namespace $ns --statefulset $sts --selector "$sel" --state-configmap rowshift-state \
 		--config $model --listen 127.0.0.1:$cport --steps 1000000 --debounce-ms 3000 \
+		--checkpoint-dir "$tmp/ck" --checkpoint-every 200 \
 		>>"$tmp/coord.out" 2>>"$tmp/coord.err" &
 	coord=$!
 }
@@ -160,6 +165,15 @@ check "it kept training with the same members meanwhile" bash -c \
 	"[ \$(sed -n 's/^step *\([0-9]*\).*/\1/p' $tmp/coord.out | tail -1) -gt $before ] && ! grep -q '^generation 5' $tmp/coord.out"
 k scale statefulset/$sts --replicas=3 >/dev/null
 check "after it, a scale is acted on: one reshard 4 -> 3" reshard 5 4 3
+# 6. a worker pod force-deleted: no grace, its rows gone with it
+wait_for "$tmp/coord.out" "checkpoint of step [0-9]* complete" 120
+k delete pod $sts-1 --grace-period=0 --force >/dev/null 2>&1
+check "kubectl delete pod --force: the world rolls back to the latest checkpoint" \
+	wait_for "$tmp/coord.out" "^recovery: $sts-1 .*; rolling back to $tmp/ck/step-[0-9]* (step [0-9]*)" 60
+check "the new pod joins and the world trains again" \
+	wait_for "$tmp/coord.out" "^recovered: generation [0-9]* ([23] workers) made step" 90
+check "the recovery is a Warning Event on the StatefulSet" bash -c "timeout 30 $kubectl -n $ns get events \
+	--field-selector involvedObject.name=$sts,reason=Recovering -o jsonpath='{.items[*].type}' | grep -q Warning"
 check "no worker failed, the job did not fail" bash -c "! grep -q 'job failed\|exited with status [1-9]' $tmp/coord.err $tmp/coord.out"
 
 kill -TERM $coord

@@ -1,8 +1,8 @@
 #!/bin/bash
 # local_train.sh - the coordinator's local mode end to end, with the real
 # binaries: a run trains and learns; a worker with the wrong join token is
-# refused; a killed worker stops the job with a clear error; workers exit
-# when the coordinator dies. Every wait here is bounded.
+# refused; workers exit when the coordinator dies (a killed worker:
+# recovery.sh). Every wait here is bounded.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
@@ -141,24 +141,6 @@ for _ in $(seq 1 100); do
 done
 check "workers exit within 10 s of the coordinator's death" test "$gone" = 1
 
-# 5. a worker killed mid-run stops the job with a clear error
-"$bin/rowshift-coordinator" --local --workers 3 --config examples/dlrm-small.json --steps 100000 \
-	>"$tmp/c4.out" 2>"$tmp/c4.err" &
-coord=$!
-for _ in $(seq 1 100); do grep -q "step " "$tmp/c4.out" && break; sleep 0.1; done
-pkill -9 -P $coord -f -- "--name worker-1 " # this job's worker only: other tests' have the same names
-start=$(date +%s)
-wait $coord
-rc=$?
-took=$(( $(date +%s) - start ))
-check "the coordinator fails the job (exit $rc)" test "$rc" = 1
-check "it names the dead worker as the cause, and the rows it held" grep -q "worker-1 was lost holding the only copy of rows of" "$tmp/c4.err"
-check "it says how the worker died" grep -q "worker-1 killed by signal 9" "$tmp/c4.err"
-check "the survivors stop on their own (rc $rc after ${took}s)" test "$took" -lt 40
-sleep 0.5
-url=$(sed -n 's/.*control channel on \(ws:[^;]*\);.*/\1/p' "$tmp/c4.err")
-check "no worker of that job is left behind" bash -c "! pgrep -f '[r]owshift-worker --coordinator $url ' >/dev/null"
-
-[ "$fails" = 0 ] || { echo "--- c4.err"; cat "$tmp/c4.err"; pgrep -af rowshift; }
+[ "$fails" = 0 ] || pgrep -af rowshift
 echo "local_train: $fails failed"
 [ "$fails" = 0 ]

@@ -246,7 +246,7 @@ static void test_messages_out_of_place(void **state)
 		{RS_EINVAL, "resume of generation 7 to step 9: this worker is at 1/2"},
 		{RS_EINVAL, "resume of generation 1 to step 5: this worker is at 0/0"},
 		{RS_EINVAL, "start: "},
-		{RS_EINVAL, "a fresh start for a worker that already trains generation 1"},
+		{RS_EINVAL, "a fresh start of generation 1 for a worker that trains generation 1"},
 		{RS_OK, NULL}, /* an unknown message is ignored; the stop after it ends the agent */
 	};
 	for (misplaced = 0; misplaced < (int)(sizeof(want) / sizeof(want[0])); misplaced++) {

@@ -1,356 +1,16 @@
 /*
  * test_job.c - tests the coordinator's job (coordinator/job.h) without
- * processes or sockets: a fake membership source, a fake post office in
- * place of the server (each connection is a mailbox) and a clock the test
- * moves. Every phase transition of the cycle and every abort path is
- * driven by the messages real workers would send, and checked by what the
- * job sends back, what it persists and the phase it reaches.
+ * processes or sockets, on the job harness (tests/unit/job_harness.h: a
+ * fake membership source, a fake post office in place of the server and a
+ * clock the test moves). Every phase transition of the cycle and every
+ * abort path is driven by the messages real workers would send, and
+ * checked by what the job sends back, what it persists and the phase it
+ * reaches. Recovery from a lost member: test_job_recover.c.
  */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <stdint.h>
-#include <cmocka.h>
+#include "tests/unit/job_harness.h"
 
-#include "common/config.h"
-#include "common/proto.h"
-#include "coordinator/job.h"
-
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define WORKERS 8
-#define MAX_MAIL 256
-#define NTABLES 2 /* examples/minimal.json */
-
-typedef struct mailbox {
-	json_t *msg[MAX_MAIL];
-	int n;
-} mailbox;
-
-/* The world around one job. */
-static struct {
-	double now;
-	rs_config *cfg;
-	rs_job *job;
-	rs_server_handler h;
-	rs_job_options o;
-	FILE *report;
-	/* the membership source */
-	int32_t replicas;
-	int scales, ending, save_fails;
-	rs_state_phase saved[64];
-	int nsaved;
-	json_t *state;          /* the last state saved */
-	char event[256];
-	/* the post office: one mailbox per worker connection (index WORKERS: rowshiftctl) */
-	mailbox box[WORKERS + 1];
-	int published;
-} H;
-
-static double fake_now(void) { return H.now; }
-
-static rs_status src_scale(void *ctx, int32_t n, rs_err *err)
-{
-	(void)ctx, (void)err;
-	H.replicas = n;
-	H.scales++;
-	return RS_OK;
-}
-
-static int32_t src_replicas(void *ctx)
-{
-	(void)ctx;
-	return H.replicas;
-}
-
-static int src_wanted(void *ctx, const char *name)
-{
-	(void)ctx;
-	int k = atoi(strrchr(name, '-') + 1);
-	return k < H.replicas;
-}
-
-static void src_ending(void *ctx)
-{
-	(void)ctx;
-	H.ending = 1;
-}
-
-static void src_event(void *ctx, int warning, const char *reason, const char *message)
-{
-	(void)ctx;
-	snprintf(H.event, sizeof(H.event), "%s %s: %s", warning ? "Warning" : "Normal", reason, message);
-}
-
-static rs_status src_save(void *ctx, const rs_state *s, rs_err *err)
-{
-	(void)ctx;
-	if (H.save_fails)
-		return rs_err_set(err, RS_EIO, "the disk is full");
-	assert_true(H.nsaved < 64);
-	H.saved[H.nsaved++] = s->phase;
-	json_decref(H.state);
-	H.state = rs_state_to_json(s);
-	assert_non_null(H.state);
-	return RS_OK;
-}
-
-static rs_conn *conn(int k) { return (rs_conn *)&H.box[k]; }
-
-static rs_status io_send(void *ctx, rs_conn *c, const json_t *msg)
-{
-	(void)ctx;
-	mailbox *b = (mailbox *)c;
-	assert_true(b->n < MAX_MAIL);
-	b->msg[b->n++] = json_deep_copy(msg);
-	return RS_OK;
-}
-
-static void io_publish(void *ctx, const json_t *ev)
-{
-	(void)ctx, (void)ev;
-	H.published++;
-}
-
-static int io_clients(void *ctx)
-{
-	(void)ctx;
-	return 0;
-}
-
-static const char *io_name(void *ctx, rs_conn *c)
-{
-	(void)ctx, (void)c;
-	return "a test connection";
-}
-
-static const rs_job_source source = {.scale = src_scale, .replicas = src_replicas, .wanted = src_wanted,
-				     .ending = src_ending, .event = src_event, .save_state = src_save};
-static const rs_job_io io = {.send = io_send, .publish = io_publish, .status_clients = io_clients,
-			     .conn_name = io_name};
-
-static void forget_mail(void)
-{
-	for (int k = 0; k <= WORKERS; k++) {
-		for (int i = 0; i < H.box[k].n; i++)
-			json_decref(H.box[k].msg[i]);
-		H.box[k].n = 0;
-	}
-}
-
-static void set_job(rs_job *j)
-{
-	H.job = j;
-	H.h = rs_job_server_handler(j);
-	rs_job_set_io(j, &io);
-}
-
-/* A fresh job wanting `workers`, over examples/minimal.json, 100 steps. */
-static int setup(void **state)
-{
-	(void)state;
-	rs_err err = {0};
-	memset(&H, 0, sizeof(H));
-	H.now = 1000;
-	if (rs_config_load("examples/minimal.json", &H.cfg, &err) != RS_OK)
-		return -1;
-	H.report = tmpfile();
-	H.o = (rs_job_options){.cfg = H.cfg, .config_path = "examples/minimal.json", .url = "ws://127.0.0.1:1",
-			       .token = "t", .steps = 100, .debounce_ms = 1000, .timeout_ms = 10000, .max_attempts = 2,
-			       .report = H.report, .now = fake_now};
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	forget_mail();
-	rs_job_destroy(H.job);
-	rs_config_free(H.cfg);
-	json_decref(H.state);
-	fclose(H.report);
-	return 0;
-}
-
-static void tick(double dt)
-{
-	H.now += dt;
-	rs_job_tick(H.job);
-}
-
-static void join(int k)
-{
-	char name[32], addr[32], inc[32];
-	snprintf(name, sizeof(name), "worker-%d", k);
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", 2000 + k);
-	snprintf(inc, sizeof(inc), "incarnation-%d", k);
-	rs_msg_join j = {.worker = name, .addr = addr, .pid = 100 + k, .incarnation = inc}; /* proved by the server */
-	H.h.on_join(H.h.ctx, conn(k), &j);
-}
-
-/* Worker k says msg (stolen). */
-static void say(int k, json_t *msg)
-{
-	assert_non_null(msg);
-	H.h.on_message(H.h.ctx, conn(k), msg);
-	json_decref(msg);
-}
-
-/* The last message of this type worker k got, or NULL. */
-static json_t *last(int k, rs_msg_type type)
-{
-	for (int i = H.box[k].n - 1; i >= 0; i--)
-		if (rs_proto_kind(H.box[k].msg[i]) == type)
-			return H.box[k].msg[i];
-	return NULL;
-}
-
-static int64_t field(const json_t *m, const char *key) { return json_integer_value(json_object_get(m, key)); }
-
-static void assert_phase(const char *p) { assert_string_equal(rs_job_phase(H.job), p); }
-
-/* The report (stdout of a real coordinator) holds this text. */
-static int reported(const char *text)
-{
-	char buf[65536];
-	fflush(H.report);
-	rewind(H.report);
-	size_t n = fread(buf, 1, sizeof(buf) - 1, H.report);
-	buf[n] = 0;
-	return strstr(buf, text) != NULL;
-}
-
-static json_t *sums(uint64_t a, uint64_t b)
-{
-	uint64_t v[NTABLES] = {a, b};
-	return rs_proto_checksums_to_json(v, NTABLES);
-}
-
-static void paused(int k, int64_t gen, int64_t rank, int64_t step, uint64_t a, uint64_t b)
-{
-	char addr[32];
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", 3000 + k);
-	json_t *cs = sums(a, b);
-	rs_msg_paused p = {.rank = rank, .generation = gen, .step = step, .addr = addr, .checksum = cs};
-	say(k, rs_proto_make_paused(&p));
-	json_decref(cs);
-}
-
-/* Workers 0..n-1 of generation 1 pause at step 40; worker k's tables checksum 10k+1 and 10k+2. */
-static void world_paused(int n)
-{
-	for (int k = 0; k < n; k++)
-		paused(k, 1, k, 40, 10 * (uint64_t)k + 1, 10 * (uint64_t)k + 2);
-}
-
-static void staged(int k, int64_t gen, int ok, int has_rows, uint64_t a, uint64_t b)
-{
-	json_t *cs = has_rows ? sums(a, b) : NULL;
-	rs_msg_staged s = {.generation = gen, .ok = ok, .reason = ok ? NULL : "a chunk failed its CRC", .checksum = cs};
-	say(k, rs_proto_make_staged(&s));
-	json_decref(cs);
-}
-
-/* Start a job of n workers and bring it to generation 1, training. */
-static void start(int n)
-{
-	rs_job *j;
-	rs_err err = {0};
-	assert_int_equal(rs_job_create(&H.o, &source, n, &j, &err), RS_OK);
-	set_job(j);
-	assert_phase("starting");
-	tick(0);
-	assert_int_equal(H.replicas, n); /* the source was asked for the workers */
-	for (int k = 0; k < n; k++)
-		join(k);
-	tick(0.01);
-	assert_phase("training");
-	assert_int_equal(rs_job_generation(H.job), 1);
-	for (int k = 0; k < n; k++) {
-		json_t *s = last(k, RS_MSG_START);
-		assert_non_null(s);
-		assert_int_equal(field(s, "rank"), k);
-		assert_int_equal(field(s, "world"), n);
-		assert_int_equal(field(s, "generation"), 1);
-		assert_null(json_object_get(s, "previous_plan"));
-	}
-	assert_int_equal(H.saved[H.nsaved - 1], RS_STATE_TRAINING);
-}
-
-/*
- * From a training world of `from` (worker-0..from-1), a scale to `to`:
- * joiners join, the world pauses (each old member's rows checksum 10*k+1,
- * 10*k+2), the attempt starts. Ends in MIGRATING with generation 2 sent.
- */
-static void to_migrating(int from, int to)
-{
-	H.replicas = to;
-	for (int k = from; k < to; k++)
-		join(k);
-	tick(0.05);
-	tick(0.2); /* a tenth of the debounce, nobody pending: the change is ready */
-	for (int k = 0; k < from; k++)
-		assert_non_null(last(k, RS_MSG_PAUSE));
-	world_paused(from);
-	tick(0.01);
-	assert_phase("paused");
-	tick(0.01);
-	assert_phase("migrating");
-	int nu = from > to ? from : to;
-	for (int k = 0; k < nu; k++) {
-		json_t *s = last(k, RS_MSG_START);
-		assert_non_null(s);
-		assert_int_equal(field(s, "generation"), 2);
-		assert_int_equal(field(s, "world"), to);
-		assert_int_equal(field(s, "union_world"), nu);
-		assert_int_equal(field(s, "first_step"), 40);
-		assert_non_null(json_object_get(s, "previous_plan"));
-		say(k, rs_proto_make_generation(RS_MSG_STAGING, 2, 0, NULL));
-	}
-	assert_int_equal(H.saved[H.nsaved - 1], RS_STATE_MIGRATING);
-	assert_true(reported("generation 2: "));
-}
-
-/* Sums of the old world's per-table checksums (see to_migrating). */
-static uint64_t before_sum(int from, int t)
-{
-	uint64_t s = 0;
-	for (int k = 0; k < from; k++)
-		s += 10 * (uint64_t)k + 1 + (uint64_t)t;
-	return s;
-}
-
-/* Every member of the new world of `to` stages its share of the old sums; leavers stage without rows. */
-static void all_staged(int from, int to, uint64_t skew)
-{
-	uint64_t a = before_sum(from, 0), b = before_sum(from, 1);
-	for (int k = 0; k < to; k++)
-		staged(k, 2, 1, 1, k ? 0 : a + skew, k ? 0 : b);
-	for (int k = to; k < from; k++)
-		staged(k, 2, 1, 0, 0, 0);
-}
-
-/* A 2-worker job whose 2 -> 3 attempt every member staged: committing. */
-static void to_committing(void)
-{
-	start(2);
-	to_migrating(2, 3);
-	all_staged(2, 3, 0);
-	tick(0.01);
-	assert_phase("committing");
-}
-
-/* A 2-worker job whose 2 -> 3 attempt staged with a checksum mismatch: aborting. */
-static void to_aborting(void)
-{
-	start(2);
-	to_migrating(2, 3);
-	all_staged(2, 3, 1); /* a row lost or counted twice */
-	tick(0.01);
-	assert_phase("aborting");
-}
 
 static void test_grow_commits(void **state)
 {
@@ -483,28 +143,6 @@ static void test_abort_on_staging_timeout_then_give_up(void **state)
 	assert_true(H.ending);
 }
 
-static void test_old_member_lost_while_migrating_fails(void **state)
-{
-	(void)state;
-	start(2);
-	to_migrating(2, 3);
-	rs_job_exited(H.job, "worker-1", 0, "killed by signal 9");
-	tick(0.01);
-	assert_phase("failed");
-	assert_non_null(strstr(rs_job_error(H.job), "worker-1 was lost holding the only copy of rows"));
-}
-
-static void test_world_member_lost_while_training_fails(void **state)
-{
-	(void)state;
-	start(2);
-	rs_job_exited(H.job, "worker-0", 0, "exited with status 3");
-	tick(0.1);
-	assert_phase("training"); /* peers of a dead member fail within milliseconds: the cause gets a moment */
-	tick(0.6);
-	assert_phase("failed");
-	assert_non_null(strstr(rs_job_error(H.job), "worker-0 was lost holding the only copy of rows of 'users'"));
-}
 
 static void test_commit_timeout_fails(void **state)
 {
@@ -514,20 +152,6 @@ static void test_commit_timeout_fails(void **state)
 	tick(41);
 	assert_phase("failed");
 	assert_non_null(strstr(rs_job_error(H.job), "did not confirm the commit of generation 2"));
-}
-
-static void test_member_lost_while_committing_fails(void **state)
-{
-	(void)state;
-	to_committing();
-	say(0, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
-	say(1, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
-	tick(0.01);
-	assert_phase("committing"); /* worker-2 has not confirmed yet */
-	rs_job_exited(H.job, "worker-2", 0, "killed by signal 9");
-	tick(0.01);
-	assert_phase("failed");
-	assert_non_null(strstr(rs_job_error(H.job), "worker-2 was lost right after the commit of generation 2"));
 }
 
 static void test_aborting_times_out(void **state)
@@ -540,16 +164,6 @@ static void test_aborting_times_out(void **state)
 	tick(2);
 	assert_phase("failed");
 	assert_non_null(strstr(rs_job_error(H.job), "did not return to generation 1 after the abort"));
-}
-
-static void test_world_member_lost_while_aborting_fails(void **state)
-{
-	(void)state;
-	to_aborting();
-	rs_job_exited(H.job, "worker-1", 0, "killed by signal 9");
-	tick(0.01);
-	assert_phase("failed");
-	assert_non_null(strstr(rs_job_error(H.job), "worker-1 was lost holding the only copy of rows"));
 }
 
 static void test_no_worker_left_while_paused_fails(void **state)
@@ -719,24 +333,6 @@ static void test_messages_checked(void **state)
 	assert_phase("training");
 }
 
-/* Destroy the job as a killed coordinator would leave it, and recover one from what it persisted last. */
-static void restart_coordinator(void)
-{
-	rs_state st;
-	rs_err err = {0};
-	rs_job *j;
-	char *text = json_dumps(H.state, JSON_COMPACT);
-	assert_non_null(text);
-	assert_int_equal(rs_state_parse(text, strlen(text), "state", &st, &err), RS_OK);
-	free(text);
-	rs_job_destroy(H.job);
-	H.job = NULL;
-	forget_mail();
-	assert_int_equal(rs_job_recover(&H.o, &source, &st, &j, &err), RS_OK);
-	rs_state_free(&st);
-	set_job(j);
-}
-
 static void test_recovered_decision_is_repeated(void **state)
 {
 	(void)state;
@@ -782,20 +378,6 @@ static void test_recovered_job_aborts_what_it_did_not_decide(void **state)
 	assert_string_equal(json_string_value(json_object_get(last(0, RS_MSG_ABORT), "reason")), "that attempt is over");
 }
 
-static void test_recovered_job_tells_a_replacement_from_the_original(void **state)
-{
-	(void)state;
-	start(2);
-	restart_coordinator(); /* as in Kubernetes: no process exits are seen, pods come back under their names */
-	join(0); /* the same process: its incarnation is the one the state kept */
-	rs_msg_join j = {.worker = "worker-1", .addr = "127.0.0.1:2001", .pid = 101, .incarnation = "a-new-process"};
-	H.h.on_join(H.h.ctx, conn(1), &j);
-	tick(0.01);
-	tick(0.6); /* a loss not by a signal gets a moment for its first cause to surface */
-	assert_phase("failed");
-	assert_non_null(strstr(rs_job_error(H.job), "worker-1 was lost holding the only copy of rows"));
-}
-
 static void test_recovery_refuses_more_members_than_a_job_has(void **state)
 {
 	(void)state;
@@ -838,12 +420,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_abort_when_a_joiner_is_lost, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_abort_when_a_member_never_stages, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_abort_on_staging_timeout_then_give_up, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_old_member_lost_while_migrating_fails, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_world_member_lost_while_training_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_commit_timeout_fails, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_member_lost_while_committing_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_aborting_times_out, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_world_member_lost_while_aborting_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_worker_left_while_paused_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_resume_when_nothing_changes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_schedule_scales_at_its_step, setup, teardown),
@@ -856,7 +434,6 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_recovered_decision_is_repeated, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovered_undecided_attempt_commits_when_all_staged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovered_job_aborts_what_it_did_not_decide, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_recovered_job_tells_a_replacement_from_the_original, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovery_refuses_more_members_than_a_job_has, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,155 @@
+/*
+ * job_recover.c - recovery from a lost world member (README, "Recovery").
+ * A worker that dies without handing its rows over (SIGKILL, the OOM
+ * killer, its node gone, its pod deleted) takes the only copy of its
+ * shards with it, and its peers' next step fails: they drop the
+ * generation and report idle (worker/agent.c). The world then goes back
+ * to the latest complete periodic checkpoint whose files all match their
+ * checksums (the one before, when the newest is damaged), or to where the
+ * job started when there is none: a new generation over the survivors and
+ * the replacements (a StatefulSet recreates the pod, local mode restarts
+ * the ordinal), planned afresh, loads it and trains again from its step.
+ * The data is addressed by global sample index, so the run ends where an
+ * undisturbed one would. A job that keeps failing back to the same step
+ * gives up after max_attempts recoveries in a row.
+ */
+#include "coordinator/job_internal.h"
+#include "common/checkpoint.h"
+#include "common/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void rs__recover_free(rs_job *j)
+{
+	free(j->rec.old);
+	j->rec.old = NULL;
+	j->rec.nold = 0;
+}
+
+/*
+ * Where the world goes back to: the latest verified complete checkpoint
+ * (into load, its step into *step), else the job's own --load, else step 0
+ * ("" in load). 0 when the checkpoints cannot be read at all: rolling
+ * back to an older step then would throw good ones away.
+ */
+static int rollback_point(rs_job *j, char *load, size_t n, int64_t *step)
+{
+	rs_err err = {0};
+	load[0] = 0;
+	*step = 0;
+	if (j->o.ckpt_dir) {
+		rs_ckpt_index ix;
+		rs_status st = rs_checkpoint_resolve(j->o.ckpt_dir, load, n, &err);
+		if (st == RS_OK && (st = rs_checkpoint_index_read(load, &ix, &err)) == RS_OK) {
+			*step = ix.step;
+			rs_checkpoint_index_free(&ix);
+			return 1;
+		}
+		load[0] = 0;
+		if (st != RS_ENOTFOUND) {
+			rs__job_fail(j, "%s; recovery cannot read the checkpoints: %s", j->rec.why, err.msg);
+			return 0;
+		}
+		RS_WARN("recovery: no complete checkpoint under %s yet", j->o.ckpt_dir);
+	}
+	if (j->o.load) {
+		snprintf(load, n, "%s", j->o.load);
+		*step = j->o.load_step;
+	}
+	return 1;
+}
+
+/* The lost generation's members drop what they hold: a staged attempt is aborted, the world dissolved. */
+static void dissolve(rs_job *j)
+{
+	if (j->att.generation) {
+		json_t *abort = rs_proto_make_generation(RS_MSG_ABORT, j->att.generation, 0, j->rec.why);
+		for (int32_t u = 0; abort && u < j->att.nuni; u++)
+			rs__job_send(j, &j->mem.v[j->att.uni[u]], json_incref(abort));
+		json_decref(abort);
+		rs__cycle_free_attempt(j);
+	}
+	rs__recover_free(j);
+	j->rec.old = j->cur.world, j->rec.nold = j->cur.nworld;
+	j->cur.world = NULL, j->cur.nworld = 0;
+	rs_plan_free(j->cur.plan);
+	j->cur.plan = NULL;
+	j->cur.pause_sent = j->cur.pausing = 0;
+	j->cur.resume_step = -1;
+	j->mem.loss_seen_at = 0;
+	for (size_t i = 0; i < j->mem.n; i++)
+		j->mem.v[i].replaced = 0; /* nobody holds rows now: a new process under an old name is a fresh worker */
+}
+
+void rs__recover(rs_job *j, int i, const char *why)
+{
+	member *m = &j->mem.v[i];
+	char tables[256];
+	int64_t near = m->step > rs__job_step(j) ? m->step : rs__job_step(j);
+	rs__member_tables(j, i, tables, sizeof(tables));
+	snprintf(j->rec.why, sizeof(j->rec.why), "%s %s holding the only copy of rows of %s (generation %lld, near step %lld)",
+		 m->name, why, tables[0] ? tables : "its tables", (long long)j->cur.generation, (long long)near);
+	for (int32_t r = 0; r < j->cur.nworld; r++)
+		if (j->mem.v[j->cur.world[r]].st == M_DONE) { /* finished members exit: no world to go back with */
+			rs__job_fail(j, "%s, after %s finished the last step", j->rec.why, j->mem.v[j->cur.world[r]].name);
+			return;
+		}
+	char load[sizeof(j->rec.load)];
+	int64_t to;
+	if (!rollback_point(j, load, sizeof(load), &to))
+		return;
+	j->rec.in_a_row = j->rec.total && to == j->rec.to ? j->rec.in_a_row + 1 : 1;
+	int limit = j->o.max_attempts > 0 ? j->o.max_attempts : 3;
+	if (j->rec.in_a_row > limit) {
+		rs__job_fail(j, "%s; gave up after %d recoveries in a row back to step %lld", j->rec.why, limit, (long long)to);
+		return;
+	}
+	dissolve(j);
+	snprintf(j->rec.load, sizeof(j->rec.load), "%s", load);
+	j->rec.from = near, j->rec.to = to;
+	j->rec.started = rs__job_now(j);
+	j->rec.total++;
+	j->cur.next_sched = 0;
+	while (j->cur.next_sched < j->o.nsched && j->o.sched_step[j->cur.next_sched] <= to)
+		j->cur.next_sched++;
+	rs__emit(j, &(job_event){.kind = EV_RECOVERING, .reason = j->rec.why, .step = to, .detail = load[0] ? load : NULL});
+	rs__members_changed(j);
+	rs__job_set_phase(j, P_RECOVERING);
+}
+
+/*
+ * Wait until no member still works in the lost generation (its step
+ * fails, or an aborted attempt's staging returns), and for the
+ * replacements (at most the debounce); then start the new generation over
+ * every idle member.
+ */
+void rs__recover_tick(rs_job *j)
+{
+	int32_t c[RS_MAX_WORKERS];
+	int pending, busy = 0;
+	double now = rs__job_now(j), timeout = j->o.timeout_ms / 1000.0;
+	for (size_t i = 0; i < j->mem.n; i++) {
+		member *m = &j->mem.v[i];
+		if (rs__member_gone(j, m) || !m->conn)
+			continue;
+		if (m->st == M_PAUSED)
+			m->st = M_IDLE; /* its model is of the lost world: it listens at m->addr for the next */
+		busy += m->st != M_IDLE && m->st != M_DONE;
+	}
+	if (busy && now - j->ph_at < timeout)
+		return;
+	int32_t n = rs__members_candidates(j, c, &pending);
+	double waited = now - (j->mem.last_change > j->ph_at ? j->mem.last_change : j->ph_at);
+	if (n == 0 || (pending > 0 && waited < j->o.debounce_ms / 1000.0)) {
+		if (n == 0 && now - j->ph_at > 4 * timeout)
+			rs__job_fail(j, "%s; no worker came to take its place within %d ms", j->rec.why, 4 * j->o.timeout_ms);
+		return;
+	}
+	RS_WARN("recovery: generation %lld over %d workers, from %s (step %lld; training was near step %lld)",
+		(long long)j->att.last_generation + 1, (int)n, j->rec.load[0] ? j->rec.load : "the start",
+		(long long)j->rec.to, (long long)j->rec.from);
+	rs__ckpt_rollback(j, j->rec.to); /* every survivor's write of the lost world has ended: it reported idle after it */
+	if (rs__cycle_start(j, c, n, j->att.last_generation + 1, j->rec.load[0] ? j->rec.load : NULL, j->rec.to))
+		rs__recover_free(j);
+}

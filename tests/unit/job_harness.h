@@ -1,0 +1,81 @@
+/*
+ * job_harness.h - the world around one coordinator job for the unit tests
+ * (test_job.c, test_job_recover.c): a fake membership source, a fake post
+ * office in place of the server (each connection is a mailbox) and a
+ * clock the test moves; helpers that drive the job as real workers would.
+ */
+#ifndef RS_TESTS_JOB_HARNESS_H
+#define RS_TESTS_JOB_HARNESS_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "common/config.h"
+#include "common/proto.h"
+#include "coordinator/job.h"
+
+#include <stdio.h>
+
+#define WORKERS 8
+#define MAX_MAIL 256
+#define NTABLES 2 /* examples/minimal.json */
+
+typedef struct mailbox {
+	json_t *msg[MAX_MAIL];
+	int n;
+} mailbox;
+
+/* The world around one job. */
+typedef struct job_harness {
+	double now;
+	rs_config *cfg;
+	rs_job *job;
+	rs_server_handler h;
+	rs_job_options o;
+	FILE *report;
+	/* the membership source */
+	int32_t replicas;
+	int scales, ending, save_fails;
+	rs_state_phase saved[64];
+	int nsaved;
+	json_t *state;          /* the last state saved */
+	char event[256];
+	/* the post office: one mailbox per worker connection (index WORKERS: rowshiftctl) */
+	mailbox box[WORKERS + 1];
+	int published;
+} job_harness;
+extern job_harness H;
+
+extern const rs_job_source source;
+
+rs_conn *conn(int k);
+void forget_mail(void);
+void set_job(rs_job *j);
+int setup(void **state);
+int teardown(void **state);
+void tick(double dt);
+void join(int k);
+void say(int k, json_t *msg);
+json_t *last(int k, rs_msg_type type);
+void assert_phase(const char *p);
+int reported(const char *text);
+json_t *sums(uint64_t a, uint64_t b);
+void paused(int k, int64_t gen, int64_t rank, int64_t step, uint64_t a, uint64_t b);
+void world_paused(int n);
+void staged(int k, int64_t gen, int ok, int has_rows, uint64_t a, uint64_t b);
+void start(int n);
+void to_migrating(int from, int to);
+void all_staged(int from, int to, uint64_t skew);
+void to_committing(void);
+void to_aborting(void);
+void restart_coordinator(void);
+void assert_recovering(const char *what);
+void rejoin_new(int k);
+int64_t field(const json_t *m, const char *key);
+/* Sums of the old world's per-table checksums (see to_migrating). */
+uint64_t before_sum(int from, int t);
+
+#endif
