@@ -99,7 +99,10 @@ static void ckpt_collect(rs_agent *a, int wait)
 {
 	json_t *report;
 	rs_err err = {0};
-	if (rs_checkpointer_done(a->ckpt, wait, &report, &err) != RS_OK)
+	rs_status st = rs_checkpointer_done(a->ckpt, wait, &report, &err);
+	if (st == RS_EABORTED)
+		RS_INFO("%s: its generation is lost", err.msg);
+	else if (st != RS_OK)
 		RS_WARN("%s (training goes on; this checkpoint stays incomplete and is never read)", err.msg);
 	if (report)
 		rs_link_post(&a->link, report);
@@ -108,7 +111,8 @@ static void ckpt_collect(rs_agent *a, int wait)
 /* Forget the generation this worker trains: its model, transports and plan (the rows go with them). */
 static void drop_model(rs_agent *a)
 {
-	ckpt_collect(a, 1); /* a periodic write in flight ends first: no file of the lost world lands later */
+	rs_checkpointer_cancel(a->ckpt); /* a periodic write in flight stops at its next file ... */
+	ckpt_collect(a, 1);              /* ... and ends first: no file of the lost world lands later */
 	drop_staged(a);
 	if (a->t)
 		rs_transport_abort(a->t); /* the other ranks must not wait for this one */
@@ -204,7 +208,8 @@ static rs_status start_fresh(rs_agent *a, const rs_msg_start *s, rs_plan *plan, 
 	}
 	RSCHECKGOTO(relisten(a, err), st, fail);
 	RSCHECKGOTO(connect_peers(a, s, &a->t, err), st, fail);
-	RSCHECKGOTO(rs_trainer_create(a->c.cfg, plan, a->t, a->engine, &a->tr, err), st, fail);
+	RSCHECKGOTO((s->load ? rs_trainer_create_for_load : rs_trainer_create)(a->c.cfg, plan, a->t, a->engine, &a->tr, err),
+		    st, fail);
 	if (s->load)
 		RSCHECKGOTO(load_checkpoint(a, s, err), st, fail);
 	a->plan = plan;

@@ -69,6 +69,12 @@ rs_status rs_checkpointer_create(rs_checkpointer **out, rs_err *err)
 
 int rs_checkpointer_busy(const rs_checkpointer *c) { return c->running; }
 
+void rs_checkpointer_cancel(rs_checkpointer *c)
+{
+	if (c->running)
+		rs_snapshot_cancel(c->snap); /* the snapshot is the thread's until joined; the flag is atomic */
+}
+
 rs_status rs_checkpointer_start(rs_checkpointer *c, rs_snapshot *s, const char *root, int64_t generation,
 				int64_t step, int64_t rank, rs_err *err)
 {

@@ -26,6 +26,13 @@ typedef struct rs_checkpointer rs_checkpointer;
 rs_status rs_checkpointer_create(rs_checkpointer **out, rs_err *err);
 
 /*
+ * Stop the write in flight before its next file (its generation is lost:
+ * the checkpoint would never complete). rs_checkpointer_done then gives
+ * RS_EABORTED.
+ */
+void rs_checkpointer_cancel(rs_checkpointer *c);
+
+/*
  * Write s (taken over, freed when written) for (generation, step, rank)
  * under root. The previous write must have been collected (rs_checkpointer_done
  * with wait); RS_EINVAL otherwise (a bug). RS_ESYS when no thread can be started (s is then freed).

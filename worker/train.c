@@ -240,6 +240,12 @@ rs_status rs_trainer_create(const rs_config *cfg, const rs_plan *plan, rs_transp
 	return rs__trainer_alloc(cfg, plan, t, engine, NULL, 1, out, err);
 }
 
+rs_status rs_trainer_create_for_load(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_engine *engine,
+				     rs_trainer **out, rs_err *err)
+{
+	return rs__trainer_alloc(cfg, plan, t, engine, NULL, 0, out, err);
+}
+
 rs_status rs__trainer_alloc(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_engine *engine,
 			    rs_data *data, int init, rs_trainer **out, rs_err *err)
 {

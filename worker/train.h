@@ -53,6 +53,9 @@ void rs_trainer_request_pause(rs_trainer *tr);
  */
 rs_status rs_trainer_create(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_engine *engine,
 			    rs_trainer **out, rs_err *err);
+/* The same with the shards left unset, for rs_trainer_load to fill (no initial values to compute). */
+rs_status rs_trainer_create_for_load(const rs_config *cfg, const rs_plan *plan, rs_transport *t, rs_engine *engine,
+				     rs_trainer **out, rs_err *err);
 void rs_trainer_destroy(rs_trainer *tr);
 
 /*
@@ -115,6 +118,12 @@ int rs_snapshot_files(const rs_snapshot *s, const rs_ckpt_file_report **files);
 int64_t rs_snapshot_dense_params(const rs_snapshot *s); /* rank 0's snapshot: the dense network's size; else -1 */
 size_t rs_snapshot_bytes(const rs_snapshot *s);         /* memory the copies take */
 void rs_snapshot_free(rs_snapshot *s);
+/*
+ * Ask a write in flight (any thread) to stop before its next file:
+ * rs_snapshot_write then returns RS_EABORTED, the files it wrote left
+ * without an index.
+ */
+void rs_snapshot_cancel(rs_snapshot *s);
 
 /*
  * Load a checkpoint written by rs_trainer_save (at any world size and

@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/safetensors.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +73,10 @@ struct rs_snapshot {
 	rs_ckpt_file_report *written; /* per file, after rs_snapshot_write */
 	size_t bytes;           /* of the copies */
 	int borrow;             /* the trainer's own buffers are written as they are (a save that waits for its write) */
+	atomic_int cancel;      /* rs_snapshot_cancel: stop before the next file */
 };
+
+void rs_snapshot_cancel(rs_snapshot *s) { atomic_store(&s->cancel, 1); }
 
 void rs_snapshot_free(rs_snapshot *s)
 {
@@ -203,6 +207,8 @@ rs_status rs_snapshot_write(rs_snapshot *s, const char *dir, rs_err *err)
 	for (int i = 0; i < s->n; i++) {
 		snap_file *f = &s->f[i];
 		rs_ckpt_file_report *w = &s->written[i];
+		if (atomic_load(&s->cancel))
+			return rs_err_set(err, RS_EABORTED, "cancelled after %d of its %d files", i, s->n);
 		snprintf(path, sizeof(path), "%s/%s", dir, f->name);
 		w->file = f->name;
 		RSCHECK(rs_st_write_crc(path, f->t, f->n, f->meta, &w->crc32c, &w->bytes, err));

@@ -23,6 +23,7 @@
 #include "tests/unit/scratch.h"
 
 #include <math.h>
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -306,6 +307,78 @@ static void test_malformed_request_is_refused(void **state)
 	plan = NULL;
 }
 
+/* Entries of directory d (0 when it cannot be read). */
+static int entries(const char *path)
+{
+	DIR *d = opendir(path);
+	int n = 0;
+	for (struct dirent *e; d && (e = readdir(d));)
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/*
+ * One rank: a snapshot cancelled before its write writes nothing (RS_EABORTED);
+ * a trainer made for a load (no initial values) and loaded holds the saved model.
+ */
+static int snapshot_body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
+{
+	(void)rank, (void)msg;
+	rs_trainer *tr, *back;
+	rs_snapshot *s;
+	rs_err err = {0};
+	char snap[128], saved[128];
+	uint64_t a[16] = {0}, b[16] = {0};
+	snprintf(snap, sizeof(snap), "%s/snapshot", dir);
+	snprintf(saved, sizeof(saved), "%s/saved", dir);
+	if (st != RS_OK || mkdir(snap, 0700) != 0 || mkdir(saved, 0700) != 0 ||
+	    rs_trainer_create(cfg, plan, t, NULL, &tr, &err) != RS_OK)
+		return 100;
+	for (int64_t k = 0; k < 3; k++)
+		if (rs_trainer_step(tr, k, NULL, NULL) != RS_OK)
+			return 101;
+	if (rs_trainer_snapshot(tr, &s, &err) != RS_OK)
+		return 102;
+	rs_snapshot_cancel(s);
+	rs_status w = rs_snapshot_write(s, snap, &err);
+	rs_snapshot_free(s);
+	err.msg[0] = 0;
+	int code = w != RS_EABORTED ? 103 : entries(snap) != 0 ? 104 : 0;
+	if (!code && (rs_trainer_save(tr, saved, 3, &err) != RS_OK ||
+		      rs_trainer_create_for_load(cfg, plan, t, NULL, &back, &err) != RS_OK))
+		code = 105;
+	int64_t step = -1;
+	if (!code && (rs_trainer_load(back, saved, &step, &err) != RS_OK || step != 3))
+		code = 106;
+	if (!code) {
+		rs_trainer_checksum(tr, a);
+		rs_trainer_checksum(back, b);
+		code = memcmp(a, b, sizeof(a)) ? 107 : 0;
+		rs_trainer_destroy(back);
+	}
+	if (code)
+		fprintf(stderr, "snapshot_body: %d: %s\n", code, err.msg);
+	rs_trainer_destroy(tr);
+	return code;
+}
+
+static void test_snapshot_cancel_and_load(void **state)
+{
+	(void)state;
+	rs_err err = {0};
+	assert_true(cfg->ntables <= 16);
+	rs_world wd = rs_world_make(cfg, 1, 0, 0, 0);
+	assert_int_equal(rs_planner_plan(cfg, &wd, NULL, NULL, &plan, &err), RS_OK);
+	world wo = {.n = 1, .timeout_ms = 20000, .absent = -1, .bad_token = -1, .bad_generation = -1, .reap_last = -1,
+		    .body = snapshot_body};
+	world_run(&wo);
+	rs_plan_free(plan);
+	plan = NULL;
+	assert_int_equal(wo.exit_code[0], 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -313,6 +386,7 @@ int main(void)
 		cmocka_unit_test(test_learns_toward_the_teacher),
 		cmocka_unit_test(test_killed_worker_stops_the_others),
 		cmocka_unit_test(test_malformed_request_is_refused),
+		cmocka_unit_test(test_snapshot_cancel_and_load),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
