@@ -136,7 +136,7 @@ rs_status rs_proto_start(json_t *msg, rs_msg_start *s, rs_err *err)
 {
 	json_error_t jerr;
 	const char *type;
-	json_int_t v[9] = {0};
+	json_int_t v[10] = {0};
 	int last = 1;
 	s->save = NULL;
 	s->load = NULL;
@@ -145,18 +145,21 @@ rs_status rs_proto_start(json_t *msg, rs_msg_start *s, rs_err *err)
 	s->union_of_old = NULL;
 	v[7] = -1;
 	if (json_unpack_ex(msg, &jerr, JSON_STRICT,
-			   "{s:s, s:I, s:I, s:I, s:o, s:o, s:I, s:I, s:I, s:I, s?s, s?s, s?I, s?o, s?o, s?b, s?s, s?I}", "type", &type,
+			   "{s:s, s:I, s:I, s:I, s:o, s:o, s:I, s:I, s:I, s:I, s?s, s?s, s?I, s?o, s?o, s?b, s?s, s?I, s?I}", "type", &type,
 			   "generation", &v[0], "rank", &v[1], "world", &v[2], "peers", &s->peers, "plan", &s->plan,
 			   "first_step", &v[3], "steps", &v[4], "eval_every", &v[5], "eval_samples", &v[6], "save",
 			   &s->save, "load", &s->load, "union_world", &v[7], "previous_plan", &s->previous_plan, "union_of_old",
-			   &s->union_of_old, "last", &last, "checkpoint_dir", &s->checkpoint_dir, "checkpoint_every", &v[8]) != 0)
+			   &s->union_of_old, "last", &last, "checkpoint_dir", &s->checkpoint_dir, "checkpoint_every", &v[8],
+			   "checkpoint_interval", &v[9]) != 0)
 		return rs_err_set(err, RS_EINVAL, "start: %s", jerr.text);
 	s->generation = v[0], s->rank = v[1], s->world = v[2], s->first_step = v[3], s->steps = v[4];
 	s->eval_every = v[5], s->eval_samples = v[6], s->union_world = v[7] < 0 ? v[2] : v[7];
 	s->last = last;
-	s->checkpoint_every = v[8];
-	if ((s->checkpoint_every < 0) || (s->checkpoint_every > 0) != (s->checkpoint_dir != NULL))
-		return rs_err_set(err, RS_EINVAL, "start: checkpoint_every must be >= 1 with a checkpoint_dir, else absent");
+	s->checkpoint_every = v[8], s->checkpoint_interval = v[9];
+	if (s->checkpoint_every < 0 || s->checkpoint_interval < 0 ||
+	    (s->checkpoint_every > 0 || s->checkpoint_interval > 0) != (s->checkpoint_dir != NULL))
+		return rs_err_set(err, RS_EINVAL, "start: a checkpoint_dir needs checkpoint_every or checkpoint_interval "
+						  "(>= 1), and they need it");
 	if (s->generation < 1 || s->world < 1 || s->world > RS_MAX_WORKERS || s->union_world < s->world ||
 	    s->union_world > RS_MAX_WORKERS || s->rank < 0 || s->rank >= s->union_world || !json_is_array(s->peers) ||
 	    (int64_t)json_array_size(s->peers) != s->union_world || s->eval_every < 0 || s->eval_samples < 0 ||
@@ -496,7 +499,8 @@ json_t *rs_proto_make_start(const rs_msg_start *m)
 	j = opt_set(j, "save", m->save ? json_string(m->save) : NULL, m->save != NULL);
 	j = opt_set(j, "checkpoint_dir", m->checkpoint_dir ? json_string(m->checkpoint_dir) : NULL,
 		    m->checkpoint_dir != NULL);
-	j = opt_set(j, "checkpoint_every", json_integer(m->checkpoint_every), m->checkpoint_dir != NULL);
+	j = opt_set(j, "checkpoint_every", json_integer(m->checkpoint_every), m->checkpoint_every > 0);
+	j = opt_set(j, "checkpoint_interval", json_integer(m->checkpoint_interval), m->checkpoint_interval > 0);
 	return opt_set(j, "load", m->load ? json_string(m->load) : NULL, m->load != NULL);
 }
 

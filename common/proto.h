@@ -98,6 +98,7 @@ typedef struct rs_msg_start {
 	const char *load;     /* a fresh start: the checkpoint to load first (its step is first_step), or NULL */
 	const char *checkpoint_dir; /* periodic checkpoints go under it (step-NNNNNNNNN/), or NULL */
 	int64_t checkpoint_every;   /* ... at every step that is a multiple of it (0: none) */
+	int64_t checkpoint_interval; /* ... and at the first step after this many seconds since the last (0: none) */
 	int last;             /* training ends at `steps` (else the worker pauses there) */
 } rs_msg_start;
 

@@ -46,8 +46,9 @@ int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
 		RS_PARAM("--tls-key", "ROWSHIFT_TLS_KEY", RS_PARAM_STR, NULL, "FILE", "the PEM private key of --tls-cert", &c->tls_key),
 		RS_PARAM("--admin-file", "ROWSHIFT_ADMIN_FILE", RS_PARAM_STR, NULL, "FILE", "where rowshiftctl finds this job (URL and token, mode 0600; default: job-PORT.json in $XDG_RUNTIME_DIR/rowshift or /tmp/rowshift-UID, this user's only)", &c->admin_file),
 		RS_PARAM("--load", "ROWSHIFT_LOAD", RS_PARAM_STR, NULL, "DIR", "start from this checkpoint (any world size; training goes on from its step)", &c->load),
-		RS_PARAM("--checkpoint-dir", "ROWSHIFT_CHECKPOINT_DIR", RS_PARAM_STR, NULL, "DIR", "periodic checkpoints (with --checkpoint-every) go to DIR/step-NNNNNNNNN/, written by every worker off its training thread; the index, written last once every worker's files are in, makes one complete (a directory every worker reaches: a shared volume in Kubernetes)", &c->checkpoint_dir),
+		RS_PARAM("--checkpoint-dir", "ROWSHIFT_CHECKPOINT_DIR", RS_PARAM_STR, NULL, "DIR", "periodic checkpoints (with --checkpoint-every or --checkpoint-interval) go to DIR/step-NNNNNNNNN/, written by every worker off its training thread; the index, written last once every worker's files are in, makes one complete (a directory every worker reaches: a shared volume in Kubernetes)", &c->checkpoint_dir),
 		RS_PARAM("--checkpoint-every", "ROWSHIFT_CHECKPOINT_EVERY", RS_PARAM_INT, "0", "N", "take a periodic checkpoint at every multiple of N steps (0: none)", &c->checkpoint_every),
+		RS_PARAM("--checkpoint-interval", "ROWSHIFT_CHECKPOINT_INTERVAL", RS_PARAM_INT, "0", "SECONDS", "also take one at the first step after SECONDS since the last (the workers agree on the step in that step's all-reduce; 0: none)", &c->checkpoint_interval),
 		RS_PARAM("--checkpoint-keep", "ROWSHIFT_CHECKPOINT_KEEP", RS_PARAM_INT, "2", "K", "keep the newest K complete periodic checkpoints, delete older ones", &c->checkpoint_keep),
 		RS_PARAM("--save", "ROWSHIFT_SAVE", RS_PARAM_STR, NULL, "DIR", "write a checkpoint (safetensors) here at the end", &c->save),
 		RS_PARAM("--worker-bin", "ROWSHIFT_WORKER_BIN", RS_PARAM_STR, NULL, "PATH", "the worker binary (default: beside this one)", &c->worker_bin),
@@ -74,8 +75,10 @@ int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
 			  : c->max_attempts < 1 || c->max_attempts > 1000 ? "--max-attempts: 1..1000"
 			  : c->steps < -1 ? "--steps: -1 (the config's) or more"
 			  : c->checkpoint_every < 0 || c->checkpoint_every > ((int64_t)1 << 40) ? "--checkpoint-every: 0..2^40"
+			  : c->checkpoint_interval < 0 || c->checkpoint_interval > 31536000 ? "--checkpoint-interval: 0..31536000"
 			  : c->checkpoint_keep < 1 || c->checkpoint_keep > 1000 ? "--checkpoint-keep: 1..1000"
-			  : (c->checkpoint_every > 0) != (c->checkpoint_dir != NULL) ? "--checkpoint-dir and --checkpoint-every go together"
+			  : (c->checkpoint_every > 0 || c->checkpoint_interval > 0) != (c->checkpoint_dir != NULL)
+			  ? "--checkpoint-dir goes with --checkpoint-every or --checkpoint-interval (or both)"
 									 : NULL;
 	if (bad) {
 		fprintf(stderr, "rowshift-coordinator: %s\n%s\n", bad, rs_coord_usage);

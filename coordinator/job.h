@@ -97,7 +97,8 @@ typedef struct rs_job_options {
 	const char *save;         /* checkpoint directory at the end, or NULL */
 	const char *load;         /* a checkpoint generation 1 starts from, or NULL */
 	const char *ckpt_dir;     /* periodic checkpoints: under this directory (step-NNNNNNNNN/), or NULL */
-	int64_t ckpt_every;       /* ... at every multiple of this step (>= 1 with ckpt_dir) */
+	int64_t ckpt_every;       /* ... at every multiple of this step (0: none) */
+	int64_t ckpt_interval;    /* ... and when this many seconds passed since the last (0: none; one of them with ckpt_dir) */
 	int ckpt_keep;            /* ... the newest this many complete ones kept, older ones deleted (>= 1) */
 	int64_t load_step;        /* its step: where training starts */
 	int debounce_ms;          /* longest wait for the rest of a membership change before acting */

@@ -129,7 +129,8 @@ rs_status rs__job_checkpointed(rs_job *j, int i, json_t *msg, rs_err *err)
 	rs_status st = RS_OK;
 	/* only the current world's word counts, each rank for itself, for a step it trained */
 	if (!j->o.ckpt_dir || m.generation != j->cur.generation || m.rank >= j->cur.nworld ||
-	    j->cur.world[m.rank] != i || m.step % j->o.ckpt_every != 0 || m.step <= j->ck.last_complete ||
+	    j->cur.world[m.rank] != i || (!j->o.ckpt_interval && m.step % j->o.ckpt_every != 0) ||
+	    m.step <= j->ck.last_complete ||
 	    (j->ck.step && m.step < j->ck.step)) {
 		RS_DEBUG("checkpoint: a report of step %lld from %s ignored (stale or not of this world)", (long long)m.step,
 			 j->mem.v[i].name);

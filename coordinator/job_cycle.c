@@ -57,7 +57,8 @@ static json_t *start_msg(const rs_job *j, int64_t gen, int32_t u, int32_t world,
 			  .plan = jplan, .previous_plan = jprev, .union_of_old = uoo, .first_step = first,
 			  .steps = bound, .eval_every = j->cfg->data.eval_every, .eval_samples = j->cfg->data.eval_samples,
 			  .save = j->o.save, .load = load, .last = bound >= j->o.steps,
-			  .checkpoint_dir = j->o.ckpt_dir, .checkpoint_every = j->o.ckpt_dir ? j->o.ckpt_every : 0};
+			  .checkpoint_dir = j->o.ckpt_dir, .checkpoint_every = j->o.ckpt_dir ? j->o.ckpt_every : 0,
+			  .checkpoint_interval = j->o.ckpt_dir ? j->o.ckpt_interval : 0};
 	json_t *msg = peers && (uoo || !jprev) ? rs_proto_make_start(&m) : NULL;
 	json_decref(peers);
 	json_decref(uoo);

@@ -169,7 +169,8 @@ static rs_status start(coord *c, rs_err *err)
 		return rs_err_set(err, RS_EIO, "%s: %s", c->f.log_json, strerror(errno));
 	c->o.cfg = c->cfg, c->o.config_path = c->config, c->o.token = c->token, c->o.url = c->url;
 	c->o.steps = c->steps, c->o.save = c->save, c->o.log_json = c->log;
-	c->o.ckpt_dir = c->f.checkpoint_dir, c->o.ckpt_every = c->f.checkpoint_every, c->o.ckpt_keep = (int)c->f.checkpoint_keep;
+	c->o.ckpt_dir = c->f.checkpoint_dir, c->o.ckpt_every = c->f.checkpoint_every,
+	c->o.ckpt_interval = c->f.checkpoint_interval, c->o.ckpt_keep = (int)c->f.checkpoint_keep;
 	const char *dirs[2][2] = {{"--save", c->save}, {"--checkpoint-dir", c->o.ckpt_dir}}; /* both modes: a volume in Kubernetes */
 	for (int i = 0; i < 2; i++)
 		if (dirs[i][1] && mkdir(dirs[i][1], 0700) != 0 && errno != EEXIST)

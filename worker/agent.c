@@ -23,7 +23,8 @@ typedef struct run {
 	int last;
 	char save[4096];        /* "" for no checkpoint at the end */
 	char ckpt_dir[4096];    /* periodic checkpoints: under this directory ("": none) */
-	int64_t ckpt_every;     /* ... at every multiple of this step */
+	int64_t ckpt_every;     /* ... at every multiple of this step (0: none) */
+	int64_t ckpt_interval;  /* ... and once this many seconds passed since the last (0: none) */
 } run;
 
 struct rs_agent {
@@ -45,6 +46,8 @@ struct rs_agent {
 	rs_plan *st_plan;
 	run staged;
 	rs_checkpointer *ckpt;  /* periodic checkpoints, written off the training thread */
+	double ckpt_at;         /* when this worker last took one (or its generation started) */
+	int64_t ckpt_gen;       /* the generation ckpt_at is of */
 };
 
 static int leave_requested(const rs_agent *a) { return a->c.leave && *a->c.leave; }
@@ -162,6 +165,7 @@ static void take_run(run *r, const rs_msg_start *s)
 	snprintf(r->save, sizeof(r->save), "%s", s->save ? s->save : "");
 	snprintf(r->ckpt_dir, sizeof(r->ckpt_dir), "%s", s->checkpoint_dir ? s->checkpoint_dir : "");
 	r->ckpt_every = s->checkpoint_dir ? s->checkpoint_every : 0;
+	r->ckpt_interval = s->checkpoint_dir ? s->checkpoint_interval : 0;
 }
 
 /* A periodic checkpoint at this step boundary: copy this rank's part now, write it off the training thread. */
@@ -398,12 +402,16 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 	rs_status st;
 	*done = *stop = 0;
 	RSCHECK(rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_TRAINING, r->generation, r->step, NULL), err));
+	if (r->generation != a->ckpt_gen) /* a new generation: its interval counts from its start */
+		a->ckpt_at = rs_now(), a->ckpt_gen = r->generation;
 	RS_INFO("rank %lld, generation %lld: training steps %lld..%lld", (long long)r->rank, (long long)r->generation,
 		(long long)r->step, (long long)r->steps - 1);
 	while (r->step < r->steps) {
 		int64_t step = r->step;
 		rs_step_stats stats;
 		rs_err why = {0};
+		if (r->ckpt_interval > 0 && rs_now() - a->ckpt_at >= (double)r->ckpt_interval)
+			rs_trainer_request_checkpoint(a->tr); /* the world takes it after this step if any rank asks */
 		if ((st = rs_trainer_step(a->tr, step, &stats, &why)) != RS_OK) {
 			rs_err_set(lost, st, "step %lld: %s", (long long)step, why.msg[0] ? why.msg : rs_status_str(st));
 			return RS_OK;
@@ -417,8 +425,10 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 				   why.msg[0] ? why.msg : rs_status_str(st));
 			return RS_OK;
 		}
-		if (r->ckpt_every > 0 && r->step % r->ckpt_every == 0)
+		if ((r->ckpt_every > 0 && r->step % r->ckpt_every == 0) || stats.checkpoint) {
 			ckpt_take(a);
+			a->ckpt_at = rs_now();
+		}
 		ckpt_collect(a, 0);
 		double t1 = rs_now();
 		if (eval || step % 10 == 9 || end || step == first) {

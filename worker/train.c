@@ -728,11 +728,11 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 		tr->dpooled[k] *= inv;
 	RSCHECK(said_transport(tr, rs_transport_allreduce_sum(tr->t, rs_dense_grads(tr->dense), rs_dense_nparams(tr->dense)),
 			       "the dense gradients (all-reduce)", err));
-	/* the loss, and a vote to pause after this step (any rank asking pauses all, at the same step) */
-	float lp[2] = {(float)loss, tr->pause_requested ? 1.0f : 0.0f};
-	RSCHECK(said_transport(tr, rs_transport_allreduce_sum(tr->t, lp, 2), "the loss (all-reduce)", err));
+	/* the loss, and votes to pause and to checkpoint after this step (any rank asking decides for all, at the same step) */
+	float lp[3] = {(float)loss, tr->pause_requested ? 1.0f : 0.0f, tr->checkpoint_requested ? 1.0f : 0.0f};
+	RSCHECK(said_transport(tr, rs_transport_allreduce_sum(tr->t, lp, 3), "the loss (all-reduce)", err));
 	float l = lp[0];
-	tr->pause_requested = 0;
+	tr->pause_requested = tr->checkpoint_requested = 0;
 	rs_dense_sgd(tr->dense, cfg->dense.lr, inv);
 	tr->updates++;
 
@@ -770,7 +770,8 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 		if (tr->tables[tr->shards[i].table].dp_shard == i)
 			RSCHECK(dp_update(tr, &tr->shards[i], &cfg->optimizer, err));
 	if (stats)
-		*stats = (rs_step_stats){.step = step, .loss = (double)l / (double)g, .auc = -1, .pause = lp[1] > 0};
+		*stats = (rs_step_stats){.step = step, .loss = (double)l / (double)g, .auc = -1, .pause = lp[1] > 0,
+					 .checkpoint = lp[2] > 0};
 	return RS_OK;
 }
 
@@ -833,6 +834,8 @@ out:
 }
 
 void rs_trainer_request_pause(rs_trainer *tr) { tr->pause_requested = 1; }
+
+void rs_trainer_request_checkpoint(rs_trainer *tr) { tr->checkpoint_requested = 1; }
 
 double rs_trainer_teacher_auc(rs_trainer *tr, int64_t n)
 {

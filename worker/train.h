@@ -37,6 +37,7 @@ typedef struct rs_step_stats {
 	double loss;            /* mean log loss over the global batch */
 	double auc;             /* on the evaluation samples, or -1 when not evaluated */
 	int pause;              /* some rank asked to pause: every rank stops after this step */
+	int checkpoint;         /* some rank asked for a checkpoint: every rank takes it after this step */
 } rs_step_stats;
 
 /*
@@ -45,6 +46,9 @@ typedef struct rs_step_stats {
  * the same boundary (stats.pause).
  */
 void rs_trainer_request_pause(rs_trainer *tr);
+
+/* Ask for a checkpoint after the next step: agreed on the same way (stats.checkpoint). */
+void rs_trainer_request_checkpoint(rs_trainer *tr);
 
 /*
  * A trainer for `rank` of plan's world, talking over t (borrowed; its world

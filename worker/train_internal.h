@@ -124,6 +124,7 @@ struct rs_trainer {
 	int32_t pooled_cap;
 	int64_t updates;
 	int pause_requested;
+	int checkpoint_requested;
 	i64vec *req;
 	sentvec *sent;
 	size_t *scount, *rcount;

@@ -128,4 +128,17 @@ mkdir "$tmp/noindex" && cp "$tmp/ck/step-000000090/"*.safetensors "$tmp/noindex/
 run d --workers 2 --load "$tmp/noindex"
 rc=$?
 check "a checkpoint without its index is never loaded (exit $rc)" bash -c "[ $rc != 0 ] && grep -q 'index.json' '$tmp/d.err'"
+
+# --checkpoint-interval: by time, at a step every worker agrees on (any step, not a multiple of anything)
+run i --workers 2 --steps 400 --checkpoint-dir "$tmp/cki" --checkpoint-interval 1 --checkpoint-keep 10
+rc=$?
+check "a job with --checkpoint-interval 1 (and no --checkpoint-every) finishes (exit $rc)" test "$rc" = 0
+grep -o 'checkpoint of step [0-9]* complete' "$tmp/i.out" | awk '{print $4}' >"$tmp/i.steps"
+check "it took checkpoints by time ($(tr '\n' ' ' <"$tmp/i.steps")), each complete" bash -c \
+	"[ \$(wc -l <'$tmp/i.steps') -ge 2 ] && for s in \$(cat '$tmp/i.steps'); do
+	 [ -e '$tmp/cki/'\$(printf 'step-%09d' \$s)/index.json ] || exit 1; done"
+first=$(head -1 "$tmp/i.steps")
+run j --workers 2 --steps 400 --load "$tmp/cki/$(printf 'step-%09d' "$first")"
+check "a job loading the first of them ends where the undisturbed one did (max_rel <= 1e-5)" \
+	"$bin/rowshiftctl" checkpoint diff "$tmp/i.final" "$tmp/j.final" --max-rel 1e-5
 finish_checks checkpoints

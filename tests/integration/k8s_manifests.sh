@@ -69,6 +69,8 @@ check "checkpoint.existingClaim: both pods mount it at /checkpoints; the final m
 	$js checkpoint "$tmp/ckpt.yaml"
 render --set checkpoint.existingClaim=ckpts >"$tmp/ckpt0.yaml" 2>&1
 check "... with every: 0, the final model only" bash -c "grep -q /checkpoints/final '$tmp/ckpt0.yaml' && ! grep -q checkpoint-every '$tmp/ckpt0.yaml'"
+render --set checkpoint.existingClaim=ckpts --set checkpoint.intervalSeconds=600 >"$tmp/ckpti.yaml" 2>&1
+check "... with intervalSeconds only, periodic checkpoints by time" bash -c "grep -A1 -- '- --checkpoint-interval' '$tmp/ckpti.yaml' | grep -q '\"600\"' && grep -q -- '- /checkpoints/periodic' '$tmp/ckpti.yaml' && ! grep -q checkpoint-every '$tmp/ckpti.yaml'"
 check "without it nothing is saved (no --save, no volume)" bash -c "! grep -q 'checkpoints' '$tmp/chart.yaml'"
 render --set tls.secretName=rowshift-tls >"$tmp/tls.yaml" 2>&1
 check "tls.secretName: the coordinator serves TLS with the Secret's certificate and key, probes and scraping over https" \

@@ -194,6 +194,7 @@ static rs_status check_idle(json_t *m, rs_err *err)
 static void test_reshard_messages(void **state)
 {
 	(void)state;
+#define RESHARD ",\"previous_plan\":{},\"union_of_old\":[0,2,1]"
 #define START "{\"type\":\"start\",\"generation\":3,\"rank\":0,\"world\":2,\"union_world\":3," \
 	      "\"peers\":[\"a:1\",\"b:2\",\"c:3\"],\"plan\":{},\"first_step\":5,\"steps\":9,\"eval_every\":3," \
 	      "\"eval_samples\":10"
@@ -202,6 +203,11 @@ static void test_reshard_messages(void **state)
 	expect(START ",\"union_of_old\":[0,1]}", check_start, RS_EINVAL);          /* no previous plan */
 	expect(START ",\"previous_plan\":{},\"union_of_old\":[0,0]}", check_start, RS_EINVAL); /* a repeat */
 	expect(START ",\"previous_plan\":{},\"union_of_old\":[0,3]}", check_start, RS_EINVAL); /* outside */
+	expect(START RESHARD ",\"checkpoint_dir\":\"/c\",\"checkpoint_interval\":60}", check_start, RS_OK); /* by time only */
+	expect(START RESHARD ",\"checkpoint_dir\":\"/c\",\"checkpoint_every\":5,\"checkpoint_interval\":60}", check_start, RS_OK);
+	expect(START RESHARD ",\"checkpoint_dir\":\"/c\"}", check_start, RS_EINVAL);             /* when? */
+	expect(START RESHARD ",\"checkpoint_interval\":60}", check_start, RS_EINVAL);             /* where? */
+	expect(START RESHARD ",\"checkpoint_dir\":\"/c\",\"checkpoint_interval\":-1}", check_start, RS_EINVAL);
 	expect(START "}", check_start, RS_EINVAL); /* a fresh start has no members beyond the world */
 #undef START
 	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":2,\"step\":50,\"addr\":\"h:1\","
