@@ -82,6 +82,16 @@ static void dissolve(rs_job *j)
 		j->mem.v[i].replaced = 0; /* nobody holds rows now: a new process under an old name is a fresh worker */
 }
 
+/* The progress reports of the steps after `to` describe a model that is gone: the history ends at `to`. */
+static void forget_progress_after(rs_job *j, int64_t to)
+{
+	while (j->rep.nhistory > 0 &&
+	       j->rep.history[(j->rep.history_head + j->rep.nhistory - 1) % HISTORY_MAX].step > to)
+		j->rep.nhistory--;
+	if (j->rep.last.step > to)
+		j->rep.last.step = to;
+}
+
 void rs__recover(rs_job *j, int i, const char *why)
 {
 	member *m = &j->mem.v[i];
@@ -110,9 +120,8 @@ void rs__recover(rs_job *j, int i, const char *why)
 	j->rec.from = near, j->rec.to = to;
 	j->rec.started = rs__job_now(j);
 	j->rec.total++;
-	j->cur.next_sched = 0;
-	while (j->cur.next_sched < j->o.nsched && j->o.sched_step[j->cur.next_sched] <= to)
-		j->cur.next_sched++;
+	/* the schedule's entries already acted on stay done: a rollback does not scale the job again */
+	forget_progress_after(j, to);
 	rs__emit(j, &(job_event){.kind = EV_RECOVERING, .reason = j->rec.why, .step = to, .detail = load[0] ? load : NULL});
 	rs__members_changed(j);
 	rs__job_set_phase(j, P_RECOVERING);

@@ -49,6 +49,19 @@ json_t *rs__reshard_json(const reshard_record *r)
 			 r->migrate_s, "moved_bytes", (json_int_t)r->moved_bytes);
 }
 
+/* The last recovery as the status stream's recovering/recovered events show it, or JSON null (a new reference). */
+static json_t *last_recovery(const rs_job *j)
+{
+	if (!j->rec.total)
+		return json_null();
+	json_t *r = json_pack("{s:s, s:s, s:I, s:I, s:s}", "type", j->rec.started > 0 ? "recovering" : "recovered",
+			      "kind", "rollback", "from_step", (json_int_t)j->rec.from, "to_step", (json_int_t)j->rec.to,
+			      "reason", j->rec.why);
+	if (r && !(j->rec.started > 0))
+		json_object_set_new(r, "seconds", json_real(j->rec.last_s));
+	return r ? r : json_null();
+}
+
 /* The attempt's progress: per pair (by worker name) and in all. */
 json_t *rs__job_migration_json(const rs_job *j)
 {
@@ -85,7 +98,7 @@ json_t *rs__job_snapshot(const rs_job *j)
 		json_array_append_new(history, rs__history_json(&j->rep.history[(j->rep.history_head + k) % HISTORY_MAX]));
 	for (int k = 0; reshards && k < j->rep.nlog; k++)
 		json_array_append_new(reshards, rs__reshard_json(&j->rep.log[k]));
-	json_t *snap = json_pack("{s:s, s:i, s:f, s:{s:s, s:I, s:s?}, s:s, s:I, s:I, s:i, s:o, s:o, s:o, s:o, s:o, s:i, s:s?}",
+	json_t *snap = json_pack("{s:s, s:i, s:f, s:{s:s, s:I, s:s?}, s:s, s:I, s:I, s:i, s:o, s:o, s:o, s:o, s:o, s:i, s:s?, s:o}",
 				 "type", "snapshot", "version", 1, "time", rs__unix_now(), "job", "config",
 				 j->o.config_path ? j->o.config_path : "", "steps", (json_int_t)j->o.steps, "save", j->o.save,
 				 "phase", rs__phase_names[j->ph], "generation", (json_int_t)j->cur.generation, "step",
@@ -94,7 +107,7 @@ json_t *rs__job_snapshot(const rs_job *j)
 				 j->att.generation && j->att.plan ? rs__job_migration_json(j) : json_null(), "history",
 				 history ? history : json_array(), "reshards", reshards ? reshards : json_array(),
 				 "status_clients", j->io.status_clients ? j->io.status_clients(j->io.ctx) : 0, "error",
-				 j->ph == P_FAILED ? j->why : NULL);
+				 j->ph == P_FAILED ? j->why : NULL, "recovery", last_recovery(j));
 	return snap;
 }
 

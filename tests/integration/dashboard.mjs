@@ -2,17 +2,18 @@
 // (Debian's, driven by playwright-core) against a live job and checks what
 // it renders against the coordinator's own snapshot.
 //
-// usage: node dashboard.mjs URL SNAPSHOT.json SCREENSHOT.png WORKERS
+// usage: node dashboard.mjs URL SNAPSHOT.json SCREENSHOT.png WORKERS [RECOVERY]
 //   waits until the page shows WORKERS members, then checks the member
 //   count, the members table and the shard map (every shard of replica 0 as
-//   a rectangle with its table and rank) against SNAPSHOT.json, and saves
-//   a screenshot. Exits non-zero, saying why, when anything differs.
+//   a rectangle with its table and rank) against SNAPSHOT.json, and, given
+//   RECOVERY, that the header's recovery line holds that text; saves a
+//   screenshot. Exits non-zero, saying why, when anything differs.
 import { createRequire } from "node:module";
 import { readFileSync } from "node:fs";
 const require = createRequire(new URL("../../tools/", import.meta.url));
 const { chromium } = require("playwright-core");
 
-const [url, snapPath, shot, workers] = process.argv.slice(2);
+const [url, snapPath, shot, workers, recovery] = process.argv.slice(2);
 const fail = (why) => { console.error("dashboard: " + why); process.exitCode = 1; };
 
 const browser = await chromium.launch({
@@ -30,6 +31,7 @@ try {
   const seen = await page.evaluate(() => ({
     count: document.getElementById("member-count").textContent,
     phase: document.getElementById("phase").textContent,
+    recovery: document.getElementById("recovery").textContent,
     members: [...document.querySelectorAll("#members tbody tr")].map((tr) => ({
       name: tr.dataset.member, rank: tr.cells[1].textContent })),
     shards: [...document.querySelectorAll("#shard-map rect.shard")].map((r) => `${r.dataset.table}@${r.dataset.rank}`),
@@ -47,6 +49,8 @@ try {
     fail(`shard map has ${seen.shards.length} rectangles ${seen.shards.slice(0, 6)}..., the plan ${want.length}`);
   const ranksDrawn = new Set(seen.shards.map((s) => s.split("@")[1]));
   if (ranksDrawn.size !== snap.world) fail(`the map shows ${ranksDrawn.size} ranks, the world has ${snap.world}`);
+  if (recovery && !seen.recovery.includes(recovery)) fail(`the recovery line is '${seen.recovery}', wanted '${recovery}'`);
+  if (!recovery && seen.recovery) fail(`a recovery line with no recovery: '${seen.recovery}'`);
   if (errors.length) fail("page errors: " + errors.join("; "));
   console.log(`dashboard: ${seen.count} members, ${seen.bars} shards on ${ranksDrawn.size} ranks, phase ${seen.phase}; screenshot ${shot}`);
 } finally {

@@ -2,7 +2,8 @@
 # dashboard.sh - the coordinator's dashboard in a real browser (headless
 # Debian chromium via playwright-core, see tests/integration/dashboard.mjs)
 # against a live local job: after a 2 -> 4 reshard, and again after 4 -> 3,
-# the page shows the members and the shard map the coordinator reports.
+# the page shows the members and the shard map the coordinator reports;
+# after a worker is SIGKILLed and the world rolled back, the header says so.
 # Screenshots go to $BUILD/dashboard-*.png.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
@@ -20,6 +21,12 @@ wait_for "$tmp/run.out" "generation 3 resumed" 60
 "$bin/rowshiftctl" status --json --admin-file "$tmp/admin.json" >"$tmp/snap3.json"
 timeout 120 node tests/integration/dashboard.mjs "http://127.0.0.1:$port/" "$tmp/snap3.json" "$BUILD/dashboard-3.png" 3
 check "after scaling to 3, it shows the 3 members and the new shard map" test $? = 0
+pkill -9 -P $job -f -- "--name worker-1 "
+wait_for "$tmp/run.out" "^recovered:" 60
+"$bin/rowshiftctl" status --json --admin-file "$tmp/admin.json" >"$tmp/snapr.json"
+timeout 120 node tests/integration/dashboard.mjs "http://127.0.0.1:$port/" "$tmp/snapr.json" "$BUILD/dashboard-recovered.png" 3 \
+	"last recovery: back to step 0"
+check "after worker-1 was SIGKILLed, it shows the last recovery (no checkpoints: back to step 0) and the 3 members" test $? = 0
 check "the screenshots were saved" test -s "$BUILD/dashboard-4.png" -a -s "$BUILD/dashboard-3.png"
 kill $job; wait $job 2>/dev/null
 echo "dashboard: $fails failed"
