@@ -12,7 +12,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void rs_checkpoint_shard_file(const rs_table_config *t, const rs_shard *s, char *buf, size_t n)
@@ -132,10 +134,16 @@ rs_status rs_checkpoint_steps(const char *root, int64_t **steps, size_t *n, rs_e
 		return rs_err_set(err, errno == ENOENT ? RS_ENOTFOUND : RS_EIO, "checkpoint %s: %s", root, strerror(errno));
 	size_t cap = 0;
 	struct dirent *e;
+	struct stat sb;
 	while ((e = readdir(d))) {
 		const char *name = e->d_name;
 		if (strncmp(name, "step-", 5) != 0 || strlen(name) != 14 || strspn(name + 5, "0123456789") != 9)
 			continue;
+		/* a directory of its own: never a link to somewhere else, which pruning would empty */
+		if (fstatat(dirfd(d), name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(sb.st_mode)) {
+			RS_WARN("checkpoint %s/%s is not a directory: ignored", root, name);
+			continue;
+		}
 		if (*n == cap) {
 			int64_t *p = realloc(*steps, sizeof(**steps) * (cap = cap ? 2 * cap : 16));
 			if (!p) {
@@ -153,7 +161,7 @@ rs_status rs_checkpoint_steps(const char *root, int64_t **steps, size_t *n, rs_e
 	return RS_OK;
 }
 
-rs_status rs_checkpoint_resolve(const char *path, char *out, size_t n, rs_err *err)
+rs_status rs_checkpoint_resolve(const char *path, int64_t max_step, char *out, size_t n, rs_err *err)
 {
 	char index[4200];
 	snprintf(index, sizeof(index), "%s/index.json", path);
@@ -168,15 +176,22 @@ rs_status rs_checkpoint_resolve(const char *path, char *out, size_t n, rs_err *e
 		char dir[4096];
 		rs_ckpt_index ix;
 		rs_err why = {0};
+		if (max_step >= 0 && steps[i] > max_step)
+			continue;
 		rs_checkpoint_step_dir(path, steps[i], dir, sizeof(dir));
-		if (rs_checkpoint_index_read(dir, &ix, &why) == RS_OK) {
-			rs_status vst = rs_checkpoint_verify(dir, &ix, &why);
+		rs_status st = rs_checkpoint_index_read(dir, &ix, &why);
+		if (st == RS_OK) {
+			st = rs_checkpoint_verify(dir, &ix, &why);
 			rs_checkpoint_index_free(&ix);
-			if (vst == RS_OK) {
+			if (st == RS_OK) {
 				snprintf(out, n, "%s", dir);
 				free(steps);
 				return RS_OK;
 			}
+		}
+		if (st != RS_ENOTFOUND && st != RS_EINVAL && st != RS_ECORRUPT) { /* unreadable, not damaged: say so */
+			free(steps);
+			return rs_err_set(err, st, "checkpoint %s cannot be read: %s", dir, why.msg);
 		}
 		RS_WARN("checkpoint %s passed over: %s", dir, why.msg);
 	}

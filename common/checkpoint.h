@@ -111,7 +111,8 @@ void rs_checkpoint_step_dir(const char *root, int64_t step, char *buf, size_t n)
 
 /*
  * The steps of the periodic checkpoints under root (its step-NNNNNNNNN
- * directories, complete or not), newest first: *steps (the caller frees
+ * directories, complete or not; links and other files so named are
+ * ignored), newest first: *steps (the caller frees
  * it), *n of them. RS_ENOTFOUND / RS_EIO when root cannot be listed.
  */
 rs_status rs_checkpoint_steps(const char *root, int64_t **steps, size_t *n, rs_err *err);
@@ -119,10 +120,13 @@ rs_status rs_checkpoint_steps(const char *root, int64_t **steps, size_t *n, rs_e
 /*
  * The checkpoint `path` names, into out (n bytes): path itself when it holds
  * an index.json; else, when it holds periodic checkpoints (step-NNNNNNNNN/),
- * the newest complete one whose files all match their checksums (each one
- * passed over is logged with the reason). RS_ENOTFOUND when there is none.
+ * the newest complete one of a step <= max_step (< 0: any) whose files all
+ * match their checksums (each one passed over, incomplete or damaged, is
+ * logged with the reason). RS_ENOTFOUND when there is none; a checkpoint
+ * that cannot be read (an I/O error, no memory) stops the search with
+ * that error: an older one would not be what was asked for.
  */
-rs_status rs_checkpoint_resolve(const char *path, char *out, size_t n, rs_err *err);
+rs_status rs_checkpoint_resolve(const char *path, int64_t max_step, char *out, size_t n, rs_err *err);
 
 void rs_checkpoint_index_free(rs_ckpt_index *ix);
 

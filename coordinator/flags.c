@@ -38,7 +38,7 @@ int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
 		RS_PARAM("--schedule", NULL, RS_PARAM_STR, NULL, "STEP:N,...", "rescale live: at STEP go to N workers (local mode)", &c->schedule),
 		RS_PARAM("--state", "ROWSHIFT_STATE", RS_PARAM_STR, NULL, "FILE", "persist generation, phase and plan here; started again with an unfinished FILE, resume that job", &c->state_path),
 		RS_PARAM("--debounce-ms", "ROWSHIFT_DEBOUNCE_MS", RS_PARAM_INT, "1000", "MS", "longest wait for the rest of a membership change (e.g. the 4 new pods of a scale 4 -> 8) before resharding", &c->debounce_ms),
-		RS_PARAM("--max-attempts", "ROWSHIFT_MAX_ATTEMPTS", RS_PARAM_INT, "3", "N", "reshard attempts aborted in a row before the job fails", &c->max_attempts),
+		RS_PARAM("--max-attempts", "ROWSHIFT_MAX_ATTEMPTS", RS_PARAM_INT, "3", "N", "reshard attempts aborted in a row, and recoveries back to the same step, before the job fails", &c->max_attempts),
 		RS_PARAM("--grace-ms", "ROWSHIFT_COORDINATOR_GRACE_MS", RS_PARAM_INT, "60000", "MS", "how long workers wait for a lost coordinator to come back (local mode)", &c->grace_ms),
 		RS_PARAM("--status-token-file", "ROWSHIFT_STATUS_TOKEN_FILE", RS_PARAM_STR, NULL, "FILE", "require the bearer token in FILE of status stream and /metrics clients (or the token itself in ROWSHIFT_STATUS_TOKEN; never on the command line; default: none)", &c->status_token_file),
 		RS_PARAM("--allowed-hosts", "ROWSHIFT_ALLOWED_HOSTS", RS_PARAM_STR, NULL, "NAME,...", "host names a browser may reach the dashboard, the status stream and /metrics by, besides IP addresses, localhost and the --listen host (a Service's DNS name, an ingress); a page under any other name is refused (DNS rebinding)", &c->allowed_hosts),

@@ -159,7 +159,7 @@ out:
 	return st;
 }
 
-void rs__ckpt_rollback(rs_job *j, int64_t step)
+void rs__ckpt_rollback(rs_job *j, int64_t step, int64_t reached)
 {
 	int64_t *steps;
 	size_t n;
@@ -173,7 +173,7 @@ void rs__ckpt_rollback(rs_job *j, int64_t step)
 		return;
 	}
 	for (size_t i = 0; i < n; i++)
-		if (steps[i] > step) { /* of the abandoned run: the world writes its own again */
+		if (steps[i] > step && steps[i] <= reached) { /* of the abandoned run: the world writes its own again */
 			RS_INFO("checkpoint: deleting step %lld, newer than the rollback's", (long long)steps[i]);
 			remove_step(j->o.ckpt_dir, steps[i]);
 		}

@@ -340,10 +340,13 @@ void rs__cycle_progress(rs_job *j, int64_t step)
 		rs__emit(j, &(job_event){.kind = EV_FIRST_STEP, .seconds = rs__job_now(j) - j->t.started});
 		j->t.started = 0;
 	}
+	if (j->rec.in_a_row && step >= j->rec.from)
+		j->rec.in_a_row = 0; /* trained past the loss: the next one is a new story */
 	if (j->rec.started > 0) {
 		double s = rs__job_now(j) - j->rec.started;
 		j->rec.last_s = s;
 		j->rec.seconds_sum += s;
+		j->rec.done++;
 		j->rec.started = 0;
 		rs__emit(j, &(job_event){.kind = EV_RECOVERED, .seconds = s, .step = step + 1});
 	}
@@ -543,7 +546,9 @@ static int world_lost(rs_job *j)
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
 		const member *m = &j->mem.v[j->cur.world[r]];
 		int gone = rs__member_gone(j, m) && m->st != M_DONE, idle = m->st == M_IDLE;
-		if ((gone || idle) && (lost < 0 || (gone && !lost_gone) || (m->killed && !j->mem.v[lost].killed)))
+		/* the gone before the idle (their peers), and among those the killed */
+		if ((gone || idle) && (lost < 0 || (gone && !lost_gone) ||
+				       (gone == lost_gone && m->killed && !j->mem.v[lost].killed)))
 			lost = j->cur.world[r], lost_gone = gone;
 	}
 	if (lost >= 0 && !j->mem.loss_seen_at)

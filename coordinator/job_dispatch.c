@@ -51,7 +51,7 @@ void rs__dispatch_join(void *ctx, rs_conn *c, const rs_msg_join *jm)
 		if (lost && !m->replaced)
 			RS_WARN("%s came back as a new process", jm->worker);
 		m->replaced = lost;
-		m->st = M_IDLE, m->gen = 0, m->leaving = 0;
+		m->st = M_IDLE, m->gen = 0, m->leaving = 0, m->killed = 0;
 		holds = lost;
 	}
 	m->pid = jm->pid;
@@ -67,6 +67,8 @@ void rs__dispatch_join(void *ctx, rs_conn *c, const rs_msg_join *jm)
 	if (!holds)
 		rs__members_changed(j);
 	rs__emit(j, &(job_event){.kind = EV_MEMBER, .what = "joined", .name = jm->worker, .addr = jm->addr});
+	if (j->ph == P_RECOVERING && !fresh)
+		rs__recover_rejoined(j, i); /* the same process: it may have missed the word to drop the lost world */
 }
 
 void rs__dispatch_close(void *ctx, rs_conn *c)

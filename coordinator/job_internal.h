@@ -155,10 +155,12 @@ struct rs_job {
 	/* recovery from a lost world member (job_recover.c) */
 	struct {
 		int32_t *old, nold;   /* the lost generation's world, while recovering */
+		int64_t old_gen;      /* ... and its number */
 		char load[4096];      /* the checkpoint the world starts again from ("": none, from step 0) */
 		int64_t from, to;     /* the step training was near, and the one it goes back to */
 		double started;       /* when the loss was acted on; 0 once the new generation made a step */
-		int total, in_a_row;  /* recoveries so far, and back to the same step without a checkpoint between */
+		int total, done;      /* recoveries begun, and those whose generation made its first step */
+		int in_a_row;         /* back to the same step without training past the loss between */
 		double seconds_sum, last_s;
 		char why[512];        /* what was lost */
 	} rec;
@@ -317,9 +319,9 @@ void rs__ckpt_free(rs_job *j);
 
 /*
  * Forget the checkpoint being gathered, and delete the periodic checkpoints
- * newer than step (a rollback to step abandons them). 
+ * of steps in (step, reached]: the run a rollback to step abandons.
  */
-void rs__ckpt_rollback(rs_job *j, int64_t step);
+void rs__ckpt_rollback(rs_job *j, int64_t step, int64_t reached);
 
 /* ---- job_recover.c -------------------------------------------------------------------- */
 
@@ -330,6 +332,8 @@ void rs__ckpt_rollback(rs_job *j, int64_t step);
  */
 void rs__recover(rs_job *j, int i, const char *why);
 void rs__recover_tick(rs_job *j);
+/* Member i (re)joined while recovering: a member of the lost world is told again to drop it. */
+void rs__recover_rejoined(rs_job *j, int i);
 /* Forget the recovery's state (the job ends). */
 void rs__recover_free(rs_job *j);
 

@@ -28,19 +28,20 @@ void rs__recover_free(rs_job *j)
 }
 
 /*
- * Where the world goes back to: the latest verified complete checkpoint
- * (into load, its step into *step), else the job's own --load, else step 0
- * ("" in load). 0 when the checkpoints cannot be read at all: rolling
- * back to an older step then would throw good ones away.
+ * Where the world goes back to: the latest verified complete checkpoint of
+ * a step this run reached (<= near; into load, its step into *step), else
+ * the job's own --load, else step 0 ("" in load). 0 (the job failed, every
+ * file kept) when a checkpoint cannot be read at all: an I/O error is not
+ * damage, and going back further would throw good ones away.
  */
-static int rollback_point(rs_job *j, char *load, size_t n, int64_t *step)
+static int rollback_point(rs_job *j, int64_t near, char *load, size_t n, int64_t *step)
 {
 	rs_err err = {0};
 	load[0] = 0;
 	*step = 0;
 	if (j->o.ckpt_dir) {
 		rs_ckpt_index ix;
-		rs_status st = rs_checkpoint_resolve(j->o.ckpt_dir, load, n, &err);
+		rs_status st = rs_checkpoint_resolve(j->o.ckpt_dir, near, load, n, &err);
 		if (st == RS_OK && (st = rs_checkpoint_index_read(load, &ix, &err)) == RS_OK) {
 			*step = ix.step;
 			rs_checkpoint_index_free(&ix);
@@ -60,7 +61,13 @@ static int rollback_point(rs_job *j, char *load, size_t n, int64_t *step)
 	return 1;
 }
 
-/* The lost generation's members drop what they hold: a staged attempt is aborted, the world dissolved. */
+/*
+ * The lost generation's members drop what they hold: a staged attempt is
+ * aborted, and every member of the world is told its generation is over
+ * (an "abort" of the current generation): one whose peers are all alive
+ * (the one declared lost may only have been cut off from the coordinator)
+ * would train on headless otherwise.
+ */
 static void dissolve(rs_job *j)
 {
 	if (j->att.generation) {
@@ -70,8 +77,11 @@ static void dissolve(rs_job *j)
 		json_decref(abort);
 		rs__cycle_free_attempt(j);
 	}
+	j->att.failures = 0;
 	rs__recover_free(j);
-	j->rec.old = j->cur.world, j->rec.nold = j->cur.nworld;
+	j->rec.old = j->cur.world, j->rec.nold = j->cur.nworld, j->rec.old_gen = j->cur.generation;
+	for (int32_t r = 0; r < j->rec.nold; r++)
+		rs__recover_rejoined(j, j->rec.old[r]);
 	j->cur.world = NULL, j->cur.nworld = 0;
 	rs_plan_free(j->cur.plan);
 	j->cur.plan = NULL;
@@ -107,7 +117,7 @@ void rs__recover(rs_job *j, int i, const char *why)
 		}
 	char load[sizeof(j->rec.load)];
 	int64_t to;
-	if (!rollback_point(j, load, sizeof(load), &to))
+	if (!rollback_point(j, near, load, sizeof(load), &to))
 		return;
 	j->rec.in_a_row = j->rec.total && to == j->rec.to ? j->rec.in_a_row + 1 : 1;
 	int limit = j->o.max_attempts > 0 ? j->o.max_attempts : 3;
@@ -127,38 +137,44 @@ void rs__recover(rs_job *j, int i, const char *why)
 	rs__job_set_phase(j, P_RECOVERING);
 }
 
+void rs__recover_rejoined(rs_job *j, int i)
+{
+	for (int32_t r = 0; r < j->rec.nold; r++)
+		if (j->rec.old[r] == i)
+			rs__job_send(j, &j->mem.v[i], rs_proto_make_generation(RS_MSG_ABORT, j->rec.old_gen, 0, j->rec.why));
+}
+
 /*
- * Wait until no member still works in the lost generation (its step
- * fails, or an aborted attempt's staging returns), and for the
- * replacements (at most the debounce); then start the new generation over
- * every idle member.
+ * Wait until no member still works in the lost generation (told to drop
+ * it, each reports idle once its step failed or it stopped, and a write
+ * in flight ended), and for the replacements (a quarter of --timeout-ms
+ * at most); then start the new generation over every idle member.
  */
 void rs__recover_tick(rs_job *j)
 {
 	int32_t c[RS_MAX_WORKERS];
 	int pending, busy = 0;
-	double now = rs__job_now(j), timeout = j->o.timeout_ms / 1000.0;
+	double now = rs__job_now(j), timeout = j->o.timeout_ms / 1000.0, waited = now - j->ph_at;
 	for (size_t i = 0; i < j->mem.n; i++) {
-		member *m = &j->mem.v[i];
-		if (rs__member_gone(j, m) || !m->conn)
-			continue;
-		if (m->st == M_PAUSED)
-			m->st = M_IDLE; /* its model is of the lost world: it listens at m->addr for the next */
-		busy += m->st != M_IDLE && m->st != M_DONE;
+		const member *m = &j->mem.v[i];
+		busy += !rs__member_gone(j, m) && m->st != M_IDLE && m->st != M_DONE;
 	}
-	if (busy && now - j->ph_at < timeout)
+	if (busy && waited < timeout)
 		return;
 	int32_t n = rs__members_candidates(j, c, &pending);
-	double waited = now - (j->mem.last_change > j->ph_at ? j->mem.last_change : j->ph_at);
-	if (n == 0 || (pending > 0 && waited < j->o.debounce_ms / 1000.0)) {
-		if (n == 0 && now - j->ph_at > 4 * timeout)
+	if (n == 0 || (pending > 0 && waited < timeout / 4)) {
+		if (n == 0 && waited > 4 * timeout)
 			rs__job_fail(j, "%s; no worker came to take its place within %d ms", j->rec.why, 4 * j->o.timeout_ms);
 		return;
 	}
 	RS_WARN("recovery: generation %lld over %d workers, from %s (step %lld; training was near step %lld)",
 		(long long)j->att.last_generation + 1, (int)n, j->rec.load[0] ? j->rec.load : "the start",
 		(long long)j->rec.to, (long long)j->rec.from);
-	rs__ckpt_rollback(j, j->rec.to); /* every survivor's write of the lost world has ended: it reported idle after it */
+	if (!busy) /* every member's writes of the lost world have ended: it reported idle after them */
+		rs__ckpt_rollback(j, j->rec.to, j->rec.from);
+	else
+		RS_WARN("recovery: %d member(s) never gave up the lost generation; its checkpoints after step %lld stay "
+			"(never read: a later rollback takes none newer than training reached)", busy, (long long)j->rec.to);
 	if (rs__cycle_start(j, c, n, j->att.last_generation + 1, j->rec.load[0] ? j->rec.load : NULL, j->rec.to))
 		rs__recover_free(j);
 }

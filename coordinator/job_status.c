@@ -168,7 +168,7 @@ static char *metrics(const rs_job *j, size_t *len)
 		"# TYPE rowshift_recoveries_total counter\nrowshift_recoveries_total{kind=\"rollback\"} %d\n", j->rec.total);
 	add(&t, "# HELP rowshift_recovery_seconds Time from a loss to the recovered generation's first step.\n"
 		"# TYPE rowshift_recovery_seconds summary\nrowshift_recovery_seconds_sum %.6f\n"
-		"rowshift_recovery_seconds_count %d\n", j->rec.seconds_sum, j->rec.total - (j->rec.started > 0));
+		"rowshift_recovery_seconds_count %d\n", j->rec.seconds_sum, j->rec.done);
 	add(&t, "# HELP rowshift_reshard_pause_seconds Training time lost to each reshard.\n"
 		"# TYPE rowshift_reshard_pause_seconds histogram\n");
 	int cum = 0;

@@ -156,7 +156,7 @@ static rs_status start(coord *c, rs_err *err)
 		c->steps = c->cfg->train.steps;
 	if (c->f.load && !c->recovering) { /* a checkpoint, or the newest complete one of periodic checkpoints */
 		rs_ckpt_index ix;
-		RSCHECK(rs_checkpoint_resolve(c->f.load, c->load, sizeof(c->load), err));
+		RSCHECK(rs_checkpoint_resolve(c->f.load, -1, c->load, sizeof(c->load), err));
 		RSCHECK(rs_checkpoint_index_read(c->load, &ix, err));
 		c->o.load_step = ix.step;
 		rs_checkpoint_index_free(&ix);

@@ -221,7 +221,10 @@ static rs_status start_fresh(rs_agent *a, const rs_msg_start *s, rs_plan *plan, 
 	return RS_OK;
 fail:
 	rs_trainer_destroy(a->tr);
-	a->tr = NULL;
+	if (a->t)
+		rs_transport_abort(a->t); /* the others must not wait for this one */
+	rs_transport_destroy(a->t);
+	a->tr = NULL, a->t = NULL;
 	rs_plan_free(plan);
 	return st;
 }
@@ -359,15 +362,26 @@ static rs_status abort_staged(rs_agent *a, int64_t gen, const char *why, rs_err 
 	return report_paused(a, err);
 }
 
-/* The messages the coordinator may send during training: a pause request, or stop (*stop). */
-static void between_steps(json_t *m, rs_trainer *tr, int *stop)
+/*
+ * The messages the coordinator may send during training: a pause request,
+ * stop (*stop), or an abort of this very generation (a member was lost:
+ * *dropped gets why).
+ */
+static void between_steps(rs_agent *a, json_t *m, int *stop, rs_err *dropped)
 {
+	int64_t gen;
+	const char *why;
 	switch (rs_proto_kind(m)) {
 	case RS_MSG_PAUSE:
-		rs_trainer_request_pause(tr);
+		rs_trainer_request_pause(a->tr);
 		break;
 	case RS_MSG_STOP:
 		*stop = 1;
+		break;
+	case RS_MSG_ABORT:
+		if (rs_proto_generation(m, &gen, NULL, &why, NULL) == RS_OK && gen == a->cur.generation)
+			rs_err_set(dropped, RS_EABORTED, "the coordinator dropped generation %lld (%s)", (long long)gen,
+				   why ? why : "no reason given");
 		break;
 	default:
 		RS_WARN("ignoring a '%s' message during training", rs_proto_type(m));
@@ -448,10 +462,10 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 			return rs_err_set(err, st, "the coordinator stayed away for more than %d ms (at step %lld)",
 					  a->link.grace_ms, (long long)r->step);
 		for (; m; rs_link_poll(&a->link, &m)) {
-			between_steps(m, a->tr, stop);
+			between_steps(a, m, stop, lost);
 			json_decref(m);
 		}
-		if (*stop)
+		if (*stop || lost->msg[0])
 			return RS_OK;
 		if (stats.pause && !end)
 			break;
@@ -472,7 +486,16 @@ static rs_status on_start(rs_agent *a, json_t *msg, int *train_next, rs_err *err
 	RSCHECK(rs_plan_from_json(s.plan, a->c.cfg, "start message plan", &plan, err));
 	if (s.previous_plan)
 		return stage(a, &s, plan, err);
-	RSCHECK(start_fresh(a, &s, plan, err));
+	/* after a generation it trained, a later one's fresh start is a rollback: its failure is not this worker's end */
+	int recovering = a->cur.generation > 0 && s.generation > a->cur.generation;
+	rs_err why = {0};
+	rs_status st = start_fresh(a, &s, plan, &why);
+	if (st != RS_OK && recovering && st != RS_ENOMEM) {
+		a->cur.generation = s.generation; /* the generation it lost */
+		return lose_generation(a, why.msg, err);
+	}
+	if (st != RS_OK)
+		return rs_err_set(err, st, "%s", why.msg);
 	*train_next = 1;
 	return RS_OK;
 }
@@ -529,6 +552,11 @@ static rs_status handle(rs_agent *a, json_t *msg, int *over, rs_agent_end *end, 
 		break;
 	case RS_MSG_ABORT:
 		RSCHECK(rs_proto_generation(msg, &gen, NULL, &why, err));
+		if (a->tr && gen == a->cur.generation && gen != a->st_gen) { /* a member was lost: this world is over */
+			char what[600];
+			snprintf(what, sizeof(what), "the coordinator dropped it (%s)", why ? why : "no reason given");
+			return lose_generation(a, what, err);
+		}
 		return abort_staged(a, gen, why, err);
 	case RS_MSG_RESUME:
 		RSCHECK(on_resume(a, msg, &train_next, err));

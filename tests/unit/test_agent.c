@@ -20,6 +20,8 @@
  *     while training: training goes on, and the rejoin repeats "training";
  *     away past the grace period, or refusing the rejoin: the agent ends
  *     with an error saying so;
+ *   - an abort of the generation in training (a member lost elsewhere):
+ *     idle on a new address; a later fresh start trains to the end;
  *   - SIGTERM (the leave flag) with no rows: leave and end at once; while
  *     training: one leave request, repeated after a rejoin, training goes
  *     on;
@@ -146,6 +148,33 @@ static void test_stop(void **state)
 	o = agent_run_one(&f, react_stop_paused, 3000);
 	assert_agent_ended(&o, RS_AGENT_STOPPED);
 	assert_int_equal(jint(fake_sent(&f, RS_MSG_PAUSED, 0), "step"), 3);
+	fake_free(&f);
+}
+
+/* A member was lost elsewhere: an abort of the generation in training drops it; a later fresh start trains. */
+static void react_drop_then_restart(fake *f, json_t *m)
+{
+	if (!fake_start_at_first_join(f, m, FOREVER, 1) && rs_proto_kind(m) == RS_MSG_PROGRESS && f->seen[RS_MSG_PROGRESS] == 2)
+		fake_say(f, msg_generation(RS_MSG_ABORT, 1));
+	if (rs_proto_kind(m) == RS_MSG_IDLE) {
+		start_spec s = {.generation = 2, .world = 1, .steps = 12, .last = 1, .plan = AF.p1, .peers = {jstr(m, "addr")},
+				.npeers = 1};
+		fake_say(f, msg_start(&s));
+	}
+}
+
+static void test_dropped_generation_then_a_fresh_start(void **state)
+{
+	(void)state;
+	fake f;
+	outcome o = agent_run_one(&f, react_drop_then_restart, 3000);
+	assert_agent_ended(&o, RS_AGENT_DONE);
+	assert_int_equal(f.seen[RS_MSG_IDLE], 1); /* it dropped generation 1 and listened anew */
+	json_t *second = fake_sent(&f, RS_MSG_TRAINING, 1);
+	assert_non_null(second);
+	assert_int_equal(jint(second, "generation"), 2);
+	assert_int_equal(jint(second, "step"), 0);
+	assert_int_equal(jint(fake_sent(&f, RS_MSG_DONE, 0), "step"), 12);
 	fake_free(&f);
 }
 
@@ -418,6 +447,7 @@ int main(void)
 		cmocka_unit_test(test_fresh_start_trains_to_done),
 		cmocka_unit_test(test_pause_at_a_step_boundary_then_resume),
 		cmocka_unit_test(test_stop),
+		cmocka_unit_test(test_dropped_generation_then_a_fresh_start),
 		cmocka_unit_test(test_stage_abort_commit),
 		cmocka_unit_test(test_messages_out_of_place),
 		cmocka_unit_test(test_coordinator_lost_while_paused_comes_back),
