@@ -4,8 +4,11 @@
  * refused with a message naming the file and the field (a table without a
  * name, sizes and offsets that overflow, a file name that leaves the
  * directory, a shard listed twice hiding a missing one, duplicate tables,
- * gaps); and `checkpoint diff` neither follows a link out of the
- * checkpoint nor blocks on a FIFO.
+ * gaps); `checkpoint diff` neither follows a link out of the checkpoint
+ * nor blocks on a FIFO; the periodic checkpoints of a directory are its
+ * step-NNNNNNNNN subdirectories only (a link or a file so named is not
+ * one: pruning would follow it), and resolving takes the newest complete
+ * one of a step at most the one asked for.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -141,12 +144,56 @@ static void test_files_are_not_trusted(void **state)
 	assert_int_equal(rs_scratch_remove(dir), 0);
 }
 
+/* Write the good index into dir/index.json. */
+static void write_index(const char *dir)
+{
+	char path[400], text[4096];
+	snprintf(text, sizeof(text), INDEX, good.name_field, good.rows, good.file, good.row0, good.row1, good.name2, good.col1);
+	snprintf(path, sizeof(path), "%.256s/index.json", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static void test_periodic_steps(void **state)
+{
+	(void)state;
+	char root[64], path[256], out[4096];
+	rs_err err = {0};
+	int64_t *steps;
+	size_t n;
+	assert_int_equal(rs_scratch_make(root, sizeof(root), "ckpt-steps"), 0);
+	static const char *const dirs[] = {"step-000000010", "step-000000030", "elsewhere", "step-000000040"};
+	for (int i = 0; i < 4; i++) {
+		snprintf(path, sizeof(path), "%s/%s", root, dirs[i]);
+		assert_int_equal(mkdir(path, 0700), 0);
+		if (i != 3) /* step 40 has no index: incomplete */
+			write_index(path);
+	}
+	snprintf(path, sizeof(path), "%s/step-000000050", root); /* a link to another directory */
+	assert_int_equal(symlink("elsewhere", path), 0);
+	snprintf(path, sizeof(path), "%s/step-000000070", root); /* a file */
+	fclose(fopen(path, "w"));
+	assert_int_equal(rs_checkpoint_steps(root, &steps, &n, &err), RS_OK);
+	assert_int_equal(n, 3);
+	assert_true(steps[0] == 40 && steps[1] == 30 && steps[2] == 10);
+	free(steps);
+	assert_int_equal(rs_checkpoint_resolve(root, -1, out, sizeof(out), &err), RS_OK);
+	assert_non_null(strstr(out, "step-000000030"));
+	assert_int_equal(rs_checkpoint_resolve(root, 29, out, sizeof(out), &err), RS_OK);
+	assert_non_null(strstr(out, "step-000000010"));
+	assert_int_equal(rs_checkpoint_resolve(root, 9, out, sizeof(out), &err), RS_ENOTFOUND);
+	assert_int_equal(rs_scratch_remove(root), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_good_index),
 		cmocka_unit_test(test_bad_indexes),
 		cmocka_unit_test(test_files_are_not_trusted),
+		cmocka_unit_test(test_periodic_steps),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
