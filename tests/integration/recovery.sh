@@ -14,7 +14,9 @@
 #      writers stall after their first file): it never completes and is
 #      never used; back to step 40; equal
 #   5. no checkpoints: back to step 0; equal
-#   6. a SIGKILL of an old member during a reshard's migration: the attempt
+#   6. two workers SIGKILLed at once (a node with two of them): back to
+#      step 80; equal
+#   7. a SIGKILL of an old member during a reshard's migration: the attempt
 #      aborts and the world rolls back; the job finishes
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
@@ -101,8 +103,17 @@ finished nockpt
 rolled_back_to nockpt 0
 equal nockpt
 
-# 6. a SIGKILL of an old member while a reshard moves rows (every reshard stalls 3 s first)
-ROWSHIFT_FAULT=stall-ms=3000 run migrate --checkpoint-dir "$tmp/ck6" --checkpoint-every 40 --schedule 60:4
+# 6. two at once
+run two --checkpoint-dir "$tmp/ck6" --checkpoint-every 40
+wait_for "$tmp/two.out" "checkpoint of step 80 complete" 60
+pkill -9 -P "$(pgrep -P $coord)" -f -- "--name worker-[12] "
+finished two
+check "two: one recovery, back to step 80" bash -c \
+	"[ \$(grep -c '^recovery: ' '$tmp/two.out') = 1 ] && grep -q '^recovery: .*(step 80)$' '$tmp/two.out'"
+equal two
+
+# 7. a SIGKILL of an old member while a reshard moves rows (every reshard stalls 3 s first)
+ROWSHIFT_FAULT=stall-ms=3000 run migrate --checkpoint-dir "$tmp/ck7" --checkpoint-every 40 --schedule 60:4
 wait_for "$tmp/migrate.out" "generation 2: 3 -> 4 workers" 60
 kill_worker 1
 finished migrate
