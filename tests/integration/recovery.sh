@@ -4,28 +4,28 @@
 # coordinator restarts the ordinal and rolls the world back to the latest
 # complete checkpoint by itself; the job ends with the weights of an
 # undisturbed run (the data is addressed by global sample index).
-#   1. undisturbed: 3 workers, 160 steps (dlrm-small, its ZCH table too)
-#   2. worker-1 SIGKILLed after the checkpoint of step 80 completed: the
-#      world goes back to step 80 and finishes, equal to (1); the recovery
+#   1. undisturbed: 3 workers, 120 steps (dlrm-small, its ZCH table too)
+#   2. worker-1 SIGKILLed after the checkpoint of step 60 completed: the
+#      world goes back to step 60 and finishes, equal to (1); the recovery
 #      is on stdout, in --log-json and in /metrics
 #   3. a flipped byte in that newest checkpoint, then a SIGKILL: its
-#      checksum gives it away and the one before (step 40) is used; equal
-#   4. a SIGKILL while every worker writes the checkpoint of step 80 (the
+#      checksum gives it away and the one before (step 30) is used; equal
+#   4. a SIGKILL while every worker writes the checkpoint of step 60 (the
 #      writers stall after their first file): it never completes and is
-#      never used; back to step 40; equal
+#      never used; back to step 30; equal
 #   5. no checkpoints: back to step 0; equal
 #   6. two workers SIGKILLed at once (a node with two of them): back to
-#      step 80; equal
+#      step 60; equal
 #   7. a SIGKILL of an old member during a reshard's migration: the attempt
 #      aborts and the world rolls back; the job finishes
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
 cfg=examples/dlrm-small.json
-run() { # run NAME FLAGS...: a local job of 3 workers to step 160, saved to $tmp/NAME.final, in the background
+run() { # run NAME FLAGS...: a local job of 3 workers to step 120, saved to $tmp/NAME.final, in the background
 	local name=$1
 	shift
-	timeout 200 "$bin/rowshift-coordinator" --local --workers 3 --config "$cfg" --steps 160 \
+	timeout 200 "$bin/rowshift-coordinator" --local --workers 3 --config "$cfg" --steps 120 \
 		--save "$tmp/$name.final" --admin-file "$tmp/$name.admin" --log-json "$tmp/$name.jsonl" "$@" \
 		>"$tmp/$name.out" 2>"$tmp/$name.err" &
 	coord=$!
@@ -53,46 +53,46 @@ finished base
 
 # 2. SIGKILL after a checkpoint completed
 port=$(free_port)
-run kill --checkpoint-dir "$tmp/ck2" --checkpoint-every 40 --listen "127.0.0.1:$port"
-wait_for "$tmp/kill.out" "checkpoint of step 80 complete" 60
+run kill --checkpoint-dir "$tmp/ck2" --checkpoint-every 30 --listen "127.0.0.1:$port"
+wait_for "$tmp/kill.out" "checkpoint of step 60 complete" 60
 kill_worker 1
 wait_for "$tmp/kill.out" "^recovered:" 60
 curl -s "http://127.0.0.1:$port/metrics" >"$tmp/metrics.txt"
 finished kill
-rolled_back_to kill 80
+rolled_back_to kill 60
 check "kill: the reason names the worker, how it went and the rows it held" \
 	grep -q "recovery: worker-1 was lost holding the only copy of rows of 'item'" "$tmp/kill.out"
 check "kill: the survivors dropped the generation instead of exiting" \
 	bash -c "[ \$(grep -c 'generation 1 lost at step .*waiting for the coordinator to recover' '$tmp/kill.err') = 2 ]"
 check "kill: --log-json has the recovery, begun and done" bash -c \
-	"grep -q '\"event\":\"recovering\",\"kind\":\"rollback\".*\"to_step\":80' '$tmp/kill.jsonl' &&
+	"grep -q '\"event\":\"recovering\",\"kind\":\"rollback\".*\"to_step\":60' '$tmp/kill.jsonl' &&
 	 grep -q '\"event\":\"recovered\",\"kind\":\"rollback\".*\"seconds\"' '$tmp/kill.jsonl'"
 check "kill: /metrics counts it" grep -q '^rowshift_recoveries_total{kind="rollback"} 1$' "$tmp/metrics.txt"
 equal kill
 
 # 3. the newest checkpoint damaged, then a SIGKILL
-run flip --checkpoint-dir "$tmp/ck3" --checkpoint-every 40
-wait_for "$tmp/flip.out" "checkpoint of step 80 complete" 60
-shard=$(ls "$tmp/ck3/step-000000080/"*.safetensors | head -1)
+run flip --checkpoint-dir "$tmp/ck3" --checkpoint-every 30
+wait_for "$tmp/flip.out" "checkpoint of step 60 complete" 60
+shard=$(ls "$tmp/ck3/step-000000060/"*.safetensors | head -1)
 python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(-3, 2); b = f.read(1); f.seek(-3, 2); f.write(bytes([b[0] ^ 0x10]))' "$shard"
 kill_worker 1
 finished flip
-rolled_back_to flip 40
+rolled_back_to flip 30
 check "flip: the damaged checkpoint was passed over, naming its file" \
-	grep -q "step-000000080.*$(basename "$shard")" "$tmp/flip.err"
+	grep -q "step-000000060.*$(basename "$shard")" "$tmp/flip.err"
 equal flip
 
-# 4. a SIGKILL while the checkpoint of step 80 is being written
-ROWSHIFT_FAULT=checkpoint-stall-ms=4000 run midwrite --checkpoint-dir "$tmp/ck4" --checkpoint-every 40
-wait_for "$tmp/midwrite.out" "checkpoint of step 40 complete" 60
-for _ in $(seq 1 200); do [ -n "$(ls "$tmp/ck4/step-000000080" 2>/dev/null)" ] && break; sleep 0.05; done
-check "midwrite: the checkpoint of step 80 was being written, without its index" \
-	bash -c "[ -n \"\$(ls '$tmp/ck4/step-000000080')\" ] && [ ! -e '$tmp/ck4/step-000000080/index.json' ]"
+# 4. a SIGKILL while the checkpoint of step 60 is being written
+ROWSHIFT_FAULT=checkpoint-stall-ms=4000 run midwrite --checkpoint-dir "$tmp/ck4" --checkpoint-every 30
+wait_for "$tmp/midwrite.out" "checkpoint of step 30 complete" 60
+for _ in $(seq 1 200); do [ -n "$(ls "$tmp/ck4/step-000000060" 2>/dev/null)" ] && break; sleep 0.05; done
+check "midwrite: the checkpoint of step 60 was being written, without its index" \
+	bash -c "[ -n \"\$(ls '$tmp/ck4/step-000000060')\" ] && [ ! -e '$tmp/ck4/step-000000060/index.json' ]"
 kill_worker 1
 finished midwrite
-rolled_back_to midwrite 40
-check "midwrite: the checkpoint of step 80 was complete only once written again" \
-	bash -c "[ \$(grep -c 'checkpoint of step 80 complete' '$tmp/midwrite.out') = 1 ]"
+rolled_back_to midwrite 30
+check "midwrite: the checkpoint of step 60 was complete only once written again" \
+	bash -c "[ \$(grep -c 'checkpoint of step 60 complete' '$tmp/midwrite.out') = 1 ]"
 equal midwrite
 
 # 5. no checkpoints
@@ -104,22 +104,22 @@ rolled_back_to nockpt 0
 equal nockpt
 
 # 6. two at once
-run two --checkpoint-dir "$tmp/ck6" --checkpoint-every 40
-wait_for "$tmp/two.out" "checkpoint of step 80 complete" 60
+run two --checkpoint-dir "$tmp/ck6" --checkpoint-every 30
+wait_for "$tmp/two.out" "checkpoint of step 60 complete" 60
 pkill -9 -P "$(pgrep -P $coord)" -f -- "--name worker-[12] "
 finished two
-check "two: one recovery, back to step 80" bash -c \
-	"[ \$(grep -c '^recovery: ' '$tmp/two.out') = 1 ] && grep -q '^recovery: .*(step 80)$' '$tmp/two.out'"
+check "two: one recovery, back to step 60" bash -c \
+	"[ \$(grep -c '^recovery: ' '$tmp/two.out') = 1 ] && grep -q '^recovery: .*(step 60)$' '$tmp/two.out'"
 equal two
 
 # 7. a SIGKILL of an old member while a reshard moves rows (every reshard stalls 3 s first)
-ROWSHIFT_FAULT=stall-ms=3000 run migrate --checkpoint-dir "$tmp/ck7" --checkpoint-every 40 --schedule 60:4
+ROWSHIFT_FAULT=stall-ms=3000 run migrate --checkpoint-dir "$tmp/ck7" --checkpoint-every 30 --schedule 45:4
 wait_for "$tmp/migrate.out" "generation 2: 3 -> 4 workers" 60
 kill_worker 1
 finished migrate
-check "migrate: the loss during the migration rolled the world back to step 40" \
-	grep -q "recovery: worker-1 was lost during the migration .*(step 40)" "$tmp/migrate.out"
-check "migrate: the job ended on 4 workers" grep -q "training done: 4 workers, 160 steps" "$tmp/migrate.out"
+check "migrate: the loss during the migration rolled the world back to step 30" \
+	grep -q "recovery: worker-1 was lost during the migration .*(step 30)" "$tmp/migrate.out"
+check "migrate: the job ended on 4 workers" grep -q "training done: 4 workers, 120 steps" "$tmp/migrate.out"
 
 [ "$fails" = 0 ] || for f in "$tmp"/*.out; do echo "--- $f"; grep -v "^step" "$f" | tail -12; done
 finish_checks recovery
