@@ -168,20 +168,6 @@ static void take_run(run *r, const rs_msg_start *s)
 	r->ckpt_interval = s->checkpoint_dir ? s->checkpoint_interval : 0;
 }
 
-/* A periodic checkpoint at this step boundary: copy this rank's part now, write it off the training thread. */
-static void ckpt_take(rs_agent *a)
-{
-	rs_snapshot *s;
-	rs_err err = {0};
-	double t0 = rs_now();
-	ckpt_collect(a, 1); /* one write at a time */
-	if (rs_trainer_snapshot(a->tr, &s, &err) != RS_OK ||
-	    rs_checkpointer_start(a->ckpt, s, a->cur.ckpt_dir, a->cur.generation, a->cur.step, a->cur.rank, &err) != RS_OK) {
-		RS_WARN("%s (training goes on without this checkpoint)", err.msg);
-		return;
-	}
-	RS_DEBUG("checkpoint of step %lld: copied in %.3f s", (long long)a->cur.step, rs_now() - t0);
-}
 
 /* A fresh start's checkpoint: loaded into a->tr, which must be of the step the start names. */
 static rs_status load_checkpoint(rs_agent *a, const rs_msg_start *s, rs_err *err)
@@ -388,6 +374,50 @@ static void between_steps(rs_agent *a, json_t *m, int *stop, rs_err *dropped)
 	}
 }
 
+/*
+ * One write at a time: wait for the one in flight, listening to the
+ * coordinator meanwhile, so that a stop or an abort of this generation (a
+ * member was lost) is not held up by a slow write (*stop, lost). 0 when
+ * the wait was cut short.
+ */
+static int ckpt_wait_previous(rs_agent *a, int *stop, rs_err *lost)
+{
+	while (rs_checkpointer_busy(a->ckpt)) {
+		json_t *m;
+		ckpt_collect(a, 0);
+		if (!rs_checkpointer_busy(a->ckpt))
+			break;
+		if (rs_link_poll(&a->link, &m) != RS_OK) {
+			ckpt_collect(a, 1); /* the link's trouble is the training loop's to report */
+			break;
+		}
+		for (; m; rs_link_poll(&a->link, &m)) {
+			between_steps(a, m, stop, lost);
+			json_decref(m);
+		}
+		if (*stop || lost->msg[0])
+			return 0;
+		rs_sleep(0.005);
+	}
+	return 1;
+}
+
+/* A periodic checkpoint at this step boundary: copy this rank's part now, write it off the training thread. */
+static void ckpt_take(rs_agent *a, int *stop, rs_err *lost)
+{
+	rs_snapshot *s;
+	rs_err err = {0};
+	double t0 = rs_now();
+	if (!ckpt_wait_previous(a, stop, lost))
+		return;
+	if (rs_trainer_snapshot(a->tr, &s, &err) != RS_OK ||
+	    rs_checkpointer_start(a->ckpt, s, a->cur.ckpt_dir, a->cur.generation, a->cur.step, a->cur.rank, &err) != RS_OK) {
+		RS_WARN("%s (training goes on without this checkpoint)", err.msg);
+		return;
+	}
+	RS_DEBUG("checkpoint of step %lld: copied in %.3f s", (long long)a->cur.step, rs_now() - t0);
+}
+
 /* At the end of the last step: the checkpoint asked for, then "done". */
 static rs_status finish(rs_agent *a, rs_err *err)
 {
@@ -440,8 +470,10 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 			return RS_OK;
 		}
 		if ((r->ckpt_every > 0 && r->step % r->ckpt_every == 0) || stats.checkpoint) {
-			ckpt_take(a);
+			ckpt_take(a, stop, lost);
 			a->ckpt_at = rs_now();
+			if (*stop || lost->msg[0])
+				return RS_OK;
 		}
 		ckpt_collect(a, 0);
 		double t1 = rs_now();
