@@ -159,23 +159,30 @@ out:
 	return st;
 }
 
-void rs__ckpt_rollback(rs_job *j, int64_t step, int64_t reached)
+int64_t rs__ckpt_reached(const rs_job *j) { return j->ck.step > j->ck.last_complete ? j->ck.step : j->ck.last_complete; }
+
+void rs__ckpt_rollback(rs_job *j, int64_t step, int64_t reached, int remove)
 {
 	int64_t *steps;
 	size_t n;
 	rs_err err = {0};
 	rs__ckpt_free(j);
 	j->ck.last_complete = step;
-	if (!j->o.ckpt_dir)
+	if (!j->o.ckpt_dir || !remove)
 		return;
 	if (rs_checkpoint_steps(j->o.ckpt_dir, &steps, &n, &err) != RS_OK) {
 		RS_WARN("%s (nothing deleted)", err.msg);
 		return;
 	}
-	for (size_t i = 0; i < n; i++)
-		if (steps[i] > step && steps[i] <= reached) { /* of the abandoned run: the world writes its own again */
+	for (size_t i = 0; i < n; i++) {
+		char dir[4096], index[4200];
+		rs_checkpoint_step_dir(j->o.ckpt_dir, steps[i], dir, sizeof(dir));
+		snprintf(index, sizeof(index), "%s/index.json", dir);
+		/* of the abandoned run (the world writes its own again), or never complete */
+		if (steps[i] > step && (steps[i] <= reached || access(index, F_OK) != 0)) {
 			RS_INFO("checkpoint: deleting step %lld, newer than the rollback's", (long long)steps[i]);
 			remove_step(j->o.ckpt_dir, steps[i]);
 		}
+	}
 	free(steps);
 }

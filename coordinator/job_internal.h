@@ -156,6 +156,8 @@ struct rs_job {
 	struct {
 		int32_t *old, nold;   /* the lost generation's world, while recovering */
 		int64_t old_gen;      /* ... and its number */
+		int32_t *att, natt;   /* the union of the attempt that was in flight (if any) ... */
+		int64_t att_gen;      /* ... and its generation (0: none) */
 		char load[4096];      /* the checkpoint the world starts again from ("": none, from step 0) */
 		int64_t from, to;     /* the step training was near, and the one it goes back to */
 		double started;       /* when the loss was acted on; 0 once the new generation made a step */
@@ -318,10 +320,14 @@ rs_status rs__job_checkpointed(rs_job *j, int member_index, json_t *msg, rs_err 
 void rs__ckpt_free(rs_job *j);
 
 /*
- * Forget the checkpoint being gathered, and delete the periodic checkpoints
- * of steps in (step, reached]: the run a rollback to step abandons.
+ * Forget the checkpoint being gathered (the next complete one is after
+ * step); with `remove`, delete the periodic checkpoints a rollback to step
+ * abandons: those of steps in (step, reached], and any newer one without
+ * its index.
  */
-void rs__ckpt_rollback(rs_job *j, int64_t step, int64_t reached);
+void rs__ckpt_rollback(rs_job *j, int64_t step, int64_t reached, int remove);
+/* The highest step this run's checkpoints reached: complete, or being gathered (0: none). */
+int64_t rs__ckpt_reached(const rs_job *j);
 
 /* ---- job_recover.c -------------------------------------------------------------------- */
 

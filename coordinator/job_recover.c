@@ -23,8 +23,10 @@
 void rs__recover_free(rs_job *j)
 {
 	free(j->rec.old);
-	j->rec.old = NULL;
-	j->rec.nold = 0;
+	free(j->rec.att);
+	j->rec.old = j->rec.att = NULL;
+	j->rec.nold = j->rec.natt = 0;
+	j->rec.att_gen = 0;
 }
 
 /*
@@ -70,18 +72,16 @@ static int rollback_point(rs_job *j, int64_t near, char *load, size_t n, int64_t
  */
 static void dissolve(rs_job *j)
 {
-	if (j->att.generation) {
-		json_t *abort = rs_proto_make_generation(RS_MSG_ABORT, j->att.generation, 0, j->rec.why);
-		for (int32_t u = 0; abort && u < j->att.nuni; u++)
-			rs__job_send(j, &j->mem.v[j->att.uni[u]], json_incref(abort));
-		json_decref(abort);
+	rs__recover_free(j);
+	if (j->att.generation) { /* kept: a member that reconnects later is told again */
+		j->rec.att = j->att.uni, j->rec.natt = j->att.nuni, j->rec.att_gen = j->att.generation;
+		j->att.uni = NULL;
 		rs__cycle_free_attempt(j);
 	}
 	j->att.failures = 0;
-	rs__recover_free(j);
 	j->rec.old = j->cur.world, j->rec.nold = j->cur.nworld, j->rec.old_gen = j->cur.generation;
-	for (int32_t r = 0; r < j->rec.nold; r++)
-		rs__recover_rejoined(j, j->rec.old[r]);
+	for (size_t i = 0; i < j->mem.n; i++)
+		rs__recover_rejoined(j, (int)i);
 	j->cur.world = NULL, j->cur.nworld = 0;
 	rs_plan_free(j->cur.plan);
 	j->cur.plan = NULL;
@@ -107,6 +107,8 @@ void rs__recover(rs_job *j, int i, const char *why)
 	member *m = &j->mem.v[i];
 	char tables[256];
 	int64_t near = m->step > rs__job_step(j) ? m->step : rs__job_step(j);
+	if (rs__ckpt_reached(j) > near) /* progress is reported every 10 steps, checkpoints when they are taken */
+		near = rs__ckpt_reached(j);
 	rs__member_tables(j, i, tables, sizeof(tables));
 	snprintf(j->rec.why, sizeof(j->rec.why), "%s %s holding the only copy of rows of %s (generation %lld, near step %lld)",
 		 m->name, why, tables[0] ? tables : "its tables", (long long)j->cur.generation, (long long)near);
@@ -139,6 +141,9 @@ void rs__recover(rs_job *j, int i, const char *why)
 
 void rs__recover_rejoined(rs_job *j, int i)
 {
+	for (int32_t u = 0; u < j->rec.natt; u++) /* first the attempt's: a member that committed it trains it */
+		if (j->rec.att[u] == i)
+			rs__job_send(j, &j->mem.v[i], rs_proto_make_generation(RS_MSG_ABORT, j->rec.att_gen, 0, j->rec.why));
 	for (int32_t r = 0; r < j->rec.nold; r++)
 		if (j->rec.old[r] == i)
 			rs__job_send(j, &j->mem.v[i], rs_proto_make_generation(RS_MSG_ABORT, j->rec.old_gen, 0, j->rec.why));
@@ -170,11 +175,11 @@ void rs__recover_tick(rs_job *j)
 	RS_WARN("recovery: generation %lld over %d workers, from %s (step %lld; training was near step %lld)",
 		(long long)j->att.last_generation + 1, (int)n, j->rec.load[0] ? j->rec.load : "the start",
 		(long long)j->rec.to, (long long)j->rec.from);
-	if (!busy) /* every member's writes of the lost world have ended: it reported idle after them */
-		rs__ckpt_rollback(j, j->rec.to, j->rec.from);
-	else
+	/* deleting only when every member's writes of the lost world have ended: it reported idle after them */
+	rs__ckpt_rollback(j, j->rec.to, j->rec.from, !busy);
+	if (busy)
 		RS_WARN("recovery: %d member(s) never gave up the lost generation; its checkpoints after step %lld stay "
-			"(never read: a later rollback takes none newer than training reached)", busy, (long long)j->rec.to);
+			"(complete ones are of the lost run: a later rollback may take one)", busy, (long long)j->rec.to);
 	if (rs__cycle_start(j, c, n, j->att.last_generation + 1, j->rec.load[0] ? j->rec.load : NULL, j->rec.to))
 		rs__recover_free(j);
 }

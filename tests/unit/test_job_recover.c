@@ -30,6 +30,10 @@ static void test_old_member_lost_while_migrating_rolls_back(void **state)
 	/* the attempt's members are told to drop what they staged, the old world's its generation */
 	assert_int_equal(field(last(2, RS_MSG_ABORT), "generation"), 2);
 	assert_true(aborted(0, 2) && aborted(0, 1) && !aborted(2, 1));
+	forget_mail();
+	join(0); /* reconnecting (it may have missed them): told both again */
+	join(2);
+	assert_true(aborted(0, 2) && aborted(0, 1) && aborted(2, 2) && !aborted(2, 1));
 }
 
 static void test_world_member_lost_while_training_rolls_back(void **state)
