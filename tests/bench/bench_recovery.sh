@@ -71,6 +71,6 @@ rb, rs = statistics.median(r[0] for r in rows), statistics.median(r[1] for r in 
 steps = " ".join(str(int(r[2])) for r in rows)
 print(f"bench recovery_rollback: {rb:.2f} s from a SIGKILLed worker to the first step of the rolled-back world "
       f"(2 workers, {sys.argv[1]}; steps retrained per round: {steps}) | restart-based {rs:.2f} s (a new world "
-      f"loading the same checkpoint, start to first step) | ratio {rs / rb:.2f}x shorter | medians of 3 | "
+      f"loading the same checkpoint, start to first step) | ratio restart/rollback {rs / rb:.2f} | medians of 3 | "
       f"R = 2 (no rollback, target 10x): not built")
 ' "$cfg"
