@@ -31,6 +31,13 @@ static void print_snapshot(const json_t *s)
 	       str(s, "phase"), inum(s, "step"), inum(job, "steps"), inum(s, "world"));
 	if (json_is_string(json_object_get(s, "error")))
 		printf("  failed: %s\n", str(s, "error"));
+	const json_t *rec = json_object_get(s, "recovery");
+	if (json_is_object(rec) && !strcmp(str(rec, "type"), "recovered"))
+		printf("  last recovery: back to step %lld from step %lld in %.2f s: %s\n", inum(rec, "to_step"),
+		       inum(rec, "from_step"), num(rec, "seconds"), str(rec, "reason"));
+	else if (json_is_object(rec))
+		printf("  recovering: back to step %lld from step %lld: %s\n", inum(rec, "to_step"), inum(rec, "from_step"),
+		       str(rec, "reason"));
 	json_array_foreach(json_object_get(s, "members"), i, m) {
 		json_t *rank = json_object_get(m, "rank");
 		char r[32] = "-";
@@ -96,6 +103,13 @@ static void print_event(const json_t *e, int tty, int *bar_open)
 		printf("resharded: generation %lld at step %lld, %lld -> %lld workers, paused %.3f s, moved %.2f MiB\n",
 		       inum(e, "generation"), inum(e, "step"), inum(e, "from"), inum(e, "to"), num(e, "pause_s"),
 		       num(e, "moved_bytes") / 1048576.0);
+	} else if (!strcmp(type, "recovering")) {
+		printf("recovering: %s; rolling back to step %lld%s%s\n", str(e, "reason"), inum(e, "to_step"),
+		       json_is_string(json_object_get(e, "checkpoint")) ? " from " : "",
+		       json_is_string(json_object_get(e, "checkpoint")) ? str(e, "checkpoint") : "");
+	} else if (!strcmp(type, "recovered")) {
+		printf("recovered: generation %lld, %lld workers, training again from step %lld (%.2f s after the loss)\n",
+		       inum(e, "generation"), inum(e, "workers"), inum(e, "to_step"), num(e, "seconds"));
 	} else if (!strcmp(type, "snapshot")) {
 		print_snapshot(e);
 	}

@@ -58,6 +58,7 @@ wait_for "$tmp/kill.out" "checkpoint of step 60 complete" 60
 kill_worker 1
 wait_for "$tmp/kill.out" "^recovered:" 60
 curl -s "http://127.0.0.1:$port/metrics" >"$tmp/metrics.txt"
+"$bin/rowshiftctl" status --admin-file "$tmp/kill.admin" >"$tmp/kill.status" 2>&1
 finished kill
 rolled_back_to kill 60
 check "kill: the reason names the worker, how it went and the rows it held" \
@@ -68,6 +69,7 @@ check "kill: --log-json has the recovery, begun and done" bash -c \
 	"grep -q '\"event\":\"recovering\",\"kind\":\"rollback\".*\"to_step\":60' '$tmp/kill.jsonl' &&
 	 grep -q '\"event\":\"recovered\",\"kind\":\"rollback\".*\"seconds\"' '$tmp/kill.jsonl'"
 check "kill: /metrics counts it" grep -q '^rowshift_recoveries_total{kind="rollback"} 1$' "$tmp/metrics.txt"
+check "kill: rowshiftctl status shows it" grep -q "last recovery: back to step 60 from step .*: worker-1 was lost" "$tmp/kill.status"
 equal kill
 
 # 3. the newest checkpoint damaged, then a SIGKILL
