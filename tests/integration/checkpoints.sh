@@ -130,7 +130,7 @@ rc=$?
 check "a checkpoint without its index is never loaded (exit $rc)" bash -c "[ $rc != 0 ] && grep -q 'index.json' '$tmp/d.err'"
 
 # --checkpoint-interval: by time, at a step every worker agrees on (any step, not a multiple of anything)
-run i --workers 2 --steps 400 --checkpoint-dir "$tmp/cki" --checkpoint-interval 1 --checkpoint-keep 10
+run i --workers 2 --steps 400 --checkpoint-dir "$tmp/cki" --checkpoint-interval 1 --checkpoint-keep 1000
 rc=$?
 check "a job with --checkpoint-interval 1 (and no --checkpoint-every) finishes (exit $rc)" test "$rc" = 0
 grep -o 'checkpoint of step [0-9]* complete' "$tmp/i.out" | awk '{print $4}' >"$tmp/i.steps"
