@@ -48,6 +48,15 @@ static rs_status begin(rs_job *j, int64_t generation, int64_t step)
 	return RS_OK;
 }
 
+/* Whether root/step-S holds its index: complete. */
+static int complete_at(const char *root, int64_t step)
+{
+	char dir[4096], index[4200];
+	rs_checkpoint_step_dir(root, step, dir, sizeof(dir));
+	snprintf(index, sizeof(index), "%s/index.json", dir);
+	return access(index, F_OK) == 0;
+}
+
 /* Delete root/step-S: its files, then it. */
 static void remove_step(const char *root, int64_t step)
 {
@@ -82,13 +91,9 @@ static void prune(rs_job *j)
 		RS_WARN("%s (nothing deleted)", err.msg);
 		return;
 	}
-	for (size_t i = 0; i < n && kept < j->o.ckpt_keep; i++) {
-		char dir[4096], index[4200];
-		rs_checkpoint_step_dir(root, steps[i], dir, sizeof(dir));
-		snprintf(index, sizeof(index), "%s/index.json", dir);
-		if (access(index, F_OK) == 0)
+	for (size_t i = 0; i < n && kept < j->o.ckpt_keep; i++)
+		if (complete_at(root, steps[i]))
 			kept++, oldest_kept = steps[i];
-	}
 	for (size_t i = 0; kept == j->o.ckpt_keep && i < n; i++)
 		if (steps[i] < oldest_kept)
 			remove_step(root, steps[i]);
@@ -174,15 +179,11 @@ void rs__ckpt_rollback(rs_job *j, int64_t step, int64_t reached, int remove)
 		RS_WARN("%s (nothing deleted)", err.msg);
 		return;
 	}
-	for (size_t i = 0; i < n; i++) {
-		char dir[4096], index[4200];
-		rs_checkpoint_step_dir(j->o.ckpt_dir, steps[i], dir, sizeof(dir));
-		snprintf(index, sizeof(index), "%s/index.json", dir);
+	for (size_t i = 0; i < n; i++)
 		/* of the abandoned run (the world writes its own again), or never complete */
-		if (steps[i] > step && (steps[i] <= reached || access(index, F_OK) != 0)) {
+		if (steps[i] > step && (steps[i] <= reached || !complete_at(j->o.ckpt_dir, steps[i]))) {
 			RS_INFO("checkpoint: deleting step %lld, newer than the rollback's", (long long)steps[i]);
 			remove_step(j->o.ckpt_dir, steps[i]);
 		}
-	}
 	free(steps);
 }

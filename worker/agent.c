@@ -206,11 +206,7 @@ static rs_status start_fresh(rs_agent *a, const rs_msg_start *s, rs_plan *plan, 
 	take_run(&a->cur, s);
 	return RS_OK;
 fail:
-	rs_trainer_destroy(a->tr);
-	if (a->t)
-		rs_transport_abort(a->t); /* the others must not wait for this one */
-	rs_transport_destroy(a->t);
-	a->tr = NULL, a->t = NULL;
+	drop_model(a); /* what it built so far; the others must not wait for it */
 	rs_plan_free(plan);
 	return st;
 }
@@ -375,6 +371,21 @@ static void between_steps(rs_agent *a, json_t *m, int *stop, rs_err *dropped)
 }
 
 /*
+ * The coordinator's messages waiting on the link, each handled by
+ * between_steps; the link's status (not RS_OK: it is down or refused).
+ */
+static rs_status poll_between_steps(rs_agent *a, int *stop, rs_err *lost)
+{
+	json_t *m;
+	rs_status st = rs_link_poll(&a->link, &m);
+	for (; st == RS_OK && m; rs_link_poll(&a->link, &m)) {
+		between_steps(a, m, stop, lost);
+		json_decref(m);
+	}
+	return st;
+}
+
+/*
  * One write at a time: wait for the one in flight, listening to the
  * coordinator meanwhile, so that a stop or an abort of this generation (a
  * member was lost) is not held up by a slow write (*stop, lost). 0 when
@@ -383,17 +394,12 @@ static void between_steps(rs_agent *a, json_t *m, int *stop, rs_err *dropped)
 static int ckpt_wait_previous(rs_agent *a, int *stop, rs_err *lost)
 {
 	while (rs_checkpointer_busy(a->ckpt)) {
-		json_t *m;
 		ckpt_collect(a, 0);
 		if (!rs_checkpointer_busy(a->ckpt))
 			break;
-		if (rs_link_poll(&a->link, &m) != RS_OK) {
+		if (poll_between_steps(a, stop, lost) != RS_OK) {
 			ckpt_collect(a, 1); /* the link's trouble is the training loop's to report */
 			break;
-		}
-		for (; m; rs_link_poll(&a->link, &m)) {
-			between_steps(a, m, stop, lost);
-			json_decref(m);
 		}
 		if (*stop || lost->msg[0])
 			return 0;
@@ -486,17 +492,12 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 			t0 = t1;
 			since = r->step;
 		}
-		json_t *m;
-		st = rs_link_poll(&a->link, &m);
+		st = poll_between_steps(a, stop, lost);
 		if (st == RS_EINVAL)
 			return rs_err_set(err, st, "the coordinator refused this worker's rejoin");
 		if (st != RS_OK)
 			return rs_err_set(err, st, "the coordinator stayed away for more than %d ms (at step %lld)",
 					  a->link.grace_ms, (long long)r->step);
-		for (; m; rs_link_poll(&a->link, &m)) {
-			between_steps(a, m, stop, lost);
-			json_decref(m);
-		}
 		if (*stop || lost->msg[0])
 			return RS_OK;
 		if (stats.pause && !end)
