@@ -511,10 +511,11 @@ static rs_status parse_train(const json_t *root, rs_config *cfg, rs_err *err)
 
 static rs_status parse_cluster(const json_t *root, rs_config *cfg, rs_err *err)
 {
-	static const char *const keys[] = {"ranks_per_node", "memory_per_rank", NULL};
+	static const char *const keys[] = {"ranks_per_node", "memory_per_rank", "sharding_group", "replica_sync", NULL};
+	static const char *const sync_keys[] = {"every", NULL};
 	where w = {.file = cfg->path, .index = -1, .section = "cluster"};
 	rs_cluster_config *c = &cfg->cluster;
-	json_t *j, *m;
+	json_t *j, *m, *rs;
 	int64_t v = 8;
 
 	*c = (rs_cluster_config){.ranks_per_node = 8, .memory_per_rank = 16ull << 30};
@@ -531,6 +532,21 @@ static rs_status parse_cluster(const json_t *root, rs_config *cfg, rs_err *err)
 			c->memory_per_rank > 0))
 		return bad(err, &w, "memory_per_rank",
 			   "must be a positive byte count or a size such as \"16GiB\", \"512MiB\", \"80GB\"");
+	v = 0;
+	RSCHECK(get_int(j, "sharding_group", 1, RS_MAX_RANKS, &v, 0, &w, err));
+	c->sharding_group = (int32_t)v;
+	rs = json_object_get(j, "replica_sync");
+	if (json_is_string(rs) && strcmp(json_string_value(rs), "exact") == 0)
+		return RS_OK;
+	if (!json_is_object(rs)) {
+		if (!rs)
+			return RS_OK;
+		return bad(err, &w, "replica_sync", "must be \"exact\" or {\"every\": K}");
+	}
+	where ws = {.file = cfg->path, .index = -1, .section = "cluster.replica_sync"};
+	RSCHECK(check_keys(rs, sync_keys, &ws, err));
+	RSCHECK(get_int(rs, "every", 1, 1000000, &v, 1, &ws, err));
+	c->replica_sync_every = (int32_t)v;
 	return RS_OK;
 }
 

@@ -85,6 +85,8 @@ typedef struct rs_train_config {
 typedef struct rs_cluster_config {
 	int32_t ranks_per_node;     /* default 8 */
 	uint64_t memory_per_rank;   /* bytes for embeddings + optimizer state; default 16 GiB */
+	int32_t sharding_group;     /* S of a 2D layout (R = world / S replica groups); 0: none, S = world */
+	int32_t replica_sync_every; /* 2D: average replicas every K steps (local SGD); 0: exact, every step */
 } rs_cluster_config;
 
 typedef struct rs_config {

@@ -30,7 +30,11 @@ typedef struct rs_shard {
 
 /*
  * The world described by the config's cluster defaults for `ranks` ranks,
- * with overrides where the arguments are > 0 (sharding_group 0: no 2D, S = ranks).
+ * with overrides where the arguments are > 0. sharding_group 0 takes the
+ * config's cluster.sharding_group S where the world is R = ranks / S whole
+ * groups and R divides ranks_per_node (so replicas share a node), and
+ * otherwise no 2D layout (S = ranks): an elastic world that stops being a
+ * multiple of S trains 1D until it is one again.
  */
 rs_world rs_world_make(const rs_config *cfg, int32_t ranks, int32_t ranks_per_node,
 		       uint64_t memory_per_rank, int32_t sharding_group);

@@ -3,6 +3,7 @@
  */
 #include "coordinator/flags.h"
 #include "common/file.h"
+#include "common/limits.h"
 #include "common/param.h"
 
 #include <stdio.h>
@@ -38,6 +39,7 @@ int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
 		RS_PARAM("--schedule", NULL, RS_PARAM_STR, NULL, "STEP:N,...", "rescale live: at STEP go to N workers (local mode)", &c->schedule),
 		RS_PARAM("--state", "ROWSHIFT_STATE", RS_PARAM_STR, NULL, "FILE", "persist generation, phase and plan here; started again with an unfinished FILE, resume that job", &c->state_path),
 		RS_PARAM("--debounce-ms", "ROWSHIFT_DEBOUNCE_MS", RS_PARAM_INT, "1000", "MS", "longest wait for the rest of a membership change (e.g. the 4 new pods of a scale 4 -> 8) before resharding", &c->debounce_ms),
+		RS_PARAM("--sharding-group", "ROWSHIFT_SHARDING_GROUP", RS_PARAM_INT, "0", "S", "2D layout: replica groups of S workers, whenever the world is a multiple of S whose groups divide cluster.ranks_per_node (else 1D); 0: the config's cluster.sharding_group, if any", &c->sharding_group),
 		RS_PARAM("--max-attempts", "ROWSHIFT_MAX_ATTEMPTS", RS_PARAM_INT, "3", "N", "reshard attempts aborted in a row, and recoveries back to the same step, before the job fails", &c->max_attempts),
 		RS_PARAM("--grace-ms", "ROWSHIFT_COORDINATOR_GRACE_MS", RS_PARAM_INT, "60000", "MS", "how long workers wait for a lost coordinator to come back (local mode)", &c->grace_ms),
 		RS_PARAM("--status-token-file", "ROWSHIFT_STATUS_TOKEN_FILE", RS_PARAM_STR, NULL, "FILE", "require the bearer token in FILE of status stream and /metrics clients (or the token itself in ROWSHIFT_STATUS_TOKEN; never on the command line; default: none)", &c->status_token_file),
@@ -73,6 +75,7 @@ int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
 			  : c->timeout_ms < 100 || c->timeout_ms > 3600000 ? "--timeout-ms: 100..3600000"
 			  : c->grace_ms < 0 || c->grace_ms > 86400000 ? "--grace-ms: 0..86400000"
 			  : c->max_attempts < 1 || c->max_attempts > 1000 ? "--max-attempts: 1..1000"
+			  : c->sharding_group < 0 || c->sharding_group > RS_MAX_RANKS ? "--sharding-group: 0..65536"
 			  : c->steps < -1 ? "--steps: -1 (the config's) or more"
 			  : c->checkpoint_every < 0 || c->checkpoint_every > ((int64_t)1 << 40) ? "--checkpoint-every: 0..2^40"
 			  : c->checkpoint_interval < 0 || c->checkpoint_interval > 31536000 ? "--checkpoint-interval: 0..31536000"

@@ -24,8 +24,19 @@
 
 /* ---- report: the human-readable lines --------------------------------------------------- */
 
+/* " in R replica groups of S" for a 2D plan, "" for 1D. */
+static const char *layout(const rs_plan *p, char *buf, size_t n)
+{
+	const rs_world *w = &p->world;
+	if (w->sharding_group == w->ranks)
+		return "";
+	snprintf(buf, n, " in %d replica groups of %d", w->ranks / w->sharding_group, w->sharding_group);
+	return buf;
+}
+
 static void report(rs_job *j, const job_event *ev)
 {
+	char buf[64];
 	FILE *f = j->o.report ? j->o.report : stdout;
 	const reshard_record *r = ev->record;
 	switch (ev->kind) {
@@ -59,9 +70,10 @@ static void report(rs_job *j, const job_event *ev)
 			   "index)\n", (long long)ev->step, ev->detail, ev->moved / 1048576.0, ev->seconds);
 		break;
 	case EV_ATTEMPT:
-		fprintf(f, "generation %lld: %d -> %d workers at step %lld; the plan moves %.2f MiB (lower bound %.2f MiB), "
+		fprintf(f, "generation %lld: %d -> %d workers%s at step %lld; the plan moves %.2f MiB (lower bound %.2f MiB), "
 			   "planned in %.1f ms\n",
-			(long long)j->att.generation, j->cur.nworld, j->att.nworld, (long long)j->cur.step,
+			(long long)j->att.generation, j->cur.nworld, j->att.nworld, layout(j->att.plan, buf, sizeof(buf)),
+			(long long)j->cur.step,
 			j->att.plan->summary.moved_bytes / 1048576.0, j->att.plan->summary.min_moved_bytes / 1048576.0,
 			j->t.plan_s * 1e3);
 		break;
@@ -110,6 +122,7 @@ static void report(rs_job *j, const job_event *ev)
 
 static void log_line(rs_job *j, const job_event *ev)
 {
+	char buf[64];
 	switch (ev->kind) {
 	case EV_MEMBER:
 		if (ev->quiet)
@@ -122,7 +135,8 @@ static void log_line(rs_job *j, const job_event *ev)
 			RS_INFO("%s %s", ev->name, ev->detail);
 		break;
 	case EV_STARTED:
-		RS_INFO("generation 1: %d workers; plan imbalance %.3f", j->cur.nworld, j->cur.plan->summary.imbalance);
+		RS_INFO("generation 1: %d workers%s; plan imbalance %.3f", j->cur.nworld, layout(j->cur.plan, buf, sizeof(buf)),
+			j->cur.plan->summary.imbalance);
 		break;
 	case EV_RESUMED:
 		RS_INFO("generation %lld resumes at step %lld (no membership change to act on)", (long long)j->cur.generation,

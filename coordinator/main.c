@@ -152,6 +152,8 @@ static rs_status open_kube(coord *c, rs_err *err)
 static rs_status start(coord *c, rs_err *err)
 {
 	RSCHECK(rs_config_load(c->config, &c->cfg, err));
+	if (c->f.sharding_group > 0) /* the workers learn it from the plan */
+		c->cfg->cluster.sharding_group = (int32_t)c->f.sharding_group;
 	if (c->steps < 0)
 		c->steps = c->cfg->train.steps;
 	if (c->f.load && !c->recovering) { /* a checkpoint, or the newest complete one of periodic checkpoints */

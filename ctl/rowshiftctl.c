@@ -130,7 +130,7 @@ static int cmd_plan(int argc, char **argv)
 		RS_PARAM("--world", NULL, RS_PARAM_INT, NULL, "N", "number of ranks", &world),
 		RS_PARAM("--ranks-per-node", NULL, RS_PARAM_INT, "0", "K", "ranks per node (0: the config's cluster.ranks_per_node)", &rpn),
 		RS_PARAM("--memory-per-rank", NULL, RS_PARAM_BYTES, "0", "BYTES", "memory cap per rank, e.g. 16GiB (0: the config's)", &memory),
-		RS_PARAM("--sharding-group", NULL, RS_PARAM_INT, "0", "S", "2D layout: ranks per replica group (0: no 2D)", &group),
+		RS_PARAM("--sharding-group", NULL, RS_PARAM_INT, "0", "S", "2D layout: ranks per replica group (0: the config's cluster.sharding_group where it fits the world, else no 2D)", &group),
 		RS_PARAM("--previous", NULL, RS_PARAM_STR, NULL, "PLAN.json", "replan incrementally from this plan", &previous),
 		RS_PARAM("--remove", NULL, RS_PARAM_STR, NULL, "R1,R2,...", "with --previous: these previous ranks were removed", &remove),
 		RS_PARAM("--moves", NULL, RS_PARAM_STR, NULL, "FILE", "with --previous: write the list of moves (JSON) here", &moves_out),

@@ -671,8 +671,8 @@ void rs_trainer_checksum(const rs_trainer *tr, uint64_t *per_table)
 	for (int i = 0; i < tr->nshards; i++) {
 		const lshard *ls = &tr->shards[i];
 		const tinfo *ti = &tr->tables[ls->table];
-		if (ti->dp_shard == i && tr->rank != 0)
-			continue; /* one copy of a data-parallel table counts */
+		if (!rs__counted(tr, i))
+			continue;
 		uint64_t sum = 0;
 		for (int64_t r = 0; r < ls->s.rows; r++) {
 			void *w, *s;

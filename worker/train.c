@@ -76,7 +76,7 @@ static rs_status build_tables(rs_trainer *tr, int init)
 		/* this rank's shards */
 		for (int k = 0; k < tp->nshards; k++) {
 			const rs_shard *s = &tp->shards[k];
-			if (s->rank != tr->rank || s->replica != 0)
+			if (s->rank != tr->rank)
 				continue;
 			int si = tr->nshards;
 			if (si >= cfg->ntables * tr->world) {
@@ -112,13 +112,13 @@ static rs_status build_tables(rs_trainer *tr, int init)
 		}
 		if (tp->sharding == RS_SHARD_DP)
 			continue;
-		/* routing: column blocks of replica 0, row ranges sorted */
+		/* routing: column blocks of this rank's replica group, row ranges sorted */
 		const rs_shard **v = malloc(sizeof(rs_shard *) * (size_t)tp->nshards);
 		int nv = 0;
 		if (!v)
 			return RS_ENOMEM;
 		for (int k = 0; k < tp->nshards; k++)
-			if (tp->shards[k].replica == 0)
+			if (tp->shards[k].replica == tr->rank % tr->replicas)
 				v[nv++] = &tp->shards[k];
 		qsort(v, (size_t)nv, sizeof(*v), cmp_shard_row);
 		ti->blocks = calloc((size_t)nv, sizeof(block));
@@ -209,6 +209,11 @@ void rs__trainer_prefetch(rs_trainer *tr, int to_host)
 	tr->on_host = to_host;
 }
 
+int rs__counted(const rs_trainer *tr, int i)
+{
+	return tr->tables[tr->shards[i].table].dp_shard == i ? tr->rank == 0 : tr->shards[i].s.replica == 0;
+}
+
 lshard *rs__local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col)
 {
 	for (int i = 0; i < tr->nshards; i++) {
@@ -261,11 +266,12 @@ rs_status rs__trainer_alloc(const rs_config *cfg, const rs_plan *plan, rs_transp
 	tr->t = t;
 	tr->rank = t->rank;
 	tr->world = t->world;
-	if (plan->world.ranks != t->world || plan->world.sharding_group != plan->world.ranks) {
+	if (plan->world.ranks != t->world) {
 		free(tr);
-		return rs_err_set(err, RS_EINVAL, "trainer: the plan's world (%d ranks, group %d) is not the transport's (%d)",
-				  plan->world.ranks, plan->world.sharding_group, t->world);
+		return rs_err_set(err, RS_EINVAL, "trainer: the plan's world (%d ranks) is not the transport's (%d)",
+				  plan->world.ranks, t->world);
 	}
+	tr->replicas = plan->world.ranks / plan->world.sharding_group;
 	for (int i = 0; i < cfg->ntables; i++)
 		tr->nfeat += cfg->tables[i].nfeatures;
 	tr->feat_table = malloc(sizeof(int) * (size_t)tr->nfeat);
@@ -361,7 +367,7 @@ void rs_trainer_destroy(rs_trainer *tr)
  * an overflow). A slot given to a new id gets fresh values: a function of
  * (seed, table, id), so that whichever slot an id lands in, it starts the same.
  */
-static int64_t resolve(rs_trainer *tr, int t, int64_t id, int64_t step, int training)
+int64_t rs__resolve(rs_trainer *tr, int t, int64_t id, int64_t step, int training)
 {
 	tinfo *ti = &tr->tables[t];
 	if (!ti->zch)
@@ -445,7 +451,8 @@ static rs_status gather_bags(rs_trainer *tr, int64_t step, int training, size_t 
 			int t = tr->feat_table[f];
 			const block *bl = &tr->tables[t].blocks[c];
 			for (int64_t j = 0; j < cnt; j++) {
-				int64_t row = resolve(tr, t, tr->in.v[q + 4 + j], step, training);
+				int64_t row = tr->resolved && tr->tables[t].zch ? tr->in_row.v[q + 4 + j]
+										: rs__resolve(tr, t, tr->in.v[q + 4 + j], step, training);
 				tr->in_row.v[q + 4 + j] = row;
 				if (row < 0)
 					continue;
@@ -617,6 +624,9 @@ static rs_status lookup(rs_trainer *tr, int64_t step, int training, rs_err *err)
 	RSCHECKGOTO(said_transport(tr, rs_transport_alltoallv(tr->t, packed.v, tr->scount, tr->in.v, tr->rcount),
 				   "the lookup's requests (all-to-all)", err),
 		    st, out);
+	tr->resolved = 0;
+	if (training && tr->replicas > 1)
+		RSCHECKGOTO(rs__replica_resolve(tr, step, err), st, out);
 	/* answer: the partial pooled sum of each record over the rows held here, in rank order */
 	size_t floats = 0;
 	RSCHECKGOTO(gather_bags(tr, step, training, &floats, err), st, out);
@@ -753,8 +763,9 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 		}
 	RSCHECK(said_transport(tr, rs_transport_alltoallv(tr->t, tr->back.v, tr->rcount, tr->out.v, tr->scount),
 			       "the embedding gradients (all-to-all)", err));
-	/* owners: one fused update per distinct row of each shard (requests in rank order) */
-	RSCHECK(update_bags(tr, tr->out.v, err));
+	/* owners: one fused update per distinct row of each shard (requests in rank order); 2D: summed over replicas */
+	int every = cfg->cluster.replica_sync_every;
+	RSCHECK(tr->replicas > 1 && !every ? rs__replica_update(tr, tr->out.v, err) : update_bags(tr, tr->out.v, err));
 	/* data-parallel tables: the local gradient, all-reduced, applied everywhere */
 	for (int f = 0; f < tr->nfeat; f++) {
 		const tinfo *ti = &tr->tables[tr->feat_table[f]];
@@ -769,6 +780,8 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 	for (int i = 0; i < tr->nshards; i++)
 		if (tr->tables[tr->shards[i].table].dp_shard == i)
 			RSCHECK(dp_update(tr, &tr->shards[i], &cfg->optimizer, err));
+	if (tr->replicas > 1 && every && (step + 1) % every == 0)
+		RSCHECK(rs__replica_average(tr, err));
 	if (stats)
 		*stats = (rs_step_stats){.step = step, .loss = (double)l / (double)g, .auc = -1, .pause = lp[1] > 0,
 					 .checkpoint = lp[2] > 0};

@@ -175,8 +175,8 @@ static rs_status snapshot(rs_trainer *tr, int borrow, rs_snapshot **out, rs_err 
 	rs__trainer_prefetch(tr, 1);
 	for (int i = 0; i < tr->nshards; i++) {
 		const lshard *ls = &tr->shards[i];
-		if (tr->tables[ls->table].dp_shard == i && tr->rank != 0)
-			continue; /* one copy of a data-parallel table is enough */
+		if (!rs__counted(tr, i))
+			continue; /* one copy of each row is enough */
 		RSCHECKGOTO(snap_shard(tr, ls, s, &s->f[s->n++]), st, out);
 	}
 	if (tr->rank == 0) {

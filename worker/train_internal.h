@@ -110,6 +110,8 @@ struct rs_trainer {
 	const rs_plan *plan;
 	rs_transport *t;
 	int32_t rank, world;
+	int32_t replicas;   /* R of a 2D layout (1 without): this rank is in replica group rank % R */
+	int resolved;       /* 2D: this step's ZCH ids were resolved in in_row by rs__replica_resolve */
 	lshard *shards;
 	int nshards;
 	tinfo *tables;
@@ -150,6 +152,28 @@ void rs__trainer_prefetch(rs_trainer *tr, int to_host);
 /* The weights and optimizer state blocks of rows [row, row + n) of a shard (*s NULL, *slen 0 for SGD). */
 void rs__row_blocks(const rs_config *cfg, const lshard *ls, int64_t row, int64_t n, void **w, size_t *wlen, void **s,
 		    size_t *slen);
+
+/*
+ * Whether shard i is the copy this rank reports (checksums, checkpoints):
+ * one copy of each row counts, that of replica group 0, and of a
+ * data-parallel table rank 0's.
+ */
+int rs__counted(const rs_trainer *tr, int i);
+
+/* The row of a requested id at its owner (ZCH: its slot; see train.c). */
+int64_t rs__resolve(rs_trainer *tr, int t, int64_t id, int64_t step, int training);
+
+/*
+ * 2D layouts (replica.c). rs__replica_resolve: the ZCH ids this step's
+ * requests carry, inserted by every replica of a shard in one order (that
+ * of a 1D world: by requesting rank), so that the replicas' identities stay
+ * equal; fills in_row. rs__replica_update: the owner's backward with exact
+ * sync, every group's gradients folded in a 1D world's order, then applied. rs__replica_average: every replica's weights and optimizer state
+ * set to the replicas' mean (local SGD's periodic sync).
+ */
+rs_status rs__replica_resolve(rs_trainer *tr, int64_t step, rs_err *err);
+rs_status rs__replica_update(rs_trainer *tr, const float *grad, rs_err *err);
+rs_status rs__replica_average(rs_trainer *tr, rs_err *err);
 
 /* The local shard of table t holding (row, col), or NULL. */
 lshard *rs__local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col);

@@ -1,0 +1,203 @@
+/*
+ * test_train_2d.c - tests training in a 2D layout (worker/replica.c) with
+ * worker processes on loopback, on a model with a table of every sharding
+ * type and a ZCH table that evicts:
+ *   - exact sync: 2 replica groups of 2 ranks end where 4 ranks in 1D do
+ *     (bounded relative difference, every table, the dense network and the
+ *     loss curve), and the two replicas of every shard are bitwise equal;
+ *   - every K steps: the replicas drift apart between syncs and are bitwise
+ *     equal right after one.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "common/plan.h"
+#include "common/planner.h"
+#include "tests/unit/dumps.h"
+#include "tests/unit/scratch.h"
+#include "tests/unit/world_harness.h"
+#include "worker/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define STEPS 30
+#define W 4
+#define S 2
+
+static const char *config_path = "tests/data/train-model.json";
+
+static rs_config *cfg;
+static rs_plan *plan;
+static char dir[64];
+static int64_t steps;
+static const char *tag;
+
+static int setup(void **state)
+{
+	(void)state;
+	rs_err err = {0};
+	if (rs_scratch_make(dir, sizeof(dir), "train2d") != 0)
+		return -1;
+	return rs_config_load(config_path, &cfg, &err) == RS_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (rs_scratch_remove(dir) != 0)
+		return -1;
+	rs_config_free(cfg);
+	return 0;
+}
+
+/*
+ * Train `steps` steps. Each rank dumps its shards as DIR/TAG-gG-rI: replica
+ * group G = rank % R, I its index in the group; rank 0 adds the loss curve
+ * and the dense parameters. In 1D (R = 1) that is TAG-g0-rRANK.
+ */
+static int body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
+{
+	rs_trainer *tr;
+	rs_err err = {0};
+	char path[160];
+	int32_t r = plan->world.ranks / plan->world.sharding_group;
+	if (st != RS_OK) {
+		fprintf(stderr, "rank %d: transport: %s\n", rank, msg);
+		return 100;
+	}
+	if (rs_trainer_create(cfg, plan, t, NULL, &tr, &err) != RS_OK) {
+		fprintf(stderr, "rank %d: trainer: %s\n", rank, err.msg);
+		return 101;
+	}
+	snprintf(path, sizeof(path), "%s/%s-loss", dir, tag);
+	FILE *lf = rank == 0 ? fopen(path, "w") : NULL;
+	for (int64_t s = 0; s < steps; s++) {
+		rs_step_stats stats;
+		if (rs_trainer_step(tr, s, &stats, &err) != RS_OK) {
+			fprintf(stderr, "rank %d step %lld: %s\n", rank, (long long)s, err.msg);
+			rs_trainer_destroy(tr);
+			return 102;
+		}
+		if (lf)
+			fprintf(lf, "%.9g\n", stats.loss);
+	}
+	if (lf)
+		fclose(lf);
+	snprintf(path, sizeof(path), "%s/%s-g%d-r%d", dir, tag, rank % r, rank / r);
+	int rc = rs_trainer_dump(tr, path) == RS_OK ? 0 : 103;
+	rs_trainer_destroy(tr);
+	return rc;
+}
+
+static void run(const char *name, int32_t group, int32_t every, int64_t n)
+{
+	rs_world wd = rs_world_make(cfg, W, 0, 0, group);
+	rs_err err = {0};
+	cfg->cluster.replica_sync_every = every;
+	assert_int_equal(rs_planner_plan(cfg, &wd, NULL, NULL, &plan, &err), RS_OK);
+	tag = name;
+	steps = n;
+	world wo = {.n = W, .timeout_ms = 20000, .absent = -1, .bad_token = -1, .bad_generation = -1, .reap_last = -1,
+		    .body = body};
+	world_run(&wo);
+	for (int32_t r = 0; r < W; r++)
+		if (wo.exit_code[r] != 0)
+			fail_msg("%s: rank %d exited %d", name, r, wo.exit_code[r]);
+	rs_plan_free(plan);
+	plan = NULL;
+	cfg->cluster.replica_sync_every = 0;
+}
+
+/* The largest relative difference over the tables of two assembled models; the dense parameters too when both have them. */
+static double model_diff(float **a, float **b, size_t dense_n, const char *what)
+{
+	double worst = 0;
+	for (int i = 0; i <= cfg->ntables; i++) {
+		size_t n = i < cfg->ntables ? (size_t)(cfg->tables[i].rows * cfg->tables[i].dim) : dense_n;
+		double d = n ? dumps_max_rel_diff(a[i], b[i], n) : 0;
+		print_message("%s: %s max_rel %.3g\n", what, i < cfg->ntables ? cfg->tables[i].name : "dense", d);
+		worst = fmax(worst, d);
+	}
+	return worst;
+}
+
+static float **assemble(const char *name, int group, int nranks, size_t *dense_n)
+{
+	char t[64];
+	snprintf(t, sizeof(t), "%s-g%d", name, group);
+	return dumps_assemble(cfg, dir, t, nranks, dense_n);
+}
+
+static void test_exact_sync_equals_1d(void **state)
+{
+	(void)state;
+	size_t n1 = 0, n2 = 0, n3 = 0;
+	run("oned", W, 0, STEPS);
+	run("exact", S, 0, STEPS);
+	float **ref = assemble("oned", 0, W, &n1);
+	float **g0 = assemble("exact", 0, S, &n2);
+	float **g1 = assemble("exact", 1, S, &n3);
+	assert_true(n1 > 0 && n2 == n1);
+	/* the replicas of every shard: the same bits (group 1 has no dense parameters of its own) */
+	assert_true(model_diff(g0, g1, 0, "2x2 exact: replica 0 vs 1") == 0);
+	for (int i = 0; i < cfg->ntables; i++)
+		assert_memory_equal(g0[i], g1[i], sizeof(float) * (size_t)(cfg->tables[i].rows * cfg->tables[i].dim));
+	assert_true(model_diff(ref, g0, n1, "2x2 exact vs 1x4") <= 1e-5);
+	char pa[128], pb[128];
+	snprintf(pa, sizeof(pa), "%s/oned-loss", dir);
+	snprintf(pb, sizeof(pb), "%s/exact-loss", dir);
+	FILE *a = fopen(pa, "r"), *b = fopen(pb, "r");
+	assert_non_null(a);
+	assert_non_null(b);
+	double la, lb, worst = 0;
+	int lines = 0;
+	while (fscanf(a, "%lf", &la) == 1 && fscanf(b, "%lf", &lb) == 1) {
+		worst = fmax(worst, fabs(la - lb) / la);
+		lines++;
+	}
+	fclose(a);
+	fclose(b);
+	assert_int_equal(lines, STEPS);
+	print_message("loss curves: max relative difference %.3g\n", worst);
+	assert_true(worst < 1e-5);
+	dumps_free(cfg, ref);
+	dumps_free(cfg, g0);
+	dumps_free(cfg, g1);
+}
+
+static void test_every_k_replicas_equal_after_sync(void **state)
+{
+	(void)state;
+	size_t n0 = 0, n1 = 0;
+	/* 28 steps: the last sync was after step 24 (of 0..27), the replicas have trained apart since */
+	run("every-mid", S, 5, 28);
+	float **a0 = assemble("every-mid", 0, S, &n0);
+	float **a1 = assemble("every-mid", 1, S, &n1);
+	double apart = model_diff(a0, a1, 0, "every 5, 3 steps after a sync: replica 0 vs 1");
+	assert_true(apart > 0);
+	dumps_free(cfg, a0);
+	dumps_free(cfg, a1);
+	/* 30 steps: synced after step 29 */
+	run("every", S, 5, 30);
+	a0 = assemble("every", 0, S, &n0);
+	a1 = assemble("every", 1, S, &n1);
+	for (int i = 0; i < cfg->ntables; i++)
+		assert_memory_equal(a0[i], a1[i], sizeof(float) * (size_t)(cfg->tables[i].rows * cfg->tables[i].dim));
+	print_message("every 5, right after a sync: replicas bitwise equal (apart by %.3g 3 steps after one)\n", apart);
+	dumps_free(cfg, a0);
+	dumps_free(cfg, a1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_exact_sync_equals_1d),
+		cmocka_unit_test(test_every_k_replicas_equal_after_sync),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
