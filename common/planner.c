@@ -1186,12 +1186,18 @@ rs_status rs_planner_plan(const rs_config *cfg, const rs_world *world, const rs_
 
 	*out = NULL;
 	RSCHECK(check_world(cfg, world, prev, prev_to_new, err));
+	const rs_plan *orig_prev = prev;
+	if (rs_planner_same_groups(prev, world)) {
+		RSCHECK(rs_planner_replicate(cfg, world, prev, prev_to_new, &plan, err));
+		plan->summary.plan_seconds = rs_now() - t0;
+		st = RS_OK;
+		goto diff;
+	}
 	p.S = world->sharding_group;
 	p.R = world->ranks / world->sharding_group;
 	p.K = world->ranks_per_node / p.R;
 	p.nodes = (p.S + p.K - 1) / p.K;
-	/* 2D replans, or replans across a change of layout, start fresh and let the diff count the moves */
-	const rs_plan *orig_prev = prev;
+	/* other 2D replans, or replans across a change of layout, start fresh and let the diff count the moves */
 	if (prev && (p.R > 1 || prev->world.sharding_group != prev->world.ranks))
 		prev = NULL;
 	p.prev = prev;
@@ -1245,12 +1251,13 @@ rs_status rs_planner_plan(const rs_config *cfg, const rs_world *world, const rs_
 		sm->min_moved_bytes = a + b;
 	}
 	sm->plan_seconds = rs_now() - t0; /* planning only: the diff below is reporting */
+diff:
 	if (orig_prev) {
 		rs_move *moves = NULL;
 		int nmoves = 0;
 		RSCHECKGOTO(rs_plan_diff(cfg, orig_prev, plan, prev_to_new, &moves, &nmoves, err), st, out);
 		for (int i = 0; i < nmoves; i++)
-			sm->moved_bytes += moves[i].bytes;
+			plan->summary.moved_bytes += moves[i].bytes;
 		free(moves);
 	}
 	st = RS_OK;

@@ -33,6 +33,24 @@ rs_status rs_planner_plan(const rs_config *cfg, const rs_world *world, const rs_
 			  const int32_t *prev_to_new, rs_plan **out, rs_err *err);
 
 /*
+ * Replanning between 2D worlds of the same sharding group S
+ * (planner_groups.c): rs_planner_plan keeps prev's layout inside a group and
+ * changes only the number of groups when rs_planner_same_groups(prev, world)
+ * (same S, and either world has more than one group); rs_planner_replicate
+ * is that plan: role l (the shards prev's rank l*R0 holds) on rank l*R + k
+ * of every group k. The rank map decides what moves; the coordinator
+ * chooses it with rs_planner_place_members so that members keep their role:
+ * survivor i, previously rank old_rank[i] in a world of r0 groups of s,
+ * gets rank out[i] in a world of n ranks in r1 groups; out[nsurv..n-1] are
+ * the ranks left for the members that join, in order.
+ */
+int rs_planner_same_groups(const rs_plan *prev, const rs_world *world);
+rs_status rs_planner_replicate(const rs_config *cfg, const rs_world *world, const rs_plan *prev,
+			       const int32_t *prev_to_new, rs_plan **out, rs_err *err);
+void rs_planner_place_members(int32_t r0, int32_t r1, int32_t s, const int32_t *old_rank, int32_t nsurv, int32_t n,
+			      int32_t *out);
+
+/*
  * The mapping rowshiftctl and the coordinator use: with `removed` == NULL,
  * previous ranks 0..min(N0, N)-1 keep their numbers and ranks >= N are
  * removed (a StatefulSet scaling); otherwise the listed previous ranks are

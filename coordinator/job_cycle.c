@@ -131,11 +131,40 @@ void rs__cycle_free_attempt(rs_job *j)
 	j->att.generation = 0;
 }
 
+/*
+ * The new world's rank order: the candidates' (survivors, then joiners),
+ * except between 2D worlds of one sharding group, where survivors keep
+ * their role (the rows they hold) and joiners fill the other ranks.
+ */
+static void place_members(const rs_job *j, const int32_t *c, int32_t n, int32_t *placed)
+{
+	rs_world w = rs_world_make(j->cfg, n, 0, 0, 0);
+	int32_t old_rank[RS_MAX_WORKERS], order[RS_MAX_WORKERS], at[RS_MAX_WORKERS], nsurv = 0, njoin = 0;
+	memcpy(placed, c, sizeof(int32_t) * (size_t)n);
+	if (!rs_planner_same_groups(j->cur.plan, &w))
+		return;
+	for (int32_t k = 0; k < n; k++)
+		for (int32_t r = 0; r < j->cur.nworld; r++)
+			if (j->cur.world[r] == c[k]) {
+				old_rank[nsurv] = r;
+				order[nsurv++] = c[k];
+			}
+	for (int32_t k = 0; k < n; k++)
+		if (!rs__member_in_world(j, c[k]))
+			order[nsurv + njoin++] = c[k];
+	const rs_world *pw = &j->cur.plan->world;
+	rs_planner_place_members(pw->ranks / pw->sharding_group, n / w.sharding_group, w.sharding_group, old_rank, nsurv,
+				 n, at);
+	for (int32_t i = 0; i < n; i++)
+		placed[at[i]] = order[i];
+}
+
 /* Plan the next generation over the candidates and send every member of the union its part. */
-static void begin_attempt(rs_job *j, const int32_t *c, int32_t n)
+static void begin_attempt(rs_job *j, const int32_t *cand, int32_t n)
 {
 	rs_err err = {0};
-	int32_t map[RS_MAX_WORKERS];
+	int32_t map[RS_MAX_WORKERS], c[RS_MAX_WORKERS];
+	place_members(j, cand, n, c);
 	rs__cycle_free_attempt(j);
 	j->att.uni = malloc(sizeof(int32_t) * (size_t)(n + j->cur.nworld));
 	j->att.union_of_old = malloc(sizeof(int32_t) * (size_t)j->cur.nworld + 1);

@@ -271,6 +271,63 @@ static void test_2d_layout(void **state)
 	free(json);
 }
 
+/* Bytes one replica group holds: the ranks of group 0. */
+static uint64_t group_bytes(const rs_plan *plan)
+{
+	uint64_t b = 0;
+	int32_t r = plan->world.ranks / plan->world.sharding_group;
+	for (int32_t k = 0; k < plan->world.ranks; k += r)
+		b += plan->ranks[k].memory;
+	return b;
+}
+
+/*
+ * Elastic 2D: with the same sharding group, adding a replica group copies
+ * one group's state (and no less is possible), removing one moves nothing,
+ * and going from 1D to 2D keeps every row where it is.
+ */
+static void test_2d_replan_changes_groups_only(void **state)
+{
+	(void)state;
+	char *json = random_config(12, 1);
+	rs_config *cfg = load(json);
+	int32_t map[16], at[16], old_rank[16];
+	/* 4 ranks in 2 groups of 2 -> 6 ranks in 3 groups: the coordinator's placement keeps every member's role */
+	rs_plan *a = plan_ok(cfg, 4, 6, 0, 2, NULL, NULL);
+	for (int32_t r = 0; r < 4; r++)
+		old_rank[r] = r;
+	rs_planner_place_members(2, 3, 2, old_rank, 4, 6, at);
+	for (int32_t r = 0; r < 4; r++) {
+		assert_int_equal(at[r] / 3, r / 2); /* the same role */
+		map[r] = at[r];
+	}
+	assert_true(at[4] != at[5] && at[4] % 3 == 2 && at[5] % 3 == 2); /* the joiners make up group 2 */
+	rs_plan *b = plan_ok(cfg, 6, 6, 0, 2, a, map);
+	assert_int_equal(b->world.sharding_group, 2);
+	assert_int_equal(b->summary.moved_bytes, group_bytes(a));
+	assert_int_equal(b->summary.min_moved_bytes, b->summary.moved_bytes);
+	/* back to 2 groups: group 2 (ranks 2 and 5) leaves */
+	int32_t back[6] = {0, 1, -1, 2, 3, -1};
+	rs_plan *c = plan_ok(cfg, 4, 6, 0, 2, b, back);
+	assert_int_equal(c->summary.moved_bytes, 0);
+	/* 1D on 2 ranks -> 2 groups of 2: the survivors keep their rows */
+	rs_plan *d = plan_ok(cfg, 2, 6, 0, 0, NULL, NULL);
+	old_rank[0] = 0, old_rank[1] = 1;
+	rs_planner_place_members(1, 2, 2, old_rank, 2, 4, at);
+	int32_t grow[2] = {at[0], at[1]};
+	assert_int_equal(at[0] % 2, 0);
+	assert_int_equal(at[1] % 2, 0);
+	rs_plan *e = plan_ok(cfg, 4, 6, 0, 2, d, grow);
+	assert_int_equal(e->summary.moved_bytes, group_bytes(d));
+	rs_plan_free(a);
+	rs_plan_free(b);
+	rs_plan_free(c);
+	rs_plan_free(d);
+	rs_plan_free(e);
+	rs_config_free(cfg);
+	free(json);
+}
+
 /* ---- determinism and JSON ------------------------------------------------------- */
 
 static char *dump_without_time(const rs_plan *plan)
@@ -536,6 +593,7 @@ int main(void)
 		cmocka_unit_test(test_pins_and_colocation),
 		cmocka_unit_test(test_memory_caps),
 		cmocka_unit_test(test_2d_layout),
+		cmocka_unit_test(test_2d_replan_changes_groups_only),
 		cmocka_unit_test(test_deterministic_and_json_round_trip),
 		cmocka_unit_test(test_bad_plan_json),
 		cmocka_unit_test(test_replan_growth_and_shrink),
