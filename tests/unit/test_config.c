@@ -70,7 +70,8 @@ static void test_every_field(void **state)
 		"\"data\": {\"source\": \"criteo\", \"paths\": [\"day_0.tsv\"], \"seed\": 9, \"zipf_alpha\": 1.2,"
 		" \"eval_samples\": 5, \"eval_every\": 3},"
 		"\"train\": {\"global_batch\": 64, \"steps\": 11, \"seed\": 12},"
-		"\"cluster\": {\"ranks_per_node\": 2, \"memory_per_rank\": \"512MiB\"}}");
+		"\"cluster\": {\"ranks_per_node\": 2, \"memory_per_rank\": \"512MiB\", \"sharding_group\": 4,"
+		" \"replica_sync\": {\"every\": 6}}}");
 	const rs_table_config *a = &cfg->tables[0], *b = &cfg->tables[1];
 	assert_int_equal(a->nfeatures, 2);
 	assert_string_equal(a->features[1], "y");
@@ -93,6 +94,8 @@ static void test_every_field(void **state)
 	assert_string_equal(cfg->data.paths[0], "day_0.tsv");
 	assert_int_equal(cfg->train.global_batch, 64);
 	assert_true(cfg->cluster.memory_per_rank == 512ull << 20);
+	assert_int_equal(cfg->cluster.sharding_group, 4);
+	assert_int_equal(cfg->cluster.replica_sync_every, 6);
 	/* bf16 rows with adam: 2 bytes per element plus two fp32 moments */
 	assert_int_equal(rs_table_row_bytes(cfg, a), 32 * 2 + 8 * 32);
 	assert_int_equal(rs_config_find_table(cfg, "b"), 1);
@@ -155,6 +158,10 @@ static const struct bad_case {
 	{"batch", "{\"tables\": [" T1 "}], \"train\": {\"global_batch\": 0}}", {"train.global_batch"}},
 	{"memory", "{\"tables\": [" T1 "}], \"cluster\": {\"memory_per_rank\": \"lots\"}}", {"cluster.memory_per_rank"}},
 	{"ranks per node", "{\"tables\": [" T1 "}], \"cluster\": {\"ranks_per_node\": 0}}", {"cluster.ranks_per_node"}},
+	{"sharding group", "{\"tables\": [" T1 "}], \"cluster\": {\"sharding_group\": 0}}", {"cluster.sharding_group"}},
+	{"replica sync", "{\"tables\": [" T1 "}], \"cluster\": {\"replica_sync\": \"sometimes\"}}", {"cluster.replica_sync", "exact"}},
+	{"replica sync every", "{\"tables\": [" T1 "}], \"cluster\": {\"replica_sync\": {\"every\": 0}}}", {"replica_sync.every"}},
+	{"replica sync key", "{\"tables\": [" T1 "}], \"cluster\": {\"replica_sync\": {\"evry\": 2}}}", {"evry"}},
 	{"duplicate key", "{\"tables\": [" T1 ", \"dim\": 4}]}", {"t.json:1:"}},
 };
 
