@@ -40,7 +40,7 @@ static rs_status put(bytes *b, const void *p, size_t len)
 static rs_status put64(bytes *b, int64_t x) { return put(b, &x, sizeof(x)); }
 
 /* A cursor over a peer's bytes: every read is bounds-checked. */
-typedef struct cursor {
+typedef struct rs__cursor {
 	const char *p, *end;
 } cursor;
 
@@ -283,16 +283,14 @@ static rs_status fold_bags(const rs_trainer *tr, lshard *ls, cursor *c, bagbuf *
  * the bags it answered in requesting-rank order; here every replica folds
  * the bags of all groups in that same order (each group's sent by the
  * replica that answered them), so all replicas, and a 1D world, add the
- * same floats in the same order.
+ * same floats in the same order. Gathering them is a collective
+ * (rs__replica_exchange); folding and applying is not (rs__replica_apply).
  */
-rs_status rs__replica_update(rs_trainer *tr, const float *grad, rs_err *err)
+rs_status rs__replica_exchange(rs_trainer *tr, const float *grad, rs__replica_grads *rg, rs_err *err)
 {
 	bytes mine = {0};
-	char *all = NULL;
-	cursor *c = NULL;
-	bagbuf bb = {0};
 	size_t *off = malloc(sizeof(size_t) * ((size_t)tr->world + 1));
-	int32_t me = tr->rank % tr->replicas, first = first_replica_peer(tr);
+	int32_t me = tr->rank % tr->replicas;
 	rs_status st = RS_OK;
 	if (!off)
 		return RS_ENOMEM;
@@ -315,7 +313,18 @@ rs_status rs__replica_update(rs_trainer *tr, const float *grad, rs_err *err)
 			b0 = b1;
 		}
 	}
-	RSCHECKGOTO(exchange(tr, &mine, &all, &c, "the replicas' embedding gradients", err), st, out);
+	st = exchange(tr, &mine, &rg->all, &rg->c, "the replicas' embedding gradients", err);
+out:
+	free(off);
+	free(mine.v);
+	return st;
+}
+
+rs_status rs__replica_apply(rs_trainer *tr, rs__replica_grads *rg, rs_err *err)
+{
+	bagbuf bb = {0};
+	int32_t first = first_replica_peer(tr);
+	rs_status st = RS_OK;
 	for (int i = 0; i < tr->nshards; i++) {
 		lshard *ls = &tr->shards[i];
 		rs_err e = {0};
@@ -323,7 +332,7 @@ rs_status rs__replica_update(rs_trainer *tr, const float *grad, rs_err *err)
 			continue;
 		rs_emb_grad_clear(&ls->ws, &ls->grad);
 		for (int32_t q = 0; q < tr->world; q++)
-			RSCHECKGOTO(fold_bags(tr, ls, &c[q % tr->replicas], &bb, first + q % tr->replicas, err), st, out);
+			RSCHECKGOTO(fold_bags(tr, ls, &rg->c[q % tr->replicas], &bb, first + q % tr->replicas, err), st, out);
 		st = tr->engine->ops->apply(tr->engine, &ls->emb, &ls->grad, &tr->cfg->optimizer, tr->updates, &e);
 		rs_emb_grad_clear(&ls->ws, &ls->grad);
 		if (st != RS_OK)
@@ -333,11 +342,15 @@ out:
 	free(bb.off.v);
 	free(bb.ids.v);
 	free(bb.grad.v);
-	free(off);
-	free(c);
-	free(mine.v);
-	free(all);
 	return st;
+}
+
+void rs__replica_grads_free(rs__replica_grads *rg)
+{
+	free(rg->all);
+	free(rg->c);
+	rg->all = NULL;
+	rg->c = NULL;
 }
 
 /* ---- every K steps: the replicas' mean ---------------------------------------------- */

@@ -680,49 +680,98 @@ out:
 	return said(st, "the lookup", err);
 }
 
-/* Data-parallel gradients: all-reduce a dense (rows x dim + touch count) buffer, apply everywhere. */
-static rs_status dp_update(rs_trainer *tr, lshard *ls, const rs_optimizer_config *opt, rs_err *err)
+/* Data-parallel gradients, step one: the local ones in a dense (rows x dim + touch count) buffer, all-reduced. */
+static rs_status dp_reduce(rs_trainer *tr, lshard *ls, float **out, rs_err *err)
 {
 	int64_t rows = ls->emb.nrows;
 	int32_t dim = ls->emb.dim;
 	float *buf = calloc((size_t)(rows * (dim + 1)), sizeof(float));
-	rs_emb_grad all = {.rows = malloc(sizeof(int64_t) * (size_t)rows), .dim = dim, .cap = rows};
-	rs_err e = {0};
-	rs_status st = RS_OK;
-	if (!buf || !all.rows)
-		RSFAILGOTO(st, RS_ENOMEM, out);
+	*out = NULL;
+	if (!buf)
+		return said(RS_ENOMEM, "the data-parallel gradients", err);
 	for (int64_t k = 0; k < ls->grad.n; k++) {
 		int64_t r = ls->grad.rows[k];
 		memcpy(buf + r * dim, ls->grad.grad + k * dim, sizeof(float) * (size_t)dim);
 		buf[rows * dim + r] = 1;
 	}
 	rs_emb_grad_clear(&ls->ws, &ls->grad);
-	RSCHECKGOTO(said_transport(tr, rs_transport_allreduce_sum(tr->t, buf, (size_t)(rows * (dim + 1))),
-				   "the data-parallel gradients (all-reduce)", err),
-		    st, out);
-	/* rows touched anywhere, in row order; their gradients compacted in place */
-	all.grad = buf;
+	rs_status st = said_transport(tr, rs_transport_allreduce_sum(tr->t, buf, (size_t)(rows * (dim + 1))),
+				      "the data-parallel gradients (all-reduce)", err);
+	if (st != RS_OK)
+		free(buf);
+	else
+		*out = buf;
+	return st;
+}
+
+/* Step two, on every rank alike: the rows touched anywhere, in row order, updated (consumes buf). */
+static rs_status dp_apply(rs_trainer *tr, lshard *ls, float *buf, rs_err *err)
+{
+	int64_t rows = ls->emb.nrows;
+	int32_t dim = ls->emb.dim;
+	rs_emb_grad all = {.rows = malloc(sizeof(int64_t) * (size_t)rows + 1), .grad = buf, .dim = dim, .cap = rows};
+	rs_err e = {0};
+	rs_status st = RS_OK;
+	if (!all.rows)
+		RSFAILGOTO(st, RS_ENOMEM, out);
 	for (int64_t r = 0; r < rows; r++)
 		if (buf[rows * dim + r] > 0) {
 			memmove(buf + all.n * dim, buf + r * dim, sizeof(float) * (size_t)dim);
 			all.rows[all.n++] = r;
 		}
-	RSCHECKGOTO(engine_said(tr, ls->table, tr->engine->ops->apply(tr->engine, &ls->emb, &all, opt, tr->updates, &e), &e,
-				err),
-		    st, out);
+	st = engine_said(tr, ls->table, tr->engine->ops->apply(tr->engine, &ls->emb, &all, &tr->cfg->optimizer, tr->updates, &e),
+			 &e, err);
 out:
 	free(all.rows);
 	free(buf);
 	return said(st, "the data-parallel update", err);
 }
 
+/*
+ * The step's updates, once every collective of the step is done: the dense
+ * network, the owners' rows (one fused update per distinct row, requests in
+ * rank order; 2D with exact sync: every group's gradients, rg), the
+ * data-parallel tables (dp[i]: shard i's all-reduced gradients, consumed).
+ * A failure here leaves the model part-updated: the trainer is spoiled.
+ */
+static rs_status apply_step(rs_trainer *tr, float inv, rs__replica_grads *rg, float **dp, rs_err *err)
+{
+	rs_status st = RS_OK;
+	rs_dense_sgd(tr->dense, tr->cfg->dense.lr, inv);
+	tr->updates++;
+	st = rg->all ? rs__replica_apply(tr, rg, err) : update_bags(tr, tr->out.v, err);
+	for (int i = 0; i < tr->nshards; i++) {
+		if (st == RS_OK && dp[i])
+			st = dp_apply(tr, &tr->shards[i], dp[i], err);
+		else
+			free(dp[i]);
+		dp[i] = NULL;
+	}
+	tr->spoiled |= st != RS_OK;
+	return st;
+}
+
+/*
+ * The step. Every collective comes before the first update (apply_step),
+ * so a step that fails on a lost peer leaves the weights, the optimizer
+ * state and the dense network as the previous step left them: only ZCH
+ * slots given out in its lookup remain, and giving them again is a no-op.
+ * A 2D world can then rebuild the lost rows from their replicas and train
+ * the step again (rs_trainer_can_heal).
+ */
 rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs_err *err)
 {
 	const rs_config *cfg = tr->cfg;
 	int64_t g = cfg->train.global_batch;
 	int64_t lo = g * tr->rank / tr->world, hi = g * (tr->rank + 1) / tr->world;
+	int every = cfg->cluster.replica_sync_every;
 	double loss = 0;
+	rs__replica_grads rg = {0};
+	float **dp = NULL;
+	rs_status st = RS_OK;
 
+	if (tr->spoiled)
+		return rs_err_set(err, RS_EINVAL, "the trainer's last step failed half-way: its model is part-updated");
 	if (tr->on_host)
 		rs__trainer_prefetch(tr, 0);
 	RSCHECK(said(rs_data_fill(tr->data, step * g + lo, (int32_t)(hi - lo), &tr->batch), "reading the step's samples",
@@ -742,9 +791,6 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 	float lp[3] = {(float)loss, tr->pause_requested ? 1.0f : 0.0f, tr->checkpoint_requested ? 1.0f : 0.0f};
 	RSCHECK(said_transport(tr, rs_transport_allreduce_sum(tr->t, lp, 3), "the loss (all-reduce)", err));
 	float l = lp[0];
-	tr->pause_requested = tr->checkpoint_requested = 0;
-	rs_dense_sgd(tr->dense, cfg->dense.lr, inv);
-	tr->updates++;
 
 	/* embedding gradients back along the requests */
 	float *o = tr->back.v; /* reuse: same sizes as the answers, the other way */
@@ -763,29 +809,49 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 		}
 	RSCHECK(said_transport(tr, rs_transport_alltoallv(tr->t, tr->back.v, tr->rcount, tr->out.v, tr->scount),
 			       "the embedding gradients (all-to-all)", err));
-	/* owners: one fused update per distinct row of each shard (requests in rank order); 2D: summed over replicas */
-	int every = cfg->cluster.replica_sync_every;
-	RSCHECK(tr->replicas > 1 && !every ? rs__replica_update(tr, tr->out.v, err) : update_bags(tr, tr->out.v, err));
-	/* data-parallel tables: the local gradient, all-reduced, applied everywhere */
+	if (tr->replicas > 1 && !every)
+		RSCHECK(rs__replica_exchange(tr, tr->out.v, &rg, err));
+	/* data-parallel tables: the local gradient, all-reduced */
+	if (!(dp = calloc((size_t)tr->nshards + 1, sizeof(float *))))
+		RSFAILGOTO(st, said(RS_ENOMEM, "the data-parallel gradients", err), out);
+	for (int i = 0; i < tr->nshards; i++) /* nothing left from a step that failed */
+		if (tr->tables[tr->shards[i].table].dp_shard == i)
+			rs_emb_grad_clear(&tr->shards[i].ws, &tr->shards[i].grad);
 	for (int f = 0; f < tr->nfeat; f++) {
 		const tinfo *ti = &tr->tables[tr->feat_table[f]];
 		if (ti->dp_shard < 0)
 			continue;
 		lshard *ls = &tr->shards[ti->dp_shard];
-		RSCHECK(said(rs_emb_grad_accumulate(&ls->ws, &ls->grad, ls->emb.dim, tr->batch.offsets[f], n,
-						    tr->batch.ids[f], cfg->tables[tr->feat_table[f]].pooling,
-						    tr->dpooled + tr->feat_off[f], tr->emb_width),
-			     "the data-parallel gradients", err));
+		RSCHECKGOTO(said(rs_emb_grad_accumulate(&ls->ws, &ls->grad, ls->emb.dim, tr->batch.offsets[f], n,
+							tr->batch.ids[f], cfg->tables[tr->feat_table[f]].pooling,
+							tr->dpooled + tr->feat_off[f], tr->emb_width),
+				 "the data-parallel gradients", err),
+			    st, out);
 	}
 	for (int i = 0; i < tr->nshards; i++)
 		if (tr->tables[tr->shards[i].table].dp_shard == i)
-			RSCHECK(dp_update(tr, &tr->shards[i], &cfg->optimizer, err));
-	if (tr->replicas > 1 && every && (step + 1) % every == 0)
-		RSCHECK(rs__replica_average(tr, err));
+			RSCHECKGOTO(dp_reduce(tr, &tr->shards[i], &dp[i], err), st, out);
+	tr->pause_requested = tr->checkpoint_requested = 0;
+	RSCHECKGOTO(apply_step(tr, inv, &rg, dp, err), st, out);
+	/* local SGD's sync comes after the updates it averages: a loss during it spoils the step */
+	if (tr->replicas > 1 && every && (step + 1) % every == 0 && (st = rs__replica_average(tr, err)) != RS_OK) {
+		tr->spoiled = 1;
+		goto out;
+	}
 	if (stats)
 		*stats = (rs_step_stats){.step = step, .loss = (double)l / (double)g, .auc = -1, .pause = lp[1] > 0,
 					 .checkpoint = lp[2] > 0};
-	return RS_OK;
+out:
+	for (int i = 0; dp && i < tr->nshards; i++)
+		free(dp[i]);
+	free(dp);
+	rs__replica_grads_free(&rg);
+	return st;
+}
+
+int rs_trainer_can_heal(const rs_trainer *tr)
+{
+	return tr && !tr->spoiled && tr->replicas > 1 && tr->cfg->cluster.replica_sync_every == 0;
 }
 
 rs_status rs_trainer_evaluate(rs_trainer *tr, int64_t n, double *auc, double *logloss, rs_err *err)

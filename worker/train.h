@@ -209,6 +209,14 @@ rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs
 void rs_trainer_commit(rs_trainer *staged, rs_trainer *old);
 
 /*
+ * Whether this trainer can go on after its last step failed on a lost peer:
+ * a 2D world with exact replica sync, whose failed step changed nothing
+ * (rs_trainer_step updates only after its last collective), so a copy of
+ * every lost row lives on in another replica group.
+ */
+int rs_trainer_can_heal(const rs_trainer *tr);
+
+/*
  * "Nothing lost or duplicated": per_table[t] (cfg->ntables entries) gets
  * the wrapping sum, over the rows this rank counts, of a 64-bit hash of
  * (table, global row, column offset, the row's weights and optimizer state

@@ -112,6 +112,7 @@ struct rs_trainer {
 	int32_t rank, world;
 	int32_t replicas;   /* R of a 2D layout (1 without): this rank is in replica group rank % R */
 	int resolved;       /* 2D: this step's ZCH ids were resolved in in_row by rs__replica_resolve */
+	int spoiled;        /* a step failed after its first update: the model is part-updated */
 	lshard *shards;
 	int nshards;
 	tinfo *tables;
@@ -167,12 +168,19 @@ int64_t rs__resolve(rs_trainer *tr, int t, int64_t id, int64_t step, int trainin
  * 2D layouts (replica.c). rs__replica_resolve: the ZCH ids this step's
  * requests carry, inserted by every replica of a shard in one order (that
  * of a 1D world: by requesting rank), so that the replicas' identities stay
- * equal; fills in_row. rs__replica_update: the owner's backward with exact
- * sync, every group's gradients folded in a 1D world's order, then applied. rs__replica_average: every replica's weights and optimizer state
+ * equal; fills in_row. rs__replica_exchange and rs__replica_apply: the
+ * owner's backward with exact sync, every group's gradients gathered (a
+ * collective), then folded in a 1D world's order and applied (local). rs__replica_average: every replica's weights and optimizer state
  * set to the replicas' mean (local SGD's periodic sync).
  */
 rs_status rs__replica_resolve(rs_trainer *tr, int64_t step, rs_err *err);
-rs_status rs__replica_update(rs_trainer *tr, const float *grad, rs_err *err);
+typedef struct rs__replica_grads {
+	char *all;          /* every copy's bags; NULL: none gathered */
+	struct rs__cursor *c;
+} rs__replica_grads;
+rs_status rs__replica_exchange(rs_trainer *tr, const float *grad, rs__replica_grads *rg, rs_err *err);
+rs_status rs__replica_apply(rs_trainer *tr, rs__replica_grads *rg, rs_err *err);
+void rs__replica_grads_free(rs__replica_grads *rg);
 rs_status rs__replica_average(rs_trainer *tr, rs_err *err);
 
 /* The local shard of table t holding (row, col), or NULL. */
