@@ -87,9 +87,14 @@ static rs_status diff_from_copies(const rs_config *cfg, int t, const rs_table_pl
 		if (held)
 			continue;
 		/* the (dst mod copies)-th surviving copy, or any copy when none survives */
-		int pick = nsrc ? dst % nsrc : dst % old->nshards, seen = 0;
+		int nlive = 0;
+		for (int i = 0; i < old->nshards; i++)
+			nlive += old_to_new[old->shards[i].rank] != RS_PLAN_LOST;
+		if (!nlive)
+			return RS_ENOTFOUND;
+		int pick = nsrc ? dst % nsrc : dst % nlive, seen = 0;
 		for (int i = 0; i < old->nshards; i++) {
-			if (nsrc && old_to_new[old->shards[i].rank] < 0)
+			if ((nsrc && old_to_new[old->shards[i].rank] < 0) || old_to_new[old->shards[i].rank] == RS_PLAN_LOST)
 				continue;
 			if (seen++ == pick) {
 				RSCHECK(add_move(mv, cfg, t, old->shards[i].rank, dst, n->row_offset,
@@ -101,12 +106,24 @@ static rs_status diff_from_copies(const rs_config *cfg, int t, const rs_table_pl
 	return RS_OK;
 }
 
+/* The rank of a live copy of old shard o in another replica group (the same rectangle), or -1. */
+static int32_t other_copy(const rs_table_plan *old, const int32_t *old_to_new, const rs_shard *o)
+{
+	for (int i = 0; i < old->nshards; i++) {
+		const rs_shard *c = &old->shards[i];
+		if (c->replica != o->replica && c->row_offset == o->row_offset && c->rows == o->rows &&
+		    c->col_offset == o->col_offset && c->cols == o->cols && old_to_new[c->rank] != RS_PLAN_LOST)
+			return c->rank;
+	}
+	return -1;
+}
+
 static rs_status diff_table(const rs_config *cfg, int t, const rs_table_plan *old,
 			    const rs_table_plan *new, int32_t old_replicas,
-			    const int32_t *old_to_new, move_vec *mv)
+			    const int32_t *old_to_new, move_vec *mv, rs_err *err)
 {
 	if (old->sharding == RS_SHARD_DP)
-		return diff_from_copies(cfg, t, old, new, old_to_new, mv);
+		return diff_from_copies(cfg, t, old, new, old_to_new, mv); /* RS_ENOTFOUND: every copy lost */
 	for (int k = 0; k < new->nshards; k++) {
 		const rs_shard *n = &new->shards[k];
 		int32_t want = n->replica % old_replicas;
@@ -130,7 +147,12 @@ static rs_status diff_table(const rs_config *cfg, int t, const rs_table_plan *ol
 					if (old_to_new[o->rank] == n->rank ||
 					    already_held(old, old_to_new, n->rank, r0, r1, c0, c1))
 						continue;
-					RSCHECK(add_move(mv, cfg, t, o->rank, n->rank, r0, r1, c0, c1));
+					int32_t src = old_to_new[o->rank] == RS_PLAN_LOST ? other_copy(old, old_to_new, o) : o->rank;
+					if (src < 0)
+						return rs_err_set(err, RS_ENOTFOUND,
+								  "table '%s': rows %lld..%lld (columns %d..%d) were lost with every copy",
+								  cfg->tables[t].name, (long long)r0, (long long)r1 - 1, c0, c1 - 1);
+					RSCHECK(add_move(mv, cfg, t, src, n->rank, r0, r1, c0, c1));
 				}
 			}
 			b = e;
@@ -163,12 +185,14 @@ rs_status rs_plan_diff(const rs_config *cfg, const rs_plan *old, const rs_plan *
 		return rs_err_set(err, RS_EINVAL, "plan diff: the plans do not match the config's %d tables",
 				  cfg->ntables);
 	for (int32_t r = 0; r < old->world.ranks; r++)
-		if (old_to_new[r] < -1 || old_to_new[r] >= new->world.ranks)
+		if (old_to_new[r] < RS_PLAN_LOST || old_to_new[r] >= new->world.ranks)
 			return rs_err_set(err, RS_EINVAL, "plan diff: old rank %d maps to %d, outside the new world",
 					  r, old_to_new[r]);
 	int32_t old_replicas = old->world.ranks / old->world.sharding_group;
 	for (int t = 0; t < cfg->ntables && st == RS_OK; t++)
-		st = diff_table(cfg, t, &old->tables[t], &new->tables[t], old_replicas, old_to_new, &mv);
+		st = diff_table(cfg, t, &old->tables[t], &new->tables[t], old_replicas, old_to_new, &mv, err);
+	if (st == RS_ENOTFOUND && err && !err->msg[0])
+		rs_err_set(err, st, "plan diff: a data-parallel table lost every copy");
 	if (st != RS_OK) {
 		free(mv.v);
 		return st;

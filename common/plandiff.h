@@ -9,7 +9,10 @@
  * number does not move. Removed ranks are still sources: they drain before
  * they leave. Where several old ranks hold a copy (data-parallel tables,
  * replicas), the source is a surviving copy, chosen round-robin by
- * destination so that the sending is spread.
+ * destination so that the sending is spread. An old rank mapped to
+ * RS_PLAN_LOST died with its rows: it sends nothing, and what it held comes
+ * from another copy (a replica group's, or a data-parallel copy); rows with
+ * no copy left are an RS_ENOTFOUND error naming them.
  */
 #ifndef RS_PLANDIFF_H
 #define RS_PLANDIFF_H
@@ -17,6 +20,8 @@
 #include "common/config.h"
 #include "common/plan.h"
 #include "common/status.h"
+
+#define RS_PLAN_LOST (-2)
 
 typedef struct rs_move {
 	int table;              /* index in the config */

@@ -1153,7 +1153,7 @@ static rs_status check_world(const rs_config *cfg, const rs_world *w, const rs_p
 		if (!prev_to_new)
 			return rs_err_set(err, RS_EINVAL, "a previous plan needs a rank mapping");
 		for (int32_t i = 0; i < prev->world.ranks; i++)
-			if (prev_to_new[i] < -1 || prev_to_new[i] >= w->ranks)
+			if (prev_to_new[i] < RS_PLAN_LOST || prev_to_new[i] >= w->ranks)
 				return rs_err_set(err, RS_EINVAL, "previous rank %d maps to %d, outside the new world",
 						  i, prev_to_new[i]);
 	}

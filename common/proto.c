@@ -177,9 +177,9 @@ rs_status rs_proto_start(json_t *msg, rs_msg_start *s, rs_err *err)
 			return rs_err_set(err, RS_EINVAL, "start: union_of_old must list 1..union_world ranks");
 		for (size_t i = 0; i < n; i++) {
 			json_t *e = json_array_get(s->union_of_old, i);
-			if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= s->union_world)
-				return rs_err_set(err, RS_EINVAL, "start: union_of_old[%zu] is not a union rank", i);
-			for (size_t k = 0; k < i; k++)
+			if (!json_is_integer(e) || json_integer_value(e) < -1 || json_integer_value(e) >= s->union_world)
+				return rs_err_set(err, RS_EINVAL, "start: union_of_old[%zu] is not a union rank (or -1: lost)", i);
+			for (size_t k = 0; k < i && json_integer_value(e) >= 0; k++)
 				if (json_integer_value(json_array_get(s->union_of_old, k)) == json_integer_value(e))
 					return rs_err_set(err, RS_EINVAL, "start: union_of_old[%zu] repeats union rank %lld",
 							  i, (long long)json_integer_value(e));
@@ -211,11 +211,13 @@ rs_status rs_proto_paused(json_t *msg, rs_msg_paused *p, rs_err *err)
 	json_error_t jerr;
 	const char *type;
 	json_int_t rank, gen, step;
-	p->checksum = NULL;
-	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:I, s:s, s?o}", "type", &type, "rank", &rank,
-			   "generation", &gen, "step", &step, "addr", &p->addr, "checksum", &p->checksum) != 0)
+	p->checksum = p->held = NULL;
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:I, s:s, s?o, s?o}", "type", &type, "rank", &rank,
+			   "generation", &gen, "step", &step, "addr", &p->addr, "checksum", &p->checksum, "held",
+			   &p->held) != 0)
 		return rs_err_set(err, RS_EINVAL, "paused: %s", jerr.text);
-	if (rank < 0 || step < 0 || gen < 1 || (p->checksum && !json_is_array(p->checksum)))
+	if (rank < 0 || step < 0 || gen < 1 || (p->checksum && !json_is_array(p->checksum)) ||
+	    (p->held && !json_is_array(p->held)))
 		return rs_err_set(err, RS_EINVAL, "paused: a negative rank or step, or a bad checksum");
 	p->rank = rank;
 	p->generation = gen;
@@ -508,7 +510,8 @@ json_t *rs_proto_make_paused(const rs_msg_paused *m)
 {
 	json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:s}", "type", "paused", "rank", (json_int_t)m->rank, "generation",
 			      (json_int_t)m->generation, "step", (json_int_t)m->step, "addr", m->addr);
-	return opt_set(j, "checksum", json_incref(m->checksum), m->checksum != NULL);
+	j = opt_set(j, "checksum", json_incref(m->checksum), m->checksum != NULL);
+	return opt_set(j, "held", json_incref(m->held), m->held != NULL);
 }
 
 json_t *rs_proto_make_staged(const rs_msg_staged *m)

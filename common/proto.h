@@ -107,6 +107,7 @@ typedef struct rs_msg_paused {
 	int64_t rank, generation, step;
 	const char *addr;
 	json_t *checksum;     /* per table, its rows' checksum (rs_proto_checksums), or NULL */
+	json_t *held;         /* 2D: per table, the checksum of every copy it holds (rs_trainer_checksum_held), or NULL */
 } rs_msg_paused;
 
 /* A member of a reshard's union finished staging (phase one), well or not. */

@@ -130,6 +130,7 @@ void rs_job_destroy(rs_job *j)
 		return;
 	for (size_t i = 0; i < j->mem.n; i++) {
 		free(j->mem.v[i].paused_sum);
+		free(j->mem.v[i].held_sum);
 		free(j->mem.v[i].staged_sum);
 	}
 	free(j->mem.v);

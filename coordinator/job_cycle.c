@@ -145,12 +145,12 @@ static void place_members(const rs_job *j, const int32_t *c, int32_t n, int32_t 
 		return;
 	for (int32_t k = 0; k < n; k++)
 		for (int32_t r = 0; r < j->cur.nworld; r++)
-			if (j->cur.world[r] == c[k]) {
+			if (j->cur.world[r] == c[k] && !j->mem.v[c[k]].lost) {
 				old_rank[nsurv] = r;
 				order[nsurv++] = c[k];
 			}
 	for (int32_t k = 0; k < n; k++)
-		if (!rs__member_in_world(j, c[k]))
+		if (!rs__member_in_world(j, c[k]) || j->mem.v[c[k]].lost)
 			order[nsurv + njoin++] = c[k];
 	const rs_world *pw = &j->cur.plan->world;
 	rs_planner_place_members(pw->ranks / pw->sharding_group, n / w.sharding_group, w.sharding_group, old_rank, nsurv,
@@ -173,12 +173,17 @@ static void begin_attempt(rs_job *j, const int32_t *cand, int32_t n)
 		rs__job_fail(j, "out of memory");
 		return;
 	}
-	/* the union: the new world in rank order, then the members that leave */
+	/* the union: the new world in rank order, then the members that leave; not the lost (healing) */
 	memcpy(j->att.uni, c, sizeof(int32_t) * (size_t)n);
 	j->att.nuni = n;
 	j->att.nworld = n;
+	int healing = 0;
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
 		int32_t u = -1;
+		if (j->mem.v[j->cur.world[r]].lost) {
+			j->att.union_of_old[r] = -1, map[r] = RS_PLAN_LOST, healing = 1;
+			continue;
+		}
 		for (int32_t k = 0; k < n; k++)
 			if (c[k] == j->cur.world[r])
 				u = k;
@@ -190,6 +195,10 @@ static void begin_attempt(rs_job *j, const int32_t *cand, int32_t n)
 		map[r] = u < n ? u : -1;
 		for (int t = 0; t < j->ntables; t++)
 			j->att.before[t] += j->mem.v[j->cur.world[r]].paused_sum[t];
+	}
+	if (healing && !rs__heal_sums(j, j->att.before)) {
+		rs__heal_give_up(j, "the surviving copies of the lost rows disagree (their checksums differ)");
+		return;
 	}
 	double t0 = rs__job_now(j);
 	rs_world w = rs_world_make(j->cfg, n, 0, 0, 0);
@@ -349,6 +358,8 @@ static void install_attempt(rs_job *j)
 	j->att.plan = NULL;
 	j->cur.world = w;
 	j->cur.nworld = j->att.nworld;
+	for (size_t i = 0; i < j->mem.n; i++)
+		j->mem.v[i].lost = 0; /* healed: every row has its copies again */
 	j->cur.generation = j->att.generation;
 	j->cur.bound = j->att.bound;
 	rs__cycle_free_attempt(j);
@@ -371,13 +382,14 @@ void rs__cycle_progress(rs_job *j, int64_t step)
 	}
 	if (j->rec.in_a_row && step >= j->rec.from)
 		j->rec.in_a_row = 0; /* trained past the loss: the next one is a new story */
-	if (j->rec.started > 0) {
+	if (j->rec.started > 0 && j->ph == P_TRAINING) {
 		double s = rs__job_now(j) - j->rec.started;
 		j->rec.last_s = s;
 		j->rec.seconds_sum += s;
 		j->rec.done++;
 		j->rec.started = 0;
 		rs__emit(j, &(job_event){.kind = EV_RECOVERED, .seconds = s, .step = step + 1});
+		j->rec.healing = 0;
 	}
 	if (j->cur.resume_step < 0 || step < j->cur.resume_step)
 		return;
@@ -481,6 +493,10 @@ static void tick_paused(rs_job *j)
 	}
 	if (!settled)
 		return;
+	if (j->att.failures >= j->o.max_attempts && j->rec.healing) {
+		rs__heal_give_up(j, j->att.last_abort);
+		return;
+	}
 	if (j->att.failures >= j->o.max_attempts) {
 		rs__job_fail(j, "gave up after %d aborted reshard attempts in a row; the last: %s", j->att.failures,
 			     j->att.last_abort);
@@ -495,7 +511,7 @@ static void tick_migrating(rs_job *j)
 	for (int32_t u = 0; u < j->att.nuni; u++) {
 		member *m = &j->mem.v[j->att.uni[u]];
 		if (rs__member_gone(j, m)) {
-			if (u >= j->att.nworld || rs__member_in_world(j, j->att.uni[u])) {
+			if (u >= j->att.nworld || (rs__member_in_world(j, j->att.uni[u]) && !m->lost)) {
 				rs__recover(j, j->att.uni[u], "was lost during the migration"); /* an old member: its rows are gone */
 				return;
 			}
@@ -575,6 +591,8 @@ static int world_lost(rs_job *j)
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
 		const member *m = &j->mem.v[j->cur.world[r]];
 		int gone = rs__member_gone(j, m) && m->st != M_DONE, idle = m->st == M_IDLE;
+		if (m->lost)
+			continue; /* known: healing */
 		/* the gone before the idle (their peers), and among those the killed */
 		if ((gone || idle) && (lost < 0 || (gone && !lost_gone) ||
 				       (gone == lost_gone && m->killed && !j->mem.v[lost].killed)))

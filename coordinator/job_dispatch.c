@@ -129,6 +129,11 @@ static rs_status on_paused(rs_job *j, member *m, json_t *msg, rs_err *err)
 	RSCHECK(rs_proto_paused(msg, &pa, err));
 	if (pa.checksum)
 		RSCHECK(rs_proto_checksums(pa.checksum, m->paused_sum, j->ntables, err));
+	m->has_held = 0;
+	if (pa.held) {
+		RSCHECK(rs_proto_checksums(pa.held, m->held_sum, j->ntables, err));
+		m->has_held = 1;
+	}
 	if (j->ph == P_TRAINING && !j->cur.pausing) {
 		j->t.first_paused = rs__job_now(j);
 		j->cur.pausing = 1;

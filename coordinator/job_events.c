@@ -99,14 +99,23 @@ static void report(rs_job *j, const job_event *ev)
 		break;
 	}
 	case EV_RECOVERING:
-		fprintf(f, "recovery: %s; rolling back to %s (step %lld)\n", ev->reason,
-			ev->detail ? ev->detail : "the start", (long long)ev->step);
+		if (j->rec.replica)
+			fprintf(f, "recovery: %s; rebuilding its rows from their replicas, no rollback\n", ev->reason);
+		else
+			fprintf(f, "recovery: %s; rolling back to %s (step %lld)\n", ev->reason,
+				ev->detail ? ev->detail : "the start", (long long)ev->step);
 		break;
 	case EV_RECOVERED:
-		fprintf(f, "recovered: generation %lld (%d worker%s) made step %lld, %.3f s after the loss (rolled back %lld "
-			   "steps)\n",
-			(long long)j->cur.generation, j->cur.nworld, j->cur.nworld == 1 ? "" : "s", (long long)ev->step, ev->seconds,
-			(long long)(j->rec.from - j->rec.to));
+		if (j->rec.replica)
+			fprintf(f, "recovered: generation %lld (%d worker%s) made step %lld, %.3f s after the loss (healed from "
+				   "replicas, no step lost)\n",
+				(long long)j->cur.generation, j->cur.nworld, j->cur.nworld == 1 ? "" : "s", (long long)ev->step,
+				ev->seconds);
+		else
+			fprintf(f, "recovered: generation %lld (%d worker%s) made step %lld, %.3f s after the loss (rolled back "
+				   "%lld steps)\n",
+				(long long)j->cur.generation, j->cur.nworld, j->cur.nworld == 1 ? "" : "s", (long long)ev->step,
+				ev->seconds, (long long)(j->rec.from - j->rec.to));
 		break;
 	case EV_DONE:
 		fprintf(f, "training done: %d workers, %lld steps, %lld generation(s), %d reshard(s)\n", j->cur.nworld,
@@ -155,7 +164,7 @@ static void log_line(rs_job *j, const job_event *ev)
 /* A recovery's event as --log-json and the status stream show it (a new reference, or NULL). */
 static json_t *recovery_json(const rs_job *j, const job_event *ev, const char *what)
 {
-	json_t *e = json_pack("{s:s, s:s, s:I, s:I, s:I, s:s?}", "event", what, "kind", "rollback", "from_step",
+	json_t *e = json_pack("{s:s, s:s, s:I, s:I, s:I, s:s?}", "event", what, "kind", rs__recovery_kind(j), "from_step",
 			      (json_int_t)j->rec.from, "to_step", (json_int_t)j->rec.to, "generation",
 			      (json_int_t)j->cur.generation, "checkpoint", j->rec.load[0] ? j->rec.load : NULL);
 	if (e && ev->kind == EV_RECOVERING)
@@ -339,8 +348,11 @@ static void source(rs_job *j, const job_event *ev)
 	const reshard_record *r = ev->record;
 	char words[1024];
 	if (j->src.event && ev->kind == EV_RECOVERING) {
-		snprintf(words, sizeof(words), "%s; rolling back to step %lld%s%s", ev->reason, (long long)ev->step,
-			 ev->detail ? " from " : "", ev->detail ? ev->detail : "");
+		if (j->rec.replica)
+			snprintf(words, sizeof(words), "%s; rebuilding its rows from their replicas", ev->reason);
+		else
+			snprintf(words, sizeof(words), "%s; rolling back to step %lld%s%s", ev->reason, (long long)ev->step,
+				 ev->detail ? " from " : "", ev->detail ? ev->detail : "");
 		j->src.event(j->src.ctx, 1, "Recovering", words);
 	}
 	if (j->src.event && ev->kind == EV_RECOVERED) {

@@ -61,6 +61,9 @@ typedef struct member {
 	char incarnation[65];     /* its random per-process value, "" when not known */
 	double away_since;        /* disconnected since (0: connected) */
 	uint64_t *paused_sum;     /* per table, its rows' checksum at its last pause */
+	uint64_t *held_sum;       /* ... and that of every copy it holds (2D), when has_held */
+	int has_held;
+	int lost;                 /* of the current world, its rows gone: healing rebuilds them from replicas */
 	int staged_ok;
 	char staged_why[256];
 	uint64_t *staged_sum;     /* per table, its staged rows' checksum; NULL when it holds none */
@@ -165,6 +168,9 @@ struct rs_job {
 		int in_a_row;         /* back to the same step without training past the loss between */
 		double seconds_sum, last_s;
 		char why[512];        /* what was lost */
+		int healing;          /* the recovery in flight rebuilds from replicas (no rollback) */
+		int healed;           /* recoveries begun that way */
+		int replica;          /* the last recovery's kind: from replicas (1) or a rollback (0) */
 	} rec;
 
 	/* timings of the cycle in flight, for its report */
@@ -337,6 +343,12 @@ int64_t rs__ckpt_reached(const rs_job *j);
  * checkpoint, or fail the job when that cannot help.
  */
 void rs__recover(rs_job *j, int i, const char *why);
+/* Healing a 2D world: the lost rows' checksums as their surviving copies report them (1), or 0 when copies disagree. */
+int rs__heal_sums(rs_job *j, uint64_t *before);
+/* "replica" or "rollback": the last recovery's kind, as events and /metrics name it. */
+const char *rs__recovery_kind(const rs_job *j);
+/* The healing reshards keep failing: roll back instead. */
+void rs__heal_give_up(rs_job *j, const char *why);
 void rs__recover_tick(rs_job *j);
 /* Member i (re)joined while recovering: a member of the lost world is told again to drop it. */
 void rs__recover_rejoined(rs_job *j, int i);

@@ -31,9 +31,11 @@ int rs__member_add(rs_job *j, const char *name)
 	member *m = &j->mem.v[j->mem.n];
 	memset(m, 0, sizeof(*m));
 	m->paused_sum = calloc((size_t)j->ntables + 1, sizeof(uint64_t));
+	m->held_sum = calloc((size_t)j->ntables + 1, sizeof(uint64_t));
 	m->staged_sum = calloc((size_t)j->ntables + 1, sizeof(uint64_t));
-	if (!m->paused_sum || !m->staged_sum) {
+	if (!m->paused_sum || !m->held_sum || !m->staged_sum) {
 		free(m->paused_sum);
+		free(m->held_sum);
 		free(m->staged_sum);
 		return -1;
 	}
@@ -93,12 +95,13 @@ int32_t rs__members_candidates(const rs_job *j, int32_t *out, int *pending)
 	int nidle = 0;
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
 		const member *m = &j->mem.v[j->cur.world[r]];
-		if (!m->leaving && !rs__member_gone(j, m) && wanted(j, m))
+		if (!m->leaving && !m->lost && !rs__member_gone(j, m) && wanted(j, m))
 			out[n++] = j->cur.world[r];
 	}
+	/* joiners: idle members outside the world, and lost ones back as fresh workers */
 	for (size_t i = 0; i < j->mem.n; i++) {
 		const member *m = &j->mem.v[i];
-		if (rs__member_in_world(j, (int)i) || m->leaving || rs__member_gone(j, m) || !wanted(j, m))
+		if ((rs__member_in_world(j, (int)i) && !m->lost) || m->leaving || rs__member_gone(j, m) || !wanted(j, m))
 			continue;
 		if (m->st == M_IDLE && m->conn && m->addr[0] && nidle < RS_MAX_WORKERS)
 			idle[nidle++] = (int32_t)i;

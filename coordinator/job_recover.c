@@ -1,5 +1,16 @@
 /*
  * job_recover.c - recovery from a lost world member (README, "Recovery").
+ *
+ * A 2D world with exact replica sync heals instead when every role (the
+ * shards one rank of a replica group holds) keeps a live holder: its
+ * survivors keep their models (a step that fails changes nothing), report
+ * paused at the last step done, and a reshard rebuilds the lost members'
+ * shards from their copies in the other groups onto the replacements (or
+ * the survivors alone), training on from that step. It rolls back after
+ * all when the survivors stopped at different steps, their copies
+ * disagree, or the healing reshards keep failing.
+ *
+ * The rollback:
  * A worker that dies without handing its rows over (SIGKILL, the OOM
  * killer, its node gone, its pod deleted) takes the only copy of its
  * shards with it, and its peers' next step fails: they drop the
@@ -102,7 +113,186 @@ static void forget_progress_after(rs_job *j, int64_t to)
 		j->rep.last.step = to;
 }
 
+/* ---- healing a 2D world from its replicas ------------------------------------------- */
+
+const char *rs__recovery_kind(const rs_job *j) { return j->rec.replica ? "replica" : "rollback"; }
+
+static int32_t groups(const rs_plan *p) { return p->world.ranks / p->world.sharding_group; }
+
+/*
+ * Mark the world members whose rows are gone (gone, or idle: they dropped
+ * their model); 1 when every role keeps a live holder and nobody finished.
+ */
+static int mark_lost(rs_job *j)
+{
+	const rs_plan *p = j->cur.plan;
+	int32_t s = p->world.sharding_group, r0 = groups(p);
+	char *held = calloc((size_t)s, 1);
+	int whole = held != NULL;
+	for (int32_t r = 0; whole && r < j->cur.nworld; r++) {
+		member *m = &j->mem.v[j->cur.world[r]];
+		if (m->st == M_DONE)
+			whole = 0;
+		else if (m->lost || rs__member_gone(j, m) || m->st == M_IDLE)
+			m->lost = 1, m->replaced = 0; /* a new process under its name comes back as a fresh worker */
+		else
+			held[r / r0] = 1;
+	}
+	for (int32_t l = 0; whole && l < s; l++)
+		whole = held[l];
+	free(held);
+	return whole;
+}
+
+static void unmark_lost(rs_job *j)
+{
+	for (size_t i = 0; i < j->mem.n; i++)
+		j->mem.v[i].lost = 0;
+}
+
+/* Whether a loss can heal: a 2D world with exact sync, training or paused. */
+static int can_heal(const rs_job *j)
+{
+	const rs_plan *p = j->cur.plan;
+	return p && groups(p) > 1 && j->cfg->cluster.replica_sync_every == 0 &&
+	       (j->ph == P_TRAINING || j->ph == P_PAUSED || (j->ph == P_RECOVERING && j->rec.healing));
+}
+
+static int heal_begin(rs_job *j, int i, const char *why)
+{
+	if (!can_heal(j))
+		return 0;
+	if (!mark_lost(j)) {
+		unmark_lost(j);
+		return 0;
+	}
+	if (j->rec.healing) { /* one more loss while healing, every role still held: go on */
+		rs__job_set_phase(j, P_RECOVERING);
+		return 1;
+	}
+	char tables[256];
+	int64_t at = rs__job_step(j);
+	rs__member_tables(j, i, tables, sizeof(tables));
+	snprintf(j->rec.why, sizeof(j->rec.why), "%s %s holding a copy of rows of %s (generation %lld, near step %lld)",
+		 j->mem.v[i].name, why, tables[0] ? tables : "its tables", (long long)j->cur.generation, (long long)at);
+	j->rec.healing = j->rec.replica = 1;
+	j->rec.load[0] = 0;
+	j->rec.from = j->rec.to = at;
+	j->rec.started = rs__job_now(j);
+	j->rec.total++, j->rec.healed++;
+	rs__emit(j, &(job_event){.kind = EV_RECOVERING, .reason = j->rec.why, .step = at});
+	rs__job_set_phase(j, P_RECOVERING);
+	return 1;
+}
+
+int rs__heal_sums(rs_job *j, uint64_t *before)
+{
+	const rs_plan *p = j->cur.plan;
+	int32_t r0 = groups(p);
+	for (int t = 0; t < j->ntables; t++) {
+		int dp = p->tables[t].sharding == RS_SHARD_DP;
+		uint64_t sum = 0;
+		for (int32_t l = 0; l < p->world.sharding_group && !(dp && l > 0); l++) {
+			const member *first = NULL;
+			for (int32_t r = dp ? 0 : l * r0; r < (dp ? j->cur.nworld : (l + 1) * r0); r++) {
+				const member *m = &j->mem.v[j->cur.world[r]];
+				if (m->lost)
+					continue;
+				if (!m->has_held)
+					return 0;
+				if (first && first->held_sum[t] != m->held_sum[t]) {
+					RS_WARN("healing: table '%s': %s and %s hold copies that differ", j->cfg->tables[t].name,
+						first->name, m->name);
+					return 0;
+				}
+				if (!first)
+					first = m;
+			}
+			if (!first)
+				return 0;
+			sum += first->held_sum[t];
+		}
+		before[t] = sum;
+	}
+	return 1;
+}
+
+static void rollback(rs_job *j, int i, const char *why);
+
+void rs__heal_give_up(rs_job *j, const char *why)
+{
+	int lost = -1;
+	RS_WARN("healing from replicas failed (%s): rolling back", why);
+	for (int32_t r = 0; r < j->cur.nworld && lost < 0; r++)
+		if (j->mem.v[j->cur.world[r]].lost)
+			lost = j->cur.world[r];
+	j->rec.healing = 0;
+	j->rec.total--, j->rec.healed--; /* counted again as the rollback */
+	unmark_lost(j);
+	rollback(j, lost >= 0 ? lost : j->cur.world[0], "was lost, and its copies could not rebuild it");
+}
+
+/*
+ * Healing: wait until every survivor reports paused in the lost generation
+ * (its step failed, or it stopped at a boundary), check they stopped at one
+ * step with equal copies, wait for the replacements (a quarter of
+ * --timeout-ms at most); then the paused phase's reshard rebuilds the
+ * world (begin_attempt treats the lost members as sending nothing).
+ */
+static void heal_tick(rs_job *j)
+{
+	double timeout = j->o.timeout_ms / 1000.0, waited = rs__job_now(j) - j->ph_at;
+	int32_t c[RS_MAX_WORKERS];
+	int all = 1, pending;
+	int64_t step = -1;
+	if (!mark_lost(j)) {
+		rs__heal_give_up(j, "every copy of some rows is lost");
+		return;
+	}
+	for (int32_t r = 0; r < j->cur.nworld; r++) {
+		const member *m = &j->mem.v[j->cur.world[r]];
+		if (m->lost)
+			continue;
+		if (m->st != M_PAUSED || m->gen != j->cur.generation) {
+			all = 0;
+		} else if (step >= 0 && m->step != step) {
+			rs__heal_give_up(j, "the survivors stopped at different steps");
+			return;
+		} else {
+			step = m->step;
+		}
+	}
+	if (!all) {
+		if (waited > timeout)
+			rs__heal_give_up(j, "the survivors did not stop within --timeout-ms");
+		return;
+	}
+	uint64_t *sums = calloc((size_t)j->ntables + 1, sizeof(uint64_t));
+	int agree = sums && rs__heal_sums(j, sums);
+	free(sums);
+	if (!agree) {
+		rs__heal_give_up(j, "the surviving copies of the lost rows disagree (their checksums differ)");
+		return;
+	}
+	rs__members_candidates(j, c, &pending);
+	if (pending > 0 && waited < timeout / 4)
+		return; /* a replacement on its way: one reshard instead of two */
+	RS_WARN("healing: the survivors stopped at step %lld; rebuilding the lost rows from their replicas", (long long)step);
+	j->cur.step = j->rec.from = j->rec.to = step;
+	j->t.first_paused = j->t.paused = rs__job_now(j);
+	forget_progress_after(j, step);
+	rs__job_set_phase(j, P_PAUSED);
+}
+
+/* ---- rolling back --------------------------------------------------------------------- */
+
 void rs__recover(rs_job *j, int i, const char *why)
+{
+	if (!heal_begin(j, i, why))
+		rollback(j, i, why);
+}
+
+static void rollback(rs_job *j, int i, const char *why)
 {
 	member *m = &j->mem.v[i];
 	char tables[256];
@@ -128,6 +318,7 @@ void rs__recover(rs_job *j, int i, const char *why)
 		return;
 	}
 	dissolve(j);
+	j->rec.replica = 0;
 	snprintf(j->rec.load, sizeof(j->rec.load), "%s", load);
 	j->rec.from = near, j->rec.to = to;
 	j->rec.started = rs__job_now(j);
@@ -157,6 +348,10 @@ void rs__recover_rejoined(rs_job *j, int i)
  */
 void rs__recover_tick(rs_job *j)
 {
+	if (j->rec.healing) {
+		heal_tick(j);
+		return;
+	}
 	int32_t c[RS_MAX_WORKERS];
 	int pending, busy = 0;
 	double now = rs__job_now(j), timeout = j->o.timeout_ms / 1000.0, waited = now - j->ph_at;

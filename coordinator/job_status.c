@@ -55,7 +55,7 @@ static json_t *last_recovery(const rs_job *j)
 	if (!j->rec.total)
 		return json_null();
 	json_t *r = json_pack("{s:s, s:s, s:I, s:I, s:s}", "type", j->rec.started > 0 ? "recovering" : "recovered",
-			      "kind", "rollback", "from_step", (json_int_t)j->rec.from, "to_step", (json_int_t)j->rec.to,
+			      "kind", rs__recovery_kind(j), "from_step", (json_int_t)j->rec.from, "to_step", (json_int_t)j->rec.to,
 			      "reason", j->rec.why);
 	if (r && !(j->rec.started > 0))
 		json_object_set_new(r, "seconds", json_real(j->rec.last_s));
@@ -165,7 +165,8 @@ static char *metrics(const rs_job *j, size_t *len)
 	add(&t, "# HELP rowshift_reshard_aborts_total Reshard attempts aborted.\n"
 		"# TYPE rowshift_reshard_aborts_total counter\nrowshift_reshard_aborts_total %d\n", j->rep.aborts);
 	add(&t, "# HELP rowshift_recoveries_total Recoveries from a lost world member, by kind.\n"
-		"# TYPE rowshift_recoveries_total counter\nrowshift_recoveries_total{kind=\"rollback\"} %d\n", j->rec.total);
+		"# TYPE rowshift_recoveries_total counter\nrowshift_recoveries_total{kind=\"rollback\"} %d\n"
+		"rowshift_recoveries_total{kind=\"replica\"} %d\n", j->rec.total - j->rec.healed, j->rec.healed);
 	add(&t, "# HELP rowshift_recovery_seconds Time from a loss to the recovered generation's first step.\n"
 		"# TYPE rowshift_recovery_seconds summary\nrowshift_recovery_seconds_sum %.6f\n"
 		"rowshift_recovery_seconds_count %d\n", j->rec.seconds_sum, j->rec.done);

@@ -48,6 +48,7 @@ struct rs_agent {
 	rs_checkpointer *ckpt;  /* periodic checkpoints, written off the training thread */
 	double ckpt_at;         /* when this worker last took one (or its generation started) */
 	int64_t ckpt_gen;       /* the generation ckpt_at is of */
+	int dropped;            /* the coordinator ended the generation in training: no healing, drop the model */
 };
 
 static int leave_requested(const rs_agent *a) { return a->c.leave && *a->c.leave; }
@@ -63,13 +64,16 @@ static rs_status relisten(rs_agent *a, rs_err *err)
 	return RS_OK;
 }
 
-/* The model's per-table checksums as JSON (a new reference), or NULL without memory. */
-static json_t *checksum_json(const rs_agent *a, const rs_trainer *tr)
+/* The model's per-table checksums (held: of every copy this rank holds) as JSON (a new reference), or NULL without memory. */
+static json_t *checksum_json(const rs_agent *a, const rs_trainer *tr, int held)
 {
 	uint64_t *v = calloc((size_t)a->c.cfg->ntables, sizeof(uint64_t));
 	json_t *j = NULL;
 	if (v) {
-		rs_trainer_checksum(tr, v);
+		if (held)
+			rs_trainer_checksum_held(tr, v);
+		else
+			rs_trainer_checksum(tr, v);
 		j = rs_proto_checksums_to_json(v, a->c.cfg->ntables);
 	}
 	free(v);
@@ -80,10 +84,13 @@ static json_t *checksum_json(const rs_agent *a, const rs_trainer *tr)
 static rs_status report_paused(rs_agent *a, rs_err *err)
 {
 	RSCHECK(relisten(a, err));
+	int heals = rs_trainer_can_heal(a->tr);
 	rs_msg_paused m = {.rank = a->cur.rank, .generation = a->cur.generation, .step = a->cur.step, .addr = a->addr,
-			   .checksum = checksum_json(a, a->tr)};
-	json_t *j = m.checksum ? rs_proto_make_paused(&m) : NULL; /* never a pause without the model's checksum */
+			   .checksum = checksum_json(a, a->tr, 0), .held = heals ? checksum_json(a, a->tr, 1) : NULL};
+	/* never a pause without the model's checksums */
+	json_t *j = m.checksum && (m.held || !heals) ? rs_proto_make_paused(&m) : NULL;
 	json_decref(m.checksum);
+	json_decref(m.held);
 	return rs_link_status(&a->link, j, err);
 }
 
@@ -139,6 +146,24 @@ static rs_status lose_generation(rs_agent *a, const char *why, rs_err *err)
 	drop_model(a);
 	RSCHECK(relisten(a, err));
 	return rs_link_status(&a->link, rs_proto_make_idle(a->addr), err);
+}
+
+/*
+ * The generation failed under this worker, but in a 2D world with exact
+ * sync its model is whole (the failed step changed nothing) and every row
+ * of a lost peer has a copy in another replica group: keep the model, stop
+ * the transport (the others must not wait for this rank) and report paused
+ * at the last step done. The coordinator rebuilds the world from the
+ * copies with a reshard, or rolls it back after all (an abort of this
+ * generation, which drops the model then).
+ */
+static rs_status stall(rs_agent *a, const char *why, rs_err *err)
+{
+	RS_WARN("generation %lld stopped at step %lld: %s; keeping the model for the world to heal from replicas",
+		(long long)a->cur.generation, (long long)a->cur.step, why);
+	if (a->t)
+		rs_transport_abort(a->t);
+	return report_paused(a, err);
 }
 
 /* A transport over the start message's peers (one per union rank), on the listening socket. */
@@ -298,7 +323,7 @@ static rs_status stage(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_err
 		m.sent_bytes = (int64_t)rst.sent_bytes, m.recv_bytes = (int64_t)rst.recv_bytes;
 		m.wire_bytes = (int64_t)rst.wire_bytes, m.kept_bytes = (int64_t)rst.kept_bytes;
 		m.connect_s = connect_s, m.copy_s = rst.copy_s, m.move_s = rst.move_s;
-		m.checksum = a->st_tr ? checksum_json(a, a->st_tr) : NULL;
+		m.checksum = a->st_tr ? checksum_json(a, a->st_tr, 0) : NULL;
 		if (a->st_tr && !m.checksum) /* unverifiable: the coordinator must abort, not count it as holding nothing */
 			a->st_ok = m.ok = 0, m.reason = "out of memory computing the staged rows' checksum";
 	} else {
@@ -361,9 +386,11 @@ static void between_steps(rs_agent *a, json_t *m, int *stop, rs_err *dropped)
 		*stop = 1;
 		break;
 	case RS_MSG_ABORT:
-		if (rs_proto_generation(m, &gen, NULL, &why, NULL) == RS_OK && gen == a->cur.generation)
+		if (rs_proto_generation(m, &gen, NULL, &why, NULL) == RS_OK && gen == a->cur.generation) {
+			a->dropped = 1;
 			rs_err_set(dropped, RS_EABORTED, "the coordinator dropped generation %lld (%s)", (long long)gen,
 				   why ? why : "no reason given");
+		}
 		break;
 	default:
 		RS_WARN("ignoring a '%s' message during training", rs_proto_type(m));
@@ -604,9 +631,10 @@ static rs_status handle(rs_agent *a, json_t *msg, int *over, rs_agent_end *end, 
 		return RS_OK;
 	int done, stop;
 	rs_err lost = {0};
+	a->dropped = 0;
 	RSCHECK(train(a, &done, &stop, &lost, err));
 	if (lost.msg[0])
-		return lose_generation(a, lost.msg, err);
+		return !a->dropped && rs_trainer_can_heal(a->tr) ? stall(a, lost.msg, err) : lose_generation(a, lost.msg, err);
 	if (stop)
 		RS_INFO("stopped by the coordinator at step %lld", (long long)a->cur.step);
 	if (done || stop)

@@ -394,7 +394,9 @@ static rs_status verify_recvs(stager *g, int64_t k)
  */
 static rs_status send_dense(stager *g)
 {
-	int32_t from = g->spec->union_of_old[0], nold = g->spec->old_plan->world.ranks;
+	int32_t nold = g->spec->old_plan->world.ranks, from = -1;
+	for (int32_t r = 0; r < nold && from < 0; r++) /* the first old member alive: every one has the network */
+		from = g->spec->union_of_old[r];
 	int32_t nnew = g->spec->new_plan->world.ranks;
 	size_t dn = rs_dense_nparams(any_trainer(g)->dense);
 	size_t body = sizeof(float) * dn + sizeof(int64_t), bytes = body + sizeof(uint32_t);
@@ -407,7 +409,8 @@ static rs_status send_dense(stager *g)
 	for (int32_t u = 0; st == RS_OK && u < nnew; u++)
 		joining[u] = 1;
 	for (int32_t r = 0; st == RS_OK && r < nold; r++)
-		joining[g->spec->union_of_old[r]] = 0;
+		if (g->spec->union_of_old[r] >= 0)
+			joining[g->spec->union_of_old[r]] = 0;
 	if (st == RS_OK && g->old && g->nt) {
 		memcpy(rs_dense_params(g->nt->dense), rs_dense_params(g->old->dense), sizeof(float) * dn);
 		g->nt->updates = g->old->updates;
@@ -459,9 +462,12 @@ static rs_status check_spec(const rs_reshard_spec *sp, int have_old, rs_err *err
 	int32_t me = sp->uni->rank;
 	if (nu < nnew || (me < nnew) != (sp->train_t != NULL) || (sp->train_t && sp->train_t->world != nnew))
 		return rs_err_set(err, RS_EINVAL, "reshard: union of %d for a new world of %d (rank %d)", nu, nnew, me);
-	int is_old = 0;
+	int is_old = 0, alive = 0;
 	for (int32_t r = 0; r < nold; r++) {
 		int32_t u = sp->union_of_old[r];
+		if (u == -1)
+			continue; /* lost: its rows come from their other copies */
+		alive++;
 		if (u < 0 || u >= nu)
 			return rs_err_set(err, RS_EINVAL, "reshard: old rank %d has no place in the union", r);
 		for (int32_t q = 0; q < r; q++)
@@ -476,6 +482,8 @@ static rs_status check_spec(const rs_reshard_spec *sp, int have_old, rs_err *err
 		if (!old)
 			return rs_err_set(err, RS_EINVAL, "reshard: union rank %d leaves but was never a member", u);
 	}
+	if (!alive)
+		return rs_err_set(err, RS_EINVAL, "reshard: every old member is lost");
 	if (is_old != have_old)
 		return rs_err_set(err, RS_EINVAL, "reshard: rank %d %s an old model", me, have_old ? "should not have" : "needs");
 	return RS_OK;
@@ -514,7 +522,7 @@ rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs
 		RSFAILGOTO(st, RS_ENOMEM, out);
 	for (int32_t r = 0; r < nold; r++) {
 		int32_t u = spec->union_of_old[r];
-		old_to_new[r] = u < spec->new_plan->world.ranks ? u : -1;
+		old_to_new[r] = u == -1 ? RS_PLAN_LOST : u < spec->new_plan->world.ranks ? u : -1;
 	}
 	RSCHECKGOTO(rs_plan_diff(cfg, spec->old_plan, spec->new_plan, old_to_new, &g.moves, &g.nmoves, err), st, out);
 	/* the new shards need no initial values: every row is kept or received */
@@ -664,14 +672,14 @@ static uint64_t hash_bytes(const void *data, size_t n, uint64_t seed)
 	return rs_mix64(a ^ rs_mix64(b) ^ (c << 17 | c >> 47) ^ rs_mix64(d + k));
 }
 
-void rs_trainer_checksum(const rs_trainer *tr, uint64_t *per_table)
+static void checksum(const rs_trainer *tr, int every_copy, uint64_t *per_table)
 {
 	const rs_config *cfg = tr->cfg;
 	memset(per_table, 0, sizeof(uint64_t) * (size_t)cfg->ntables);
 	for (int i = 0; i < tr->nshards; i++) {
 		const lshard *ls = &tr->shards[i];
 		const tinfo *ti = &tr->tables[ls->table];
-		if (!rs__counted(tr, i))
+		if (!every_copy && !rs__counted(tr, i))
 			continue;
 		uint64_t sum = 0;
 		for (int64_t r = 0; r < ls->s.rows; r++) {
@@ -690,3 +698,7 @@ void rs_trainer_checksum(const rs_trainer *tr, uint64_t *per_table)
 		per_table[ls->table] += sum;
 	}
 }
+
+void rs_trainer_checksum(const rs_trainer *tr, uint64_t *per_table) { checksum(tr, 0, per_table); }
+
+void rs_trainer_checksum_held(const rs_trainer *tr, uint64_t *per_table) { checksum(tr, 1, per_table); }

@@ -148,7 +148,9 @@ rs_status rs_trainer_load(rs_trainer *tr, const char *dir, int64_t *step, rs_err
  * world's ranks (new rank = union rank); union ranks W.. are members that
  * leave. union_of_old[r] is the union rank of the member that was rank r of
  * the old world (every old member is in the union: it either stays or
- * drains). Members of the union that were not in the old world are joining.
+ * drains), or -1 for a member lost with its rows (healing a 2D world: the
+ * rows come from their copies in other replica groups). Members of the
+ * union that were not in the old world are joining.
  */
 typedef struct rs_reshard_spec {
 	const rs_plan *old_plan, *new_plan;
@@ -226,6 +228,14 @@ int rs_trainer_can_heal(const rs_trainer *tr);
  * the same before and after a correct reshard. Local (not collective).
  */
 void rs_trainer_checksum(const rs_trainer *tr, uint64_t *per_table);
+
+/*
+ * The same over every shard this rank holds, whatever its replica group,
+ * data-parallel tables included: in a 2D world with exact sync the holders
+ * of one role (the same shards in every group) report the same figures, which
+ * the coordinator checks before it rebuilds a lost member from them.
+ */
+void rs_trainer_checksum_held(const rs_trainer *tr, uint64_t *per_table);
 
 /*
  * Tests only: 1: the first chunk this process receives is corrupted before

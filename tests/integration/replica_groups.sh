@@ -60,4 +60,50 @@ check "a run with replicas averaged every 5 steps finishes" grep -q '"step":40' 
 coord --workers 4 --config "$tmp/every0.json" --steps 40 >"$tmp/every0.out" 2>&1
 check "replica_sync every 0 is refused, naming the field" grep -q "replica_sync.*every" "$tmp/every0.out"
 
+# 4. a worker lost without warning in a 2 x 2 world heals from its replica: no rollback, no checkpoint read
+heal_run() { # heal_run NAME FLAGS...: 2 x 2 to step 120 in the background
+	local name=$1
+	shift
+	timeout 200 "$bin/rowshift-coordinator" --local --workers 4 --sharding-group 2 --config examples/dlrm-small.json \
+		--steps 120 --save "$tmp/$name.final" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+	job=$!
+}
+kill_workers() { # kill_workers N...: SIGKILL this job's worker-N (at once)
+	for w in "$@"; do pkill -9 -P "$(pgrep -P $job)" -f -- "--name worker-$w "; done
+}
+heal_run hbase
+wait $job
+port=$(free_port)
+heal_run heal1 --listen "127.0.0.1:$port"
+wait_for "$tmp/heal1.out" "^step    50" 60
+kill_workers 1
+wait_for "$tmp/heal1.out" "^recovered:" 60
+curl -s "http://127.0.0.1:$port/metrics" >"$tmp/heal.metrics"
+wait $job
+check "a SIGKILLed worker of a 2 x 2 world: the job finishes" test $? = 0
+check "it heals from the replicas, no rollback" bash -c "grep -q 'recovery: worker-1 was lost holding a copy of rows of .*; rebuilding its rows from their replicas, no rollback' $tmp/heal1.out && ! grep -q 'rolling back' $tmp/heal1.out"
+check "the survivors kept their models and the new worker-1 got its copy" bash -c \
+	"grep -q 'keeping the model for the world to heal' $tmp/heal1.err && grep -q 'generation 2: staged and verified' $tmp/heal1.out"
+check "recovered with no step lost" grep -q "recovered: generation 2 (4 workers) made step .*(healed from replicas, no step lost)" "$tmp/heal1.out"
+check "/metrics counts it as a replica recovery" grep -q 'rowshift_recoveries_total{kind="replica"} 1' "$tmp/heal.metrics"
+check "its final weights equal the undisturbed run's (max_rel <= 1e-5)" \
+	"$bin/rowshiftctl" checkpoint diff "$tmp/hbase.final" "$tmp/heal1.final" --max-rel 1e-5
+# two workers of different groups and roles at once: every row still has a copy
+heal_run heal2
+wait_for "$tmp/heal2.out" "^step    50" 60
+kill_workers 0 3
+wait $job
+check "two workers in different groups lost at once: the world heals" bash -c \
+	"grep -q 'rebuilding its rows from their replicas' $tmp/heal2.out && ! grep -q 'rolling back' $tmp/heal2.out"
+check "and ends with the undisturbed run's weights (max_rel <= 1e-5)" \
+	"$bin/rowshiftctl" checkpoint diff "$tmp/hbase.final" "$tmp/heal2.final" --max-rel 1e-5
+# both copies of one role lost: rows are gone, the world rolls back to its checkpoint
+heal_run both --checkpoint-dir "$tmp/ck" --checkpoint-every 30
+wait_for "$tmp/both.out" "checkpoint of step 60 complete" 60
+kill_workers 0 1
+wait $job
+check "both copies of some rows lost: the world rolls back to the checkpoint" grep -q "rolling back to .*(step 60)" "$tmp/both.out"
+check "and ends with the undisturbed run's weights (max_rel <= 1e-5)" \
+	"$bin/rowshiftctl" checkpoint diff "$tmp/hbase.final" "$tmp/both.final" --max-rel 1e-5
+
 finish_checks replica_groups
