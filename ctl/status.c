@@ -32,7 +32,12 @@ static void print_snapshot(const json_t *s)
 	if (json_is_string(json_object_get(s, "error")))
 		printf("  failed: %s\n", str(s, "error"));
 	const json_t *rec = json_object_get(s, "recovery");
-	if (json_is_object(rec) && !strcmp(str(rec, "type"), "recovered"))
+	int healed = json_is_object(rec) && !strcmp(str(rec, "kind"), "replica");
+	if (healed)
+		printf("  %s from replicas at step %lld%s: %s\n",
+		       !strcmp(str(rec, "type"), "recovered") ? "last recovery" : "recovering", inum(rec, "to_step"),
+		       !strcmp(str(rec, "type"), "recovered") ? ", no step lost" : "", str(rec, "reason"));
+	else if (json_is_object(rec) && !strcmp(str(rec, "type"), "recovered"))
 		printf("  last recovery: back to step %lld from step %lld in %.2f s: %s\n", inum(rec, "to_step"),
 		       inum(rec, "from_step"), num(rec, "seconds"), str(rec, "reason"));
 	else if (json_is_object(rec))
@@ -103,6 +108,8 @@ static void print_event(const json_t *e, int tty, int *bar_open)
 		printf("resharded: generation %lld at step %lld, %lld -> %lld workers, paused %.3f s, moved %.2f MiB\n",
 		       inum(e, "generation"), inum(e, "step"), inum(e, "from"), inum(e, "to"), num(e, "pause_s"),
 		       num(e, "moved_bytes") / 1048576.0);
+	} else if (!strcmp(type, "recovering") && !strcmp(str(e, "kind"), "replica")) {
+		printf("recovering: %s; rebuilding its rows from their replicas\n", str(e, "reason"));
 	} else if (!strcmp(type, "recovering")) {
 		printf("recovering: %s; rolling back to step %lld%s%s\n", str(e, "reason"), inum(e, "to_step"),
 		       json_is_string(json_object_get(e, "checkpoint")) ? " from " : "",

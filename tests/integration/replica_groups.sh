@@ -74,17 +74,19 @@ kill_workers() { # kill_workers N...: SIGKILL this job's worker-N (at once)
 heal_run hbase
 wait $job
 port=$(free_port)
-heal_run heal1 --listen "127.0.0.1:$port"
+heal_run heal1 --listen "127.0.0.1:$port" --admin-file "$tmp/heal1.admin"
 wait_for "$tmp/heal1.out" "^step    50" 60
 kill_workers 1
 wait_for "$tmp/heal1.out" "^recovered:" 60
 curl -s "http://127.0.0.1:$port/metrics" >"$tmp/heal.metrics"
+"$bin/rowshiftctl" status --admin-file "$tmp/heal1.admin" >"$tmp/heal.status" 2>&1
 wait $job
 check "a SIGKILLed worker of a 2 x 2 world: the job finishes" test $? = 0
 check "it heals from the replicas, no rollback" bash -c "grep -q 'recovery: worker-1 was lost holding a copy of rows of .*; rebuilding its rows from their replicas, no rollback' $tmp/heal1.out && ! grep -q 'rolling back' $tmp/heal1.out"
 check "the survivors kept their models and the new worker-1 got its copy" bash -c \
 	"grep -q 'keeping the model for the world to heal' $tmp/heal1.err && grep -q 'generation 2: staged and verified' $tmp/heal1.out"
 check "recovered with no step lost" grep -q "recovered: generation 2 (4 workers) made step .*(healed from replicas, no step lost)" "$tmp/heal1.out"
+check "rowshiftctl status shows it" grep -q "last recovery from replicas at step [0-9]*, no step lost: worker-1" "$tmp/heal.status"
 check "/metrics counts it as a replica recovery" grep -q 'rowshift_recoveries_total{kind="replica"} 1' "$tmp/heal.metrics"
 check "its final weights equal the undisturbed run's (max_rel <= 1e-5)" \
 	"$bin/rowshiftctl" checkpoint diff "$tmp/hbase.final" "$tmp/heal1.final" --max-rel 1e-5
