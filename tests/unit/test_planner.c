@@ -328,6 +328,40 @@ static void test_2d_replan_changes_groups_only(void **state)
 	free(json);
 }
 
+/*
+ * Healing: a lost rank sends nothing; its rows come from the other replica
+ * group's copy, and rows with no live copy are an error naming the table.
+ */
+static void test_diff_takes_lost_rows_from_replicas(void **state)
+{
+	(void)state;
+	char *json = random_config(12, 1);
+	rs_config *cfg = load(json);
+	rs_plan *p = plan_ok(cfg, 4, 2, 0, 2, NULL, NULL);
+	int32_t map[4] = {0, RS_PLAN_LOST, 2, 3}; /* rank 1 (role 0, group 1) died; its replacement is new rank 1 */
+	rs_move *mv = NULL;
+	int nmv = 0;
+	rs_err err = {0};
+	assert_int_equal(rs_plan_diff(cfg, p, p, map, &mv, &nmv, &err), RS_OK);
+	uint64_t bytes = 0;
+	for (int i = 0; i < nmv; i++) {
+		assert_int_equal(mv[i].dst, 1);
+		assert_true(mv[i].src != 1);
+		if (p->tables[mv[i].table].sharding != RS_SHARD_DP)
+			assert_int_equal(mv[i].src, 0); /* the copy in group 0; a data-parallel table: any live copy */
+		bytes += mv[i].bytes;
+	}
+	assert_int_equal(bytes, p->ranks[1].memory);
+	free(mv);
+	/* both copies of role 0 lost */
+	int32_t both[4] = {RS_PLAN_LOST, RS_PLAN_LOST, 2, 3};
+	assert_int_equal(rs_plan_diff(cfg, p, p, both, &mv, &nmv, &err), RS_ENOTFOUND);
+	assert_non_null(strstr(err.msg, "lost with every copy"));
+	rs_plan_free(p);
+	rs_config_free(cfg);
+	free(json);
+}
+
 /* ---- determinism and JSON ------------------------------------------------------- */
 
 static char *dump_without_time(const rs_plan *plan)
@@ -594,6 +628,7 @@ int main(void)
 		cmocka_unit_test(test_memory_caps),
 		cmocka_unit_test(test_2d_layout),
 		cmocka_unit_test(test_2d_replan_changes_groups_only),
+		cmocka_unit_test(test_diff_takes_lost_rows_from_replicas),
 		cmocka_unit_test(test_deterministic_and_json_round_trip),
 		cmocka_unit_test(test_bad_plan_json),
 		cmocka_unit_test(test_replan_growth_and_shrink),

@@ -160,6 +160,8 @@ static rs_status check_paused(json_t *m, rs_err *err)
 	rs_msg_paused p;
 	uint64_t sums[2];
 	RSCHECK(rs_proto_paused(m, &p, err));
+	if (p.held)
+		RSCHECK(rs_proto_checksums(p.held, sums, 2, err));
 	return p.checksum ? rs_proto_checksums(p.checksum, sums, 2, err) : RS_OK;
 }
 
@@ -203,6 +205,8 @@ static void test_reshard_messages(void **state)
 	expect(START ",\"union_of_old\":[0,1]}", check_start, RS_EINVAL);          /* no previous plan */
 	expect(START ",\"previous_plan\":{},\"union_of_old\":[0,0]}", check_start, RS_EINVAL); /* a repeat */
 	expect(START ",\"previous_plan\":{},\"union_of_old\":[0,3]}", check_start, RS_EINVAL); /* outside */
+	expect(START ",\"previous_plan\":{},\"union_of_old\":[-1,0,-1]}", check_start, RS_OK); /* lost ones */
+	expect(START ",\"previous_plan\":{},\"union_of_old\":[-2,0]}", check_start, RS_EINVAL);
 	expect(START RESHARD ",\"checkpoint_dir\":\"/c\",\"checkpoint_interval\":60}", check_start, RS_OK); /* by time only */
 	expect(START RESHARD ",\"checkpoint_dir\":\"/c\",\"checkpoint_every\":5,\"checkpoint_interval\":60}", check_start, RS_OK);
 	expect(START RESHARD ",\"checkpoint_dir\":\"/c\"}", check_start, RS_EINVAL);             /* when? */
@@ -216,6 +220,10 @@ static void test_reshard_messages(void **state)
 	       "\"checksum\":[\"00000000000000fg\",\"ffffffffffffffff\"]}", check_paused, RS_EINVAL);
 	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":2,\"step\":50,\"addr\":\"h:1\","
 	       "\"checksum\":[\"00000000000000ff\"]}", check_paused, RS_EINVAL); /* one table short */
+	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":2,\"step\":50,\"addr\":\"h:1\","
+	       "\"checksum\":[\"00000000000000ff\",\"ffffffffffffffff\"],\"held\":[\"01\"]}", check_paused, RS_EINVAL);
+	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":2,\"step\":50,\"addr\":\"h:1\",\"held\":{}}", check_paused,
+	       RS_EINVAL);
 	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":0,\"step\":50,\"addr\":\"h:1\"}", check_paused, RS_EINVAL);
 	expect("{\"type\":\"staged\",\"generation\":4,\"ok\":true,\"sent_bytes\":10,\"recv_bytes\":0,"
 	       "\"wire_bytes\":14,\"kept_bytes\":7,\"connect_s\":0.1,\"copy_s\":0,\"move_s\":0.2}", check_staged, RS_OK);
@@ -300,11 +308,13 @@ static void test_builders_round_trip(void **state)
 	json_decref(m);
 
 	json_t *cs = rs_proto_checksums_to_json(sums, 2);
-	rs_msg_paused pa = {.rank = 1, .generation = 3, .step = 7, .addr = "h:9", .checksum = cs}, pb;
+	rs_msg_paused pa = {.rank = 1, .generation = 3, .step = 7, .addr = "h:9", .checksum = cs, .held = cs}, pb;
 	m = wire(rs_proto_make_paused(&pa));
 	assert_int_equal(rs_proto_paused(m, &pb, &err), RS_OK);
 	assert_int_equal(rs_proto_checksums(pb.checksum, back, 2, &err), RS_OK);
 	assert_true(back[1] == UINT64_MAX);
+	assert_non_null(pb.held);
+	assert_int_equal(rs_proto_checksums(pb.held, back, 2, &err), RS_OK);
 	json_decref(m);
 
 	rs_msg_staged sa = {.generation = 4, .ok = 1, .checksum = cs, .sent_bytes = 5, .recv_bytes = 6, .move_s = 0.5},
