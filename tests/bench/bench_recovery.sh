@@ -9,8 +9,12 @@
 # restart-based approach, a new coordinator and workers started on the same
 # checkpoint (--load), from their start to their first step (the time to
 # notice the loss and stop the old world is not counted: in its favour).
-# Three rounds, medians. R = 2 recovery (from a replica, no rollback) is not
-# built: no figure for it. Fails when a run fails.
+# Three rounds, medians. Then R = 2: 4 workers in 2 replica groups of 2
+# (--sharding-group 2, exact sync) lose worker-1 to a SIGKILL and heal from
+# the surviving replica, no rollback: the seconds from the loss to the
+# healed world's first step (its "recovered" line), beside the same
+# restart-based reference for that world (4 workers loading the latest
+# checkpoint, start to first step). Fails when a run fails.
 set -u
 BUILD=${BUILD:-build}
 bin=$BUILD/bin
@@ -72,5 +76,57 @@ steps = " ".join(str(int(r[2])) for r in rows)
 print(f"bench recovery_rollback: {rb:.2f} s from a SIGKILLed worker to the first step of the rolled-back world "
       f"(2 workers, {sys.argv[1]}; steps retrained per round: {steps}) | restart-based {rs:.2f} s (a new world "
       f"loading the same checkpoint, start to first step) | ratio restart/rollback {rs / rb:.2f} | medians of 3 | "
-      f"R = 2 (no rollback, target 10x): not built")
+      f"R = 2: below")
+' "$cfg"
+
+heal_round() { # heal_round I: prints "HEAL_S RESTART_S"
+	local i=$1 coord ck
+	RS_LOG_LEVEL=warn "$bin/rowshift-coordinator" --local --workers 4 --sharding-group 2 --config "$cfg" \
+		--steps 100000 --listen 127.0.0.1:0 --admin-file "$tmp/heal$i.admin" --checkpoint-dir "$tmp/hck$i" \
+		--checkpoint-every 20 >"$tmp/heal$i.out" 2>"$tmp/heal$i.err" &
+	coord=$!
+	wait_for "$tmp/heal$i.out" "checkpoint of step 20 complete" 300 || return 1
+	sleep 1
+	pkill -9 -P $coord -f -- "--name worker-1 "
+	wait_for "$tmp/heal$i.out" "^recovered:" 300 || return 1
+	pkill -9 -P $coord 2>/dev/null
+	kill -9 $coord
+	wait $coord 2>/dev/null
+	grep -q "healed from replicas" "$tmp/heal$i.out" ||
+		{ echo "bench recovery: round $i did not heal from replicas" >&2; grep "^recover" "$tmp/heal$i.out" >&2; return 1; }
+	ck=$(ls -d "$tmp/hck$i"/step-*/ | while read -r d; do [ -f "$d/index.json" ] && echo "$d"; done | tail -1)
+	[ -n "$ck" ] || { echo "bench recovery: no complete checkpoint under $tmp/hck$i" >&2; return 1; }
+	RS_LOG_LEVEL=warn timeout 600 "$bin/rowshift-coordinator" --local --workers 4 --sharding-group 2 --config "$cfg" \
+		--steps 100000 --listen 127.0.0.1:0 --admin-file "$tmp/hrestart$i.admin" --load "$ck" \
+		>"$tmp/hrestart$i.out" 2>"$tmp/hrestart$i.err" &
+	coord=$!
+	wait_for "$tmp/hrestart$i.out" "^generation 1 made its first step" 300 || return 1
+	pkill -9 -P $coord 2>/dev/null
+	kill -9 $coord
+	wait $coord 2>/dev/null
+	python3 - "$tmp/heal$i.out" "$tmp/hrestart$i.out" <<'PY'
+import re, sys
+heal, restart = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+rec = re.search(r"^recovered: .*, ([0-9.]+) s after the loss \(healed from replicas", heal, re.M)
+first = re.search(r"^generation 1 made its first step ([0-9.]+) s after its", restart, re.M)
+if not rec or not first:
+    sys.exit("bench recovery: missing lines in " + " ".join(sys.argv[1:]))
+print(rec.group(1), first.group(1))
+PY
+}
+
+rows=()
+for i in 1 2 3; do
+	r=$(heal_round $i) || exit 1
+	rows+=("$r")
+	rm -rf "$tmp/hck$i"
+done
+printf '%s\n' "${rows[@]}" | python3 -c '
+import statistics, sys
+rows = [[float(x) for x in l.split()] for l in sys.stdin if l.strip()]
+h, rs = statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows)
+print(f"bench recovery_replica: {h:.2f} s from a SIGKILLed worker to the first step of the healed world "
+      f"(4 workers in 2 replica groups of 2, {sys.argv[1]}; no rollback, no checkpoint read) | restart-based "
+      f"{rs:.2f} s (the same world loading the latest checkpoint, start to first step) | ratio restart/heal "
+      f"{rs / h:.2f} (target 10) | medians of 3")
 ' "$cfg"

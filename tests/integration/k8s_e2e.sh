@@ -21,6 +21,9 @@
 #      process SIGKILLed, the StatefulSet makes a new pod): the world rolls
 #      back to the latest periodic checkpoint and trains again, a Warning
 #      Event on the StatefulSet saying so.
+# The coordinator runs with --sharding-group 2: 4 workers train in 2 replica
+# groups of 2 (2 and 3 train 1D), and a worker pod force-deleted there (in
+# 2.) heals from its replica, no rollback.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 kubectl=tools/bin/kubectl
@@ -71,7 +74,7 @@ coordinator() { # start the coordinator as the chart's Deployment would, but her
 	ROWSHIFT_JOIN_TOKEN=$jointok "$bin/rowshift-coordinator" --kubernetes --kubeconfig "$tmp/kubeconfig" \
 		--namespace $ns --statefulset $sts --selector "$sel" --state-configmap rowshift-state \
 		--config $model --listen 127.0.0.1:$cport --steps 1000000 --debounce-ms 3000 \
-		--checkpoint-dir "$tmp/ck" --checkpoint-every 200 \
+		--checkpoint-dir "$tmp/ck" --checkpoint-every 200 --sharding-group 2 \
 		>>"$tmp/coord.out" 2>>"$tmp/coord.err" &
 	coord=$!
 }
@@ -96,8 +99,8 @@ check "the coordinator's members are the pods" members_are "$(pods)"
 reshard() { # reshard GEN FROM TO: the coordinator reshards once, resumes at the step it paused at, checksums equal
 	local gen=$1 from=$2 to=$3 at resumed
 	wait_for "$tmp/coord.out" "generation $gen resumed at step" 90 || { echo "no generation $gen" >&2; return 1; }
-	grep -q "generation $gen: $from -> $to workers at step" "$tmp/coord.out" || { grep "generation $gen:" "$tmp/coord.out" >&2; return 1; }
-	at=$(sed -n "s/^generation $gen: $from -> $to workers at step \([0-9]*\).*/\1/p" "$tmp/coord.out")
+	grep -q "generation $gen: $from -> $to workers[a-z0-9 ]* at step" "$tmp/coord.out" || { grep "generation $gen:" "$tmp/coord.out" >&2; return 1; }
+	at=$(sed -n "s/^generation $gen: $from -> $to workers[a-z0-9 ]* at step \([0-9]*\).*/\1/p" "$tmp/coord.out")
 	resumed=$(sed -n "s/^generation $gen resumed at step \([0-9]*\).*/\1/p" "$tmp/coord.out")
 	[ -n "$at" ] && [ "$at" = "$resumed" ] || { echo "paused at '$at', resumed at '$resumed'" >&2; return 1; }
 	grep -q "generation $gen: staged and verified.*every table's checksum matches" "$tmp/coord.out"
@@ -106,9 +109,18 @@ k scale statefulset/$sts --replicas=4 >/dev/null
 check "kubectl scale --replicas=4: one reshard 2 -> 4, resumed at the same step, checksums equal" reshard 2 2 4
 check "kubectl get pods shows the 4 workers" until_pods "$sts-0 $sts-1 $sts-2 $sts-3 " 30
 check "the coordinator's members are the 4 pods" members_are "$sts-0 $sts-1 $sts-2 $sts-3 "
+check "4 workers train in 2 replica groups of 2" grep -q "^generation 2: 2 -> 4 workers in 2 replica groups of 2 at" "$tmp/coord.out"
+# a worker pod force-deleted in a 2 x 2 world: rebuilt from its replica, no rollback, no checkpoint read
+k delete pod $sts-1 --grace-period=0 --force >/dev/null 2>&1
+check "kubectl delete pod --force with R = 2: rebuilt from its replica, no rollback" \
+	wait_for "$tmp/coord.out" "^recovery: $sts-1 .*; rebuilding its rows from their replicas, no rollback" 60
+check "the new pod gets its rows and the world trains on" \
+	wait_for "$tmp/coord.out" "^recovered: generation 3 (4 workers) made step .*(healed from replicas" 90
+check "no rollback" bash -c "! grep -q 'rolling back' $tmp/coord.out"
+check "the coordinator's members are the 4 pods again" members_are "$sts-0 $sts-1 $sts-2 $sts-3 "
 
 k scale statefulset/$sts --replicas=3 >/dev/null
-check "kubectl scale --replicas=3: one reshard 4 -> 3, resumed at the same step, checksums equal" reshard 3 4 3
+check "kubectl scale --replicas=3: one reshard 4 -> 3, resumed at the same step, checksums equal" reshard 4 4 3
 check "the deleted pod drained and is gone; kubectl get pods shows 3 workers" until_pods "$sts-0 $sts-1 $sts-2 " 60
 drained_clean() { # the kubelet's record of the deleted pod: SIGTERM only, exit 0
 	curl -sS --max-time 10 --cacert "$tmp/tls/ca.crt" -H "Authorization: Bearer $simtok" \
@@ -116,7 +128,7 @@ drained_clean() { # the kubelet's record of the deleted pod: SIGTERM only, exit 
 import json, sys
 recs = [r for r in json.load(sys.stdin) if r["name"] == sys.argv[1]]
 assert len(recs) == 1 and recs[0]["signals"] == ["SIGTERM"] and recs[0]["exit_codes"] == [0], recs
-' $sts-3 && grep -q 'handed my rows over in generation 3; leaving' "$tmp/pods/$ns/$sts-3/worker.log"
+' $sts-3 && grep -q 'handed my rows over in generation 4; leaving' "$tmp/pods/$ns/$sts-3/worker.log"
 }
 check "its worker got SIGTERM, handed its rows over and exited 0 within the grace period" drained_clean
 check "the coordinator's members are the 3 pods" members_are "$sts-0 $sts-1 $sts-2 "
@@ -124,7 +136,7 @@ events() { k get events --field-selector "involvedObject.name=$sts,reason=Reshar
 	-o jsonpath='{range .items[*]}{.message}{"\n"}{end}'; }
 events_ok() {
 	events >"$tmp/events.txt" && grep -q '^Resharded generation 2: 2 -> 4 workers' "$tmp/events.txt" &&
-		grep -q '^Resharded generation 3: 4 -> 3 workers' "$tmp/events.txt"
+		grep -q '^Resharded generation 4: 4 -> 3 workers' "$tmp/events.txt"
 }
 check "each reshard is an Event on the StatefulSet" events_ok
 
@@ -132,13 +144,13 @@ check "each reshard is an Event on the StatefulSet" events_ok
 last_step() { sed -n 's/^step *\([0-9]*\).*/\1/p' "$tmp/coord.out" | tail -1; }
 before=$(last_step)
 { kill -9 $coord && wait $coord; } 2>/dev/null  # (quiet: bash reports a job killed by a signal)
-check "the state ConfigMap holds generation 3" bash -c \
-	"timeout 30 $kubectl -n $ns get configmap rowshift-state -o jsonpath='{.data.state\\.json}' | grep -q '\"generation\":3'"
+check "the state ConfigMap holds generation 4" bash -c \
+	"timeout 30 $kubectl -n $ns get configmap rowshift-state -o jsonpath='{.data.state\\.json}' | grep -q '\"generation\":4'"
 coordinator
 check "the state ConfigMap does not hold the join token (the Secret does)" bash -c \
 	"j=\$(timeout 30 $kubectl -n $ns get configmap rowshift-state -o json) && echo \"\$j\" | grep -q generation &&
 	 ! echo \"\$j\" | grep -qF -- '$jointok'"
-check "the restarted coordinator recovers the job from the ConfigMap" wait_for "$tmp/coord.err" "recovered generation 3" 30
+check "the restarted coordinator recovers the job from the ConfigMap" wait_for "$tmp/coord.err" "recovered generation 4" 30
 check "training carries on past step $before with the same 3 workers" bash -c \
 	"for _ in \$(seq 1 240); do s=\$(sed -n 's/^step *\([0-9]*\).*/\1/p' $tmp/coord.out | tail -1); \
 	 [ \"\${s:-0}\" -gt $before ] && exit 0; sleep 0.25; done; exit 1"
@@ -152,7 +164,7 @@ k scale statefulset/$sts --replicas=4 >/dev/null
 sim compact >/dev/null
 check "the simulator dropped the coordinator's watch" grep -q '"dropped": *[1-9]' "$tmp/dropped.json"
 check "the coordinator was told 410 and listed again" wait_for "$tmp/coord.err" "listing again" 30
-check "the scale made meanwhile is seen: one reshard 3 -> 4" reshard 4 3 4
+check "the scale made meanwhile is seen: one reshard 3 -> 4" reshard 5 3 4
 check "kubectl get pods shows the 4 workers again" until_pods "$sts-0 $sts-1 $sts-2 $sts-3 " 30
 check "the coordinator's members are the 4 pods" members_are "$sts-0 $sts-1 $sts-2 $sts-3 "
 
@@ -162,9 +174,9 @@ sim "unreachable?seconds=10" >/dev/null
 sleep 10.5
 check "the coordinator noticed the API was gone" grep -q "kubernetes: .*trying again in" "$tmp/coord.err"
 check "it kept training with the same members meanwhile" bash -c \
-	"[ \$(sed -n 's/^step *\([0-9]*\).*/\1/p' $tmp/coord.out | tail -1) -gt $before ] && ! grep -q '^generation 5' $tmp/coord.out"
+	"[ \$(sed -n 's/^step *\([0-9]*\).*/\1/p' $tmp/coord.out | tail -1) -gt $before ] && ! grep -q '^generation 6' $tmp/coord.out"
 k scale statefulset/$sts --replicas=3 >/dev/null
-check "after it, a scale is acted on: one reshard 4 -> 3" reshard 5 4 3
+check "after it, a scale is acted on: one reshard 4 -> 3" reshard 6 4 3
 # 6. a worker pod force-deleted: no grace, its rows gone with it
 wait_for "$tmp/coord.out" "checkpoint of step [0-9]* complete" 120
 k delete pod $sts-1 --grace-period=0 --force >/dev/null 2>&1
