@@ -264,8 +264,10 @@ rs_status rs__cycle_pairs_reset(rs_job *j)
 	free(j->att.pairs);
 	j->att.pairs = NULL;
 	j->att.npairs = 0;
-	for (int32_t r = 0; r < j->cur.nworld; r++)
-		map[r] = j->att.union_of_old[r] < j->att.nworld ? j->att.union_of_old[r] : -1;
+	for (int32_t r = 0; r < j->cur.nworld; r++) {
+		int32_t u = j->att.union_of_old[r];
+		map[r] = u == -1 ? RS_PLAN_LOST : u < j->att.nworld ? u : -1; /* lost (healing): sends nothing */
+	}
 	RSCHECK(rs_plan_diff(j->cfg, j->cur.plan, j->att.plan, map, &mv, &n, &err));
 	if (!(j->att.pairs = calloc((size_t)n + 1, sizeof(*j->att.pairs)))) {
 		free(mv);
@@ -561,6 +563,8 @@ static void tick_aborting(rs_job *j)
 	int all = 1;
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
 		member *m = &j->mem.v[j->cur.world[r]];
+		if (m->lost)
+			continue; /* healing: it holds nothing to go back to */
 		if (rs__member_gone(j, m)) {
 			rs__recover(j, j->cur.world[r], "was lost during the abort");
 			return;

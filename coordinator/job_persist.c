@@ -87,6 +87,9 @@ static rs_status recover_attempt(rs_job *j, const rs_state *s, rs_err *err)
 	RSALLOCGOTO(j->att.before = calloc((size_t)j->ntables + 1, sizeof(uint64_t)), st, out);
 	RSCHECKGOTO(add_members(j, s->uni, s->nuni, j->att.uni, "attempt.union", err), st, out);
 	memcpy(j->att.union_of_old, s->union_of_old, sizeof(int32_t) * (size_t)s->nworld);
+	for (int32_t r = 0; r < s->nworld; r++)
+		if (s->union_of_old[r] == -1) /* an attempt healing from replicas: that member's rows are gone */
+			j->mem.v[j->cur.world[r]].lost = 1, j->rec.healing = j->rec.replica = 1;
 	memcpy(j->att.before, s->before, sizeof(uint64_t) * (size_t)j->ntables);
 	j->att.nuni = s->nuni;
 	j->att.nworld = s->attempt_world;

@@ -158,6 +158,10 @@ static rs_status parse_attempt(json_t *a, const char *name, rs_state *s, rs_err 
 		return RS_ENOMEM;
 	for (int32_t r = 0; r < s->nworld; r++) {
 		json_t *e = json_array_get(uoo, (size_t)r);
+		if (json_is_integer(e) && json_integer_value(e) == -1) { /* lost with its rows (healing from replicas) */
+			s->union_of_old[r] = -1;
+			continue;
+		}
 		if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= s->nuni ||
 		    strcmp(s->uni[json_integer_value(e)], s->world[r]) != 0)
 			return bad(err, name, "attempt.union_of_old", "an entry does not point at that member in the union");

@@ -63,7 +63,7 @@ typedef struct rs_state {
 	json_t *attempt_plan;       /* owned */
 	char **uni;
 	int32_t nuni, attempt_world;
-	int32_t *union_of_old;      /* nworld entries */
+	int32_t *union_of_old;      /* nworld entries; -1: lost with its rows (healing from replicas) */
 	uint64_t *before;           /* nbefore per-table checksums of the old world */
 	int nbefore;
 	int attempts, next_schedule;

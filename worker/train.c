@@ -1,7 +1,8 @@
 /*
- * train.c - see train.h: set-up, the step, evaluation. Checkpoints are in
- * train_ckpt.c, live resharding in reshard.c; the three share the trainer's
- * insides through train_internal.h.
+ * train.c - see train.h: set-up and the step. Evaluation is in
+ * train_eval.c, checkpoints in train_ckpt.c, live resharding in reshard.c,
+ * 2D replica groups in replica.c; they share the trainer's insides through
+ * train_internal.h.
  *
  * Requests travel as int64 records [feature, block, sample, n, id_1..id_n],
  * packed per owner; answers and gradients travel as `cols` floats per
@@ -11,7 +12,6 @@
 #include "common/grow.h"
 #include "common/log.h"
 #include "common/rng.h"
-#include "worker/metrics.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -398,7 +398,7 @@ int64_t rs__resolve(rs_trainer *tr, int t, int64_t id, int64_t step, int trainin
  * st, unchanged; a failure also goes into err, saying what failed (unless a
  * deeper call said more already: the first message wins).
  */
-static rs_status said(rs_status st, const char *what, rs_err *err)
+rs_status rs__said(rs_status st, const char *what, rs_err *err)
 {
 	if (st != RS_OK)
 		rs_err_set(err, st, "%s: %s", what, rs_status_str(st));
@@ -406,7 +406,7 @@ static rs_status said(rs_status st, const char *what, rs_err *err)
 }
 
 /* The same for a call over the transport: err gets what it was and the transport's own words. */
-static rs_status said_transport(const rs_trainer *tr, rs_status st, const char *what, rs_err *err)
+rs_status rs__said_transport(const rs_trainer *tr, rs_status st, const char *what, rs_err *err)
 {
 	if (st != RS_OK)
 		rs_err_set(err, st, "%s: %s", what, tr->t->error[0] ? rs_transport_error(tr->t) : rs_status_str(st));
@@ -584,7 +584,7 @@ out:
 }
 
 /* Send every bag's IDs to their owners, pool, and gather the partial sums into tr->pooled. */
-static rs_status lookup(rs_trainer *tr, int64_t step, int training, rs_err *err)
+rs_status rs__lookup(rs_trainer *tr, int64_t step, int training, rs_err *err)
 {
 	const rs_batch *b = &tr->batch;
 	int32_t n = b->size, w = tr->world;
@@ -603,7 +603,7 @@ static rs_status lookup(rs_trainer *tr, int64_t step, int training, rs_err *err)
 	RSCHECKGOTO(make_requests(tr), st, out);
 	for (int32_t p = 0; p < w; p++)
 		tr->scount[p] = tr->req[p].n * sizeof(int64_t);
-	RSCHECKGOTO(said_transport(tr, rs_transport_alltoall_counts(tr->t, tr->scount, tr->rcount),
+	RSCHECKGOTO(rs__said_transport(tr, rs_transport_alltoall_counts(tr->t, tr->scount, tr->rcount),
 				   "the lookup's request sizes (all-to-all)", err),
 		    st, out);
 	size_t total = 0;
@@ -621,7 +621,7 @@ static rs_status lookup(rs_trainer *tr, int64_t step, int training, rs_err *err)
 	RSCHECKGOTO(rs_grow(&packed.v, &packed.cap, all + 1, sizeof(int64_t)), st, out);
 	for (int32_t p = 0, o = 0; p < w; o += (int32_t)tr->req[p].n, p++)
 		memcpy(packed.v + o, tr->req[p].v, sizeof(int64_t) * tr->req[p].n);
-	RSCHECKGOTO(said_transport(tr, rs_transport_alltoallv(tr->t, packed.v, tr->scount, tr->in.v, tr->rcount),
+	RSCHECKGOTO(rs__said_transport(tr, rs_transport_alltoallv(tr->t, packed.v, tr->scount, tr->in.v, tr->rcount),
 				   "the lookup's requests (all-to-all)", err),
 		    st, out);
 	tr->resolved = 0;
@@ -641,7 +641,7 @@ static rs_status lookup(rs_trainer *tr, int64_t step, int training, rs_err *err)
 	for (int32_t p = 0; p < w; p++)
 		back += tr->rcount[p] / sizeof(float);
 	RSCHECKGOTO(rs_grow(&tr->back.v, &tr->back.cap, back + 1, sizeof(float)), st, out);
-	RSCHECKGOTO(said_transport(tr, rs_transport_alltoallv(tr->t, tr->out.v, tr->scount, tr->back.v, tr->rcount),
+	RSCHECKGOTO(rs__said_transport(tr, rs_transport_alltoallv(tr->t, tr->out.v, tr->scount, tr->back.v, tr->rcount),
 				   "the lookup's answers (all-to-all)", err),
 		    st, out);
 	/* add the partials into pooled, in rank order */
@@ -677,7 +677,7 @@ static rs_status lookup(rs_trainer *tr, int64_t step, int training, rs_err *err)
 	}
 out:
 	free(packed.v);
-	return said(st, "the lookup", err);
+	return rs__said(st, "the lookup", err);
 }
 
 /* Data-parallel gradients, step one: the local ones in a dense (rows x dim + touch count) buffer, all-reduced. */
@@ -688,14 +688,14 @@ static rs_status dp_reduce(rs_trainer *tr, lshard *ls, float **out, rs_err *err)
 	float *buf = calloc((size_t)(rows * (dim + 1)), sizeof(float));
 	*out = NULL;
 	if (!buf)
-		return said(RS_ENOMEM, "the data-parallel gradients", err);
+		return rs__said(RS_ENOMEM, "the data-parallel gradients", err);
 	for (int64_t k = 0; k < ls->grad.n; k++) {
 		int64_t r = ls->grad.rows[k];
 		memcpy(buf + r * dim, ls->grad.grad + k * dim, sizeof(float) * (size_t)dim);
 		buf[rows * dim + r] = 1;
 	}
 	rs_emb_grad_clear(&ls->ws, &ls->grad);
-	rs_status st = said_transport(tr, rs_transport_allreduce_sum(tr->t, buf, (size_t)(rows * (dim + 1))),
+	rs_status st = rs__said_transport(tr, rs_transport_allreduce_sum(tr->t, buf, (size_t)(rows * (dim + 1))),
 				      "the data-parallel gradients (all-reduce)", err);
 	if (st != RS_OK)
 		free(buf);
@@ -724,7 +724,7 @@ static rs_status dp_apply(rs_trainer *tr, lshard *ls, float *buf, rs_err *err)
 out:
 	free(all.rows);
 	free(buf);
-	return said(st, "the data-parallel update", err);
+	return rs__said(st, "the data-parallel update", err);
 }
 
 /*
@@ -774,22 +774,22 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 		return rs_err_set(err, RS_EINVAL, "the trainer's last step failed half-way: its model is part-updated");
 	if (tr->on_host)
 		rs__trainer_prefetch(tr, 0);
-	RSCHECK(said(rs_data_fill(tr->data, step * g + lo, (int32_t)(hi - lo), &tr->batch), "reading the step's samples",
+	RSCHECK(rs__said(rs_data_fill(tr->data, step * g + lo, (int32_t)(hi - lo), &tr->batch), "reading the step's samples",
 		     err));
-	RSCHECK(lookup(tr, step, 1, err));
+	RSCHECK(rs__lookup(tr, step, 1, err));
 	int32_t n = tr->batch.size;
-	RSCHECK(said(rs_dense_forward_backward(tr->dense, tr->batch.dense, tr->pooled, tr->batch.labels, n, tr->dpooled,
+	RSCHECK(rs__said(rs_dense_forward_backward(tr->dense, tr->batch.dense, tr->pooled, tr->batch.labels, n, tr->dpooled,
 					       &loss),
 		     "the dense network", err));
 	/* gradients of the mean loss over the global batch */
 	float inv = 1.0f / (float)g;
 	for (size_t k = 0; k < (size_t)n * (size_t)tr->emb_width; k++)
 		tr->dpooled[k] *= inv;
-	RSCHECK(said_transport(tr, rs_transport_allreduce_sum(tr->t, rs_dense_grads(tr->dense), rs_dense_nparams(tr->dense)),
+	RSCHECK(rs__said_transport(tr, rs_transport_allreduce_sum(tr->t, rs_dense_grads(tr->dense), rs_dense_nparams(tr->dense)),
 			       "the dense gradients (all-reduce)", err));
 	/* the loss, and votes to pause and to checkpoint after this step (any rank asking decides for all, at the same step) */
 	float lp[3] = {(float)loss, tr->pause_requested ? 1.0f : 0.0f, tr->checkpoint_requested ? 1.0f : 0.0f};
-	RSCHECK(said_transport(tr, rs_transport_allreduce_sum(tr->t, lp, 3), "the loss (all-reduce)", err));
+	RSCHECK(rs__said_transport(tr, rs_transport_allreduce_sum(tr->t, lp, 3), "the loss (all-reduce)", err));
 	float l = lp[0];
 
 	/* embedding gradients back along the requests */
@@ -807,13 +807,13 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 				o[c] = src[c] * scale;
 			o += s->cols;
 		}
-	RSCHECK(said_transport(tr, rs_transport_alltoallv(tr->t, tr->back.v, tr->rcount, tr->out.v, tr->scount),
+	RSCHECK(rs__said_transport(tr, rs_transport_alltoallv(tr->t, tr->back.v, tr->rcount, tr->out.v, tr->scount),
 			       "the embedding gradients (all-to-all)", err));
 	if (tr->replicas > 1 && !every)
 		RSCHECK(rs__replica_exchange(tr, tr->out.v, &rg, err));
 	/* data-parallel tables: the local gradient, all-reduced */
 	if (!(dp = calloc((size_t)tr->nshards + 1, sizeof(float *))))
-		RSFAILGOTO(st, said(RS_ENOMEM, "the data-parallel gradients", err), out);
+		RSFAILGOTO(st, rs__said(RS_ENOMEM, "the data-parallel gradients", err), out);
 	for (int i = 0; i < tr->nshards; i++) /* nothing left from a step that failed */
 		if (tr->tables[tr->shards[i].table].dp_shard == i)
 			rs_emb_grad_clear(&tr->shards[i].ws, &tr->shards[i].grad);
@@ -822,7 +822,7 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 		if (ti->dp_shard < 0)
 			continue;
 		lshard *ls = &tr->shards[ti->dp_shard];
-		RSCHECKGOTO(said(rs_emb_grad_accumulate(&ls->ws, &ls->grad, ls->emb.dim, tr->batch.offsets[f], n,
+		RSCHECKGOTO(rs__said(rs_emb_grad_accumulate(&ls->ws, &ls->grad, ls->emb.dim, tr->batch.offsets[f], n,
 							tr->batch.ids[f], cfg->tables[tr->feat_table[f]].pooling,
 							tr->dpooled + tr->feat_off[f], tr->emb_width),
 				 "the data-parallel gradients", err),
@@ -854,79 +854,6 @@ int rs_trainer_can_heal(const rs_trainer *tr)
 	return tr && !tr->spoiled && tr->replicas > 1 && tr->cfg->cluster.replica_sync_every == 0;
 }
 
-rs_status rs_trainer_evaluate(rs_trainer *tr, int64_t n, double *auc, double *logloss, rs_err *err)
-{
-	int64_t lo = n * tr->rank / tr->world, hi = n * (tr->rank + 1) / tr->world;
-	int32_t w = tr->world, m = (int32_t)(hi - lo);
-	float *mine = NULL, *all = NULL, *packed = NULL, *probs = NULL, *labels = NULL;
-	size_t *sc = NULL, *rc = NULL;
-	rs_status st = RS_OK;
-	RSCHECKGOTO(said(rs_data_fill(tr->data, RS_EVAL_BASE + lo, m, &tr->batch), "reading the evaluation samples", err),
-		    st, out);
-	RSCHECKGOTO(lookup(tr, 0, 0, err), st, out);
-	mine = malloc(sizeof(float) * 2 * (size_t)(m + 1));
-	all = malloc(sizeof(float) * 2 * (size_t)(n + 1));
-	sc = malloc(sizeof(size_t) * (size_t)w);
-	rc = malloc(sizeof(size_t) * (size_t)w);
-	packed = malloc(sizeof(float) * 2 * (size_t)(m + 1) * (size_t)w);
-	probs = malloc(sizeof(float) * (size_t)(n + 1));
-	labels = malloc(sizeof(float) * (size_t)(n + 1));
-	if (!mine || !all || !sc || !rc || !packed || !probs || !labels)
-		RSFAILGOTO(st, RS_ENOMEM, out);
-	RSCHECKGOTO(said(rs_dense_predict(tr->dense, tr->batch.dense, tr->pooled, m, mine), "the dense network", err), st,
-		    out);
-	memcpy(mine + m, tr->batch.labels, sizeof(float) * (size_t)m);
-	/* every rank gets every rank's (probabilities, labels) */
-	for (int32_t p = 0; p < w; p++) {
-		memcpy(packed + (size_t)p * 2 * (size_t)m, mine, sizeof(float) * 2 * (size_t)m);
-		sc[p] = sizeof(float) * 2 * (size_t)m;
-		rc[p] = sizeof(float) * 2 * (size_t)(n * (p + 1) / w - n * p / w);
-	}
-	RSCHECKGOTO(said_transport(tr, rs_transport_alltoallv(tr->t, packed, sc, all, rc),
-				   "the predictions (all-to-all)", err),
-		    st, out);
-	/* regroup: probabilities then labels per rank, into two arrays */
-	size_t o = 0, k = 0;
-	for (int32_t p = 0; p < w; p++) {
-		size_t cnt = (size_t)(n * (p + 1) / w - n * p / w);
-		memcpy(probs + k, all + o, sizeof(float) * cnt);
-		memcpy(labels + k, all + o + cnt, sizeof(float) * cnt);
-		o += 2 * cnt;
-		k += cnt;
-	}
-	*auc = rs_auc(probs, labels, (size_t)n);
-	if (*auc < 0)
-		RSFAILGOTO(st, RS_ENOMEM, out); /* its scratch copy */
-	if (isnan(*auc))
-		RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "evaluation: the model scores NaN: training diverged (a learning "
-					  "rate too high?)"), out);
-	*logloss = rs_logloss(probs, labels, (size_t)n);
-out:
-	free(labels);
-	free(probs);
-	free(packed);
-	free(rc);
-	free(sc);
-	free(all);
-	free(mine);
-	return said(st, "evaluation", err);
-}
-
 void rs_trainer_request_pause(rs_trainer *tr) { tr->pause_requested = 1; }
 
 void rs_trainer_request_checkpoint(rs_trainer *tr) { tr->checkpoint_requested = 1; }
-
-double rs_trainer_teacher_auc(rs_trainer *tr, int64_t n)
-{
-	if (n <= 0 || tr->data->ops->teacher_prob(tr->data, RS_EVAL_BASE) < 0)
-		return -1;
-	float *p = malloc(sizeof(float) * (size_t)n);
-	double auc = -1;
-	if (p && rs_data_fill(tr->data, RS_EVAL_BASE, (int32_t)n, &tr->batch) == RS_OK) {
-		for (int64_t i = 0; i < n; i++)
-			p[i] = (float)tr->data->ops->teacher_prob(tr->data, RS_EVAL_BASE + i);
-		auc = rs_auc(p, tr->batch.labels, (size_t)n);
-	}
-	free(p);
-	return auc;
-}

@@ -1,9 +1,9 @@
 /*
- * train_internal.h - the trainer's insides, shared by the three files
- * that make it up: train.c (set-up, the step, evaluation), train_ckpt.c
- * (checkpoints and dumps) and reshard.c (live resharding). Nothing else
- * includes this header; the trainer's interface is train.h. Names here
- * carry the rs__ prefix.
+ * train_internal.h - the trainer's insides, shared by the files that make
+ * it up: train.c (set-up, the step), train_eval.c (evaluation),
+ * train_ckpt.c (checkpoints and dumps), reshard.c (live resharding) and
+ * replica.c (2D replica groups). Nothing else includes this header; the
+ * trainer's interface is train.h. Names here carry the rs__ prefix.
  */
 #ifndef RS_TRAIN_INTERNAL_H
 #define RS_TRAIN_INTERNAL_H
@@ -182,6 +182,17 @@ rs_status rs__replica_exchange(rs_trainer *tr, const float *grad, rs__replica_gr
 rs_status rs__replica_apply(rs_trainer *tr, rs__replica_grads *rg, rs_err *err);
 void rs__replica_grads_free(rs__replica_grads *rg);
 rs_status rs__replica_average(rs_trainer *tr, rs_err *err);
+
+/*
+ * st, unchanged; a failure also goes into err saying what failed (unless a
+ * deeper call said more already: the first message wins). The transport's
+ * version adds the transport's own words.
+ */
+rs_status rs__said(rs_status st, const char *what, rs_err *err);
+rs_status rs__said_transport(const rs_trainer *tr, rs_status st, const char *what, rs_err *err);
+
+/* Send every bag's IDs to their owners, pool, and gather the partial sums into tr->pooled (training: ZCH inserts). */
+rs_status rs__lookup(rs_trainer *tr, int64_t step, int training, rs_err *err);
 
 /* The local shard of table t holding (row, col), or NULL. */
 lshard *rs__local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col);
