@@ -21,30 +21,54 @@
 #include <string.h>
 #include <unistd.h>
 
-void rs__ckpt_free(rs_job *j)
+typedef struct ckpt_gather gather;
+
+static void gather_free(gather *g)
 {
-	free(j->ck.got);
-	json_decref(j->ck.sums);
-	j->ck.got = NULL, j->ck.sums = NULL;
-	j->ck.step = 0, j->ck.ngot = 0;
+	free(g->got);
+	json_decref(g->sums);
+	*g = (gather){0};
 }
 
-/* Gather the checkpoint at (generation, step) from now on, dropping an older one still incomplete. */
-static rs_status begin(rs_job *j, int64_t generation, int64_t step)
+/* Stop gathering g, which will never complete (a newer one did, or room was needed). */
+static void give_up(gather *g)
 {
-	if (j->ck.step)
-		RS_WARN("checkpoint of step %lld stays incomplete: %d of %d ranks reported their files",
-			(long long)j->ck.step, j->ck.ngot, j->ck.nworld);
-	rs__ckpt_free(j);
-	j->ck.got = calloc((size_t)j->cur.nworld, 1);
-	j->ck.sums = json_object();
-	if (!j->ck.got || !j->ck.sums) {
-		rs__ckpt_free(j);
+	RS_WARN("checkpoint of step %lld stays incomplete: %d of %d ranks reported their files", (long long)g->step,
+		g->ngot, g->nworld);
+	gather_free(g);
+}
+
+void rs__ckpt_free(rs_job *j)
+{
+	for (size_t k = 0; k < sizeof(j->ck.g) / sizeof(j->ck.g[0]); k++)
+		gather_free(&j->ck.g[k]);
+}
+
+/* The gather of (generation, step): the one under way, else a new one (in a free slot or the oldest's). */
+static rs_status gather_of(rs_job *j, int64_t generation, int64_t step, gather **out)
+{
+	gather *g = NULL;
+	size_t n = sizeof(j->ck.g) / sizeof(j->ck.g[0]);
+	for (size_t k = 0; k < n; k++)
+		if (j->ck.g[k].step == step && j->ck.g[k].generation == generation) {
+			*out = &j->ck.g[k];
+			return RS_OK;
+		}
+	for (size_t k = 0; k < n; k++)
+		if (!g || !j->ck.g[k].step || (g->step && j->ck.g[k].step < g->step))
+			g = &j->ck.g[k];
+	if (g->step)
+		give_up(g);
+	g->got = calloc((size_t)j->cur.nworld + 1, 1);
+	g->sums = json_object();
+	if (!g->got || !g->sums) {
+		gather_free(g);
 		return RS_ENOMEM;
 	}
-	j->ck.step = step, j->ck.generation = generation, j->ck.nworld = j->cur.nworld;
-	j->ck.dense_params = -1;
-	j->ck.started = rs__job_now(j);
+	g->step = step, g->generation = generation, g->nworld = j->cur.nworld;
+	g->dense_params = -1;
+	g->started = rs__job_now(j);
+	*out = g;
 	return RS_OK;
 }
 
@@ -101,28 +125,31 @@ static void prune(rs_job *j)
 }
 
 /* Every rank reported: write the index (last), report the checkpoint, prune the old ones. */
-static void complete(rs_job *j)
+static void complete(rs_job *j, gather *g)
 {
 	char dir[4096];
 	rs_err err = {0};
-	int64_t step = j->ck.step;
+	int64_t step = g->step;
 	rs_checkpoint_step_dir(j->o.ckpt_dir, step, dir, sizeof(dir));
 	uint64_t bytes = 0;
 	const char *file;
 	json_t *v;
-	json_object_foreach(j->ck.sums, file, v)
+	json_object_foreach(g->sums, file, v)
 		bytes += (uint64_t)json_integer_value(json_object_get(v, "bytes"));
-	if (j->ck.dense_params < 0 || rs_checkpoint_write_index(dir, j->cfg, j->cur.plan, step, (size_t)j->ck.dense_params,
-								  j->ck.sums, &err) != RS_OK) {
+	if (g->dense_params < 0 || rs_checkpoint_write_index(dir, j->cfg, j->cur.plan, step, (size_t)g->dense_params,
+							       g->sums, &err) != RS_OK) {
 		RS_WARN("checkpoint of step %lld stays incomplete: %s", (long long)step,
-			j->ck.dense_params < 0 ? "rank 0 did not report the dense network" : err.msg);
-		rs__ckpt_free(j);
+			g->dense_params < 0 ? "rank 0 did not report the dense network" : err.msg);
+		gather_free(g);
 		return;
 	}
-	double seconds = rs__job_now(j) - j->ck.started;
+	double seconds = rs__job_now(j) - g->started;
 	j->ck.last_complete = step;
 	j->ck.complete++;
-	rs__ckpt_free(j);
+	gather_free(g);
+	for (size_t k = 0; k < sizeof(j->ck.g) / sizeof(j->ck.g[0]); k++)
+		if (j->ck.g[k].step && j->ck.g[k].step < step)
+			give_up(&j->ck.g[k]); /* older, still incomplete: a newer one is complete */
 	rs__emit(j, &(job_event){.kind = EV_CHECKPOINT, .step = step, .detail = dir, .moved = bytes, .seconds = seconds});
 	prune(j);
 }
@@ -135,28 +162,28 @@ rs_status rs__job_checkpointed(rs_job *j, int i, json_t *msg, rs_err *err)
 	/* only the current world's word counts, each rank for itself, for a step it trained */
 	if (!j->o.ckpt_dir || m.generation != j->cur.generation || m.rank >= j->cur.nworld ||
 	    j->cur.world[m.rank] != i || (!j->o.ckpt_interval && m.step % j->o.ckpt_every != 0) ||
-	    m.step <= j->ck.last_complete ||
-	    (j->ck.step && m.step < j->ck.step)) {
+	    m.step <= j->ck.last_complete) {
 		RS_DEBUG("checkpoint: a report of step %lld from %s ignored (stale or not of this world)", (long long)m.step,
 			 j->mem.v[i].name);
 		goto out;
 	}
-	if ((m.step != j->ck.step || m.generation != j->ck.generation) && (st = begin(j, m.generation, m.step)) != RS_OK)
+	gather *g;
+	if ((st = gather_of(j, m.generation, m.step, &g)) != RS_OK)
 		goto out;
 	for (int k = 0; k < m.nfiles; k++) {
 		json_t *e = json_pack("{s:I, s:I}", "crc32c", (json_int_t)m.files[k].crc32c, "bytes",
 				      (json_int_t)m.files[k].bytes);
-		if (!e || json_object_set_new(j->ck.sums, m.files[k].file, e) != 0)
+		if (!e || json_object_set_new(g->sums, m.files[k].file, e) != 0)
 			RSFAILGOTO(st, RS_ENOMEM, out);
 	}
 	if (m.rank == 0)
-		j->ck.dense_params = m.dense_params;
-	if (!j->ck.got[m.rank]) {
-		j->ck.got[m.rank] = 1;
-		j->ck.ngot++;
+		g->dense_params = m.dense_params;
+	if (!g->got[m.rank]) {
+		g->got[m.rank] = 1;
+		g->ngot++;
 	}
-	if (j->ck.ngot == j->ck.nworld)
-		complete(j);
+	if (g->ngot == g->nworld)
+		complete(j, g);
 out:
 	free(m.files);
 	if (st == RS_ENOMEM)
@@ -164,7 +191,13 @@ out:
 	return st;
 }
 
-int64_t rs__ckpt_reached(const rs_job *j) { return j->ck.step > j->ck.last_complete ? j->ck.step : j->ck.last_complete; }
+int64_t rs__ckpt_reached(const rs_job *j)
+{
+	int64_t reached = j->ck.last_complete;
+	for (size_t k = 0; k < sizeof(j->ck.g) / sizeof(j->ck.g[0]); k++)
+		reached = j->ck.g[k].step > reached ? j->ck.g[k].step : reached;
+	return reached;
+}
 
 void rs__ckpt_rollback(rs_job *j, int64_t step, int64_t reached, int remove)
 {

@@ -143,14 +143,20 @@ struct rs_job {
 		int npairs;
 	} att;
 
-	/* the periodic checkpoint being gathered (job_ckpt.c): step 0 when none */
+	/*
+	 * The periodic checkpoints being gathered (job_ckpt.c): several at
+	 * once, since a rank with little or nothing to write (a replica group
+	 * other than 0) reports the next one before a slow writer reports this.
+	 */
 	struct {
-		int64_t step, generation;
-		int32_t nworld, ngot;
-		unsigned char *got;   /* per rank of that generation: its files are in */
-		json_t *sums;         /* {file: {"crc32c", "bytes"}} of the files reported so far */
-		int64_t dense_params;
-		double started;       /* when its first report came */
+		struct ckpt_gather {
+			int64_t step, generation; /* step 0: a free slot */
+			int32_t nworld, ngot;
+			unsigned char *got;   /* per rank of that generation: its files are in */
+			json_t *sums;         /* {file: {"crc32c", "bytes"}} of the files reported so far */
+			int64_t dense_params;
+			double started;       /* when its first report came */
+		} g[4];
 		int64_t last_complete; /* the step of the latest complete checkpoint, 0: none */
 		int complete;         /* complete checkpoints so far */
 	} ck;

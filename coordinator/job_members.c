@@ -130,6 +130,9 @@ int rs__members_same_world(const rs_job *j, const int32_t *c, int32_t n)
 	if (n != j->cur.nworld)
 		return 0;
 	for (int32_t r = 0; r < n; r++)
+		if (j->mem.v[j->cur.world[r]].lost)
+			return 0; /* healing: a lost member back under its name holds nothing */
+	for (int32_t r = 0; r < n; r++)
 		if (c[r] != j->cur.world[r])
 			return 0;
 	return 1;

@@ -172,6 +172,14 @@ static int heal_begin(rs_job *j, int i, const char *why)
 	}
 	char tables[256];
 	int64_t at = rs__job_step(j);
+	/* a fault that comes back every time (a poison batch, a replacement that dies): after max_attempts, roll back */
+	int in_a_row = j->rec.total && j->rec.replica && at == j->rec.to ? j->rec.in_a_row + 1 : 1;
+	if (in_a_row > (j->o.max_attempts > 0 ? j->o.max_attempts : 3)) {
+		RS_WARN("healing: %d losses in a row at step %lld: rolling back instead", in_a_row - 1, (long long)at);
+		unmark_lost(j);
+		return 0;
+	}
+	j->rec.in_a_row = in_a_row;
 	rs__member_tables(j, i, tables, sizeof(tables));
 	snprintf(j->rec.why, sizeof(j->rec.why), "%s %s holding a copy of rows of %s (generation %lld, near step %lld)",
 		 j->mem.v[i].name, why, tables[0] ? tables : "its tables", (long long)j->cur.generation, (long long)at);
@@ -181,6 +189,10 @@ static int heal_begin(rs_job *j, int i, const char *why)
 	j->rec.started = rs__job_now(j);
 	j->rec.total++, j->rec.healed++;
 	rs__emit(j, &(job_event){.kind = EV_RECOVERING, .reason = j->rec.why, .step = at});
+	/* a survivor still training (its peers' loss not yet met in a collective) stops at the next boundary */
+	for (int32_t r = 0; r < j->cur.nworld; r++)
+		if (!j->mem.v[j->cur.world[r]].lost)
+			rs__job_send(j, &j->mem.v[j->cur.world[r]], rs_proto_make_plain(RS_MSG_PAUSE));
 	rs__job_set_phase(j, P_RECOVERING);
 	return 1;
 }
@@ -295,6 +307,8 @@ void rs__recover(rs_job *j, int i, const char *why)
 static void rollback(rs_job *j, int i, const char *why)
 {
 	member *m = &j->mem.v[i];
+	j->rec.healing = 0; /* whatever healing was under way: the rollback replaces it */
+	unmark_lost(j);
 	char tables[256];
 	int64_t near = m->step > rs__job_step(j) ? m->step : rs__job_step(j);
 	if (rs__ckpt_reached(j) > near) /* progress is reported every 10 steps, checkpoints when they are taken */

@@ -49,6 +49,7 @@ struct rs_agent {
 	double ckpt_at;         /* when this worker last took one (or its generation started) */
 	int64_t ckpt_gen;       /* the generation ckpt_at is of */
 	int dropped;            /* the coordinator ended the generation in training: no healing, drop the model */
+	int stalled;            /* its step failed and the model was kept (stall): the transport is stopped */
 };
 
 static int leave_requested(const rs_agent *a) { return a->c.leave && *a->c.leave; }
@@ -131,6 +132,7 @@ static void drop_model(rs_agent *a)
 	rs_transport_destroy(a->uni);
 	rs_plan_free(a->plan);
 	a->tr = NULL, a->t = a->uni = NULL, a->plan = NULL;
+	a->stalled = 0;
 }
 
 /*
@@ -163,6 +165,7 @@ static rs_status stall(rs_agent *a, const char *why, rs_err *err)
 		(long long)a->cur.generation, (long long)a->cur.step, why);
 	if (a->t)
 		rs_transport_abort(a->t);
+	a->stalled = 1;
 	return report_paused(a, err);
 }
 
@@ -350,6 +353,7 @@ static rs_status commit(rs_agent *a, int64_t gen, int *left, rs_err *err)
 	a->tr = a->st_tr, a->t = a->st_t, a->uni = a->st_uni, a->plan = a->st_plan;
 	a->st_tr = NULL, a->st_t = a->st_uni = NULL, a->st_plan = NULL, a->st_gen = 0;
 	a->cur = a->staged;
+	a->stalled = 0; /* a new transport */
 	*left = a->tr == NULL;
 	return rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_COMMITTED, gen, 0, NULL), err);
 }
@@ -583,6 +587,9 @@ static rs_status on_resume(rs_agent *a, json_t *msg, int *train_next, rs_err *er
 {
 	rs_msg_resume r;
 	RSCHECK(rs_proto_resume(msg, &r, err));
+	if (a->tr && a->stalled && r.generation == a->cur.generation)
+		/* the same world again, but this rank stopped its transport when the step failed: nothing to go on with */
+		return lose_generation(a, "resumed after its step failed, with its transport stopped", err);
 	if (!a->tr || r.generation != a->cur.generation || r.steps < a->cur.step)
 		return rs_err_set(err, RS_EINVAL, "resume of generation %lld to step %lld: this worker is at %lld/%lld",
 				  (long long)r.generation, (long long)r.steps, (long long)a->cur.generation,

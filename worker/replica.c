@@ -53,6 +53,9 @@ static int get64(cursor *c, int64_t *x)
 	return 1;
 }
 
+/* The most one exchange may bring in from all peers together (far above any rank's shards). */
+#define RS_REPLICA_MAX_BYTES ((size_t)1 << 40)
+
 static int32_t first_replica_peer(const rs_trainer *tr) { return tr->rank / tr->replicas * tr->replicas; }
 
 /*
@@ -81,6 +84,9 @@ static rs_status exchange(rs_trainer *tr, const bytes *mine, char **all, cursor 
 		if (rc[p] && (p < first || p >= first + r))
 			RSFAILGOTO(st, rs_err_set(err, RS_EPEER, "%s: rank %d, not a replica of this rank's shards, sent %zu bytes",
 						  what, p, rc[p]), out);
+		if (rc[p] > RS_REPLICA_MAX_BYTES || total + rc[p] > RS_REPLICA_MAX_BYTES)
+			RSFAILGOTO(st, rs_err_set(err, RS_EPEER, "%s: rank %d announced %zu bytes, more than a rank holds", what,
+						  p, rc[p]), out);
 		total += rc[p];
 	}
 	if (!(*all = malloc(total + mine->n + 1)))
@@ -89,12 +95,13 @@ static rs_status exchange(rs_trainer *tr, const bytes *mine, char **all, cursor 
 		goto said;
 	if (mine->n)
 		memcpy(*all + total, mine->v, mine->n);
-	for (int32_t k = 0, o = 0; k < r; k++) {
+	size_t o = 0;
+	for (int32_t k = 0; k < r; k++) {
 		int32_t p = first + k;
 		const char *at = p == tr->rank ? *all + total : *all + o;
 		size_t n = p == tr->rank ? mine->n : rc[p];
 		(*c)[k] = (cursor){at, at + n};
-		o += (int32_t)(p == tr->rank ? 0 : n);
+		o += p == tr->rank ? 0 : n;
 	}
 	goto out;
 said:

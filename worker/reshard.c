@@ -688,6 +688,11 @@ static void checksum(const rs_trainer *tr, int every_copy, uint64_t *per_table)
 			int live = 0;
 			rs__row_blocks(cfg, ls, r, 1, &w, &wl, &s, &sl);
 			uint64_t id = ti->zch ? rs_zch_slot_id(ti->zch, ls->s.row_offset + r, &live) : 0;
+			if (ti->zch) { /* and eviction's past: copies that disagree there would evict apart */
+				uint32_t meta[3];
+				rs_zch_slot_meta(ti->zch, ls->s.row_offset + r, meta);
+				id = rs_mix64(id ^ ((uint64_t)meta[0] << 32 | meta[1]));
+			}
 			/* where the row is in the table, then what it holds */
 			uint64_t h = rs_mix64((uint64_t)(ls->s.row_offset + r) * 0x9E3779B97F4A7C15ull + (uint64_t)ls->table);
 			h = hash_bytes(w, wl, h ^ ((uint64_t)(uint32_t)ls->s.col_offset << 32));

@@ -778,6 +778,8 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 		     err));
 	RSCHECK(rs__lookup(tr, step, 1, err));
 	int32_t n = tr->batch.size;
+	/* the backward adds into the gradients: nothing of a step that failed after it may stay */
+	memset(rs_dense_grads(tr->dense), 0, sizeof(float) * rs_dense_nparams(tr->dense));
 	RSCHECK(rs__said(rs_dense_forward_backward(tr->dense, tr->batch.dense, tr->pooled, tr->batch.labels, n, tr->dpooled,
 					       &loss),
 		     "the dense network", err));

@@ -222,7 +222,7 @@ int rs_trainer_can_heal(const rs_trainer *tr);
  * "Nothing lost or duplicated": per_table[t] (cfg->ntables entries) gets
  * the wrapping sum, over the rows this rank counts, of a 64-bit hash of
  * (table, global row, column offset, the row's weights and optimizer state
- * bytes, its ZCH ID) (a fast multiply-xor hash, not a CRC). A rank counts its replica-0 shards, and a
+ * bytes, its ZCH ID and eviction metadata) (a fast multiply-xor hash, not a CRC). A rank counts its replica-0 shards, and a
  * data-parallel table only on rank 0, so summed over all ranks each table's
  * figure covers every row once and does not depend on the sharding: it is
  * the same before and after a correct reshard. Local (not collective).

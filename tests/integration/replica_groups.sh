@@ -99,6 +99,15 @@ check "two workers in different groups lost at once: the world heals" bash -c \
 	"grep -q 'rebuilding its rows from their replicas' $tmp/heal2.out && ! grep -q 'rolling back' $tmp/heal2.out"
 check "and ends with the undisturbed run's weights (max_rel <= 1e-5)" \
 	"$bin/rowshiftctl" checkpoint diff "$tmp/hbase.final" "$tmp/heal2.final" --max-rel 1e-5
+# the last rank, back under its own name: the world looks the same but must still heal
+heal_run heal3
+wait_for "$tmp/heal3.out" "^step    50" 60
+kill_workers 3
+wait $job
+check "the last rank lost: the world heals" bash -c \
+	"grep -q 'recovered: .*(healed from replicas' $tmp/heal3.out && ! grep -q 'rolling back' $tmp/heal3.out"
+check "and ends with the undisturbed run's weights (max_rel <= 1e-5)" \
+	"$bin/rowshiftctl" checkpoint diff "$tmp/hbase.final" "$tmp/heal3.final" --max-rel 1e-5
 # both copies of one role lost: rows are gone, the world rolls back to its checkpoint
 heal_run both --checkpoint-dir "$tmp/ck" --checkpoint-every 30
 wait_for "$tmp/both.out" "checkpoint of step 60 complete" 60
