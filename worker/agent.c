@@ -65,17 +65,20 @@ static rs_status relisten(rs_agent *a, rs_err *err)
 	return RS_OK;
 }
 
-/* The model's per-table checksums (held: of every copy this rank holds) as JSON (a new reference), or NULL without memory. */
-static json_t *checksum_json(const rs_agent *a, const rs_trainer *tr, int held)
+/*
+ * The model's per-table checksums as JSON (new references; NULL without
+ * memory), and with held those of every copy this rank holds (2D healing).
+ */
+static json_t *checksum_json(const rs_agent *a, const rs_trainer *tr, json_t **held)
 {
-	uint64_t *v = calloc((size_t)a->c.cfg->ntables, sizeof(uint64_t));
+	size_t n = (size_t)a->c.cfg->ntables;
+	uint64_t *v = calloc(2 * n + 1, sizeof(uint64_t));
 	json_t *j = NULL;
 	if (v) {
-		if (held)
-			rs_trainer_checksum_held(tr, v);
-		else
-			rs_trainer_checksum(tr, v);
+		rs_trainer_checksums(tr, v, held ? v + n : NULL);
 		j = rs_proto_checksums_to_json(v, a->c.cfg->ntables);
+		if (held)
+			*held = rs_proto_checksums_to_json(v + n, a->c.cfg->ntables);
 	}
 	free(v);
 	return j;
@@ -86,8 +89,8 @@ static rs_status report_paused(rs_agent *a, rs_err *err)
 {
 	RSCHECK(relisten(a, err));
 	int heals = rs_trainer_can_heal(a->tr);
-	rs_msg_paused m = {.rank = a->cur.rank, .generation = a->cur.generation, .step = a->cur.step, .addr = a->addr,
-			   .checksum = checksum_json(a, a->tr, 0), .held = heals ? checksum_json(a, a->tr, 1) : NULL};
+	rs_msg_paused m = {.rank = a->cur.rank, .generation = a->cur.generation, .step = a->cur.step, .addr = a->addr};
+	m.checksum = checksum_json(a, a->tr, heals ? &m.held : NULL);
 	/* never a pause without the model's checksums */
 	json_t *j = m.checksum && (m.held || !heals) ? rs_proto_make_paused(&m) : NULL;
 	json_decref(m.checksum);
@@ -326,7 +329,7 @@ static rs_status stage(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_err
 		m.sent_bytes = (int64_t)rst.sent_bytes, m.recv_bytes = (int64_t)rst.recv_bytes;
 		m.wire_bytes = (int64_t)rst.wire_bytes, m.kept_bytes = (int64_t)rst.kept_bytes;
 		m.connect_s = connect_s, m.copy_s = rst.copy_s, m.move_s = rst.move_s;
-		m.checksum = a->st_tr ? checksum_json(a, a->st_tr, 0) : NULL;
+		m.checksum = a->st_tr ? checksum_json(a, a->st_tr, NULL) : NULL;
 		if (a->st_tr && !m.checksum) /* unverifiable: the coordinator must abort, not count it as holding nothing */
 			a->st_ok = m.ok = 0, m.reason = "out of memory computing the staged rows' checksum";
 	} else {

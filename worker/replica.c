@@ -32,7 +32,8 @@ typedef struct bytes {
 static rs_status put(bytes *b, const void *p, size_t len)
 {
 	RSCHECK(rs_grow(&b->v, &b->cap, b->n + len + 1, 1));
-	memcpy(b->v + b->n, p, len);
+	if (len) /* p may be NULL then (an empty gradient's rows) */
+		memcpy(b->v + b->n, p, len);
 	b->n += len;
 	return RS_OK;
 }
@@ -75,7 +76,9 @@ static rs_status exchange(rs_trainer *tr, const bytes *mine, char **all, cursor 
 	for (int32_t k = 0, o = 0; k < r; k++)
 		if (first + k != tr->rank) {
 			sc[first + k] = mine->n;
-			memcpy(send + (size_t)o++ * mine->n, mine->v, mine->n);
+			if (mine->n)
+				memcpy(send + (size_t)o * mine->n, mine->v, mine->n);
+			o++;
 		}
 	if ((st = rs_transport_alltoall_counts(tr->t, sc, rc)) != RS_OK)
 		goto said;

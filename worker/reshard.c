@@ -672,14 +672,18 @@ static uint64_t hash_bytes(const void *data, size_t n, uint64_t seed)
 	return rs_mix64(a ^ rs_mix64(b) ^ (c << 17 | c >> 47) ^ rs_mix64(d + k));
 }
 
-static void checksum(const rs_trainer *tr, int every_copy, uint64_t *per_table)
+void rs_trainer_checksums(const rs_trainer *tr, uint64_t *counted, uint64_t *held)
 {
 	const rs_config *cfg = tr->cfg;
-	memset(per_table, 0, sizeof(uint64_t) * (size_t)cfg->ntables);
+	if (counted)
+		memset(counted, 0, sizeof(uint64_t) * (size_t)cfg->ntables);
+	if (held)
+		memset(held, 0, sizeof(uint64_t) * (size_t)cfg->ntables);
 	for (int i = 0; i < tr->nshards; i++) {
 		const lshard *ls = &tr->shards[i];
 		const tinfo *ti = &tr->tables[ls->table];
-		if (!every_copy && !rs__counted(tr, i))
+		int counts = counted && rs__counted(tr, i);
+		if (!counts && !held)
 			continue;
 		uint64_t sum = 0;
 		for (int64_t r = 0; r < ls->s.rows; r++) {
@@ -700,10 +704,11 @@ static void checksum(const rs_trainer *tr, int every_copy, uint64_t *per_table)
 				h = hash_bytes(s, sl, h);
 			sum += rs_mix64(h ^ rs_mix64(id + (uint64_t)live));
 		}
-		per_table[ls->table] += sum;
+		if (counts)
+			counted[ls->table] += sum;
+		if (held)
+			held[ls->table] += sum;
 	}
 }
 
-void rs_trainer_checksum(const rs_trainer *tr, uint64_t *per_table) { checksum(tr, 0, per_table); }
-
-void rs_trainer_checksum_held(const rs_trainer *tr, uint64_t *per_table) { checksum(tr, 1, per_table); }
+void rs_trainer_checksum(const rs_trainer *tr, uint64_t *per_table) { rs_trainer_checksums(tr, per_table, NULL); }

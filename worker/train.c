@@ -620,7 +620,8 @@ rs_status rs__lookup(rs_trainer *tr, int64_t step, int training, rs_err *err)
 		all += tr->req[p].n;
 	RSCHECKGOTO(rs_grow(&packed.v, &packed.cap, all + 1, sizeof(int64_t)), st, out);
 	for (int32_t p = 0, o = 0; p < w; o += (int32_t)tr->req[p].n, p++)
-		memcpy(packed.v + o, tr->req[p].v, sizeof(int64_t) * tr->req[p].n);
+		if (tr->req[p].n) /* none for a peer (another replica group's, in 2D): maybe never allocated */
+			memcpy(packed.v + o, tr->req[p].v, sizeof(int64_t) * tr->req[p].n);
 	RSCHECKGOTO(rs__said_transport(tr, rs_transport_alltoallv(tr->t, packed.v, tr->scount, tr->in.v, tr->rcount),
 				   "the lookup's requests (all-to-all)", err),
 		    st, out);

@@ -230,12 +230,14 @@ int rs_trainer_can_heal(const rs_trainer *tr);
 void rs_trainer_checksum(const rs_trainer *tr, uint64_t *per_table);
 
 /*
- * The same over every shard this rank holds, whatever its replica group,
- * data-parallel tables included: in a 2D world with exact sync the holders
- * of one role (the same shards in every group) report the same figures, which
- * the coordinator checks before it rebuilds a lost member from them.
+ * Both in one pass over the rows: counted as rs_trainer_checksum; held
+ * over every shard this rank holds, whatever its replica group,
+ * data-parallel tables included (in a 2D world with exact sync the holders
+ * of one role, the same shards in every group, report the same figures,
+ * which the coordinator checks before it rebuilds a lost member from
+ * them). Either may be NULL.
  */
-void rs_trainer_checksum_held(const rs_trainer *tr, uint64_t *per_table);
+void rs_trainer_checksums(const rs_trainer *tr, uint64_t *counted, uint64_t *held);
 
 /*
  * Tests only: 1: the first chunk this process receives is corrupted before
