@@ -40,7 +40,7 @@ static void give_up(gather *g)
 
 void rs__ckpt_free(rs_job *j)
 {
-	for (size_t k = 0; k < sizeof(j->ck.g) / sizeof(j->ck.g[0]); k++)
+	for (size_t k = 0; k < RS_CKPT_GATHERS; k++)
 		gather_free(&j->ck.g[k]);
 }
 
@@ -48,13 +48,12 @@ void rs__ckpt_free(rs_job *j)
 static rs_status gather_of(rs_job *j, int64_t generation, int64_t step, gather **out)
 {
 	gather *g = NULL;
-	size_t n = sizeof(j->ck.g) / sizeof(j->ck.g[0]);
-	for (size_t k = 0; k < n; k++)
+	for (size_t k = 0; k < RS_CKPT_GATHERS; k++)
 		if (j->ck.g[k].step == step && j->ck.g[k].generation == generation) {
 			*out = &j->ck.g[k];
 			return RS_OK;
 		}
-	for (size_t k = 0; k < n; k++)
+	for (size_t k = 0; k < RS_CKPT_GATHERS; k++)
 		if (!g || !j->ck.g[k].step || (g->step && j->ck.g[k].step < g->step))
 			g = &j->ck.g[k];
 	if (g->step)
@@ -147,7 +146,7 @@ static void complete(rs_job *j, gather *g)
 	j->ck.last_complete = step;
 	j->ck.complete++;
 	gather_free(g);
-	for (size_t k = 0; k < sizeof(j->ck.g) / sizeof(j->ck.g[0]); k++)
+	for (size_t k = 0; k < RS_CKPT_GATHERS; k++)
 		if (j->ck.g[k].step && j->ck.g[k].step < step)
 			give_up(&j->ck.g[k]); /* older, still incomplete: a newer one is complete */
 	rs__emit(j, &(job_event){.kind = EV_CHECKPOINT, .step = step, .detail = dir, .moved = bytes, .seconds = seconds});
@@ -194,7 +193,7 @@ out:
 int64_t rs__ckpt_reached(const rs_job *j)
 {
 	int64_t reached = j->ck.last_complete;
-	for (size_t k = 0; k < sizeof(j->ck.g) / sizeof(j->ck.g[0]); k++)
+	for (size_t k = 0; k < RS_CKPT_GATHERS; k++)
 		reached = j->ck.g[k].step > reached ? j->ck.g[k].step : reached;
 	return reached;
 }

@@ -193,9 +193,11 @@ static void begin_attempt(rs_job *j, const int32_t *cand, int32_t n)
 		}
 		j->att.union_of_old[r] = u;
 		map[r] = u < n ? u : -1;
+	}
+	/* the old rows' checksums: each member's count; healing, the copies the survivors hold of every role */
+	for (int32_t r = 0; !healing && r < j->cur.nworld; r++)
 		for (int t = 0; t < j->ntables; t++)
 			j->att.before[t] += j->mem.v[j->cur.world[r]].paused_sum[t];
-	}
 	if (healing && !rs__heal_sums(j, j->att.before)) {
 		rs__heal_give_up(j, "the surviving copies of the lost rows disagree (their checksums differ)");
 		return;
@@ -360,8 +362,7 @@ static void install_attempt(rs_job *j)
 	j->att.plan = NULL;
 	j->cur.world = w;
 	j->cur.nworld = j->att.nworld;
-	for (size_t i = 0; i < j->mem.n; i++)
-		j->mem.v[i].lost = 0; /* healed: every row has its copies again */
+	rs__members_clear_lost(j); /* healed: every row has its copies again */
 	j->cur.generation = j->att.generation;
 	j->cur.bound = j->att.bound;
 	rs__cycle_free_attempt(j);

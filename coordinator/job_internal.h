@@ -20,6 +20,9 @@
 #include "common/plan.h"
 #include "common/proto.h"
 
+/* Periodic checkpoints gathered at once (job_ckpt.c). */
+#define RS_CKPT_GATHERS 4
+
 typedef enum phase {
 	P_STARTING,
 	P_TRAINING,
@@ -156,7 +159,7 @@ struct rs_job {
 			json_t *sums;         /* {file: {"crc32c", "bytes"}} of the files reported so far */
 			int64_t dense_params;
 			double started;       /* when its first report came */
-		} g[4];
+		} g[RS_CKPT_GATHERS];
 		int64_t last_complete; /* the step of the latest complete checkpoint, 0: none */
 		int complete;         /* complete checkpoints so far */
 	} ck;
@@ -241,6 +244,8 @@ int rs__member_at(const rs_job *j, const rs_conn *c);
  * count; *pending gets how many wanted workers have not joined yet.
  */
 int32_t rs__members_candidates(const rs_job *j, int32_t *out, int *pending);
+/* No member is marked lost any more (healed, or rolled back). */
+void rs__members_clear_lost(rs_job *j);
 int rs__members_same_world(const rs_job *j, const int32_t *c, int32_t n);
 /* While training: whether a membership change is ready to act on (the candidates in c). */
 int rs__members_change_ready(rs_job *j, int32_t *c, int32_t *nc);

@@ -125,6 +125,12 @@ int32_t rs__members_candidates(const rs_job *j, int32_t *out, int *pending)
 	return n;
 }
 
+void rs__members_clear_lost(rs_job *j)
+{
+	for (size_t i = 0; i < j->mem.n; i++)
+		j->mem.v[i].lost = 0;
+}
+
 int rs__members_same_world(const rs_job *j, const int32_t *c, int32_t n)
 {
 	if (n != j->cur.nworld)

@@ -144,12 +144,6 @@ static int mark_lost(rs_job *j)
 	return whole;
 }
 
-static void unmark_lost(rs_job *j)
-{
-	for (size_t i = 0; i < j->mem.n; i++)
-		j->mem.v[i].lost = 0;
-}
-
 /* Whether a loss can heal: a 2D world with exact sync, training or paused. */
 static int can_heal(const rs_job *j)
 {
@@ -163,7 +157,7 @@ static int heal_begin(rs_job *j, int i, const char *why)
 	if (!can_heal(j))
 		return 0;
 	if (!mark_lost(j)) {
-		unmark_lost(j);
+		rs__members_clear_lost(j);
 		return 0;
 	}
 	if (j->rec.healing) { /* one more loss while healing, every role still held: go on */
@@ -176,7 +170,7 @@ static int heal_begin(rs_job *j, int i, const char *why)
 	int in_a_row = j->rec.total && j->rec.replica && at == j->rec.to ? j->rec.in_a_row + 1 : 1;
 	if (in_a_row > (j->o.max_attempts > 0 ? j->o.max_attempts : 3)) {
 		RS_WARN("healing: %d losses in a row at step %lld: rolling back instead", in_a_row - 1, (long long)at);
-		unmark_lost(j);
+		rs__members_clear_lost(j);
 		return 0;
 	}
 	j->rec.in_a_row = in_a_row;
@@ -197,34 +191,50 @@ static int heal_begin(rs_job *j, int i, const char *why)
 	return 1;
 }
 
+/*
+ * The checksum of table t that the live members of world ranks [from, to)
+ * all hold (into *v): 0 when they disagree, one has not reported it, or
+ * none lives.
+ */
+static int agreed(const rs_job *j, int t, int32_t from, int32_t to, uint64_t *v)
+{
+	const member *first = NULL;
+	for (int32_t r = from; r < to; r++) {
+		const member *m = &j->mem.v[j->cur.world[r]];
+		if (m->lost)
+			continue;
+		if (!m->has_held)
+			return 0;
+		if (first && first->held_sum[t] != m->held_sum[t]) {
+			RS_WARN("healing: table '%s': %s and %s hold copies that differ", j->cfg->tables[t].name, first->name,
+				m->name);
+			return 0;
+		}
+		first = first ? first : m;
+	}
+	if (first)
+		*v = first->held_sum[t];
+	return first != NULL;
+}
+
 int rs__heal_sums(rs_job *j, uint64_t *before)
 {
 	const rs_plan *p = j->cur.plan;
 	int32_t r0 = groups(p);
 	for (int t = 0; t < j->ntables; t++) {
-		int dp = p->tables[t].sharding == RS_SHARD_DP;
-		uint64_t sum = 0;
-		for (int32_t l = 0; l < p->world.sharding_group && !(dp && l > 0); l++) {
-			const member *first = NULL;
-			for (int32_t r = dp ? 0 : l * r0; r < (dp ? j->cur.nworld : (l + 1) * r0); r++) {
-				const member *m = &j->mem.v[j->cur.world[r]];
-				if (m->lost)
-					continue;
-				if (!m->has_held)
-					return 0;
-				if (first && first->held_sum[t] != m->held_sum[t]) {
-					RS_WARN("healing: table '%s': %s and %s hold copies that differ", j->cfg->tables[t].name,
-						first->name, m->name);
-					return 0;
-				}
-				if (!first)
-					first = m;
-			}
-			if (!first)
+		uint64_t v;
+		before[t] = 0;
+		if (p->tables[t].sharding == RS_SHARD_DP) { /* every rank holds the table */
+			if (!agreed(j, t, 0, j->cur.nworld, &v))
 				return 0;
-			sum += first->held_sum[t];
+			before[t] = v;
+			continue;
 		}
-		before[t] = sum;
+		for (int32_t l = 0; l < p->world.sharding_group; l++) { /* role l: ranks l*R .. l*R + R - 1 */
+			if (!agreed(j, t, l * r0, (l + 1) * r0, &v))
+				return 0;
+			before[t] += v;
+		}
 	}
 	return 1;
 }
@@ -240,7 +250,7 @@ void rs__heal_give_up(rs_job *j, const char *why)
 			lost = j->cur.world[r];
 	j->rec.healing = 0;
 	j->rec.total--, j->rec.healed--; /* counted again as the rollback */
-	unmark_lost(j);
+	rs__members_clear_lost(j);
 	rollback(j, lost >= 0 ? lost : j->cur.world[0], "was lost, and its copies could not rebuild it");
 }
 
@@ -308,7 +318,7 @@ static void rollback(rs_job *j, int i, const char *why)
 {
 	member *m = &j->mem.v[i];
 	j->rec.healing = 0; /* whatever healing was under way: the rollback replaces it */
-	unmark_lost(j);
+	rs__members_clear_lost(j);
 	char tables[256];
 	int64_t near = m->step > rs__job_step(j) ? m->step : rs__job_step(j);
 	if (rs__ckpt_reached(j) > near) /* progress is reported every 10 steps, checkpoints when they are taken */

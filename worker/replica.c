@@ -80,8 +80,8 @@ static rs_status exchange(rs_trainer *tr, const bytes *mine, char **all, cursor 
 				memcpy(send + (size_t)o * mine->n, mine->v, mine->n);
 			o++;
 		}
-	if ((st = rs_transport_alltoall_counts(tr->t, sc, rc)) != RS_OK)
-		goto said;
+	if ((st = rs__said_transport(tr, rs_transport_alltoall_counts(tr->t, sc, rc), what, err)) != RS_OK)
+		goto out;
 	size_t total = 0;
 	for (int32_t p = 0; p < w; p++) {
 		if (rc[p] && (p < first || p >= first + r))
@@ -94,8 +94,8 @@ static rs_status exchange(rs_trainer *tr, const bytes *mine, char **all, cursor 
 	}
 	if (!(*all = malloc(total + mine->n + 1)))
 		RSFAILGOTO(st, RS_ENOMEM, out);
-	if ((st = rs_transport_alltoallv(tr->t, send, sc, *all, rc)) != RS_OK)
-		goto said;
+	if ((st = rs__said_transport(tr, rs_transport_alltoallv(tr->t, send, sc, *all, rc), what, err)) != RS_OK)
+		goto out;
 	if (mine->n)
 		memcpy(*all + total, mine->v, mine->n);
 	size_t o = 0;
@@ -106,9 +106,6 @@ static rs_status exchange(rs_trainer *tr, const bytes *mine, char **all, cursor 
 		(*c)[k] = (cursor){at, at + n};
 		o += p == tr->rank ? 0 : n;
 	}
-	goto out;
-said:
-	rs_err_set(err, st, "%s (all-to-all): %s", what, tr->t->error[0] ? rs_transport_error(tr->t) : rs_status_str(st));
 out:
 	free(send);
 	free(sc);
@@ -211,14 +208,13 @@ rs_status rs__replica_resolve(rs_trainer *tr, int64_t step, rs_err *err)
 	if (!any_zch(tr))
 		return RS_OK;
 	RSCHECKGOTO(pack_zch(tr, &mine), st, out);
-	RSCHECKGOTO(exchange(tr, &mine, &all, &c, "the replicas' ZCH ids", err), st, out);
+	RSCHECKGOTO(exchange(tr, &mine, &all, &c, "the replicas' ZCH ids (all-to-all)", err), st, out);
 	/* every requesting rank in a 1D world's order: rank q asked its group q % R, whose replica sent it */
 	int32_t me = tr->rank % tr->replicas, first = first_replica_peer(tr);
 	for (int32_t q = 0; q < tr->world; q++) {
 		int32_t k = q % tr->replicas;
 		RSCHECKGOTO(insert_requester(tr, q, &c[k], k == me, step, first + k, err), st, out);
 	}
-	tr->resolved = 1;
 	st = RS_OK;
 out:
 	free(c);
@@ -228,8 +224,6 @@ out:
 }
 
 /* ---- exact sync: every replica folds every group's gradients --------------------- */
-
-static int synced(const rs_trainer *tr, int i) { return tr->tables[tr->shards[i].table].dp_shard != i; }
 
 /*
  * One requester's bags of shard ls (bags [b0, b1) of this step, their
@@ -311,7 +305,7 @@ rs_status rs__replica_exchange(rs_trainer *tr, const float *grad, rs__replica_gr
 	for (int i = 0; i < tr->nshards; i++) {
 		lshard *ls = &tr->shards[i];
 		size_t nb = ls->bdst.n, b0 = 0;
-		if (!synced(tr, i))
+		if (rs__is_dp(tr, i))
 			continue;
 		for (int32_t p = me; p < tr->world; p += tr->replicas) {
 			while (b0 < nb && (size_t)ls->bdst.v[b0] < off[p])
@@ -323,7 +317,7 @@ rs_status rs__replica_exchange(rs_trainer *tr, const float *grad, rs__replica_gr
 			b0 = b1;
 		}
 	}
-	st = exchange(tr, &mine, &rg->all, &rg->c, "the replicas' embedding gradients", err);
+	st = exchange(tr, &mine, &rg->all, &rg->c, "the replicas' embedding gradients (all-to-all)", err);
 out:
 	free(off);
 	free(mine.v);
@@ -338,7 +332,7 @@ rs_status rs__replica_apply(rs_trainer *tr, rs__replica_grads *rg, rs_err *err)
 	for (int i = 0; i < tr->nshards; i++) {
 		lshard *ls = &tr->shards[i];
 		rs_err e = {0};
-		if (!synced(tr, i))
+		if (rs__is_dp(tr, i))
 			continue;
 		rs_emb_grad_clear(&ls->ws, &ls->grad);
 		for (int32_t q = 0; q < tr->world; q++)
@@ -376,7 +370,7 @@ rs_status rs__replica_average(rs_trainer *tr, rs_err *err)
 	/* each shard's weights (as floats) then its optimizer state */
 	for (int i = 0; i < tr->nshards; i++) {
 		lshard *ls = &tr->shards[i];
-		if (!synced(tr, i))
+		if (rs__is_dp(tr, i))
 			continue;
 		for (int64_t k = 0; k < ls->s.rows * ls->s.cols; k++) {
 			float v = rs_emb_get(ls->emb.weights, ls->emb.dtype, k);
@@ -386,7 +380,7 @@ rs_status rs__replica_average(rs_trainer *tr, rs_err *err)
 		if (sf)
 			RSCHECKGOTO(put(&mine, ls->emb.state, sizeof(float) * (size_t)(ls->s.rows * sf)), st, out);
 	}
-	RSCHECKGOTO(exchange(tr, &mine, &all, &c, "the replicas' weights", err), st, out);
+	RSCHECKGOTO(exchange(tr, &mine, &all, &c, "the replicas' weights (all-to-all)", err), st, out);
 	for (int32_t k = 0; k < tr->replicas; k++)
 		if ((size_t)(c[k].end - c[k].p) != mine.n)
 			RSFAILGOTO(st, rs_err_set(err, RS_EPEER, "replica %d sent %zu bytes of weights, this one has %zu", k,
@@ -395,7 +389,7 @@ rs_status rs__replica_average(rs_trainer *tr, rs_err *err)
 	float inv = 1.0f / (float)tr->replicas;
 	for (int i = 0; i < tr->nshards; i++) {
 		lshard *ls = &tr->shards[i];
-		if (!synced(tr, i))
+		if (rs__is_dp(tr, i))
 			continue;
 		int64_t n = ls->s.rows * ls->s.cols, sf = ls->s.rows * rs_emb_state_floats(tr->cfg->optimizer.kind, ls->s.cols);
 		for (int64_t x = 0; x < n + sf; x++, o += sizeof(float)) {

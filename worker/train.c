@@ -211,7 +211,7 @@ void rs__trainer_prefetch(rs_trainer *tr, int to_host)
 
 int rs__counted(const rs_trainer *tr, int i)
 {
-	return tr->tables[tr->shards[i].table].dp_shard == i ? tr->rank == 0 : tr->shards[i].s.replica == 0;
+	return rs__is_dp(tr, i) ? tr->rank == 0 : tr->shards[i].s.replica == 0;
 }
 
 lshard *rs__local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col)
@@ -451,8 +451,10 @@ static rs_status gather_bags(rs_trainer *tr, int64_t step, int training, size_t 
 			int t = tr->feat_table[f];
 			const block *bl = &tr->tables[t].blocks[c];
 			for (int64_t j = 0; j < cnt; j++) {
-				int64_t row = tr->resolved && tr->tables[t].zch ? tr->in_row.v[q + 4 + j]
-										: rs__resolve(tr, t, tr->in.v[q + 4 + j], step, training);
+				/* training in 2D, ZCH ids were resolved already (rs__replica_resolve) */
+				int64_t row = training && tr->replicas > 1 && tr->tables[t].zch
+						      ? tr->in_row.v[q + 4 + j]
+						      : rs__resolve(tr, t, tr->in.v[q + 4 + j], step, training);
 				tr->in_row.v[q + 4 + j] = row;
 				if (row < 0)
 					continue;
@@ -625,7 +627,6 @@ rs_status rs__lookup(rs_trainer *tr, int64_t step, int training, rs_err *err)
 	RSCHECKGOTO(rs__said_transport(tr, rs_transport_alltoallv(tr->t, packed.v, tr->scount, tr->in.v, tr->rcount),
 				   "the lookup's requests (all-to-all)", err),
 		    st, out);
-	tr->resolved = 0;
 	if (training && tr->replicas > 1)
 		RSCHECKGOTO(rs__replica_resolve(tr, step, err), st, out);
 	/* answer: the partial pooled sum of each record over the rows held here, in rank order */
@@ -818,7 +819,7 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 	if (!(dp = calloc((size_t)tr->nshards + 1, sizeof(float *))))
 		RSFAILGOTO(st, rs__said(RS_ENOMEM, "the data-parallel gradients", err), out);
 	for (int i = 0; i < tr->nshards; i++) /* nothing left from a step that failed */
-		if (tr->tables[tr->shards[i].table].dp_shard == i)
+		if (rs__is_dp(tr, i))
 			rs_emb_grad_clear(&tr->shards[i].ws, &tr->shards[i].grad);
 	for (int f = 0; f < tr->nfeat; f++) {
 		const tinfo *ti = &tr->tables[tr->feat_table[f]];
@@ -832,7 +833,7 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 			    st, out);
 	}
 	for (int i = 0; i < tr->nshards; i++)
-		if (tr->tables[tr->shards[i].table].dp_shard == i)
+		if (rs__is_dp(tr, i))
 			RSCHECKGOTO(dp_reduce(tr, &tr->shards[i], &dp[i], err), st, out);
 	tr->pause_requested = tr->checkpoint_requested = 0;
 	RSCHECKGOTO(apply_step(tr, inv, &rg, dp, err), st, out);

@@ -111,7 +111,6 @@ struct rs_trainer {
 	rs_transport *t;
 	int32_t rank, world;
 	int32_t replicas;   /* R of a 2D layout (1 without): this rank is in replica group rank % R */
-	int resolved;       /* 2D: this step's ZCH ids were resolved in in_row by rs__replica_resolve */
 	int spoiled;        /* a step failed after its first update: the model is part-updated */
 	lshard *shards;
 	int nshards;
@@ -154,6 +153,9 @@ void rs__trainer_prefetch(rs_trainer *tr, int to_host);
 void rs__row_blocks(const rs_config *cfg, const lshard *ls, int64_t row, int64_t n, void **w, size_t *wlen, void **s,
 		    size_t *slen);
 
+/* Whether local shard i is a data-parallel table's full copy (synced by all-reduce, not by replica groups). */
+static inline int rs__is_dp(const rs_trainer *tr, int i) { return tr->tables[tr->shards[i].table].dp_shard == i; }
+
 /*
  * Whether shard i is the copy this rank reports (checksums, checkpoints):
  * one copy of each row counts, that of replica group 0, and of a
@@ -168,7 +170,7 @@ int64_t rs__resolve(rs_trainer *tr, int t, int64_t id, int64_t step, int trainin
  * 2D layouts (replica.c). rs__replica_resolve: the ZCH ids this step's
  * requests carry, inserted by every replica of a shard in one order (that
  * of a 1D world: by requesting rank), so that the replicas' identities stay
- * equal; fills in_row. rs__replica_exchange and rs__replica_apply: the
+ * equal; fills in_row, which gather_bags then reads for those tables. rs__replica_exchange and rs__replica_apply: the
  * owner's backward with exact sync, every group's gradients gathered (a
  * collective), then folded in a 1D world's order and applied (local). rs__replica_average: every replica's weights and optimizer state
  * set to the replicas' mean (local SGD's periodic sync).
