@@ -511,7 +511,8 @@ static rs_status parse_train(const json_t *root, rs_config *cfg, rs_err *err)
 
 static rs_status parse_cluster(const json_t *root, rs_config *cfg, rs_err *err)
 {
-	static const char *const keys[] = {"ranks_per_node", "memory_per_rank", "sharding_group", "replica_sync", NULL};
+	static const char *const keys[] = {"ranks_per_node", "memory_per_rank", "sharding_group", "replica_sync", "recovery",
+					   NULL};
 	static const char *const sync_keys[] = {"every", NULL};
 	where w = {.file = cfg->path, .index = -1, .section = "cluster"};
 	rs_cluster_config *c = &cfg->cluster;
@@ -535,6 +536,12 @@ static rs_status parse_cluster(const json_t *root, rs_config *cfg, rs_err *err)
 	v = 0;
 	RSCHECK(get_int(j, "sharding_group", 1, RS_MAX_RANKS, &v, 0, &w, err));
 	c->sharding_group = (int32_t)v;
+	if ((m = json_object_get(j, "recovery"))) {
+		const char *mode = json_string_value(m); /* NULL unless a string */
+		if (!mode || (strcmp(mode, "rollback") != 0 && strcmp(mode, "partial") != 0))
+			return bad(err, &w, "recovery", "must be \"rollback\" or \"partial\"");
+		c->partial_recovery = strcmp(mode, "partial") == 0;
+	}
 	rs = json_object_get(j, "replica_sync");
 	if (json_is_string(rs) && strcmp(json_string_value(rs), "exact") == 0)
 		return RS_OK;

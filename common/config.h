@@ -87,6 +87,13 @@ typedef struct rs_cluster_config {
 	uint64_t memory_per_rank;   /* bytes for embeddings + optimizer state; default 16 GiB */
 	int32_t sharding_group;     /* S of a 2D layout (R = world / S replica groups); 0: none, S = world */
 	int32_t replica_sync_every; /* 2D: average replicas every K steps (local SGD); 0: exact, every step */
+	/*
+	 * "recovery": "partial" (CPR): rows lost with every copy come back from
+	 * the latest checkpoint while the others keep their current values and
+	 * training goes on from the current step; 0 ("rollback", the default):
+	 * the whole world goes back to the checkpoint.
+	 */
+	int partial_recovery;
 } rs_cluster_config;
 
 typedef struct rs_config {

@@ -74,7 +74,7 @@ static int already_held(const rs_table_plan *old, const int32_t *old_to_new, int
  * held by its rank comes from one copy.
  */
 static rs_status diff_from_copies(const rs_config *cfg, int t, const rs_table_plan *old,
-				  const rs_table_plan *new, const int32_t *old_to_new, move_vec *mv)
+				  const rs_table_plan *new, const int32_t *old_to_new, int restore, move_vec *mv)
 {
 	for (int k = 0; k < new->nshards; k++) {
 		const rs_shard *n = &new->shards[k];
@@ -90,8 +90,13 @@ static rs_status diff_from_copies(const rs_config *cfg, int t, const rs_table_pl
 		int nlive = 0;
 		for (int i = 0; i < old->nshards; i++)
 			nlive += old_to_new[old->shards[i].rank] != RS_PLAN_LOST;
-		if (!nlive)
+		if (!nlive && !restore)
 			return RS_ENOTFOUND;
+		if (!nlive) {
+			RSCHECK(add_move(mv, cfg, t, RS_MOVE_RESTORE, dst, n->row_offset, n->row_offset + n->rows,
+					 n->col_offset, n->col_offset + n->cols));
+			continue;
+		}
 		int pick = nsrc ? dst % nsrc : dst % nlive, seen = 0;
 		for (int i = 0; i < old->nshards; i++) {
 			if ((nsrc && old_to_new[old->shards[i].rank] < 0) || old_to_new[old->shards[i].rank] == RS_PLAN_LOST)
@@ -120,10 +125,10 @@ static int32_t other_copy(const rs_table_plan *old, const int32_t *old_to_new, c
 
 static rs_status diff_table(const rs_config *cfg, int t, const rs_table_plan *old,
 			    const rs_table_plan *new, int32_t old_replicas,
-			    const int32_t *old_to_new, move_vec *mv, rs_err *err)
+			    const int32_t *old_to_new, int restore, move_vec *mv, rs_err *err)
 {
-	if (old->sharding == RS_SHARD_DP)
-		return diff_from_copies(cfg, t, old, new, old_to_new, mv); /* RS_ENOTFOUND: every copy lost */
+	if (old->sharding == RS_SHARD_DP) /* RS_ENOTFOUND: every copy lost */
+		return diff_from_copies(cfg, t, old, new, old_to_new, restore, mv);
 	for (int k = 0; k < new->nshards; k++) {
 		const rs_shard *n = &new->shards[k];
 		int32_t want = n->replica % old_replicas;
@@ -148,7 +153,9 @@ static rs_status diff_table(const rs_config *cfg, int t, const rs_table_plan *ol
 					    already_held(old, old_to_new, n->rank, r0, r1, c0, c1))
 						continue;
 					int32_t src = old_to_new[o->rank] == RS_PLAN_LOST ? other_copy(old, old_to_new, o) : o->rank;
-					if (src < 0)
+					if (src < 0 && restore)
+						src = RS_MOVE_RESTORE;
+					if (src < 0 && !restore)
 						return rs_err_set(err, RS_ENOTFOUND,
 								  "table '%s': rows %lld..%lld (columns %d..%d) were lost with every copy",
 								  cfg->tables[t].name, (long long)r0, (long long)r1 - 1, c0, c1 - 1);
@@ -176,6 +183,12 @@ static int cmp_move(const void *a, const void *b)
 rs_status rs_plan_diff(const rs_config *cfg, const rs_plan *old, const rs_plan *new,
 		       const int32_t *old_to_new, rs_move **moves, int *nmoves, rs_err *err)
 {
+	return rs_plan_diff_restoring(cfg, old, new, old_to_new, 0, moves, nmoves, err);
+}
+
+rs_status rs_plan_diff_restoring(const rs_config *cfg, const rs_plan *old, const rs_plan *new,
+				 const int32_t *old_to_new, int restore, rs_move **moves, int *nmoves, rs_err *err)
+{
 	move_vec mv = {0};
 	rs_status st = RS_OK;
 
@@ -190,7 +203,7 @@ rs_status rs_plan_diff(const rs_config *cfg, const rs_plan *old, const rs_plan *
 					  r, old_to_new[r]);
 	int32_t old_replicas = old->world.ranks / old->world.sharding_group;
 	for (int t = 0; t < cfg->ntables && st == RS_OK; t++)
-		st = diff_table(cfg, t, &old->tables[t], &new->tables[t], old_replicas, old_to_new, &mv, err);
+		st = diff_table(cfg, t, &old->tables[t], &new->tables[t], old_replicas, old_to_new, restore, &mv, err);
 	if (st == RS_ENOTFOUND && err && !err->msg[0])
 		rs_err_set(err, st, "plan diff: a data-parallel table lost every copy");
 	if (st != RS_OK) {

@@ -12,7 +12,8 @@
  * destination so that the sending is spread. An old rank mapped to
  * RS_PLAN_LOST died with its rows: it sends nothing, and what it held comes
  * from another copy (a replica group's, or a data-parallel copy); rows with
- * no copy left are an RS_ENOTFOUND error naming them.
+ * no copy left are an RS_ENOTFOUND error naming them, or, restoring (partial
+ * recovery), moves from RS_MOVE_RESTORE: the checkpoint.
  */
 #ifndef RS_PLANDIFF_H
 #define RS_PLANDIFF_H
@@ -22,10 +23,11 @@
 #include "common/status.h"
 
 #define RS_PLAN_LOST (-2)
+#define RS_MOVE_RESTORE (-1) /* a move's src: the rows come from the checkpoint, not from a rank */
 
 typedef struct rs_move {
 	int table;              /* index in the config */
-	int32_t src;            /* old rank */
+	int32_t src;            /* old rank, or RS_MOVE_RESTORE */
 	int32_t dst;            /* new rank */
 	int64_t row_offset, rows;
 	int32_t col_offset, cols;
@@ -40,6 +42,10 @@ typedef struct rs_move {
  */
 rs_status rs_plan_diff(const rs_config *cfg, const rs_plan *old, const rs_plan *new,
 		       const int32_t *old_to_new, rs_move **moves, int *nmoves, rs_err *err);
+
+/* The same, restoring (nonzero): rows lost with every copy are moves from RS_MOVE_RESTORE, no error. */
+rs_status rs_plan_diff_restoring(const rs_config *cfg, const rs_plan *old, const rs_plan *new,
+				 const int32_t *old_to_new, int restore, rs_move **moves, int *nmoves, rs_err *err);
 
 /* The moves as JSON: {"moves": [...], "bytes": N}. A new reference or NULL. */
 json_t *rs_moves_to_json(const rs_config *cfg, const rs_move *moves, int nmoves);

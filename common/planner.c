@@ -1255,9 +1255,10 @@ diff:
 	if (orig_prev) {
 		rs_move *moves = NULL;
 		int nmoves = 0;
-		RSCHECKGOTO(rs_plan_diff(cfg, orig_prev, plan, prev_to_new, &moves, &nmoves, err), st, out);
+		/* what moves between ranks: rows lost with every copy come from a checkpoint (partial recovery) */
+		RSCHECKGOTO(rs_plan_diff_restoring(cfg, orig_prev, plan, prev_to_new, 1, &moves, &nmoves, err), st, out);
 		for (int i = 0; i < nmoves; i++)
-			plan->summary.moved_bytes += moves[i].bytes;
+			plan->summary.moved_bytes += moves[i].src != RS_MOVE_RESTORE ? moves[i].bytes : 0;
 		free(moves);
 	}
 	st = RS_OK;

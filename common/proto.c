@@ -140,15 +140,17 @@ rs_status rs_proto_start(json_t *msg, rs_msg_start *s, rs_err *err)
 	int last = 1;
 	s->save = NULL;
 	s->load = NULL;
+	s->restore = NULL;
 	s->checkpoint_dir = NULL;
 	s->previous_plan = NULL;
 	s->union_of_old = NULL;
 	v[7] = -1;
 	if (json_unpack_ex(msg, &jerr, JSON_STRICT,
-			   "{s:s, s:I, s:I, s:I, s:o, s:o, s:I, s:I, s:I, s:I, s?s, s?s, s?I, s?o, s?o, s?b, s?s, s?I, s?I}", "type", &type,
+			   "{s:s, s:I, s:I, s:I, s:o, s:o, s:I, s:I, s:I, s:I, s?s, s?s, s?s, s?I, s?o, s?o, s?b, s?s, s?I, s?I}",
+			   "type", &type,
 			   "generation", &v[0], "rank", &v[1], "world", &v[2], "peers", &s->peers, "plan", &s->plan,
 			   "first_step", &v[3], "steps", &v[4], "eval_every", &v[5], "eval_samples", &v[6], "save",
-			   &s->save, "load", &s->load, "union_world", &v[7], "previous_plan", &s->previous_plan, "union_of_old",
+			   &s->save, "load", &s->load, "restore", &s->restore, "union_world", &v[7], "previous_plan", &s->previous_plan, "union_of_old",
 			   &s->union_of_old, "last", &last, "checkpoint_dir", &s->checkpoint_dir, "checkpoint_every", &v[8],
 			   "checkpoint_interval", &v[9]) != 0)
 		return rs_err_set(err, RS_EINVAL, "start: %s", jerr.text);
@@ -165,7 +167,8 @@ rs_status rs_proto_start(json_t *msg, rs_msg_start *s, rs_err *err)
 	    (int64_t)json_array_size(s->peers) != s->union_world || s->eval_every < 0 || s->eval_samples < 0 ||
 	    s->first_step < 0 || s->steps < s->first_step || !json_is_object(s->plan) ||
 	    (s->previous_plan && !json_is_object(s->previous_plan)) || (!s->previous_plan) != (!s->union_of_old) ||
-	    (!s->previous_plan && s->union_world != s->world) || (s->load && s->previous_plan))
+	    (!s->previous_plan && s->union_world != s->world) || (s->load && s->previous_plan) ||
+	    (s->restore && !s->previous_plan))
 		return rs_err_set(err, RS_EINVAL, "start: inconsistent fields (rank %lld of %lld)", (long long)s->rank,
 				  (long long)s->world);
 	for (size_t i = 0; i < json_array_size(s->peers); i++)
@@ -229,20 +232,22 @@ rs_status rs_proto_staged(json_t *msg, rs_msg_staged *s, rs_err *err)
 {
 	json_error_t jerr;
 	const char *type;
-	json_int_t gen, b[4] = {0};
+	json_int_t gen, b[5] = {0};
 	int ok;
 	memset(s, 0, sizeof(*s));
-	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:b, s?s, s?o, s?I, s?I, s?I, s?I, s?F, s?F, s?F}", "type",
-			   &type, "generation", &gen, "ok", &ok, "reason", &s->reason, "checksum", &s->checksum,
-			   "sent_bytes", &b[0], "recv_bytes", &b[1], "wire_bytes", &b[2], "kept_bytes", &b[3], "connect_s",
-			   &s->connect_s, "copy_s", &s->copy_s, "move_s", &s->move_s) != 0)
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:b, s?s, s?o, s?o, s?I, s?I, s?I, s?I, s?I, s?F, s?F, s?F}",
+			   "type", &type, "generation", &gen, "ok", &ok, "reason", &s->reason, "checksum", &s->checksum,
+			   "restored", &s->restored, "restored_rows", &b[4], "sent_bytes", &b[0], "recv_bytes", &b[1],
+			   "wire_bytes", &b[2], "kept_bytes", &b[3], "connect_s", &s->connect_s, "copy_s", &s->copy_s,
+			   "move_s", &s->move_s) != 0)
 		return rs_err_set(err, RS_EINVAL, "staged: %s", jerr.text);
-	if (gen < 1 || b[0] < 0 || b[1] < 0 || b[2] < 0 || b[3] < 0 || (s->checksum && !json_is_array(s->checksum)) ||
+	if (gen < 1 || b[0] < 0 || b[1] < 0 || b[2] < 0 || b[3] < 0 || b[4] < 0 ||
+	    (s->checksum && !json_is_array(s->checksum)) || (s->restored && !json_is_array(s->restored)) ||
 	    !(s->connect_s >= 0) || !(s->copy_s >= 0) || !(s->move_s >= 0))
 		return rs_err_set(err, RS_EINVAL, "staged: a bad generation, byte count, time or checksum");
 	s->generation = gen;
 	s->ok = ok;
-	s->sent_bytes = b[0], s->recv_bytes = b[1], s->wire_bytes = b[2], s->kept_bytes = b[3];
+	s->sent_bytes = b[0], s->recv_bytes = b[1], s->wire_bytes = b[2], s->kept_bytes = b[3], s->restored_rows = b[4];
 	if (!ok && !s->reason)
 		s->reason = "no reason given";
 	return RS_OK;
@@ -503,6 +508,7 @@ json_t *rs_proto_make_start(const rs_msg_start *m)
 		    m->checkpoint_dir != NULL);
 	j = opt_set(j, "checkpoint_every", json_integer(m->checkpoint_every), m->checkpoint_every > 0);
 	j = opt_set(j, "checkpoint_interval", json_integer(m->checkpoint_interval), m->checkpoint_interval > 0);
+	j = opt_set(j, "restore", m->restore ? json_string(m->restore) : NULL, m->restore != NULL);
 	return opt_set(j, "load", m->load ? json_string(m->load) : NULL, m->load != NULL);
 }
 
@@ -524,6 +530,8 @@ json_t *rs_proto_make_staged(const rs_msg_staged *m)
 			      (json_int_t)m->recv_bytes, "wire_bytes", (json_int_t)m->wire_bytes, "kept_bytes",
 			      (json_int_t)m->kept_bytes, "connect_s", m->connect_s, "copy_s", m->copy_s, "move_s",
 			      m->move_s);
+	j = opt_set(j, "restored", json_incref(m->restored), m->restored != NULL);
+	j = opt_set(j, "restored_rows", json_integer(m->restored_rows), m->restored_rows > 0);
 	return opt_set(j, "checksum", json_incref(m->checksum), m->checksum != NULL);
 }
 

@@ -96,6 +96,7 @@ typedef struct rs_msg_start {
 	json_t *union_of_old;  /* a reshard: per old rank, its union rank (an array of distinct ints) */
 	const char *save;     /* checkpoint directory, or NULL */
 	const char *load;     /* a fresh start: the checkpoint to load first (its step is first_step), or NULL */
+	const char *restore;  /* a reshard (partial recovery): the checkpoint rows lost with every copy come from */
 	const char *checkpoint_dir; /* periodic checkpoints go under it (step-NNNNNNNNN/), or NULL */
 	int64_t checkpoint_every;   /* ... at every step that is a multiple of it (0: none) */
 	int64_t checkpoint_interval; /* ... and at the first step after this many seconds since the last (0: none) */
@@ -116,6 +117,8 @@ typedef struct rs_msg_staged {
 	int ok;
 	const char *reason;   /* why not, when !ok */
 	json_t *checksum;     /* ok and in the new world: per table, the staged rows' checksum; else NULL */
+	json_t *restored;     /* ok, partial recovery: per table, the checksum of the counted rows restored; or NULL */
+	int64_t restored_rows; /* rows this member loaded from the checkpoint (ZCH: slots) */
 	int64_t sent_bytes, recv_bytes, wire_bytes, kept_bytes;
 	double connect_s, copy_s, move_s;
 } rs_msg_staged;

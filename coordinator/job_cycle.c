@@ -57,6 +57,7 @@ static json_t *start_msg(const rs_job *j, int64_t gen, int32_t u, int32_t world,
 			  .plan = jplan, .previous_plan = jprev, .union_of_old = uoo, .first_step = first,
 			  .steps = bound, .eval_every = j->cfg->data.eval_every, .eval_samples = j->cfg->data.eval_samples,
 			  .save = j->o.save, .load = load, .last = bound >= j->o.steps,
+			  .restore = jprev && j->rec.healing && j->rec.partial ? j->rec.load : NULL,
 			  .checkpoint_dir = j->o.ckpt_dir, .checkpoint_every = j->o.ckpt_dir ? j->o.ckpt_every : 0,
 			  .checkpoint_interval = j->o.ckpt_dir ? j->o.ckpt_interval : 0};
 	json_t *msg = peers && (uoo || !jprev) ? rs_proto_make_start(&m) : NULL;
@@ -266,16 +267,22 @@ rs_status rs__cycle_pairs_reset(rs_job *j)
 	free(j->att.pairs);
 	j->att.pairs = NULL;
 	j->att.npairs = 0;
+	j->att.restored_bytes = 0;
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
 		int32_t u = j->att.union_of_old[r];
 		map[r] = u == -1 ? RS_PLAN_LOST : u < j->att.nworld ? u : -1; /* lost (healing): sends nothing */
 	}
-	RSCHECK(rs_plan_diff(j->cfg, j->cur.plan, j->att.plan, map, &mv, &n, &err));
+	RSCHECK(rs_plan_diff_restoring(j->cfg, j->cur.plan, j->att.plan, map, j->rec.healing && j->rec.partial, &mv, &n,
+				       &err));
 	if (!(j->att.pairs = calloc((size_t)n + 1, sizeof(*j->att.pairs)))) {
 		free(mv);
 		return RS_ENOMEM;
 	}
 	for (int i = 0; i < n; i++) {
+		if (mv[i].src == RS_MOVE_RESTORE) { /* read from the checkpoint, not sent */
+			j->att.restored_bytes += mv[i].bytes;
+			continue;
+		}
 		int32_t src = j->att.union_of_old[mv[i].src], dst = mv[i].dst, k = 0;
 		while (k < j->att.npairs && !(j->att.pairs[k].src == src && j->att.pairs[k].dst == dst))
 			k++;
@@ -301,6 +308,7 @@ static void commit_attempt(rs_job *j)
 {
 	uint64_t *after = calloc((size_t)j->ntables + 1, sizeof(uint64_t));
 	uint64_t sent = 0, recv = 0;
+	int64_t restored = 0;
 	double connect = 0, prepare = 0, move = 0;
 	if (!after) {
 		abort_attempt(j, "out of memory");
@@ -312,6 +320,7 @@ static void commit_attempt(rs_job *j)
 			after[t] += m->staged_sum[t];
 		sent += (uint64_t)m->staged.sent_bytes;
 		recv += (uint64_t)m->staged.recv_bytes;
+		restored += m->staged.restored_rows;
 		connect = m->staged.connect_s > connect ? m->staged.connect_s : connect;
 		prepare = m->staged.copy_s > prepare ? m->staged.copy_s : prepare;
 		/* the receivers' rounds: a sender's also include waiting for its receivers to prepare */
@@ -336,6 +345,10 @@ static void commit_attempt(rs_job *j)
 			(long long)j->att.generation, sent, recv, diff);
 	j->t.staged = rs__job_now(j);
 	j->t.moved = sent;
+	if (j->rec.healing && j->rec.partial) { /* every replica group restores its copy: count each row once */
+		j->rec.stale_rows = restored / (j->att.plan->world.ranks / j->att.plan->world.sharding_group);
+		j->rec.stale_total += j->rec.stale_rows;
+	}
 	for (int i = 0; i < j->att.npairs; i++)
 		j->att.pairs[i].bytes = j->att.pairs[i].total;
 	rs__emit(j, &(job_event){.kind = EV_MIGRATION, .force = 1});

@@ -150,10 +150,23 @@ static rs_status on_staged(rs_job *j, member *m, json_t *msg, rs_err *err)
 	memset(m->staged_sum, 0, sizeof(uint64_t) * (size_t)j->ntables);
 	if (s.checksum)
 		RSCHECK(rs_proto_checksums(s.checksum, m->staged_sum, j->ntables, err));
+	if (s.restored) {
+		/*
+		 * Rows restored from a checkpoint (partial recovery) are taken out:
+		 * the rest must add up to the old rows' checksum; the restored ones
+		 * passed their files' checksums.
+		 */
+		uint64_t *r = calloc((size_t)j->ntables + 1, sizeof(uint64_t));
+		rs_status st = r ? rs_proto_checksums(s.restored, r, j->ntables, err) : RS_ENOMEM;
+		for (int t = 0; st == RS_OK && t < j->ntables; t++)
+			m->staged_sum[t] -= r[t];
+		free(r);
+		RSCHECK(st);
+	}
 	m->st = M_STAGED, m->gen = s.generation, m->staged_ok = s.ok;
 	snprintf(m->staged_why, sizeof(m->staged_why), "%s", s.reason ? s.reason : "");
 	m->staged = s;
-	m->staged.reason = NULL, m->staged.checksum = NULL;
+	m->staged.reason = NULL, m->staged.checksum = m->staged.restored = NULL;
 	if (s.generation != j->att.generation || !(j->ph == P_MIGRATING || j->ph == P_COMMITTING))
 		/* staged for an attempt this coordinator did not decide: it cannot be committed */
 		rs__job_send(j, m, rs_proto_make_generation(RS_MSG_ABORT, s.generation, 0, "that attempt is over"));

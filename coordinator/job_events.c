@@ -69,14 +69,18 @@ static void report(rs_job *j, const job_event *ev)
 		fprintf(f, "checkpoint of step %lld complete: %s (%.2f MiB, %.3f s from the first rank's files to the "
 			   "index)\n", (long long)ev->step, ev->detail, ev->moved / 1048576.0, ev->seconds);
 		break;
-	case EV_ATTEMPT:
-		fprintf(f, "generation %lld: %d -> %d workers%s at step %lld; the plan moves %.2f MiB (lower bound %.2f MiB), "
+	case EV_ATTEMPT: {
+		char restores[64] = "";
+		if (j->att.restored_bytes) /* partial recovery */
+			snprintf(restores, sizeof(restores), " and restores %.2f MiB from the checkpoint",
+				 j->att.restored_bytes / 1048576.0);
+		fprintf(f, "generation %lld: %d -> %d workers%s at step %lld; the plan moves %.2f MiB%s (lower bound %.2f MiB), "
 			   "planned in %.1f ms\n",
 			(long long)j->att.generation, j->cur.nworld, j->att.nworld, layout(j->att.plan, buf, sizeof(buf)),
-			(long long)j->cur.step,
-			j->att.plan->summary.moved_bytes / 1048576.0, j->att.plan->summary.min_moved_bytes / 1048576.0,
-			j->t.plan_s * 1e3);
+			(long long)j->cur.step, j->att.plan->summary.moved_bytes / 1048576.0, restores,
+			j->att.plan->summary.min_moved_bytes / 1048576.0, j->t.plan_s * 1e3);
 		break;
+	}
 	case EV_ABORTED:
 		fprintf(f, "generation %lld aborted: %s; every member keeps generation %lld\n", (long long)j->att.generation,
 			ev->reason, (long long)j->cur.generation);
@@ -99,14 +103,23 @@ static void report(rs_job *j, const job_event *ev)
 		break;
 	}
 	case EV_RECOVERING:
-		if (j->rec.replica)
+		if (j->rec.partial)
+			fprintf(f, "recovery: %s; restoring the rows lost with every copy from the latest checkpoint, the "
+				   "others keep theirs, no rollback\n", ev->reason);
+		else if (j->rec.replica)
 			fprintf(f, "recovery: %s; rebuilding its rows from their replicas, no rollback\n", ev->reason);
 		else
 			fprintf(f, "recovery: %s; rolling back to %s (step %lld)\n", ev->reason,
 				ev->detail ? ev->detail : "the start", (long long)ev->step);
 		break;
 	case EV_RECOVERED:
-		if (j->rec.replica)
+		if (j->rec.partial)
+			fprintf(f, "recovered: generation %lld (%d worker%s) made step %lld, %.3f s after the loss (partial: "
+				   "%lld stale rows restored from step %lld, %lld steps old; no step lost)\n",
+				(long long)j->cur.generation, j->cur.nworld, j->cur.nworld == 1 ? "" : "s", (long long)ev->step,
+				ev->seconds, (long long)j->rec.stale_rows, (long long)j->rec.restored_step,
+				(long long)(j->rec.to - j->rec.restored_step));
+		else if (j->rec.replica)
 			fprintf(f, "recovered: generation %lld (%d worker%s) made step %lld, %.3f s after the loss (healed from "
 				   "replicas, no step lost)\n",
 				(long long)j->cur.generation, j->cur.nworld, j->cur.nworld == 1 ? "" : "s", (long long)ev->step,
@@ -172,6 +185,10 @@ static json_t *recovery_json(const rs_job *j, const job_event *ev, const char *w
 	if (e && ev->kind == EV_RECOVERED) {
 		json_object_set_new(e, "seconds", json_real(ev->seconds));
 		json_object_set_new(e, "workers", json_integer(j->cur.nworld));
+	}
+	if (e && j->rec.partial && ev->kind == EV_RECOVERED) {
+		json_object_set_new(e, "restored_step", json_integer(j->rec.restored_step));
+		json_object_set_new(e, "stale_rows", json_integer(j->rec.stale_rows));
 	}
 	return e;
 }
@@ -348,7 +365,10 @@ static void source(rs_job *j, const job_event *ev)
 	const reshard_record *r = ev->record;
 	char words[1024];
 	if (j->src.event && ev->kind == EV_RECOVERING) {
-		if (j->rec.replica)
+		if (j->rec.partial)
+			snprintf(words, sizeof(words), "%s; restoring the rows lost with every copy from the latest "
+				 "checkpoint, the others keep theirs", ev->reason);
+		else if (j->rec.replica)
 			snprintf(words, sizeof(words), "%s; rebuilding its rows from their replicas", ev->reason);
 		else
 			snprintf(words, sizeof(words), "%s; rolling back to step %lld%s%s", ev->reason, (long long)ev->step,

@@ -144,6 +144,7 @@ struct rs_job {
 		char last_abort[256];
 		pair_progress *pairs; /* sender -> receiver progress, from the plan diff */
 		int npairs;
+		uint64_t restored_bytes; /* partial recovery: what the plan diff reads from the checkpoint instead */
 	} att;
 
 	/*
@@ -180,6 +181,15 @@ struct rs_job {
 		int healing;          /* the recovery in flight rebuilds from replicas (no rollback) */
 		int healed;           /* recoveries begun that way */
 		int replica;          /* the last recovery's kind: from replicas (1) or a rollback (0) */
+		/*
+		 * Partial recovery (cluster.recovery "partial"), a kind of healing:
+		 * rows lost with every copy come back from the checkpoint in load
+		 * (of step restored_step); the others keep their current values.
+		 */
+		int partial;          /* the recovery in flight (or the last one) restores rows so */
+		int partials;         /* recoveries that did */
+		int64_t restored_step;
+		int64_t stale_rows, stale_total; /* rows restored (ZCH: slots): by the last one, by all */
 	} rec;
 
 	/* timings of the cycle in flight, for its report */

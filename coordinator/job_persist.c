@@ -39,6 +39,7 @@ int rs__persist(rs_job *j, rs_state_phase ph)
 		s.uni = uni, s.nuni = j->att.nuni, s.attempt_world = j->att.nworld;
 		s.union_of_old = j->att.union_of_old;
 		s.before = j->att.before, s.nbefore = j->ntables;
+		s.restore = j->rec.healing && j->rec.partial ? j->rec.load : NULL;
 	}
 	/* the incarnations of the members that hold rows (the world and the union): a replacement is told apart */
 	char *inc_names[2 * RS_MAX_WORKERS], *inc_values[2 * RS_MAX_WORKERS];
@@ -90,6 +91,8 @@ static rs_status recover_attempt(rs_job *j, const rs_state *s, rs_err *err)
 	for (int32_t r = 0; r < s->nworld; r++)
 		if (s->union_of_old[r] == -1) /* an attempt healing from replicas: that member's rows are gone */
 			j->mem.v[j->cur.world[r]].lost = 1, j->rec.healing = j->rec.replica = 1;
+	if (s->restore) /* a partial recovery's attempt */
+		snprintf(j->rec.load, sizeof(j->rec.load), "%s", s->restore), j->rec.partial = 1;
 	memcpy(j->att.before, s->before, sizeof(uint64_t) * (size_t)j->ntables);
 	j->att.nuni = s->nuni;
 	j->att.nworld = s->attempt_world;

@@ -10,6 +10,12 @@
  * all when the survivors stopped at different steps, their copies
  * disagree, or the healing reshards keep failing.
  *
+ * Partial recovery (cluster.recovery "partial", CPR) heals the same way
+ * when some rows lost every copy (any world, 1D too): the reshard loads
+ * those from the latest complete checkpoint, every other row keeps its
+ * current value, and training goes on from the survivors' step; the rows
+ * restored are reported as stale.
+ *
  * The rollback:
  * A worker that dies without handing its rows over (SIGKILL, the OOM
  * killer, its node gone, its pod deleted) takes the only copy of its
@@ -47,20 +53,31 @@ void rs__recover_free(rs_job *j)
  * file kept) when a checkpoint cannot be read at all: an I/O error is not
  * damage, and going back further would throw good ones away.
  */
+/* The latest verified complete periodic checkpoint of a step <= near (into load, its step into *step). */
+static rs_status latest_checkpoint(const rs_job *j, int64_t near, char *load, size_t n, int64_t *step, rs_err *err)
+{
+	rs_ckpt_index ix;
+	load[0] = 0;
+	*step = 0;
+	if (!j->o.ckpt_dir)
+		return RS_ENOTFOUND;
+	rs_status st = rs_checkpoint_resolve(j->o.ckpt_dir, near, load, n, err);
+	if (st == RS_OK && (st = rs_checkpoint_index_read(load, &ix, err)) == RS_OK) {
+		*step = ix.step;
+		rs_checkpoint_index_free(&ix);
+		return RS_OK;
+	}
+	load[0] = 0;
+	return st;
+}
+
 static int rollback_point(rs_job *j, int64_t near, char *load, size_t n, int64_t *step)
 {
 	rs_err err = {0};
-	load[0] = 0;
-	*step = 0;
+	rs_status st = latest_checkpoint(j, near, load, n, step, &err);
+	if (st == RS_OK)
+		return 1;
 	if (j->o.ckpt_dir) {
-		rs_ckpt_index ix;
-		rs_status st = rs_checkpoint_resolve(j->o.ckpt_dir, near, load, n, &err);
-		if (st == RS_OK && (st = rs_checkpoint_index_read(load, &ix, &err)) == RS_OK) {
-			*step = ix.step;
-			rs_checkpoint_index_free(&ix);
-			return 1;
-		}
-		load[0] = 0;
 		if (st != RS_ENOTFOUND) {
 			rs__job_fail(j, "%s; recovery cannot read the checkpoints: %s", j->rec.why, err.msg);
 			return 0;
@@ -115,52 +132,87 @@ static void forget_progress_after(rs_job *j, int64_t to)
 
 /* ---- healing a 2D world from its replicas ------------------------------------------- */
 
-const char *rs__recovery_kind(const rs_job *j) { return j->rec.replica ? "replica" : "rollback"; }
+const char *rs__recovery_kind(const rs_job *j)
+{
+	return !j->rec.replica ? "rollback" : j->rec.partial ? "partial" : "replica";
+}
 
 static int32_t groups(const rs_plan *p) { return p->world.ranks / p->world.sharding_group; }
 
 /*
  * Mark the world members whose rows are gone (gone, or idle: they dropped
- * their model); 1 when every role keeps a live holder and nobody finished.
+ * their model). 1 when every role keeps a live holder; 0 when some role
+ * lost every holder (partial recovery restores it); -1 when nothing can
+ * heal: a member finished, or none lives.
  */
 static int mark_lost(rs_job *j)
 {
 	const rs_plan *p = j->cur.plan;
 	int32_t s = p->world.sharding_group, r0 = groups(p);
 	char *held = calloc((size_t)s, 1);
-	int whole = held != NULL;
-	for (int32_t r = 0; whole && r < j->cur.nworld; r++) {
+	int whole = held ? 1 : -1, live = 0;
+	for (int32_t r = 0; whole >= 0 && r < j->cur.nworld; r++) {
 		member *m = &j->mem.v[j->cur.world[r]];
 		if (m->st == M_DONE)
-			whole = 0;
+			whole = -1;
 		else if (m->lost || rs__member_gone(j, m) || m->st == M_IDLE)
 			m->lost = 1, m->replaced = 0; /* a new process under its name comes back as a fresh worker */
 		else
-			held[r / r0] = 1;
+			held[r / r0] = 1, live++;
 	}
-	for (int32_t l = 0; whole && l < s; l++)
+	for (int32_t l = 0; whole > 0 && l < s; l++)
 		whole = held[l];
 	free(held);
-	return whole;
+	return live ? whole : -1;
 }
 
-/* Whether a loss can heal: a 2D world with exact sync, training or paused. */
+/* Whether a loss can heal: a 2D world with exact sync, or partial recovery asked for; training or paused. */
 static int can_heal(const rs_job *j)
 {
 	const rs_plan *p = j->cur.plan;
-	return p && groups(p) > 1 && j->cfg->cluster.replica_sync_every == 0 &&
+	return p && ((groups(p) > 1 && j->cfg->cluster.replica_sync_every == 0) || j->cfg->cluster.partial_recovery) &&
 	       (j->ph == P_TRAINING || j->ph == P_PAUSED || (j->ph == P_RECOVERING && j->rec.healing));
+}
+
+/*
+ * Some rows lost every copy: heal partially when the config asks for it
+ * and a complete checkpoint exists (1: rec.load and rec.restored_step set).
+ */
+static int go_partial(rs_job *j)
+{
+	rs_err err = {0};
+	char load[sizeof(j->rec.load)];
+	int64_t step;
+	if (j->rec.partial)
+		return 1;
+	if (!j->cfg->cluster.partial_recovery)
+		return 0;
+	rs_status st = latest_checkpoint(j, rs__job_step(j), load, sizeof(load), &step, &err);
+	if (st == RS_ENOTFOUND && j->o.load) /* none taken yet: the job's own starting checkpoint */
+		snprintf(load, sizeof(load), "%s", j->o.load), step = j->o.load_step, st = RS_OK;
+	if (st != RS_OK) {
+		RS_WARN("partial recovery: %s: rolling back instead", st == RS_ENOTFOUND ? "no complete checkpoint yet" : err.msg);
+		return 0;
+	}
+	snprintf(j->rec.load, sizeof(j->rec.load), "%s", load);
+	j->rec.partial = 1, j->rec.partials++;
+	j->rec.restored_step = step;
+	return 1;
 }
 
 static int heal_begin(rs_job *j, int i, const char *why)
 {
 	if (!can_heal(j))
 		return 0;
-	if (!mark_lost(j)) {
+	int whole = mark_lost(j), partial = j->rec.healing ? j->rec.partial : 0;
+	if (!j->rec.healing)
+		j->rec.partial = 0; /* the last recovery's */
+	if (whole < 0 || (!whole && !go_partial(j))) {
 		rs__members_clear_lost(j);
+		j->rec.partial = partial;
 		return 0;
 	}
-	if (j->rec.healing) { /* one more loss while healing, every role still held: go on */
+	if (j->rec.healing) { /* one more loss while healing, every role still held (or restored): go on */
 		rs__job_set_phase(j, P_RECOVERING);
 		return 1;
 	}
@@ -171,14 +223,18 @@ static int heal_begin(rs_job *j, int i, const char *why)
 	if (in_a_row > (j->o.max_attempts > 0 ? j->o.max_attempts : 3)) {
 		RS_WARN("healing: %d losses in a row at step %lld: rolling back instead", in_a_row - 1, (long long)at);
 		rs__members_clear_lost(j);
+		j->rec.partials -= j->rec.partial;
+		j->rec.partial = 0;
 		return 0;
 	}
 	j->rec.in_a_row = in_a_row;
 	rs__member_tables(j, i, tables, sizeof(tables));
-	snprintf(j->rec.why, sizeof(j->rec.why), "%s %s holding a copy of rows of %s (generation %lld, near step %lld)",
-		 j->mem.v[i].name, why, tables[0] ? tables : "its tables", (long long)j->cur.generation, (long long)at);
+	snprintf(j->rec.why, sizeof(j->rec.why), "%s %s holding %s of rows of %s (generation %lld, near step %lld)",
+		 j->mem.v[i].name, why, groups(j->cur.plan) > 1 ? "a copy" : "the only copy", tables[0] ? tables : "its tables",
+		 (long long)j->cur.generation, (long long)at);
 	j->rec.healing = j->rec.replica = 1;
-	j->rec.load[0] = 0;
+	if (whole)
+		j->rec.load[0] = 0;
 	j->rec.from = j->rec.to = at;
 	j->rec.started = rs__job_now(j);
 	j->rec.total++, j->rec.healed++;
@@ -212,9 +268,8 @@ static int agreed(const rs_job *j, int t, int32_t from, int32_t to, uint64_t *v)
 		}
 		first = first ? first : m;
 	}
-	if (first)
-		*v = first->held_sum[t];
-	return first != NULL;
+	*v = first ? first->held_sum[t] : 0;
+	return first != NULL || j->rec.partial; /* none lives: restored, and left out of the check (job_dispatch.c) */
 }
 
 int rs__heal_sums(rs_job *j, uint64_t *before)
@@ -250,8 +305,28 @@ void rs__heal_give_up(rs_job *j, const char *why)
 			lost = j->cur.world[r];
 	j->rec.healing = 0;
 	j->rec.total--, j->rec.healed--; /* counted again as the rollback */
+	j->rec.partials -= j->rec.partial;
+	j->rec.partial = 0;
 	rs__members_clear_lost(j);
 	rollback(j, lost >= 0 ? lost : j->cur.world[0], "was lost, and its copies could not rebuild it");
+}
+
+/*
+ * Partial recovery, the survivors stopped at `step` (their parts of a
+ * checkpoint in flight reported first): restore from the newest complete
+ * checkpoint now, the least stale. 0 when none is left.
+ */
+static int restore_newest(rs_job *j, int64_t step)
+{
+	rs_err err = {0};
+	char load[sizeof(j->rec.load)];
+	int64_t at;
+	if (latest_checkpoint(j, step, load, sizeof(load), &at, &err) == RS_OK) {
+		snprintf(j->rec.load, sizeof(j->rec.load), "%s", load);
+		j->rec.restored_step = at;
+		return 1;
+	}
+	return j->o.load && !strcmp(j->rec.load, j->o.load); /* the job's own starting checkpoint, as go_partial chose */
 }
 
 /*
@@ -267,8 +342,9 @@ static void heal_tick(rs_job *j)
 	int32_t c[RS_MAX_WORKERS];
 	int all = 1, pending;
 	int64_t step = -1;
-	if (!mark_lost(j)) {
-		rs__heal_give_up(j, "every copy of some rows is lost");
+	int whole = mark_lost(j);
+	if (whole < 0 || (!whole && !go_partial(j))) {
+		rs__heal_give_up(j, whole < 0 ? "a member finished, or none lives" : "every copy of some rows is lost");
 		return;
 	}
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
@@ -299,7 +375,16 @@ static void heal_tick(rs_job *j)
 	rs__members_candidates(j, c, &pending);
 	if (pending > 0 && waited < timeout / 4)
 		return; /* a replacement on its way: one reshard instead of two */
-	RS_WARN("healing: the survivors stopped at step %lld; rebuilding the lost rows from their replicas", (long long)step);
+	if (j->rec.partial && !restore_newest(j, step)) {
+		rs__heal_give_up(j, "no complete checkpoint to restore the lost rows from");
+		return;
+	}
+	if (j->rec.partial)
+		RS_WARN("healing: the survivors stopped at step %lld; the rows lost with every copy come back from %s "
+			"(step %lld)", (long long)step, j->rec.load, (long long)j->rec.restored_step);
+	else
+		RS_WARN("healing: the survivors stopped at step %lld; rebuilding the lost rows from their replicas",
+			(long long)step);
 	j->cur.step = j->rec.from = j->rec.to = step;
 	j->t.first_paused = j->t.paused = rs__job_now(j);
 	forget_progress_after(j, step);
@@ -317,7 +402,7 @@ void rs__recover(rs_job *j, int i, const char *why)
 static void rollback(rs_job *j, int i, const char *why)
 {
 	member *m = &j->mem.v[i];
-	j->rec.healing = 0; /* whatever healing was under way: the rollback replaces it */
+	j->rec.healing = j->rec.partial = 0; /* whatever healing was under way: the rollback replaces it */
 	rs__members_clear_lost(j);
 	char tables[256];
 	int64_t near = m->step > rs__job_step(j) ? m->step : rs__job_step(j);

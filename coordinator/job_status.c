@@ -59,6 +59,10 @@ static json_t *last_recovery(const rs_job *j)
 			      "reason", j->rec.why);
 	if (r && !(j->rec.started > 0))
 		json_object_set_new(r, "seconds", json_real(j->rec.last_s));
+	if (r && j->rec.replica && j->rec.partial && !(j->rec.started > 0)) {
+		json_object_set_new(r, "restored_step", json_integer(j->rec.restored_step));
+		json_object_set_new(r, "stale_rows", json_integer(j->rec.stale_rows));
+	}
 	return r ? r : json_null();
 }
 
@@ -166,7 +170,11 @@ static char *metrics(const rs_job *j, size_t *len)
 		"# TYPE rowshift_reshard_aborts_total counter\nrowshift_reshard_aborts_total %d\n", j->rep.aborts);
 	add(&t, "# HELP rowshift_recoveries_total Recoveries from a lost world member, by kind.\n"
 		"# TYPE rowshift_recoveries_total counter\nrowshift_recoveries_total{kind=\"rollback\"} %d\n"
-		"rowshift_recoveries_total{kind=\"replica\"} %d\n", j->rec.total - j->rec.healed, j->rec.healed);
+		"rowshift_recoveries_total{kind=\"replica\"} %d\nrowshift_recoveries_total{kind=\"partial\"} %d\n",
+		j->rec.total - j->rec.healed, j->rec.healed - j->rec.partials, j->rec.partials);
+	add(&t, "# HELP rowshift_recovery_stale_rows_total Rows restored from a checkpoint by partial recoveries "
+		"(ZCH tables: slots).\n# TYPE rowshift_recovery_stale_rows_total counter\n"
+		"rowshift_recovery_stale_rows_total %lld\n", (long long)j->rec.stale_total);
 	add(&t, "# HELP rowshift_recovery_seconds Time from a loss to the recovered generation's first step.\n"
 		"# TYPE rowshift_recovery_seconds summary\nrowshift_recovery_seconds_sum %.6f\n"
 		"rowshift_recovery_seconds_count %d\n", j->rec.seconds_sum, j->rec.done);

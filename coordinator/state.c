@@ -62,10 +62,10 @@ json_t *rs_state_to_json(const rs_state *s)
 		json_array_append_new(workers, json_pack("{s:s, s:I}", "name", s->workers[i].name, "pid",
 							 (json_int_t)s->workers[i].pid));
 	if (s->attempt_generation)
-		attempt = json_pack("{s:I, s:O, s:o, s:i, s:o, s:o}", "generation", (json_int_t)s->attempt_generation, "plan",
-				    s->attempt_plan, "union", names_json(s->uni, s->nuni), "world", (int)s->attempt_world,
+		attempt = json_pack("{s:I, s:O, s:o, s:i, s:o, s:o, s:s*}", "generation", (json_int_t)s->attempt_generation,
+				    "plan", s->attempt_plan, "union", names_json(s->uni, s->nuni), "world", (int)s->attempt_world,
 				    "union_of_old", ints_json(s->union_of_old, s->nworld), "before",
-				    rs_proto_checksums_to_json(s->before, s->nbefore));
+				    rs_proto_checksums_to_json(s->before, s->nbefore), "restore", s->restore);
 	json_t *job = json_pack("{s:s, s:I, s:s*, s:s, s:s*, s:o, s:i, s:o}", "config", s->config, "steps",
 				(json_int_t)s->steps, "save", s->save, "url", s->url, "token", s->token, "schedule", sched,
 				"replicas", (int)s->replicas, "workers", workers);
@@ -139,9 +139,12 @@ static rs_status parse_attempt(json_t *a, const char *name, rs_state *s, rs_err 
 	json_error_t jerr;
 	json_int_t gen, world;
 	json_t *plan, *uni, *uoo, *before;
-	if (json_unpack_ex(a, &jerr, JSON_STRICT, "{s:I, s:o, s:o, s:I, s:o, s:o}", "generation", &gen, "plan", &plan,
-			   "union", &uni, "world", &world, "union_of_old", &uoo, "before", &before) != 0)
+	const char *restore = NULL;
+	if (json_unpack_ex(a, &jerr, JSON_STRICT, "{s:I, s:o, s:o, s:I, s:o, s:o, s?s}", "generation", &gen, "plan", &plan,
+			   "union", &uni, "world", &world, "union_of_old", &uoo, "before", &before, "restore", &restore) != 0)
 		return rs_err_set(err, RS_EINVAL, "%s: attempt: %s", name, jerr.text);
+	if (restore && (!*restore || !(s->restore = strdup(restore))))
+		return *restore ? RS_ENOMEM : bad(err, name, "attempt.restore", "must be a checkpoint directory");
 	if (gen <= s->generation)
 		return bad(err, name, "attempt.generation", "must be after the committed generation");
 	if (!json_is_object(plan))
@@ -345,6 +348,7 @@ void rs_state_free(rs_state *s)
 	free(s->uni);
 	free(s->union_of_old);
 	free(s->before);
+	free(s->restore);
 	free(s->config);
 	free(s->save);
 	free(s->url);

@@ -15,7 +15,7 @@
  *    "phase": "training" | "migrating" | "committing" | "done",
  *    "generation": G, "step": S, "bound": B, "plan": {plan}, "world": [names by rank],
  *    "attempt": {"generation", "plan", "union": [names], "world": W, "union_of_old": [ranks],
- *                "before": [checksums]} (migrating, committing),
+ *                "before": [checksums], "restore": dir (partial recovery)} (migrating, committing),
  *    "attempts": K, "next_schedule": I,
  *    "job": {"config", "steps", "save", "url", "token", "schedule": [[step, workers]...],
  *            "replicas", "workers": [{"name", "pid"}]}}
@@ -65,6 +65,7 @@ typedef struct rs_state {
 	int32_t nuni, attempt_world;
 	int32_t *union_of_old;      /* nworld entries; -1: lost with its rows (healing from replicas) */
 	uint64_t *before;           /* nbefore per-table checksums of the old world */
+	char *restore;              /* partial recovery: the checkpoint the lost rows come back from, or NULL */
 	int nbefore;
 	int attempts, next_schedule;
 	/* the job */

@@ -33,7 +33,14 @@ static void print_snapshot(const json_t *s)
 		printf("  failed: %s\n", str(s, "error"));
 	const json_t *rec = json_object_get(s, "recovery");
 	int healed = json_is_object(rec) && !strcmp(str(rec, "kind"), "replica");
-	if (healed)
+	int partial = json_is_object(rec) && !strcmp(str(rec, "kind"), "partial");
+	if (partial && !strcmp(str(rec, "type"), "recovered"))
+		printf("  last recovery: partial at step %lld, %lld stale rows from the checkpoint of step %lld, no step "
+		       "lost: %s\n", inum(rec, "to_step"), inum(rec, "stale_rows"), inum(rec, "restored_step"), str(rec, "reason"));
+	else if (partial)
+		printf("  recovering partially at step %lld from the latest checkpoint: %s\n", inum(rec, "to_step"),
+		       str(rec, "reason"));
+	else if (healed)
 		printf("  %s from replicas at step %lld%s: %s\n",
 		       !strcmp(str(rec, "type"), "recovered") ? "last recovery" : "recovering", inum(rec, "to_step"),
 		       !strcmp(str(rec, "type"), "recovered") ? ", no step lost" : "", str(rec, "reason"));
@@ -108,6 +115,9 @@ static void print_event(const json_t *e, int tty, int *bar_open)
 		printf("resharded: generation %lld at step %lld, %lld -> %lld workers, paused %.3f s, moved %.2f MiB\n",
 		       inum(e, "generation"), inum(e, "step"), inum(e, "from"), inum(e, "to"), num(e, "pause_s"),
 		       num(e, "moved_bytes") / 1048576.0);
+	} else if (!strcmp(type, "recovering") && !strcmp(str(e, "kind"), "partial")) {
+		printf("recovering: %s; restoring the rows lost with every copy from the latest checkpoint\n",
+		       str(e, "reason"));
 	} else if (!strcmp(type, "recovering") && !strcmp(str(e, "kind"), "replica")) {
 		printf("recovering: %s; rebuilding its rows from their replicas\n", str(e, "reason"));
 	} else if (!strcmp(type, "recovering")) {

@@ -154,21 +154,24 @@ static rs_status lose_generation(rs_agent *a, const char *why, rs_err *err)
 }
 
 /*
- * The generation failed under this worker, but in a 2D world with exact
- * sync its model is whole (the failed step changed nothing) and every row
- * of a lost peer has a copy in another replica group: keep the model, stop
- * the transport (the others must not wait for this rank) and report paused
- * at the last step done. The coordinator rebuilds the world from the
- * copies with a reshard, or rolls it back after all (an abort of this
- * generation, which drops the model then).
+ * The generation failed under this worker, but its model is whole (the
+ * failed step changed nothing), and either every row of a lost peer has a
+ * copy in another replica group (2D, exact sync) or partial recovery
+ * restores it from a checkpoint: keep the model, stop the transport (the
+ * others must not wait for this rank) and report paused at the last step
+ * done. The coordinator rebuilds the world with a reshard, or rolls it
+ * back after all (an abort of this generation, which drops the model then).
+ * With partial recovery a checkpoint write in flight is reported first: the
+ * newest complete checkpoint is the one restored from.
  */
 static rs_status stall(rs_agent *a, const char *why, rs_err *err)
 {
-	RS_WARN("generation %lld stopped at step %lld: %s; keeping the model for the world to heal from replicas",
-		(long long)a->cur.generation, (long long)a->cur.step, why);
+	RS_WARN("generation %lld stopped at step %lld: %s; keeping the model for the world to heal", (long long)a->cur.generation,
+		(long long)a->cur.step, why);
 	if (a->t)
 		rs_transport_abort(a->t);
 	a->stalled = 1;
+	ckpt_collect(a, a->c.cfg->cluster.partial_recovery);
 	return report_paused(a, err);
 }
 
@@ -281,7 +284,7 @@ static rs_status union_of_old(const rs_msg_start *s, const rs_plan *prev, int32_
  * the time from t0 until the transport was up (or failed).
  */
 static rs_status stage_rows(rs_agent *a, const rs_msg_start *s, double t0, rs_reshard_stats *rst, double *connect_s,
-			    rs_err *err)
+			    uint64_t *restored, rs_err *err)
 {
 	rs_plan *prev = NULL;
 	int32_t *uoo = NULL;
@@ -299,7 +302,8 @@ static rs_status stage_rows(rs_agent *a, const rs_msg_start *s, double t0, rs_re
 		rs_sleep(a->c.stall_ms / 1000.0); /* test hook: a window to kill someone during MIGRATE */
 	progress_ctx pc = {a, s->generation, 0};
 	rs_reshard_spec spec = {.old_plan = prev, .new_plan = a->st_plan, .union_of_old = uoo, .uni = a->st_uni,
-				.train_t = a->st_t, .engine = a->engine, .progress = on_progress, .progress_ctx = &pc};
+				.train_t = a->st_t, .engine = a->engine, .progress = on_progress, .progress_ctx = &pc,
+				.restore = s->restore, .restored = restored};
 	st = rs_trainer_stage(a->c.cfg, a->tr, &spec, &a->st_tr, rst, err);
 out:
 	free(uoo);
@@ -318,7 +322,8 @@ static rs_status stage(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_err
 	a->st_plan = plan;
 	RSCHECK(relisten(a, err));
 	RSCHECK(rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_STAGING, s->generation, 0, NULL), err));
-	rs_status st = stage_rows(a, s, t0, &rst, &connect_s, &why);
+	uint64_t *restored = calloc((size_t)a->c.cfg->ntables + 1, sizeof(uint64_t));
+	rs_status st = restored ? stage_rows(a, s, t0, &rst, &connect_s, restored, &why) : RS_ENOMEM;
 	a->st_ok = st == RS_OK;
 	take_run(&a->staged, s);
 	rs_msg_staged m = {.generation = s->generation, .ok = a->st_ok};
@@ -330,7 +335,14 @@ static rs_status stage(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_err
 		m.wire_bytes = (int64_t)rst.wire_bytes, m.kept_bytes = (int64_t)rst.kept_bytes;
 		m.connect_s = connect_s, m.copy_s = rst.copy_s, m.move_s = rst.move_s;
 		m.checksum = a->st_tr ? checksum_json(a, a->st_tr, NULL) : NULL;
-		if (a->st_tr && !m.checksum) /* unverifiable: the coordinator must abort, not count it as holding nothing */
+		if (rst.restored_rows > 0) {
+			RS_INFO("generation %lld: %lld rows lost with every copy restored from %s", (long long)s->generation,
+				(long long)rst.restored_rows, s->restore);
+			m.restored_rows = rst.restored_rows;
+			m.restored = rs_proto_checksums_to_json(restored, a->c.cfg->ntables);
+		}
+		if ((a->st_tr && !m.checksum) || (rst.restored_rows > 0 && !m.restored))
+			/* unverifiable: the coordinator must abort, not count it as holding nothing */
 			a->st_ok = m.ok = 0, m.reason = "out of memory computing the staged rows' checksum";
 	} else {
 		m.reason = why.msg[0] ? why.msg : rs_status_str(st);
@@ -340,6 +352,8 @@ static rs_status stage(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_err
 	}
 	json_t *j = rs_proto_make_staged(&m);
 	json_decref(m.checksum);
+	json_decref(m.restored);
+	free(restored);
 	return rs_link_status(&a->link, j, err);
 }
 
@@ -458,6 +472,20 @@ static void ckpt_take(rs_agent *a, int *stop, rs_err *lost)
 	RS_DEBUG("checkpoint of step %lld: copied in %.3f s", (long long)a->cur.step, rs_now() - t0);
 }
 
+/*
+ * Test hook (--fault exit-after-checkpoint=STEP@NAME): once this worker's
+ * part of the checkpoint of this step is written and reported, die as
+ * abruptly as a SIGKILL would, before the next step: the survivors stop at
+ * exactly this step (and report their parts when they do).
+ */
+static void exit_after_checkpoint(rs_agent *a)
+{
+	ckpt_collect(a, 1);
+	rs_link_close(&a->link); /* the report goes out first */
+	RS_WARN("test hook: exiting after the checkpoint of step %lld", (long long)a->cur.step);
+	_exit(137);
+}
+
 /* At the end of the last step: the checkpoint asked for, then "done". */
 static rs_status finish(rs_agent *a, rs_err *err)
 {
@@ -512,6 +540,8 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 		if ((r->ckpt_every > 0 && r->step % r->ckpt_every == 0) || stats.checkpoint) {
 			ckpt_take(a, stop, lost);
 			a->ckpt_at = rs_now();
+			if (a->c.exit_after_checkpoint == r->step)
+				exit_after_checkpoint(a);
 			if (*stop || lost->msg[0])
 				return RS_OK;
 		}

@@ -75,6 +75,8 @@ typedef struct rs_agent_config {
 	void *connect_ctx;
 	int64_t stall_ms;                    /* tests: every reshard waits this long before rows move */
 	int64_t stall_connect_ms;            /* tests: and this long before it connects its transport */
+	int64_t exit_after_checkpoint;       /* tests: once the checkpoint of this step is complete, exit at once
+						(a worker lost right after a checkpoint); 0: never */
 } rs_agent_config;
 
 /* Why rs_agent_run ended well. */

@@ -112,6 +112,8 @@ static rs_status plan_chunks(stager *g, size_t chunk_bytes, int64_t *rounds)
 	rs_status st = RS_OK;
 	for (int i = 0; st == RS_OK && i < g->nmoves; i++) {
 		const rs_move *m = &g->moves[i];
+		if (m->src == RS_MOVE_RESTORE)
+			continue; /* from the checkpoint: restore_rows */
 		int32_t src = g->spec->union_of_old[m->src], dst = m->dst;
 		const tinfo *ti = &tables[m->table];
 		size_t rb = packed_row_bytes(g->cfg, m);
@@ -271,6 +273,44 @@ static rs_status copy_kept(stager *g)
 		}
 	}
 	return RS_OK;
+}
+
+static uint64_t rows_sum(const rs_trainer *tr, const lshard *ls, int64_t r0, int64_t n);
+
+/*
+ * Partial recovery: the rows of this member's moves from the checkpoint
+ * (lost with every copy), loaded into the new shards; the counted ones'
+ * checksum into spec->restored.
+ */
+static rs_status restore_rows(stager *g)
+{
+	rs_ckpt_index ix;
+	int have = 0;
+	rs_status st = RS_OK;
+	for (int i = 0; st == RS_OK && i < g->nmoves; i++) {
+		const rs_move *m = &g->moves[i];
+		if (m->src != RS_MOVE_RESTORE || m->dst != g->me)
+			continue;
+		const lshard *ls = move_shard(g->nt, m);
+		if (!ls) {
+			st = rs_err_set(g->err, RS_EINVAL, "reshard: table '%s': rows %lld..%lld to restore are not one shard's",
+					g->cfg->tables[m->table].name, (long long)m->row_offset,
+					(long long)(m->row_offset + m->rows - 1));
+			break;
+		}
+		if (!have && (st = rs_checkpoint_index_read(g->spec->restore, &ix, g->err)) != RS_OK)
+			break;
+		have = 1;
+		st = rs__trainer_restore(g->nt, ls, g->spec->restore, &ix, m->row_offset, m->row_offset + m->rows, g->err);
+		if (st != RS_OK)
+			break;
+		g->stats->restored_rows += m->rows;
+		if (g->spec->restored && rs__counted(g->nt, (int)(ls - g->nt->shards)))
+			g->spec->restored[m->table] += rows_sum(g->nt, ls, m->row_offset - ls->s.row_offset, m->rows);
+	}
+	if (have)
+		rs_checkpoint_index_free(&ix);
+	return st;
 }
 
 /*
@@ -524,7 +564,11 @@ rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs
 		int32_t u = spec->union_of_old[r];
 		old_to_new[r] = u == -1 ? RS_PLAN_LOST : u < spec->new_plan->world.ranks ? u : -1;
 	}
-	RSCHECKGOTO(rs_plan_diff(cfg, spec->old_plan, spec->new_plan, old_to_new, &g.moves, &g.nmoves, err), st, out);
+	RSCHECKGOTO(rs_plan_diff_restoring(cfg, spec->old_plan, spec->new_plan, old_to_new, spec->restore != NULL, &g.moves,
+					   &g.nmoves, err),
+		    st, out);
+	if (spec->restored)
+		memset(spec->restored, 0, sizeof(uint64_t) * (size_t)cfg->ntables);
 	/* the new shards need no initial values: every row is kept or received */
 	if (spec->train_t)
 		RSCHECKGOTO(rs__trainer_alloc(cfg, spec->new_plan, spec->train_t,
@@ -543,6 +587,8 @@ rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs
 				rs__mem_populate(ls->smem);
 		}
 	}
+	if (g.nt && spec->restore)
+		RSCHECKGOTO(restore_rows(&g), st, out);
 	double t1 = rs_now();
 	g.stats->copy_s = t1 - t0;
 	int64_t rounds;
@@ -672,6 +718,32 @@ static uint64_t hash_bytes(const void *data, size_t n, uint64_t seed)
 	return rs_mix64(a ^ rs_mix64(b) ^ (c << 17 | c >> 47) ^ rs_mix64(d + k));
 }
 
+/* The checksum of rows [r0, r0 + n) of local shard ls (shard-relative): a sum over rows, so it adds up across shards. */
+static uint64_t rows_sum(const rs_trainer *tr, const lshard *ls, int64_t r0, int64_t n)
+{
+	const tinfo *ti = &tr->tables[ls->table];
+	uint64_t sum = 0;
+	for (int64_t r = r0; r < r0 + n; r++) {
+		void *w, *s;
+		size_t wl, sl;
+		int live = 0;
+		rs__row_blocks(tr->cfg, ls, r, 1, &w, &wl, &s, &sl);
+		uint64_t id = ti->zch ? rs_zch_slot_id(ti->zch, ls->s.row_offset + r, &live) : 0;
+		if (ti->zch) { /* and eviction's past: copies that disagree there would evict apart */
+			uint32_t meta[3];
+			rs_zch_slot_meta(ti->zch, ls->s.row_offset + r, meta);
+			id = rs_mix64(id ^ ((uint64_t)meta[0] << 32 | meta[1]));
+		}
+		/* where the row is in the table, then what it holds */
+		uint64_t h = rs_mix64((uint64_t)(ls->s.row_offset + r) * 0x9E3779B97F4A7C15ull + (uint64_t)ls->table);
+		h = hash_bytes(w, wl, h ^ ((uint64_t)(uint32_t)ls->s.col_offset << 32));
+		if (sl)
+			h = hash_bytes(s, sl, h);
+		sum += rs_mix64(h ^ rs_mix64(id + (uint64_t)live));
+	}
+	return sum;
+}
+
 void rs_trainer_checksums(const rs_trainer *tr, uint64_t *counted, uint64_t *held)
 {
 	const rs_config *cfg = tr->cfg;
@@ -681,29 +753,10 @@ void rs_trainer_checksums(const rs_trainer *tr, uint64_t *counted, uint64_t *hel
 		memset(held, 0, sizeof(uint64_t) * (size_t)cfg->ntables);
 	for (int i = 0; i < tr->nshards; i++) {
 		const lshard *ls = &tr->shards[i];
-		const tinfo *ti = &tr->tables[ls->table];
 		int counts = counted && rs__counted(tr, i);
 		if (!counts && !held)
 			continue;
-		uint64_t sum = 0;
-		for (int64_t r = 0; r < ls->s.rows; r++) {
-			void *w, *s;
-			size_t wl, sl;
-			int live = 0;
-			rs__row_blocks(cfg, ls, r, 1, &w, &wl, &s, &sl);
-			uint64_t id = ti->zch ? rs_zch_slot_id(ti->zch, ls->s.row_offset + r, &live) : 0;
-			if (ti->zch) { /* and eviction's past: copies that disagree there would evict apart */
-				uint32_t meta[3];
-				rs_zch_slot_meta(ti->zch, ls->s.row_offset + r, meta);
-				id = rs_mix64(id ^ ((uint64_t)meta[0] << 32 | meta[1]));
-			}
-			/* where the row is in the table, then what it holds */
-			uint64_t h = rs_mix64((uint64_t)(ls->s.row_offset + r) * 0x9E3779B97F4A7C15ull + (uint64_t)ls->table);
-			h = hash_bytes(w, wl, h ^ ((uint64_t)(uint32_t)ls->s.col_offset << 32));
-			if (sl)
-				h = hash_bytes(s, sl, h);
-			sum += rs_mix64(h ^ rs_mix64(id + (uint64_t)live));
-		}
+		uint64_t sum = rows_sum(tr, ls, 0, ls->s.rows);
 		if (counts)
 			counted[ls->table] += sum;
 		if (held)

@@ -160,6 +160,14 @@ typedef struct rs_reshard_spec {
 	rs_engine *engine;           /* the new trainer's engine; NULL: the old trainer's (the CPU for a joiner) */
 	size_t chunk_bytes;          /* the largest chunk of rows sent at once; 0: RS_RESHARD_CHUNK_BYTES */
 	/*
+	 * Partial recovery: the checkpoint that rows lost with every copy come
+	 * back from (NULL: such rows fail the plan diff), and where the counted
+	 * checksum of the rows this member restored goes per table (NULL: not
+	 * wanted; zeroed first).
+	 */
+	const char *restore;
+	uint64_t *restored;
+	/*
 	 * Called after each round when not NULL: sent[u] is what this member has
 	 * sent to union rank u so far, total[u] what it will have sent (payload
 	 * bytes, as the plan diff counts them), npeers the union's size.
@@ -176,6 +184,7 @@ typedef struct rs_reshard_stats {
 	uint64_t wire_bytes;             /* everything this member sent: rows, checksums, bucket headers, dense */
 	uint64_t kept_bytes;             /* rows copied locally from the old shards */
 	int64_t chunks_sent, chunks_recv;
+	int64_t restored_rows;           /* rows loaded from spec->restore (ZCH tables: slots) */
 	int rounds;
 	double copy_s;                   /* preparing the new shards: kept rows shared or copied, pages faulted in */
 	double move_s;                   /* the chunk rounds (send, receive, verify) and the dense network */
@@ -212,9 +221,10 @@ void rs_trainer_commit(rs_trainer *staged, rs_trainer *old);
 
 /*
  * Whether this trainer can go on after its last step failed on a lost peer:
- * a 2D world with exact replica sync, whose failed step changed nothing
- * (rs_trainer_step updates only after its last collective), so a copy of
- * every lost row lives on in another replica group.
+ * its failed step changed nothing (rs_trainer_step updates only after its
+ * last collective), and either the world is 2D with exact replica sync (a
+ * copy of every lost row lives on in another replica group) or the config
+ * asks for partial recovery (the lost rows come back from a checkpoint).
  */
 int rs_trainer_can_heal(const rs_trainer *tr);
 

@@ -329,17 +329,19 @@ static rs_status load_rows(const rs_trainer *tr, const lshard *ls, const rs_st_f
 	return RS_OK;
 }
 
-/* Fill local shard ls from the checkpoint's shards of its table (validated: they tile it) that overlap it. */
-static rs_status load_shard(const rs_trainer *tr, const lshard *ls, const char *dir, const rs_ckpt_table *ct,
-			    rs_err *err)
+/*
+ * Fill table rows [from, to) of local shard ls from the checkpoint's shards
+ * of its table (validated: they tile it) that overlap them.
+ */
+static rs_status load_shard_rows(const rs_trainer *tr, const lshard *ls, const char *dir, const rs_ckpt_table *ct,
+				 int64_t from, int64_t to, rs_err *err)
 {
 	const rs_table_config *tc = &tr->cfg->tables[ls->table];
 	int64_t covered = 0;
 	for (int i = 0; i < ct->nshards; i++) {
 		const rs_ckpt_shard *cs = &ct->shards[i];
-		int64_t lo = cs->row_offset > ls->s.row_offset ? cs->row_offset : ls->s.row_offset;
-		int64_t end = ls->s.row_offset + ls->s.rows;
-		int64_t hi = cs->row_offset + cs->rows < end ? cs->row_offset + cs->rows : end;
+		int64_t lo = cs->row_offset > from ? cs->row_offset : from;
+		int64_t hi = cs->row_offset + cs->rows < to ? cs->row_offset + cs->rows : to;
 		int cols_overlap = cs->col_offset < ls->s.col_offset + ls->s.cols && ls->s.col_offset < cs->col_offset + cs->cols;
 		if (lo >= hi || !cols_overlap)
 			continue;
@@ -357,16 +359,37 @@ static rs_status load_shard(const rs_trainer *tr, const lshard *ls, const char *
 		RSCHECK(st);
 		covered += hi - lo;
 	}
-	if (covered != ls->s.rows) /* cannot happen with a tiling index: a last guard */
+	if (covered != to - from) /* cannot happen with a tiling index: a last guard */
 		return rs_err_set(err, RS_EINVAL, "%s: table '%s': the checkpoint covers %lld of rows %lld..%lld once (%lld rows)",
-				  dir, tc->name, (long long)covered, (long long)ls->s.row_offset,
-				  (long long)(ls->s.row_offset + ls->s.rows - 1), (long long)ls->s.rows);
+				  dir, tc->name, (long long)covered, (long long)from, (long long)to - 1, (long long)(to - from));
 	return RS_OK;
+}
+
+/* The checkpoint's entry for the table of local shard ls, checked to have this config's shape, dtype and optimizer. */
+static rs_status ckpt_table_of(const rs_trainer *tr, const lshard *ls, const char *dir, const rs_ckpt_index *ix,
+			       const rs_ckpt_table **out, rs_err *err)
+{
+	const rs_config *cfg = tr->cfg;
+	const rs_table_config *tc = &cfg->tables[ls->table];
+	const rs_ckpt_table *ct = rs_checkpoint_index_table(ix, tc->name);
+	if (!ct || ct->rows != tc->rows || ct->dim != tc->dim || ct->dtype != tc->dtype ||
+	    ct->optimizer != cfg->optimizer.kind)
+		return rs_err_set(err, RS_EINVAL, "%s: table '%s': not in the checkpoint with this config's shape, "
+				  "dtype and optimizer", dir, tc->name);
+	*out = ct;
+	return RS_OK;
+}
+
+rs_status rs__trainer_restore(const rs_trainer *tr, const lshard *ls, const char *dir, const rs_ckpt_index *ix,
+			      int64_t from, int64_t to, rs_err *err)
+{
+	const rs_ckpt_table *ct = NULL;
+	RSCHECK(ckpt_table_of(tr, ls, dir, ix, &ct, err));
+	return load_shard_rows(tr, ls, dir, ct, from, to, err);
 }
 
 rs_status rs_trainer_load(rs_trainer *tr, const char *dir, int64_t *step, rs_err *err)
 {
-	const rs_config *cfg = tr->cfg;
 	rs_ckpt_index ix;
 	rs_st_file *f = NULL;
 	rs_status st = RS_OK;
@@ -374,15 +397,8 @@ rs_status rs_trainer_load(rs_trainer *tr, const char *dir, int64_t *step, rs_err
 	rs__trainer_prefetch(tr, 1);
 	for (int i = 0; i < tr->nshards; i++) {
 		const lshard *ls = &tr->shards[i];
-		const rs_table_config *tc = &cfg->tables[ls->table];
-		const rs_ckpt_table *ct = rs_checkpoint_index_table(&ix, tc->name);
-		if (!ct || ct->rows != tc->rows || ct->dim != tc->dim || ct->dtype != tc->dtype ||
-		    ct->optimizer != cfg->optimizer.kind)
-			RSFAILGOTO(st,
-				   rs_err_set(err, RS_EINVAL, "%s: table '%s': not in the checkpoint with this config's shape, "
-					      "dtype and optimizer", dir, tc->name),
-				   out);
-		RSCHECKGOTO(load_shard(tr, ls, dir, ct, err), st, out);
+		RSCHECKGOTO(rs__trainer_restore(tr, ls, dir, &ix, ls->s.row_offset, ls->s.row_offset + ls->s.rows, err),
+			    st, out);
 	}
 	char path[4096];
 	int k;

@@ -15,6 +15,7 @@
 #include "worker/data.h"
 #include "worker/dense.h"
 #include "common/batch.h"
+#include "common/checkpoint.h"
 
 /*
  * Shard memory, counted: while a reshard is open, a shard of the staged
@@ -152,6 +153,15 @@ void rs__trainer_prefetch(rs_trainer *tr, int to_host);
 /* The weights and optimizer state blocks of rows [row, row + n) of a shard (*s NULL, *slen 0 for SGD). */
 void rs__row_blocks(const rs_config *cfg, const lshard *ls, int64_t row, int64_t n, void **w, size_t *wlen, void **s,
 		    size_t *slen);
+
+/*
+ * Table rows [from, to) of local shard ls (all its columns) from the
+ * checkpoint in dir, whose index ix the caller read (train_ckpt.c): its
+ * table must have this config's shape, dtype and optimizer, and each file
+ * read passes its checksum.
+ */
+rs_status rs__trainer_restore(const rs_trainer *tr, const lshard *ls, const char *dir, const rs_ckpt_index *ix,
+			      int64_t from, int64_t to, rs_err *err);
 
 /* Whether local shard i is a data-parallel table's full copy (synced by all-reduce, not by replica groups). */
 static inline int rs__is_dp(const rs_trainer *tr, int i) { return tr->tables[tr->shards[i].table].dp_shard == i; }

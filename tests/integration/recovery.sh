@@ -18,6 +18,12 @@
 #      step 60; equal
 #   7. a SIGKILL of an old member during a reshard's migration: the attempt
 #      aborts and the world rolls back; the job finishes
+#   8. "recovery": "partial" (CPR): worker-1 exits right after the
+#      checkpoint of step 60 completed: only its rows come back from that
+#      checkpoint, the survivors keep theirs, no step trained again; the
+#      stale rows reported are the ones it held, and the final weights equal
+#      (1) (nothing was stale); then a SIGKILL later than a checkpoint: the
+#      job finishes with the rows it restored some steps old
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
@@ -122,6 +128,38 @@ finished migrate
 check "migrate: the loss during the migration rolled the world back to step 30" \
 	grep -q "recovery: worker-1 was lost during the migration .*(step 30)" "$tmp/migrate.out"
 check "migrate: the job ended on 4 workers" grep -q "training done: 4 workers, 120 steps" "$tmp/migrate.out"
+
+# 8. partial recovery
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c.setdefault("cluster", {})["recovery"] = "partial"
+json.dump(c, open(sys.argv[2], "w"))' "$cfg" "$tmp/partial.json"
+held=$("$bin/rowshiftctl" plan --config "$tmp/partial.json" --world 3 --json | python3 -c 'import json, sys
+p = json.load(sys.stdin)  # generation 1 is planned afresh for 3 workers; worker-1 is rank 1
+print(sum(s["rows"] for t in p["tables"] if t["sharding"] != "data_parallel" for s in t["shards"] if s["rank"] == 1))')
+cfg=$tmp/partial.json ROWSHIFT_FAULT=exit-after-checkpoint=60@worker-1 run partial --checkpoint-dir "$tmp/ck8" \
+	--checkpoint-every 30
+finished partial
+check "partial: worker-1's rows come back from the latest checkpoint, the others keep theirs" \
+	grep -q "^recovery: worker-1 was lost holding the only copy of rows of .*; restoring the rows lost with every copy from the latest checkpoint" "$tmp/partial.out"
+check "partial: no rollback, no step trained again; the $held rows worker-1 held are reported stale, from step 60" \
+	grep -q "^recovered: generation 2 (3 workers) made step 61, .*(partial: $held stale rows restored from step 60, 0 steps old; no step lost)" "$tmp/partial.out"
+check "partial: --log-json has it, with the stale rows" \
+	grep -q "\"event\":\"recovered\",\"kind\":\"partial\".*\"restored_step\":60,\"stale_rows\":$held" "$tmp/partial.jsonl"
+equal partial
+port=$(free_port)
+cfg=$tmp/partial.json run stale --checkpoint-dir "$tmp/ck9" --checkpoint-every 30 --listen "127.0.0.1:$port"
+wait_for "$tmp/stale.out" "^step *7[0-9] " 60
+kill_worker 1
+wait_for "$tmp/stale.out" "^recovered:" 60
+curl -s "http://127.0.0.1:$port/metrics" >"$tmp/metrics9.txt"
+finished stale
+check "stale: a SIGKILL after step 70: the rows restored are from step 60, the job trains on from where it stopped" \
+	grep -q "^recovered: generation 2 (3 workers) made step [0-9]*, .*(partial: $held stale rows restored from step 60, [1-9][0-9]* steps old" "$tmp/stale.out"
+check "stale: /metrics counts a partial recovery and its stale rows" bash -c \
+	"grep -q '^rowshift_recoveries_total{kind=\"partial\"} 1$' '$tmp/metrics9.txt' &&
+	 grep -q '^rowshift_recovery_stale_rows_total $held$' '$tmp/metrics9.txt' &&
+	 grep -q '^rowshift_recoveries_total{kind=\"rollback\"} 0$' '$tmp/metrics9.txt'"
+check "stale: its final weights are not the undisturbed run's (rows trained from older values)" bash -c \
+	"! '$bin/rowshiftctl' checkpoint diff '$tmp/base.final' '$tmp/stale.final' --max-rel 1e-5 >/dev/null"
 
 [ "$fails" = 0 ] || for f in "$tmp"/*.out; do echo "--- $f"; grep -v "^step" "$f" | tail -12; done
 finish_checks recovery

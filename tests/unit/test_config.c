@@ -47,6 +47,7 @@ static void test_minimal_gets_defaults(void **state)
 	assert_int_equal(cfg->dense.interaction, RS_INTERACTION_AUTO);
 	assert_int_equal(cfg->data.kind, RS_DATA_SYNTHETIC);
 	assert_true(cfg->data.zipf_alpha == 1.05);
+	assert_int_equal(cfg->cluster.partial_recovery, 0);
 	assert_int_equal(cfg->data.eval_every, 50);
 	assert_int_equal(cfg->train.global_batch, 1024);
 	assert_int_equal(cfg->train.steps, 200);
@@ -71,7 +72,7 @@ static void test_every_field(void **state)
 		" \"eval_samples\": 5, \"eval_every\": 3},"
 		"\"train\": {\"global_batch\": 64, \"steps\": 11, \"seed\": 12},"
 		"\"cluster\": {\"ranks_per_node\": 2, \"memory_per_rank\": \"512MiB\", \"sharding_group\": 4,"
-		" \"replica_sync\": {\"every\": 6}}}");
+		" \"replica_sync\": {\"every\": 6}, \"recovery\": \"partial\"}}");
 	const rs_table_config *a = &cfg->tables[0], *b = &cfg->tables[1];
 	assert_int_equal(a->nfeatures, 2);
 	assert_string_equal(a->features[1], "y");
@@ -96,6 +97,7 @@ static void test_every_field(void **state)
 	assert_true(cfg->cluster.memory_per_rank == 512ull << 20);
 	assert_int_equal(cfg->cluster.sharding_group, 4);
 	assert_int_equal(cfg->cluster.replica_sync_every, 6);
+	assert_int_equal(cfg->cluster.partial_recovery, 1);
 	/* bf16 rows with adam: 2 bytes per element plus two fp32 moments */
 	assert_int_equal(rs_table_row_bytes(cfg, a), 32 * 2 + 8 * 32);
 	assert_int_equal(rs_config_find_table(cfg, "b"), 1);
@@ -160,6 +162,8 @@ static const struct bad_case {
 	{"ranks per node", "{\"tables\": [" T1 "}], \"cluster\": {\"ranks_per_node\": 0}}", {"cluster.ranks_per_node"}},
 	{"sharding group", "{\"tables\": [" T1 "}], \"cluster\": {\"sharding_group\": 0}}", {"cluster.sharding_group"}},
 	{"replica sync", "{\"tables\": [" T1 "}], \"cluster\": {\"replica_sync\": \"sometimes\"}}", {"cluster.replica_sync", "exact"}},
+	{"recovery", "{\"tables\": [" T1 "}], \"cluster\": {\"recovery\": \"sometimes\"}}", {"cluster.recovery", "partial"}},
+	{"recovery type", "{\"tables\": [" T1 "}], \"cluster\": {\"recovery\": 1}}", {"cluster.recovery", "rollback"}},
 	{"replica sync every", "{\"tables\": [" T1 "}], \"cluster\": {\"replica_sync\": {\"every\": 0}}}", {"replica_sync.every"}},
 	{"replica sync key", "{\"tables\": [" T1 "}], \"cluster\": {\"replica_sync\": {\"evry\": 2}}}", {"evry"}},
 	{"duplicate key", "{\"tables\": [" T1 ", \"dim\": 4}]}", {"t.json:1:"}},

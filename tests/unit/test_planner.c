@@ -357,6 +357,19 @@ static void test_diff_takes_lost_rows_from_replicas(void **state)
 	int32_t both[4] = {RS_PLAN_LOST, RS_PLAN_LOST, 2, 3};
 	assert_int_equal(rs_plan_diff(cfg, p, p, both, &mv, &nmv, &err), RS_ENOTFOUND);
 	assert_non_null(strstr(err.msg, "lost with every copy"));
+	/* restoring (partial recovery): role 0's rows come from the checkpoint, data-parallel ones from a live copy */
+	assert_int_equal(rs_plan_diff_restoring(cfg, p, p, both, 1, &mv, &nmv, &err), RS_OK);
+	uint64_t restored = 0, copied = 0;
+	for (int i = 0; i < nmv; i++) {
+		int dp = p->tables[mv[i].table].sharding == RS_SHARD_DP;
+		assert_true(mv[i].dst == 0 || mv[i].dst == 1);
+		assert_int_equal(mv[i].src, dp ? mv[i].src : RS_MOVE_RESTORE);
+		assert_true(!dp || mv[i].src == 2 || mv[i].src == 3);
+		*(dp ? &copied : &restored) += mv[i].bytes;
+	}
+	assert_true(restored > 0);
+	assert_int_equal(restored + copied, p->ranks[0].memory + p->ranks[1].memory);
+	free(mv);
 	rs_plan_free(p);
 	rs_config_free(cfg);
 	free(json);

@@ -207,6 +207,9 @@ static void test_reshard_messages(void **state)
 	expect(START ",\"previous_plan\":{},\"union_of_old\":[0,3]}", check_start, RS_EINVAL); /* outside */
 	expect(START ",\"previous_plan\":{},\"union_of_old\":[-1,0,-1]}", check_start, RS_OK); /* lost ones */
 	expect(START ",\"previous_plan\":{},\"union_of_old\":[-2,0]}", check_start, RS_EINVAL);
+	expect(START RESHARD ",\"restore\":\"ck/step-000000060\"}", check_start, RS_OK);
+	expect(START ",\"restore\":\"ck/step-000000060\"}", check_start, RS_EINVAL); /* restore: a reshard's only */
+	expect(START RESHARD ",\"restore\":7}", check_start, RS_EINVAL);
 	expect(START RESHARD ",\"checkpoint_dir\":\"/c\",\"checkpoint_interval\":60}", check_start, RS_OK); /* by time only */
 	expect(START RESHARD ",\"checkpoint_dir\":\"/c\",\"checkpoint_every\":5,\"checkpoint_interval\":60}", check_start, RS_OK);
 	expect(START RESHARD ",\"checkpoint_dir\":\"/c\"}", check_start, RS_EINVAL);             /* when? */
@@ -230,6 +233,8 @@ static void test_reshard_messages(void **state)
 	expect("{\"type\":\"staged\",\"generation\":4,\"ok\":false}", check_staged, RS_OK); /* a reason is filled in */
 	expect("{\"type\":\"staged\",\"generation\":4,\"ok\":true,\"sent_bytes\":-1}", check_staged, RS_EINVAL);
 	expect("{\"type\":\"staged\",\"generation\":4,\"ok\":1}", check_staged, RS_EINVAL);
+	expect("{\"type\":\"staged\",\"generation\":4,\"ok\":true,\"restored_rows\":-3}", check_staged, RS_EINVAL);
+	expect("{\"type\":\"staged\",\"generation\":4,\"ok\":true,\"restored\":{}}", check_staged, RS_EINVAL);
 	expect("{\"type\":\"resume\",\"generation\":4,\"steps\":100,\"last\":true}", check_resume, RS_OK);
 	expect("{\"type\":\"resume\",\"generation\":4,\"steps\":100}", check_resume, RS_EINVAL);
 	expect("{\"type\":\"commit\",\"generation\":4}", check_generation, RS_OK);
@@ -296,7 +301,7 @@ static void test_builders_round_trip(void **state)
 
 	rs_msg_start st = {.generation = 3, .rank = 1, .world = 1, .union_world = 2, .peers = peers, .plan = plan,
 			   .previous_plan = plan, .union_of_old = uoo, .first_step = 40, .steps = 80, .eval_every = 10,
-			   .eval_samples = 100, .save = "ck", .last = 1}, sb;
+			   .eval_samples = 100, .save = "ck", .restore = "ck/step-000000040", .last = 1}, sb;
 	m = wire(rs_proto_make_start(&st));
 	assert_int_equal(rs_proto_start(m, &sb, &err), RS_OK);
 	assert_int_equal(sb.generation, 3);
@@ -304,6 +309,7 @@ static void test_builders_round_trip(void **state)
 	assert_int_equal(sb.steps, 80);
 	assert_true(sb.last);
 	assert_string_equal(sb.save, "ck");
+	assert_string_equal(sb.restore, "ck/step-000000040");
 	assert_non_null(sb.previous_plan);
 	json_decref(m);
 
@@ -317,12 +323,16 @@ static void test_builders_round_trip(void **state)
 	assert_int_equal(rs_proto_checksums(pb.held, back, 2, &err), RS_OK);
 	json_decref(m);
 
-	rs_msg_staged sa = {.generation = 4, .ok = 1, .checksum = cs, .sent_bytes = 5, .recv_bytes = 6, .move_s = 0.5},
+	rs_msg_staged sa = {.generation = 4, .ok = 1, .checksum = cs, .restored = cs, .restored_rows = 12,
+			    .sent_bytes = 5, .recv_bytes = 6, .move_s = 0.5},
 		      sg;
 	m = wire(rs_proto_make_staged(&sa));
 	assert_int_equal(rs_proto_staged(m, &sg, &err), RS_OK);
 	assert_true(sg.ok);
 	assert_int_equal(sg.recv_bytes, 6);
+	assert_int_equal(sg.restored_rows, 12);
+	assert_int_equal(rs_proto_checksums(sg.restored, back, 2, &err), RS_OK);
+	assert_true(back[1] == UINT64_MAX);
 	json_decref(m);
 	sa.ok = 0, sa.reason = "bad chunk";
 	m = wire(rs_proto_make_staged(&sa));

@@ -66,6 +66,7 @@ static rs_state *sample(sample_state *x)
 	s->union_of_old = uoo;
 	before[0] = 1, before[1] = UINT64_MAX;
 	s->before = before, s->nbefore = 2;
+	s->restore = "ck/step-000000040";
 	s->attempts = 1, s->next_schedule = 1;
 	s->config = "examples/dlrm-small.json", s->url = "ws://127.0.0.1:4000", s->token = "s3cret";
 	s->steps = 200;
@@ -113,6 +114,7 @@ static void test_round_trip(void **state)
 	assert_int_equal(back.union_of_old[0], 2);
 	assert_int_equal(back.nbefore, 2);
 	assert_true(back.before[1] == UINT64_MAX);
+	assert_string_equal(back.restore, "ck/step-000000040");
 	assert_int_equal(back.attempts, 1);
 	assert_int_equal(back.next_schedule, 1);
 	assert_string_equal(back.token, "s3cret");
@@ -202,6 +204,8 @@ static void test_refused(void **state)
 	refused("\"union_of_old\":[2,0]", "\"union_of_old\":[1,0]", "union_of_old"); /* points at another member */
 	refused("\"union_of_old\":[2,0]", "\"union_of_old\":[2]", "union_of_old");
 	refused("\"before\":[", "\"before\":[\"x\",", "before");
+	refused("\"restore\":\"ck/step-000000040\"", "\"restore\":\"\"", "attempt.restore");
+	refused("\"restore\":\"ck/step-000000040\"", "\"restore\":40", "attempt");
 	refused("\"generation\":6", "\"generation\":3", "attempt.generation");      /* before the committed one */
 	refused("\"world\":2,\"union_of_old\"", "\"world\":4,\"union_of_old\"", "attempt.world");
 	refused("[120,2]", "[40,2]", "schedule");                                  /* steps must increase */
