@@ -18,7 +18,15 @@
 //       events create (core and events.k8s.io); no cluster-wide RBAC
 //   nonroot FILE...                      no container can run as root or gain privileges
 //   token FILE...                        print the Secret's join token
-//   gpu FILE...                          print the worker's nvidia.com/gpu limit, or "none"
+//   gpu FILE... [--resource NAME]       print the worker's nvidia.com/gpu (NAME) limit, or "none"
+//   qos FILE...                          every container has cpu and memory requests equal to its limits
+//   devices FILE...                      print the worker's --device, --transport, GPU limits and both
+//       pods' NVIDIA_VISIBLE_DEVICES, one line
+//   image FILE... WANT                   every container runs the image WANT
+//   servicemonitor FILE... [--tls] [--token]  the ServiceMonitor scrapes the coordinator's Service
+//   hatches FILE... VALUES.json          coordinator.* and worker.* escape hatches of VALUES are in the pods
+//   tokens FILE... SECRET                no Secret rendered, the pods' tokens come from SECRET
+//   replicas FILE...                     print the worker StatefulSet's replicas
 //   tls FILE...                          the chart rendered with tls.secretName=rowshift-tls
 //   checkpoint FILE...                   the chart rendered with checkpoint.existingClaim=ckpts, every=500, keep=3
 // Exits non-zero, saying what differs, when a check fails.
@@ -71,7 +79,7 @@ function normalize(o) {
     if (Array.isArray(x)) { x.forEach(walk); return; }
     if (x && typeof x === "object") {
       if (x.labels && typeof x.labels === "object") for (const l of DROP_LABELS) delete x.labels[l];
-      if (typeof x.image === "string") x.image = x.image.replace(/:[^:/@]+$/, "");
+      if (typeof x.image === "string") x.image = x.image.replace(/(@sha256:[0-9a-f]{64}|:[^:/@]+)$/, "");
       Object.values(x).forEach(walk);
     }
   };
@@ -133,7 +141,8 @@ function contract(args) {
   const names = new Set(objs.map(key));
   const want = ["ServiceAccount/rowshift-coordinator", "Role/rowshift-coordinator", "RoleBinding/rowshift-coordinator",
     "Secret/rowshift-join-token", "ConfigMap/rowshift-model", "Deployment/rowshift-coordinator",
-    "Service/rowshift-coordinator", "Service/rowshift-worker", "StatefulSet/rowshift-worker"];
+    "Service/rowshift-coordinator", "Service/rowshift-worker", "StatefulSet/rowshift-worker",
+    "PodDisruptionBudget/rowshift-worker"];
   for (const w of want) if (!names.has(w)) fail(`no ${w}`);
   for (const o of objs) {
     if (o.kind === "Namespace") continue;
@@ -176,12 +185,17 @@ function contract(args) {
   if (!/^-?\d+$/.test(a[12] || "") || !/^\d+$/.test(a[14] || "")) fail(`--steps ${a[12]} --debounce-ms ${a[14]}: not integers`);
   const cenv = (cc.env || []).filter((e) => e.name !== "ROWSHIFT_STATUS_TOKEN");
   expectEq("coordinator env", cenv, [secretEnv("ROWSHIFT_JOIN_TOKEN", "token"), fieldEnv("POD_NAMESPACE", "metadata.namespace"),
-    { name: "ROWSHIFT_ALLOWED_HOSTS", value: "rowshift-coordinator,rowshift-coordinator.rowshift,rowshift-coordinator.rowshift.svc,rowshift-coordinator.rowshift.svc.cluster.local" }]);
+    { name: "ROWSHIFT_ALLOWED_HOSTS", value: "rowshift-coordinator,rowshift-coordinator.rowshift,rowshift-coordinator.rowshift.svc,rowshift-coordinator.rowshift.svc.cluster.local" },
+    { name: "NVIDIA_VISIBLE_DEVICES", value: "void" }]);
   const st = (cc.env || []).find((e) => e.name === "ROWSHIFT_STATUS_TOKEN");
   if (st) expectEq("coordinator ROWSHIFT_STATUS_TOKEN", st, secretEnv("ROWSHIFT_STATUS_TOKEN", "status-token"));
   expectEq("coordinator ports", cc.ports, [{ name: "control", containerPort: 7070, protocol: "TCP" }]);
   expectEq("coordinator liveness", cc.livenessProbe && cc.livenessProbe.httpGet, { path: "/healthz", port: 7070 });
   expectEq("coordinator readiness", cc.readinessProbe && cc.readinessProbe.httpGet, { path: "/readyz", port: 7070 });
+  expectEq("coordinator startup probe", cc.startupProbe && cc.startupProbe.httpGet, { path: "/healthz", port: 7070 });
+  if (!(cc.startupProbe && cc.startupProbe.periodSeconds * cc.startupProbe.failureThreshold >= 60)) {
+    fail(`coordinator startup probe: ${JSON.stringify(cc.startupProbe)} allows less than 60 s to start`);
+  }
   const svc = find(objs, "Service", "rowshift-coordinator");
   expectEq("coordinator Service type", svc.spec.type || "ClusterIP", "ClusterIP");
   expectEq("coordinator Service selector", svc.spec.selector, coordSel);
@@ -203,11 +217,14 @@ function contract(args) {
   expectEq("worker containers", wpod.spec.containers.map((c) => c.name), ["worker"]);
   const wc = wpod.spec.containers[0];
   expectEq("worker command", wc.command, ["rowshift-worker"]);
-  expectEq("worker args", wc.args, ["--config", "/etc/rowshift/model.json"]);
+  expectEq("worker args", wc.args, ["--config", "/etc/rowshift/model.json", "--device", "cuda", "--transport", "tcp"]);
   expectEq("worker env", wc.env, [{ name: "ROWSHIFT_COORDINATOR", value: "ws://rowshift-coordinator:7070" },
     secretEnv("ROWSHIFT_JOIN_TOKEN", "token"), fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_IP", "status.podIP"),
     { name: "ROWSHIFT_COORDINATOR_GRACE_MS", value: "120000" }]);
   expectEq("worker GPU limit", wc.resources && wc.resources.limits && wc.resources.limits["nvidia.com/gpu"], 1);
+  const pdb = find(objs, "PodDisruptionBudget", "rowshift-worker");
+  expectEq("worker PodDisruptionBudget", [pdb.apiVersion, pdb.spec], ["policy/v1", { maxUnavailable: 1, selector: { matchLabels: workerSel } }]);
+  qosOf([["coordinator", cc], ["worker", wc]]);
   const hsvc = find(objs, "Service", "rowshift-worker");
   expectEq("worker Service clusterIP", hsvc.spec.clusterIP, "None");
   expectEq("worker Service selector", hsvc.spec.selector, workerSel);
@@ -227,6 +244,25 @@ function contract(args) {
     if (!tmpm || !vols[tmpm.name] || !vols[tmpm.name].emptyDir) fail(`${who}: /tmp is not an emptyDir`);
   }
   if (!failed) console.log(`the contract holds (${objs.length} objects)`);
+}
+
+// Guaranteed QoS: cpu and memory requested, and requests equal to limits (units compared as written).
+function qosOf(containers) {
+  for (const [who, c] of containers) {
+    const r = c.resources || {}, req = r.requests || {}, lim = r.limits || {};
+    for (const k of ["cpu", "memory"]) {
+      if (lim[k] === undefined || String(req[k] ?? lim[k]) !== String(lim[k])) {
+        fail(`${who}: ${k} requests ${JSON.stringify(req[k])}, limits ${JSON.stringify(lim[k])} (want both, equal: Guaranteed QoS)`);
+      }
+    }
+    for (const [k, v] of Object.entries(req)) if (lim[k] !== undefined && String(lim[k]) !== String(v)) fail(`${who}: ${k} requests ${v}, limits ${lim[k]}`);
+  }
+}
+function qos(args) {
+  const specs = podSpecs(load(args));
+  if (specs.length < 2) fail(`only ${specs.length} pod templates`);
+  qosOf(specs.flatMap(({ owner, spec }) => containersOf(spec).map((c) => [`${owner} ${c.name}`, c])));
+  if (!failed) console.log(`Guaranteed QoS: ${specs.map((s) => s.owner).join(", ")}`);
 }
 
 // --- model, rbac, nonroot, token, gpu ------------------------------------------
@@ -288,10 +324,98 @@ function token(args) {
     : Buffer.from((s.data && s.data.token) || "", "base64").toString();
   console.log(t);
 }
+// gpu FILE... [--resource NAME]: the worker's limit of NAME (default nvidia.com/gpu), or "none"
 function gpu(args) {
+  const at = args.indexOf("--resource");
+  const name = at >= 0 ? args.splice(at, 2)[1] : "nvidia.com/gpu";
   const c = find(load(args), "StatefulSet", "rowshift-worker").spec.template.spec.containers[0];
-  const g = c.resources && ((c.resources.limits || {})["nvidia.com/gpu"] ?? (c.resources.requests || {})["nvidia.com/gpu"]);
+  const g = c.resources && ((c.resources.limits || {})[name] ?? (c.resources.requests || {})[name]);
   console.log(g === undefined ? "none" : String(g));
+}
+// What each pod is given to run on, one line: the worker's --device and --transport, the extended
+// resources of its limits, and NVIDIA_VISIBLE_DEVICES of both ("-" when not set), e.g.
+// "worker: device=cpu transport=tcp gpus=none visible=void; coordinator: visible=void"
+function devices(args) {
+  const objs = load(args);
+  const wc = find(objs, "StatefulSet", "rowshift-worker").spec.template.spec.containers[0];
+  const cc = find(objs, "Deployment", "rowshift-coordinator").spec.template.spec.containers[0];
+  const flag = (c, f) => { const i = (c.args || []).indexOf(f); return i < 0 ? "-" : c.args[i + 1]; };
+  const visible = (c) => { const e = (c.env || []).find((x) => x.name === "NVIDIA_VISIBLE_DEVICES"); return e ? e.value : "-"; };
+  const ext = Object.entries((wc.resources || {}).limits || {}).filter(([k]) => k.includes("/")).map(([k, v]) => `${k}=${v}`);
+  console.log(`worker: device=${flag(wc, "--device")} transport=${flag(wc, "--transport")} gpus=${ext.join(",") || "none"} ` +
+    `visible=${visible(wc)}; coordinator: visible=${visible(cc)}`);
+}
+// image FILE... WANT: both containers run exactly the image WANT
+function image(args) {
+  const want = args.pop();
+  const specs = podSpecs(load(args));
+  if (specs.length < 2) fail(`only ${specs.length} pod templates`);
+  for (const { owner, spec } of specs) for (const c of containersOf(spec)) expectEq(`${owner} ${c.name} image`, c.image, want);
+  if (!failed) console.log(`every container runs ${want}`);
+}
+// servicemonitor FILE... [--tls] [--token]: the ServiceMonitor selects the coordinator's Service and scrapes /metrics
+// on its port (with --tls: https against the workers' CA and the Service's name; --token: the status token)
+function servicemonitor(args) {
+  const tlsOn = args.includes("--tls"), tokenOn = args.includes("--token");
+  const objs = load(args.filter((a) => !a.startsWith("--")));
+  const sm = find(objs, "ServiceMonitor", "rowshift-coordinator");
+  const svc = find(objs, "Service", "rowshift-coordinator");
+  expectEq("ServiceMonitor apiVersion", sm.apiVersion, "monitoring.coreos.com/v1");
+  expectEq("ServiceMonitor namespaces", sm.spec.namespaceSelector, { matchNames: ["rowshift"] });
+  const sel = sm.spec.selector.matchLabels || {};
+  if (!Object.keys(sel).length || !Object.entries(sel).every(([k, v]) => svc.metadata.labels[k] === v)) fail(`selector ${JSON.stringify(sel)} does not select the coordinator's Service`);
+  for (const o of objs) if (o.kind === "Service" && o !== svc && Object.entries(sel).every(([k, v]) => (o.metadata.labels || {})[k] === v)) fail(`the selector also selects ${key(o)}`);
+  expectEq("ServiceMonitor endpoints", sm.spec.endpoints.length, 1);
+  const ep = sm.spec.endpoints[0];
+  if (!svc.spec.ports.some((p) => p.name === ep.port && p.port === 7070)) fail(`endpoint port ${ep.port} is not the Service's port 7070`);
+  expectEq("ServiceMonitor path", ep.path, "/metrics");
+  expectEq("ServiceMonitor scheme", ep.scheme || "http", tlsOn ? "https" : "http");
+  if (tlsOn) expectEq("ServiceMonitor tlsConfig", ep.tlsConfig, { serverName: "rowshift-coordinator.rowshift.svc", ca: { secret: { name: "rowshift-tls", key: "ca.crt" } } });
+  expectEq("ServiceMonitor authorization", ep.authorization, tokenOn ? { type: "Bearer", credentials: { name: "rowshift-join-token", key: "status-token" } } : undefined);
+  if (!failed) console.log(`ServiceMonitor: ${ep.scheme || "http"}://rowshift-coordinator:${ep.port}${ep.path}`);
+}
+// hatches FILE... VALUES.json: the escape hatches of VALUES (coordinator.* and worker.*) are in each pod as given
+function hatches(args) {
+  const values = JSON.parse(readFileSync(args.pop(), "utf8"));
+  const objs = load(args);
+  for (const [who, kind] of [["coordinator", "Deployment"], ["worker", "StatefulSet"]]) {
+    const v = values[who], tpl = find(objs, kind, `rowshift-${who}`).spec.template, spec = tpl.spec, c = spec.containers[0];
+    for (const [k, x] of Object.entries(v.podLabels || {})) expectEq(`${who} pod label ${k}`, tpl.metadata.labels[k], x);
+    for (const [k, x] of Object.entries(v.podAnnotations || {})) expectEq(`${who} pod annotation ${k}`, (tpl.metadata.annotations || {})[k], x);
+    expectEq(`${who} pod component label`, tpl.metadata.labels["app.kubernetes.io/component"], who);
+    for (const f of ["priorityClassName", "runtimeClassName", "nodeSelector", "tolerations", "affinity"]) {
+      if (v[f] !== undefined) expectEq(`${who} ${f}`, spec[f], v[f]);
+    }
+    if (v.topologySpreadConstraints) {
+      const sel = { "app.kubernetes.io/name": "rowshift", "app.kubernetes.io/instance": "rowshift", "app.kubernetes.io/component": who };
+      expectEq(`${who} topologySpreadConstraints`, spec.topologySpreadConstraints,
+        v.topologySpreadConstraints.map((t) => (t.labelSelector ? t : { ...t, labelSelector: { matchLabels: sel } })));
+    }
+    const tail = (list, n) => (list || []).slice(-n);
+    if (v.extraEnv) expectEq(`${who} extraEnv (last)`, tail(c.env, v.extraEnv.length), v.extraEnv);
+    if (v.extraVolumes) expectEq(`${who} extraVolumes (last)`, tail(spec.volumes, v.extraVolumes.length), v.extraVolumes);
+    if (v.extraVolumeMounts) expectEq(`${who} extraVolumeMounts (last)`, tail(c.volumeMounts, v.extraVolumeMounts.length), v.extraVolumeMounts);
+    for (const [k, x] of Object.entries(v.securityContext || {})) expectEq(`${who} securityContext.${k}`, c.securityContext[k], x === null ? undefined : x);
+    for (const [k, x] of Object.entries(v.podSecurityContext || {})) expectEq(`${who} podSecurityContext.${k}`, spec.securityContext[k], x === null ? undefined : x);
+  }
+  if (!failed) console.log("the escape hatches are in both pods as given");
+}
+// tokens FILE... SECRET: no Secret rendered; every token the pods read comes from SECRET (the status token optional)
+function tokens(args) {
+  const name = args.pop(), objs = load(args);
+  for (const o of objs) if (o.kind === "Secret") fail(`${key(o)} is rendered`);
+  let n = 0;
+  for (const { owner, spec } of podSpecs(objs)) for (const c of containersOf(spec)) for (const e of c.env || []) {
+    const ref = e.valueFrom && e.valueFrom.secretKeyRef;
+    if (!ref) continue;
+    n++;
+    expectEq(`${owner} ${e.name}`, ref, e.name === "ROWSHIFT_STATUS_TOKEN" ? { name, key: "status-token", optional: true } : { name, key: "token" });
+  }
+  if (n !== 3) fail(`${n} secret references (want the join token of both pods and the coordinator's status token)`);
+  if (!failed) console.log(`the pods read their tokens from ${name}; no Secret rendered`);
+}
+function replicas(args) {
+  console.log(String(find(load(args), "StatefulSet", "rowshift-worker").spec.replicas));
 }
 // The chart with tls.secretName=rowshift-tls: the coordinator reads the Secret's certificate and key
 // (mounted for it alone), probes and scraping use https; the workers connect with wss:// and get ca.crt only.
@@ -336,7 +460,7 @@ function checkpoint(args) {
   if (!failed) console.log("checkpoints: the claim at /checkpoints in both pods, --save and periodic checkpoints there");
 }
 
-const commands = { same, contract, model, rbac, nonroot, token, gpu, tls, checkpoint };
+const commands = { same, contract, model, rbac, nonroot, token, gpu, tls, checkpoint, qos, devices, image, servicemonitor, hatches, tokens, replicas };
 if (!commands[cmd]) { console.error(`usage: node k8s_manifests.mjs ${Object.keys(commands).join("|")} FILE...`); process.exit(2); }
 try { commands[cmd](rest); } catch (e) { fail(e.message); }
 process.exitCode = failed ? 1 : 0;

@@ -19,7 +19,15 @@
 #      the kubectl commands manifests/ documents (secret, model) make what
 #      the pods read;
 #   5. NOTES.txt says how to watch, scale and get the token; the Dockerfile
-#      and .dockerignore have what the manifests rely on.
+#      and .dockerignore have what the manifests rely on;
+#   6. the platform review (issue 16): Guaranteed QoS, the workers'
+#      PodDisruptionBudget, the coordinator's startup probe; explicit devices
+#      (--device, NVIDIA_VISIBLE_DEVICES=void, transport, gpuResourceName) and
+#      GPU values (nccl), linted; metrics values (ServiceMonitor), linted;
+#      custom-image values (digest), linted; the escape hatches of both pods;
+#      existingSecret; and, against the API simulator with the real helm, an
+#      upgrade after `kubectl scale` keeps the size (workers is the initial
+#      size only).
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 helm=tools/bin/helm
@@ -163,5 +171,180 @@ check "the Dockerfile installs the three binaries and runs as uid 10001" bash -c
 	grep -q '/usr/local/bin/' Dockerfile && grep -q '^FROM .*runtime' Dockerfile"
 check ".dockerignore leaves out build/, tools/, node_modules and .git" bash -c "
 	for p in build tools node_modules .git; do grep -qx \"/\\?\$p/\\?\" .dockerignore || exit 1; done"
+
+# 6. the platform review (issue 16)
+lint_with() { "$helm" lint --strict "$chart" "$@" >"$tmp/lint-v.out" 2>&1 || { cat "$tmp/lint-v.out"; false; }; }
+# protected workers: Guaranteed QoS, a PodDisruptionBudget, priority classes, the coordinator's startup probe
+check "the chart's containers have Guaranteed QoS (cpu and memory requests equal limits)" $js qos "$tmp/chart.yaml"
+check "the manifests' containers too" $js qos "${manifests[@]}"
+sed '/^            limits:$/,/memory:/ s/memory: 2Gi$/memory: 3Gi/' manifests/50-worker.yaml >"$tmp/burst-worker.yaml"
+check "a worker whose memory limit differs from its request is caught" bash -c \
+	"grep -q 'memory: 3Gi' '$tmp/burst-worker.yaml' && ! $js qos manifests/40-coordinator.yaml '$tmp/burst-worker.yaml' 2>/dev/null"
+sed 's/^  maxUnavailable: 1$/  maxUnavailable: 3/' manifests/50-worker.yaml >"$tmp/pdb3.yaml"
+check "a PodDisruptionBudget other than maxUnavailable 1 is caught" bash -c \
+	"grep -q 'maxUnavailable: 3' '$tmp/pdb3.yaml' && ! $js contract manifests/[0-46]*.yaml '$tmp/pdb3.yaml' 2>/dev/null"
+sed '/^          startupProbe:$/,/^            failureThreshold: 60$/d' manifests/40-coordinator.yaml >"$tmp/nostartup.yaml"
+check "a coordinator without its startup probe is caught" bash -c \
+	"! grep -q startupProbe '$tmp/nostartup.yaml' && ! $js contract manifests/[0-35-6]*.yaml '$tmp/nostartup.yaml' 2>/dev/null"
+render --set podDisruptionBudget.enabled=false >"$tmp/nopdb.yaml" 2>&1
+check "podDisruptionBudget.enabled=false leaves it out" bash -c \
+	"grep -q 'kind: StatefulSet' '$tmp/nopdb.yaml' && ! grep -q 'kind: PodDisruptionBudget' '$tmp/nopdb.yaml'"
+check "the schema rejects podDisruptionBudget.maxUnavailable: 0 (no drain could ever finish)" \
+	rejects podDisruptionBudget.maxUnavailable=0 "/podDisruptionBudget/maxUnavailable"
+check "no priorityClassName by default" bash -c "! grep -q priorityClassName '$tmp/chart.yaml'"
+
+# devices and transport
+check "default: GPU workers on --device cuda, tcp, nvidia.com/gpu 1; the coordinator sees no GPU" \
+	test "$($js devices "$tmp/chart.yaml")" = "worker: device=cuda transport=tcp gpus=nvidia.com/gpu=1 visible=-; coordinator: visible=void"
+check "gpusPerWorker 0: CPU workers on --device cpu that see no GPU (NVIDIA_VISIBLE_DEVICES=void)" \
+	test "$($js devices "$tmp/cpu.yaml")" = "worker: device=cpu transport=tcp gpus=none visible=void; coordinator: visible=void"
+cat >"$tmp/gpu-values.yaml" <<'YAML'
+gpusPerWorker: 1
+transport: nccl
+gpuResourceName: nvidia.com/mig-3g.40gb
+worker:
+  runtimeClassName: nvidia
+  nodeSelector: {nvidia.com/gpu.present: "true"}
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+  resources:
+    requests: {cpu: "4", memory: 16Gi}
+    limits: {cpu: "4", memory: 16Gi}
+YAML
+check "GPU values (nccl, a MIG profile) pass helm lint --strict" lint_with -f "$tmp/gpu-values.yaml"
+render -f "$tmp/gpu-values.yaml" >"$tmp/gpu.yaml" 2>&1
+check "GPU values: --device cuda --transport nccl, the MIG profile's limit, no nvidia.com/gpu" \
+	test "$($js devices "$tmp/gpu.yaml")" = "worker: device=cuda transport=nccl gpus=nvidia.com/mig-3g.40gb=1 visible=-; coordinator: visible=void"
+check "GPU values: Guaranteed QoS, non-root, the runtime class" bash -c \
+	"$js qos '$tmp/gpu.yaml' >/dev/null && $js nonroot '$tmp/gpu.yaml' >/dev/null && grep -q 'runtimeClassName: \"nvidia\"' '$tmp/gpu.yaml'"
+! render --set transport=nccl --set gpusPerWorker=0 >/dev/null 2>"$tmp/nccl-cpu.err"
+check "transport nccl with gpusPerWorker 0 is refused by the schema" bash -c \
+	"grep -q \"values don't meet the specifications of the schema\" '$tmp/nccl-cpu.err' && grep -q '/gpusPerWorker' '$tmp/nccl-cpu.err'"
+check "... and by the chart itself (--skip-schema-validation)" bash -c \
+	"! '$helm' template rowshift '$chart' --skip-schema-validation --set transport=nccl --set gpusPerWorker=0 2>&1 | grep -q 'kind: StatefulSet' &&
+	 '$helm' template rowshift '$chart' --skip-schema-validation --set transport=nccl --set gpusPerWorker=0 2>&1 | grep -q 'transport nccl needs GPU workers'"
+check "worker.device cuda with gpusPerWorker 0 is refused" bash -c \
+	"'$helm' template rowshift '$chart' --set worker.device=cuda --set gpusPerWorker=0 2>&1 | grep -q 'needs gpusPerWorker > 0'"
+check "the schema rejects an unknown transport" rejects transport=udp "/transport"
+check "the schema rejects a gpuResourceName that is not an extended resource" rejects gpuResourceName=gpu "/gpuResourceName"
+
+# metrics values: the ServiceMonitor
+check "no ServiceMonitor by default" bash -c "! grep -q 'kind: ServiceMonitor' '$tmp/chart.yaml'"
+cat >"$tmp/metrics-values.yaml" <<'YAML'
+metrics:
+  serviceMonitor:
+    enabled: true
+    labels: {release: kube-prometheus-stack}
+    interval: 30s
+networkPolicy:
+  coordinatorClients:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}
+YAML
+check "metrics values (ServiceMonitor on) pass helm lint --strict" lint_with -f "$tmp/metrics-values.yaml"
+render -f "$tmp/metrics-values.yaml" >"$tmp/metrics.yaml" 2>&1
+check "metrics values: a ServiceMonitor scraping /metrics on the coordinator's Service port" bash -c \
+	"$js servicemonitor '$tmp/metrics.yaml' && grep -q 'release: kube-prometheus-stack' '$tmp/metrics.yaml' && grep -q 'interval: 30s' '$tmp/metrics.yaml'"
+render -f "$tmp/metrics-values.yaml" --set tls.secretName=rowshift-tls --set statusToken=s3cret >"$tmp/metrics-tls.yaml" 2>&1
+check "... over TLS with the status token: https, the workers' CA and the Service's name, the bearer token" \
+	$js servicemonitor "$tmp/metrics-tls.yaml" --tls --token
+check "a ServiceMonitor without the TLS settings is caught" bash -c "! $js servicemonitor '$tmp/metrics.yaml' --tls 2>/dev/null"
+check "the schema rejects a serviceMonitor.interval that is not a duration" rejects metrics.serviceMonitor.interval=often "/metrics/serviceMonitor/interval"
+
+# custom-image values: a digest
+digest=sha256:$(printf %064d 0 | tr 0 a)
+cat >"$tmp/image-values.yaml" <<YAML
+image:
+  repository: registry.example.com:5000/ml/rowshift
+  digest: $digest
+  pullPolicy: Always
+imagePullSecrets: [{name: registry-pull}]
+YAML
+check "custom-image values (a digest) pass helm lint --strict" lint_with -f "$tmp/image-values.yaml"
+render -f "$tmp/image-values.yaml" >"$tmp/image.yaml" 2>&1
+check "image.digest: both pods run repository@sha256:... (not repository:sha256:...)" \
+	$js image "$tmp/image.yaml" "registry.example.com:5000/ml/rowshift@$digest"
+check "... and the image check catches another reference" bash -c "! $js image '$tmp/chart.yaml' 'registry.example.com:5000/ml/rowshift@$digest' 2>/dev/null"
+check "custom-image values: the pull secret in both pods" bash -c "[ \"\$(grep -c 'name: registry-pull' '$tmp/image.yaml')\" = 2 ]"
+check "the schema rejects a digest in image.tag" rejects "image.tag=$digest" "/image/tag"
+check "the schema rejects a malformed image.digest" rejects image.digest=sha256:abc "/image/digest"
+
+# the escape hatches, both pods
+cat >"$tmp/hatches-values.json" <<'JSON'
+{"coordinator": {
+  "priorityClassName": "rowshift-control", "runtimeClassName": "gvisor",
+  "nodeSelector": {"pool": "system"}, "tolerations": [{"key": "system", "operator": "Exists", "effect": "NoSchedule"}],
+  "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}]}}},
+  "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}],
+  "podAnnotations": {"example.com/owner": "ml-platform", "prometheus.io/scrape": "false"}, "podLabels": {"team": "ml"},
+  "extraEnv": [{"name": "TZ", "value": "UTC"}],
+  "extraVolumes": [{"name": "corp-ca", "configMap": {"name": "corp-ca"}}],
+  "extraVolumeMounts": [{"name": "corp-ca", "mountPath": "/etc/corp-ca", "readOnly": true}],
+  "podSecurityContext": {"fsGroupChangePolicy": "OnRootMismatch"}, "securityContext": {"runAsUser": 20000}},
+ "worker": {
+  "priorityClassName": "rowshift-training", "runtimeClassName": "nvidia",
+  "nodeSelector": {"pool": "gpu"}, "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+  "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "worker"}}}}]}},
+  "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"},
+    {"maxSkew": 2, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"team": "ml"}}}],
+  "podAnnotations": {"example.com/owner": "ml-platform"}, "podLabels": {"team": "ml"},
+  "extraEnv": [{"name": "NCCL_DEBUG", "value": "WARN"}, {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+  "extraVolumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "criteo"}}],
+  "extraVolumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": true}],
+  "podSecurityContext": {"supplementalGroups": [2000]}, "securityContext": {"runAsUser": 20000}}}
+JSON
+check "escape-hatch values pass helm lint --strict" lint_with -f "$tmp/hatches-values.json"
+render -f "$tmp/hatches-values.json" >"$tmp/hatches.yaml" 2>&1
+check "both pods get their priorityClassName, runtimeClassName, scheduling, spread (with the component's selector), annotations, labels, extraEnv, extraVolumes, extraVolumeMounts and security contexts" \
+	$js hatches "$tmp/hatches.yaml" "$tmp/hatches-values.json"
+check "... and the hatches check catches a pod without them" bash -c "! $js hatches '$tmp/chart.yaml' '$tmp/hatches-values.json' 2>/dev/null"
+check "... the rest of each pod's security context stays hardened (non-root, no escalation, capabilities dropped)" $js nonroot "$tmp/hatches.yaml"
+render --set worker.securityContext.runAsUser=null --set worker.podSecurityContext.runAsUser=null --set worker.podSecurityContext.fsGroup=null >"$tmp/openshift.yaml" 2>&1
+check "a security context key set to null is left out (runAsUser where the platform assigns uids)" bash -c \
+	"[ \"\$(grep -c 'runAsUser: 10001' '$tmp/openshift.yaml')\" = 2 ] && grep -q 'runAsNonRoot: true' '$tmp/openshift.yaml'"
+clash() { # clash SET WHAT: the chart refuses --set SET, saying WHAT
+	! render --set "$1" >/dev/null 2>"$tmp/clash.err" && grep -q "$2" "$tmp/clash.err"
+}
+check "worker.extraEnv may not set a variable the chart sets (POD_NAME)" clash 'worker.extraEnv[0].name=POD_NAME' 'worker.extraEnv: name "POD_NAME" is already set by the chart'
+check "coordinator.extraEnv may not set NVIDIA_VISIBLE_DEVICES" clash 'coordinator.extraEnv[0].name=NVIDIA_VISIBLE_DEVICES' 'coordinator.extraEnv: name "NVIDIA_VISIBLE_DEVICES"'
+check "worker.extraVolumes may not reuse a volume name (model)" clash 'worker.extraVolumes[0].name=model' 'worker.extraVolumes: name "model"'
+check "coordinator.extraVolumeMounts may not mount over /tmp" bash -c \
+	"! '$helm' template rowshift '$chart' --set 'coordinator.extraVolumeMounts[0].name=x' --set 'coordinator.extraVolumeMounts[0].mountPath=/tmp' >/dev/null 2>'$tmp/clash2.err' && grep -q 'mountPath \"/tmp\"' '$tmp/clash2.err'"
+check "the schema rejects podLabels that would change the selector (app.kubernetes.io/component)" \
+	rejects 'worker.podLabels.app\.kubernetes\.io/component=x' "invalid propertyName 'app.kubernetes.io/component'"
+check "the schema rejects an unknown key under worker" rejects worker.extraEnvs=x "extraEnvs"
+
+# existingSecret: the user's Secret, none rendered
+render --set existingSecret=my-token >"$tmp/existing.yaml" 2>&1
+check "existingSecret: no Secret rendered, both pods read the token (and the optional status token) from it" \
+	$js tokens "$tmp/existing.yaml" my-token
+check "... and the tokens check catches the chart's own Secret" bash -c "! $js tokens '$tmp/chart.yaml' my-token 2>/dev/null"
+check "the schema rejects existingSecret together with joinToken" bash -c \
+	"! '$helm' template rowshift '$chart' --set existingSecret=my-token --set joinToken=$given >/dev/null 2>'$tmp/ex.err' && grep -q '/joinToken' '$tmp/ex.err'"
+"$helm" install rowshift "$chart" --namespace rowshift --dry-run=client --set existingSecret=my-token >"$tmp/install-ex.out" 2>&1
+check "NOTES.txt with existingSecret reads the token from it" grep -q "get secret my-token -o jsonpath='{.data.token}'" "$tmp/install-ex.out"
+check "NOTES.txt says workers is the initial size and an upgrade keeps the size" bash -c \
+	"grep -q 'only the size the StatefulSet was created with' '$tmp/install.out' && grep -q 'keeps the size it has then' '$tmp/install.out'"
+
+# scale and Helm agree: against the API simulator, with the real helm and kubectl
+sim_dir=$tmp/sim; mkdir -p "$sim_dir/nobin"
+simtok=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+python3 tests/k8s/apisim.py --port 0 --port-file "$sim_dir/port" --token "$simtok" --tls-dir "$sim_dir/tls" \
+	--kubeconfig-out "$sim_dir/kubeconfig" --root "$sim_dir/pods" --bin-dir "$sim_dir/nobin" >"$sim_dir/out" 2>"$sim_dir/err" &
+sim_pid=$!
+wait_for "$sim_dir/port" . 30 >/dev/null || { echo "the API simulator did not start"; cat "$sim_dir/err"; }
+hk() { KUBECONFIG=$sim_dir/kubeconfig KUBECACHEDIR=$sim_dir/cache timeout 60 "$@"; }
+sts_replicas() { hk tools/bin/kubectl -n rowshift get statefulset rowshift-worker -o jsonpath='{.spec.replicas}'; }
+# (the simulator serves no policy/v1 yet: the PodDisruptionBudget is left out here)
+simvals=(--set podDisruptionBudget.enabled=false --set gpusPerWorker=0)
+hk tools/bin/kubectl create namespace rowshift >/dev/null 2>&1
+hk "$helm" install rowshift "$chart" -n rowshift "${simvals[@]}" --set workers=2 >"$sim_dir/install.out" 2>&1
+check "helm install (against the simulator) creates the StatefulSet with workers (2)" test "$(sts_replicas)" = 2
+hk tools/bin/kubectl -n rowshift scale statefulset/rowshift-worker --replicas=4 >/dev/null 2>&1
+hk "$helm" upgrade rowshift "$chart" -n rowshift "${simvals[@]}" --set workers=3 >"$sim_dir/upgrade.out" 2>&1
+check "helm upgrade after kubectl scale --replicas=4 keeps 4 (workers: 3 is only the initial size)" bash -c \
+	"[ \"\$(KUBECONFIG=$sim_dir/kubeconfig KUBECACHEDIR=$sim_dir/cache tools/bin/kubectl -n rowshift get statefulset rowshift-worker -o jsonpath='{.spec.replicas}')\" = 4 ] &&
+	 grep -q '^  replicas: 4$' <(KUBECONFIG=$sim_dir/kubeconfig '$helm' get manifest rowshift -n rowshift)"
+check "the upgrade's NOTES say it kept the size" grep -q "this upgrade kept 4" "$sim_dir/upgrade.out"
+check "helm template (no cluster) still renders workers" test "$($js replicas "$tmp/status.yaml")" = 5
+kill "$sim_pid" 2>/dev/null; wait "$sim_pid" 2>/dev/null
 
 finish_checks k8s_manifests
