@@ -200,6 +200,16 @@ rs_status rs_checkpoint_resolve(const char *path, int64_t max_step, char *out, s
 			  "(step-NNNNNNNNN/ with its index, every file matching its checksum)", path);
 }
 
+rs_status rs_checkpoint_find(const char *path, int64_t max_step, char *out, size_t n, int64_t *step, rs_err *err)
+{
+	rs_ckpt_index ix;
+	RSCHECK(rs_checkpoint_resolve(path, max_step, out, n, err));
+	RSCHECK(rs_checkpoint_index_read(out, &ix, err));
+	*step = ix.step;
+	rs_checkpoint_index_free(&ix);
+	return RS_OK;
+}
+
 /* ---- diff ------------------------------------------------------------------------ */
 
 static double element(const void *buf, rs_st_dtype dt, size_t i)

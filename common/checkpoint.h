@@ -128,6 +128,9 @@ rs_status rs_checkpoint_steps(const char *root, int64_t **steps, size_t *n, rs_e
  */
 rs_status rs_checkpoint_resolve(const char *path, int64_t max_step, char *out, size_t n, rs_err *err);
 
+/* The same, and the step of the checkpoint found (its index read again) into *step. */
+rs_status rs_checkpoint_find(const char *path, int64_t max_step, char *out, size_t n, int64_t *step, rs_err *err);
+
 void rs_checkpoint_index_free(rs_ckpt_index *ix);
 
 /* The table of this name, or NULL. */

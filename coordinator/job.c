@@ -63,6 +63,7 @@ void rs__job_fail(rs_job *j, const char *fmt, ...)
 	va_end(ap);
 	rs__emit(j, &(job_event){.kind = EV_FAILED});
 	rs__job_set_phase(j, P_FAILED);
+	rs__persist(j, RS_STATE_FAILED); /* final: a restarted coordinator reports it instead of training again */
 	if (j->src.ending)
 		j->src.ending(j->src.ctx);
 }
@@ -116,6 +117,9 @@ rs_status rs_job_create(const rs_job_options *o, const rs_job_source *src, int32
 	j->ntables = o->cfg->ntables;
 	j->cur.resume_step = -1;
 	j->ph_at = rs__job_now(j);
+	if (j->cfg->cluster.partial_recovery && !o->ckpt_dir && !o->load)
+		RS_WARN("the config asks for partial recovery, but there is no --checkpoint-dir (nor --load) to restore "
+			"lost rows from: a lost worker rolls the job back to step 0");
 	if (j->o.max_attempts < 1)
 		j->o.max_attempts = 3;
 	j->mem.initial = workers;

@@ -118,8 +118,8 @@ static void prune(rs_job *j)
 		if (complete_at(root, steps[i]))
 			kept++, oldest_kept = steps[i];
 	for (size_t i = 0; kept == j->o.ckpt_keep && i < n; i++)
-		if (steps[i] < oldest_kept)
-			remove_step(root, steps[i]);
+		if (steps[i] < oldest_kept && !(j->rec.healing && j->rec.partial && j->rec.restored_step == steps[i]))
+			remove_step(root, steps[i]); /* not the one a partial recovery in flight restores from */
 	free(steps);
 }
 

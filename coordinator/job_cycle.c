@@ -203,6 +203,10 @@ static void begin_attempt(rs_job *j, const int32_t *cand, int32_t n)
 		rs__heal_give_up(j, "the surviving copies of the lost rows disagree (their checksums differ)");
 		return;
 	}
+	if (healing && j->rec.partial && !rs__restore_newest(j)) {
+		rs__heal_give_up(j, "no complete checkpoint to restore the lost rows from");
+		return;
+	}
 	double t0 = rs__job_now(j);
 	rs_world w = rs_world_make(j->cfg, n, 0, 0, 0);
 	if (rs_planner_plan(j->cfg, &w, j->cur.plan, map, &j->att.plan, &err) != RS_OK) {
@@ -258,6 +262,29 @@ static void abort_attempt(rs_job *j, const char *fmt, ...)
 	rs__job_set_phase(j, P_ABORTING);
 }
 
+static int cmp_table_row(const void *a, const void *b)
+{
+	const rs_move *x = a, *y = b;
+	if (x->table != y->table)
+		return x->table - y->table;
+	return (x->row_offset > y->row_offset) - (x->row_offset < y->row_offset);
+}
+
+/* The table rows moves mv[0..n) cover, each once (column blocks and replica groups overlap); sorts mv. */
+static int64_t distinct_rows(rs_move *mv, int n)
+{
+	int64_t rows = 0, end = 0;
+	qsort(mv, (size_t)n, sizeof(*mv), cmp_table_row);
+	for (int i = 0; i < n; i++) {
+		if (i == 0 || mv[i].table != mv[i - 1].table)
+			end = 0;
+		int64_t lo = mv[i].row_offset > end ? mv[i].row_offset : end, hi = mv[i].row_offset + mv[i].rows;
+		rows += hi > lo ? hi - lo : 0;
+		end = hi > end ? hi : end;
+	}
+	return rows;
+}
+
 rs_status rs__cycle_pairs_reset(rs_job *j)
 {
 	int32_t map[RS_MAX_WORKERS];
@@ -268,6 +295,7 @@ rs_status rs__cycle_pairs_reset(rs_job *j)
 	j->att.pairs = NULL;
 	j->att.npairs = 0;
 	j->att.restored_bytes = 0;
+	j->att.restored_rows = 0;
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
 		int32_t u = j->att.union_of_old[r];
 		map[r] = u == -1 ? RS_PLAN_LOST : u < j->att.nworld ? u : -1; /* lost (healing): sends nothing */
@@ -278,9 +306,11 @@ rs_status rs__cycle_pairs_reset(rs_job *j)
 		free(mv);
 		return RS_ENOMEM;
 	}
+	int nrest = 0;
 	for (int i = 0; i < n; i++) {
 		if (mv[i].src == RS_MOVE_RESTORE) { /* read from the checkpoint, not sent */
 			j->att.restored_bytes += mv[i].bytes;
+			mv[nrest++] = mv[i]; /* gathered at the front (nrest <= i): for restored_rows */
 			continue;
 		}
 		int32_t src = j->att.union_of_old[mv[i].src], dst = mv[i].dst, k = 0;
@@ -290,6 +320,7 @@ rs_status rs__cycle_pairs_reset(rs_job *j)
 			j->att.pairs[j->att.npairs++] = (pair_progress){src, dst, 0, 0};
 		j->att.pairs[k].total += mv[i].bytes;
 	}
+	j->att.restored_rows = distinct_rows(mv, nrest);
 	free(mv);
 	return RS_OK;
 }
@@ -308,7 +339,6 @@ static void commit_attempt(rs_job *j)
 {
 	uint64_t *after = calloc((size_t)j->ntables + 1, sizeof(uint64_t));
 	uint64_t sent = 0, recv = 0;
-	int64_t restored = 0;
 	double connect = 0, prepare = 0, move = 0;
 	if (!after) {
 		abort_attempt(j, "out of memory");
@@ -320,7 +350,6 @@ static void commit_attempt(rs_job *j)
 			after[t] += m->staged_sum[t];
 		sent += (uint64_t)m->staged.sent_bytes;
 		recv += (uint64_t)m->staged.recv_bytes;
-		restored += m->staged.restored_rows;
 		connect = m->staged.connect_s > connect ? m->staged.connect_s : connect;
 		prepare = m->staged.copy_s > prepare ? m->staged.copy_s : prepare;
 		/* the receivers' rounds: a sender's also include waiting for its receivers to prepare */
@@ -345,10 +374,8 @@ static void commit_attempt(rs_job *j)
 			(long long)j->att.generation, sent, recv, diff);
 	j->t.staged = rs__job_now(j);
 	j->t.moved = sent;
-	if (j->rec.healing && j->rec.partial) { /* every replica group restores its copy: count each row once */
-		j->rec.stale_rows = restored / (j->att.plan->world.ranks / j->att.plan->world.sharding_group);
-		j->rec.stale_total += j->rec.stale_rows;
-	}
+	if (j->rec.healing && j->rec.partial)
+		j->rec.stale_rows = j->att.restored_rows;
 	for (int i = 0; i < j->att.npairs; i++)
 		j->att.pairs[i].bytes = j->att.pairs[i].total;
 	rs__emit(j, &(job_event){.kind = EV_MIGRATION, .force = 1});
@@ -404,6 +431,8 @@ void rs__cycle_progress(rs_job *j, int64_t step)
 		j->rec.seconds_sum += s;
 		j->rec.done++;
 		j->rec.started = 0;
+		if (j->rec.replica && j->rec.partial)
+			j->rec.stale_total += j->rec.stale_rows;
 		rs__emit(j, &(job_event){.kind = EV_RECOVERED, .seconds = s, .step = step + 1});
 		j->rec.healing = 0;
 	}

@@ -67,7 +67,9 @@ void rs__dispatch_join(void *ctx, rs_conn *c, const rs_msg_join *jm)
 	if (!holds)
 		rs__members_changed(j);
 	rs__emit(j, &(job_event){.kind = EV_MEMBER, .what = "joined", .name = jm->worker, .addr = jm->addr});
-	if (j->ph == P_RECOVERING && !fresh)
+	if (j->ph == P_DONE || j->ph == P_FAILED) /* the job is over: nothing to train (a restarted pod) */
+		rs__job_send(j, m, rs_proto_make_plain(RS_MSG_STOP));
+	else if (j->ph == P_RECOVERING && !fresh)
 		rs__recover_rejoined(j, i); /* the same process: it may have missed the word to drop the lost world */
 }
 

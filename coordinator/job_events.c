@@ -177,9 +177,11 @@ static void log_line(rs_job *j, const job_event *ev)
 /* A recovery's event as --log-json and the status stream show it (a new reference, or NULL). */
 static json_t *recovery_json(const rs_job *j, const job_event *ev, const char *what)
 {
+	/* a partial recovery's checkpoint is chosen when its reshard begins: named once it trains on */
+	int named = j->rec.load[0] && (!j->rec.partial || ev->kind == EV_RECOVERED);
 	json_t *e = json_pack("{s:s, s:s, s:I, s:I, s:I, s:s?}", "event", what, "kind", rs__recovery_kind(j), "from_step",
 			      (json_int_t)j->rec.from, "to_step", (json_int_t)j->rec.to, "generation",
-			      (json_int_t)j->cur.generation, "checkpoint", j->rec.load[0] ? j->rec.load : NULL);
+			      (json_int_t)j->cur.generation, "checkpoint", named ? j->rec.load : NULL);
 	if (e && ev->kind == EV_RECOVERING)
 		json_object_set_new(e, "reason", json_string(ev->reason));
 	if (e && ev->kind == EV_RECOVERED) {
@@ -364,7 +366,35 @@ static void source(rs_job *j, const job_event *ev)
 {
 	const reshard_record *r = ev->record;
 	char words[1024];
-	if (j->src.event && ev->kind == EV_RECOVERING) {
+	int warning = 0;
+	const char *reason = NULL;
+	if (!j->src.event)
+		return;
+	switch (ev->kind) {
+	case EV_STARTED:
+		reason = "Started";
+		snprintf(words, sizeof(words), "Generation 1: %d workers train from step %lld", j->cur.nworld,
+			 (long long)j->cur.step);
+		break;
+	case EV_MEMBER:
+		if (strcmp(ev->what, "lost") != 0)
+			return;
+		warning = 1, reason = "WorkerLost";
+		snprintf(words, sizeof(words), "%s was lost: %s", ev->name, ev->detail ? ev->detail : "it went away");
+		break;
+	case EV_ABORTED:
+		warning = 1, reason = "ReshardAborted";
+		snprintf(words, sizeof(words), "Generation %lld aborted: %s; every member keeps generation %lld",
+			 (long long)j->att.generation, ev->reason, (long long)j->cur.generation);
+		break;
+	case EV_RESHARDED:
+		reason = "Resharded";
+		snprintf(words, sizeof(words), "Resharded generation %lld: %d -> %d workers, moved %.2f MiB in %.2f s "
+			 "(paused %.2f s)", (long long)r->generation, r->from, r->to, r->moved_bytes / 1048576.0, r->migrate_s,
+			 r->pause_s);
+		break;
+	case EV_RECOVERING:
+		warning = 1, reason = "Recovering";
 		if (j->rec.partial)
 			snprintf(words, sizeof(words), "%s; restoring the rows lost with every copy from the latest "
 				 "checkpoint, the others keep theirs", ev->reason);
@@ -373,18 +403,26 @@ static void source(rs_job *j, const job_event *ev)
 		else
 			snprintf(words, sizeof(words), "%s; rolling back to step %lld%s%s", ev->reason, (long long)ev->step,
 				 ev->detail ? " from " : "", ev->detail ? ev->detail : "");
-		j->src.event(j->src.ctx, 1, "Recovering", words);
-	}
-	if (j->src.event && ev->kind == EV_RECOVERED) {
+		break;
+	case EV_RECOVERED:
+		reason = "Recovered";
 		snprintf(words, sizeof(words), "Generation %lld (%d workers) trains again from step %lld, %.2f s "
 			 "after the loss", (long long)j->cur.generation, j->cur.nworld, (long long)j->rec.to, ev->seconds);
-		j->src.event(j->src.ctx, 0, "Recovered", words);
-	}
-	if (!j->src.event || ev->kind != EV_RESHARDED)
+		break;
+	case EV_DONE:
+		reason = "Completed";
+		snprintf(words, sizeof(words), "Trained %lld steps on %d workers in %lld generation(s)%s%s; the workers "
+			 "are scaled to 0", (long long)j->o.steps, j->cur.nworld, (long long)j->cur.generation,
+			 j->o.save ? "; the model is in " : "", j->o.save ? j->o.save : "");
+		break;
+	case EV_FAILED:
+		warning = 1, reason = "Failed";
+		snprintf(words, sizeof(words), "The job failed: %s", j->why);
+		break;
+	default:
 		return;
-	snprintf(words, sizeof(words), "Resharded generation %lld: %d -> %d workers, moved %.2f MiB in %.2f s (paused %.2f s)",
-		 (long long)r->generation, r->from, r->to, r->moved_bytes / 1048576.0, r->migrate_s, r->pause_s);
-	j->src.event(j->src.ctx, 0, "Resharded", words);
+	}
+	j->src.event(j->src.ctx, warning, reason, words);
 }
 
 void rs__emit(rs_job *j, const job_event *ev)

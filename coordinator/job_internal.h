@@ -145,6 +145,7 @@ struct rs_job {
 		pair_progress *pairs; /* sender -> receiver progress, from the plan diff */
 		int npairs;
 		uint64_t restored_bytes; /* partial recovery: what the plan diff reads from the checkpoint instead */
+		int64_t restored_rows;   /* ... and how many distinct table rows that is (ZCH tables: slots) */
 	} att;
 
 	/*
@@ -187,9 +188,10 @@ struct rs_job {
 		 * (of step restored_step); the others keep their current values.
 		 */
 		int partial;          /* the recovery in flight (or the last one) restores rows so */
-		int partials;         /* recoveries that did */
+		int partials;         /* recoveries begun that way (counted in healed too) */
 		int64_t restored_step;
-		int64_t stale_rows, stale_total; /* rows restored (ZCH: slots): by the last one, by all */
+		int64_t stale_rows;   /* distinct rows the last one restored (ZCH: slots), known at its commit */
+		int64_t stale_total;  /* ... and those of every one that trained on */
 	} rec;
 
 	/* timings of the cycle in flight, for its report */
@@ -366,10 +368,22 @@ int64_t rs__ckpt_reached(const rs_job *j);
 void rs__recover(rs_job *j, int i, const char *why);
 /* Healing a 2D world: the lost rows' checksums as their surviving copies report them (1), or 0 when copies disagree. */
 int rs__heal_sums(rs_job *j, uint64_t *before);
-/* "replica" or "rollback": the last recovery's kind, as events and /metrics name it. */
+/* "replica", "partial" or "rollback": the last recovery's kind, as events and /metrics name it. */
 const char *rs__recovery_kind(const rs_job *j);
 /* The healing reshards keep failing: roll back instead. */
 void rs__heal_give_up(rs_job *j, const char *why);
+/*
+ * Partial recovery, as its reshard begins (and begins again): the newest
+ * complete checkpoint of a step <= the survivors' whose files pass their
+ * checksums (the least stale) into rec.load (1), or 0 when none is left.
+ */
+int rs__restore_newest(rs_job *j);
+/*
+ * A restarted coordinator found a healing attempt in its state (lost
+ * members; restore: the checkpoint of a partial one, or NULL): the
+ * recovery goes on as one of this coordinator's, reported when it ends.
+ */
+void rs__recover_resumed(rs_job *j, const char *restore);
 void rs__recover_tick(rs_job *j);
 /* Member i (re)joined while recovering: a member of the lost world is told again to drop it. */
 void rs__recover_rejoined(rs_job *j, int i);

@@ -21,6 +21,7 @@ int rs__persist(rs_job *j, rs_state_phase ph)
 	char *world[RS_MAX_WORKERS], *uni[RS_MAX_WORKERS];
 	rs_state s = {.phase = ph, .generation = j->cur.generation, .step = j->cur.step, .bound = j->cur.bound,
 		      .attempts = j->att.failures, .next_schedule = j->cur.next_sched, .steps = j->o.steps,
+		      .error = ph == RS_STATE_FAILED ? j->why : NULL,
 		      .replicas = j->src.replicas ? j->src.replicas(j->src.ctx) : 0, .nsched = j->o.nsched,
 		      .config = (char *)j->o.config_path, .save = (char *)j->o.save, .url = (char *)j->o.url,
 		      .token = (char *)j->o.token};
@@ -88,11 +89,12 @@ static rs_status recover_attempt(rs_job *j, const rs_state *s, rs_err *err)
 	RSALLOCGOTO(j->att.before = calloc((size_t)j->ntables + 1, sizeof(uint64_t)), st, out);
 	RSCHECKGOTO(add_members(j, s->uni, s->nuni, j->att.uni, "attempt.union", err), st, out);
 	memcpy(j->att.union_of_old, s->union_of_old, sizeof(int32_t) * (size_t)s->nworld);
+	int healing = 0;
 	for (int32_t r = 0; r < s->nworld; r++)
-		if (s->union_of_old[r] == -1) /* an attempt healing from replicas: that member's rows are gone */
-			j->mem.v[j->cur.world[r]].lost = 1, j->rec.healing = j->rec.replica = 1;
-	if (s->restore) /* a partial recovery's attempt */
-		snprintf(j->rec.load, sizeof(j->rec.load), "%s", s->restore), j->rec.partial = 1;
+		if (s->union_of_old[r] == -1) /* an attempt healing the world: that member's rows are gone */
+			j->mem.v[j->cur.world[r]].lost = 1, healing = 1;
+	if (healing)
+		rs__recover_resumed(j, s->restore);
 	memcpy(j->att.before, s->before, sizeof(uint64_t) * (size_t)j->ntables);
 	j->att.nuni = s->nuni;
 	j->att.nworld = s->attempt_world;
@@ -131,13 +133,16 @@ rs_status rs_job_recover(const rs_job_options *o, const rs_job_source *src, cons
 	}
 	j->t.attempt = j->t.paused = j->t.first_paused = rs__job_now(j);
 	static const phase phases[] = {[RS_STATE_TRAINING] = P_TRAINING, [RS_STATE_MIGRATING] = P_MIGRATING,
-				       [RS_STATE_COMMITTING] = P_COMMITTING, [RS_STATE_DONE] = P_DONE};
+				       [RS_STATE_COMMITTING] = P_COMMITTING, [RS_STATE_DONE] = P_DONE,
+				       [RS_STATE_FAILED] = P_FAILED};
+	if (s->phase == RS_STATE_FAILED)
+		snprintf(j->why, sizeof(j->why), "%s", s->error);
 	if (s->phase == RS_STATE_COMMITTING)
 		j->t.staged = rs__job_now(j);
 	rs__job_set_phase(j, phases[s->phase]);
-	RS_INFO("recovered generation %lld (%d workers) in phase %s%s; waiting for the workers to rejoin",
-		(long long)j->cur.generation, j->cur.nworld, rs_state_phase_name(s->phase),
-		j->att.generation ? " with an attempt in flight" : "");
+	RS_INFO("recovered generation %lld (%d workers) in phase %s%s%s", (long long)j->cur.generation, j->cur.nworld,
+		rs_state_phase_name(s->phase), j->att.generation ? " with an attempt in flight" : "",
+		s->phase >= RS_STATE_DONE ? ": the job is over, nothing more to train" : "; waiting for the workers to rejoin");
 	rs__members_changed(j);
 	*out = j;
 	return RS_OK;

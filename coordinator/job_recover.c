@@ -36,6 +36,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void rs__recover_free(rs_job *j)
 {
@@ -56,18 +57,9 @@ void rs__recover_free(rs_job *j)
 /* The latest verified complete periodic checkpoint of a step <= near (into load, its step into *step). */
 static rs_status latest_checkpoint(const rs_job *j, int64_t near, char *load, size_t n, int64_t *step, rs_err *err)
 {
-	rs_ckpt_index ix;
-	load[0] = 0;
-	*step = 0;
-	if (!j->o.ckpt_dir)
-		return RS_ENOTFOUND;
-	rs_status st = rs_checkpoint_resolve(j->o.ckpt_dir, near, load, n, err);
-	if (st == RS_OK && (st = rs_checkpoint_index_read(load, &ix, err)) == RS_OK) {
-		*step = ix.step;
-		rs_checkpoint_index_free(&ix);
-		return RS_OK;
-	}
-	load[0] = 0;
+	rs_status st = j->o.ckpt_dir ? rs_checkpoint_find(j->o.ckpt_dir, near, load, n, step, err) : RS_ENOTFOUND;
+	if (st != RS_OK)
+		load[0] = 0, *step = 0;
 	return st;
 }
 
@@ -166,37 +158,73 @@ static int mark_lost(rs_job *j)
 	return live ? whole : -1;
 }
 
-/* Whether a loss can heal: a 2D world with exact sync, or partial recovery asked for; training or paused. */
+/*
+ * Whether a loss can heal, training or paused: a 2D world with exact sync
+ * (copies that differ, local SGD's, cannot stand in for each other), or a
+ * 1D one with partial recovery asked for.
+ */
 static int can_heal(const rs_job *j)
 {
 	const rs_plan *p = j->cur.plan;
-	return p && ((groups(p) > 1 && j->cfg->cluster.replica_sync_every == 0) || j->cfg->cluster.partial_recovery) &&
+	return p && (groups(p) > 1 ? j->cfg->cluster.replica_sync_every == 0 : j->cfg->cluster.partial_recovery) &&
 	       (j->ph == P_TRAINING || j->ph == P_PAUSED || (j->ph == P_RECOVERING && j->rec.healing));
+}
+
+/* Whether a complete checkpoint (its index written) of a step <= near exists; its files are checked later. */
+static int has_checkpoint(const rs_job *j, int64_t near)
+{
+	int64_t *steps = NULL;
+	size_t n = 0;
+	int found = 0;
+	rs_err err = {0};
+	if (j->o.ckpt_dir && rs_checkpoint_steps(j->o.ckpt_dir, &steps, &n, &err) == RS_OK)
+		for (size_t i = 0; i < n && !found; i++) {
+			char dir[4096], index[4200];
+			rs_checkpoint_step_dir(j->o.ckpt_dir, steps[i], dir, sizeof(dir));
+			snprintf(index, sizeof(index), "%s/index.json", dir);
+			found = steps[i] <= near && access(index, F_OK) == 0;
+		}
+	free(steps);
+	return found || j->o.load; /* none taken yet: the job's own starting checkpoint */
 }
 
 /*
  * Some rows lost every copy: heal partially when the config asks for it
- * and a complete checkpoint exists (1: rec.load and rec.restored_step set).
+ * and a checkpoint exists to restore them from (which one is chosen when
+ * the reshard begins: rs__restore_newest).
  */
 static int go_partial(rs_job *j)
 {
-	rs_err err = {0};
-	char load[sizeof(j->rec.load)];
-	int64_t step;
 	if (j->rec.partial)
 		return 1;
 	if (!j->cfg->cluster.partial_recovery)
 		return 0;
-	rs_status st = latest_checkpoint(j, rs__job_step(j), load, sizeof(load), &step, &err);
-	if (st == RS_ENOTFOUND && j->o.load) /* none taken yet: the job's own starting checkpoint */
-		snprintf(load, sizeof(load), "%s", j->o.load), step = j->o.load_step, st = RS_OK;
-	if (st != RS_OK) {
-		RS_WARN("partial recovery: %s: rolling back instead", st == RS_ENOTFOUND ? "no complete checkpoint yet" : err.msg);
+	if (!has_checkpoint(j, rs__job_step(j))) {
+		RS_WARN("partial recovery: no complete checkpoint yet: rolling back instead");
 		return 0;
 	}
-	snprintf(j->rec.load, sizeof(j->rec.load), "%s", load);
 	j->rec.partial = 1, j->rec.partials++;
-	j->rec.restored_step = step;
+	j->rec.load[0] = 0;
+	j->rec.restored_step = -1;
+	return 1;
+}
+
+int rs__restore_newest(rs_job *j)
+{
+	rs_err err = {0};
+	char load[sizeof(j->rec.load)];
+	int64_t at = 0;
+	rs_status st = latest_checkpoint(j, j->cur.step, load, sizeof(load), &at, &err);
+	if (st == RS_ENOTFOUND && j->o.load)
+		snprintf(load, sizeof(load), "%s", j->o.load), at = j->o.load_step, st = RS_OK;
+	if (st != RS_OK) {
+		RS_WARN("partial recovery: %s", st == RS_ENOTFOUND ? "no complete checkpoint is left" : err.msg);
+		return 0;
+	}
+	if (strcmp(load, j->rec.load) != 0)
+		RS_WARN("healing: the rows lost with every copy come back from %s (step %lld)", load, (long long)at);
+	snprintf(j->rec.load, sizeof(j->rec.load), "%s", load);
+	j->rec.restored_step = at;
 	return 1;
 }
 
@@ -299,7 +327,7 @@ static void rollback(rs_job *j, int i, const char *why);
 void rs__heal_give_up(rs_job *j, const char *why)
 {
 	int lost = -1;
-	RS_WARN("healing from replicas failed (%s): rolling back", why);
+	RS_WARN("healing failed (%s): rolling back", why);
 	for (int32_t r = 0; r < j->cur.nworld && lost < 0; r++)
 		if (j->mem.v[j->cur.world[r]].lost)
 			lost = j->cur.world[r];
@@ -308,26 +336,9 @@ void rs__heal_give_up(rs_job *j, const char *why)
 	j->rec.partials -= j->rec.partial;
 	j->rec.partial = 0;
 	rs__members_clear_lost(j);
-	rollback(j, lost >= 0 ? lost : j->cur.world[0], "was lost, and its copies could not rebuild it");
+	rollback(j, lost >= 0 ? lost : j->cur.world[0], "was lost, and healing could not rebuild its rows");
 }
 
-/*
- * Partial recovery, the survivors stopped at `step` (their parts of a
- * checkpoint in flight reported first): restore from the newest complete
- * checkpoint now, the least stale. 0 when none is left.
- */
-static int restore_newest(rs_job *j, int64_t step)
-{
-	rs_err err = {0};
-	char load[sizeof(j->rec.load)];
-	int64_t at;
-	if (latest_checkpoint(j, step, load, sizeof(load), &at, &err) == RS_OK) {
-		snprintf(j->rec.load, sizeof(j->rec.load), "%s", load);
-		j->rec.restored_step = at;
-		return 1;
-	}
-	return j->o.load && !strcmp(j->rec.load, j->o.load); /* the job's own starting checkpoint, as go_partial chose */
-}
 
 /*
  * Healing: wait until every survivor reports paused in the lost generation
@@ -375,20 +386,30 @@ static void heal_tick(rs_job *j)
 	rs__members_candidates(j, c, &pending);
 	if (pending > 0 && waited < timeout / 4)
 		return; /* a replacement on its way: one reshard instead of two */
-	if (j->rec.partial && !restore_newest(j, step)) {
-		rs__heal_give_up(j, "no complete checkpoint to restore the lost rows from");
-		return;
-	}
-	if (j->rec.partial)
-		RS_WARN("healing: the survivors stopped at step %lld; the rows lost with every copy come back from %s "
-			"(step %lld)", (long long)step, j->rec.load, (long long)j->rec.restored_step);
-	else
-		RS_WARN("healing: the survivors stopped at step %lld; rebuilding the lost rows from their replicas",
-			(long long)step);
+	RS_WARN("healing: the survivors stopped at step %lld; rebuilding the lost rows from %s", (long long)step,
+		j->rec.partial ? "their replicas, or the newest complete checkpoint where no copy is left" : "their replicas");
 	j->cur.step = j->rec.from = j->rec.to = step;
 	j->t.first_paused = j->t.paused = rs__job_now(j);
 	forget_progress_after(j, step);
 	rs__job_set_phase(j, P_PAUSED);
+}
+
+void rs__recover_resumed(rs_job *j, const char *restore)
+{
+	rs_err err = {0};
+	char dir[sizeof(j->rec.load)];
+	j->rec.healing = j->rec.replica = 1;
+	j->rec.partial = restore != NULL;
+	snprintf(j->rec.load, sizeof(j->rec.load), "%s", restore ? restore : "");
+	j->rec.restored_step = -1;
+	if (restore && rs_checkpoint_find(restore, -1, dir, sizeof(dir), &j->rec.restored_step, &err) != RS_OK)
+		/* the staging fails on it too: the attempt aborts, and the retry chooses again */
+		RS_WARN("healing: the checkpoint %s of the attempt in flight cannot be read: %s", restore, err.msg);
+	j->rec.from = j->rec.to = j->cur.step;
+	j->rec.started = rs__job_now(j);
+	j->rec.total++, j->rec.healed++, j->rec.partials += j->rec.partial;
+	snprintf(j->rec.why, sizeof(j->rec.why), "a world member was lost before the coordinator restarted "
+		 "(generation %lld, step %lld)", (long long)j->cur.generation, (long long)j->cur.step);
 }
 
 /* ---- rolling back --------------------------------------------------------------------- */
@@ -402,7 +423,9 @@ void rs__recover(rs_job *j, int i, const char *why)
 static void rollback(rs_job *j, int i, const char *why)
 {
 	member *m = &j->mem.v[i];
-	j->rec.healing = j->rec.partial = 0; /* whatever healing was under way: the rollback replaces it */
+	if (j->rec.healing) /* whatever healing was under way: the rollback replaces it, and is counted instead */
+		j->rec.total--, j->rec.healed--, j->rec.partials -= j->rec.partial;
+	j->rec.healing = j->rec.partial = j->rec.replica = 0;
 	rs__members_clear_lost(j);
 	char tables[256];
 	int64_t near = m->step > rs__job_step(j) ? m->step : rs__job_step(j);

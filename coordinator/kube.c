@@ -48,6 +48,7 @@ typedef struct pod_entry {
 struct rs_kube {
 	rs_kube_config cfg;
 	char *ns, *sts, *selector;
+	char sts_uid[64];       /* the StatefulSet's, once read: events name it, so `kubectl describe` shows them */
 	rs_kube_handler h;
 	CURLM *multi;
 	CURL *easy;                /* the list or watch in flight, or NULL */
@@ -657,6 +658,43 @@ rs_status rs_kube_configmap_put(rs_kube *k, const char *name, const char *key, c
 	return rs_err_set(err, RS_EIO, "kubernetes: configmap %s kept changing under us", name);
 }
 
+rs_status rs_kube_scale(rs_kube *k, int32_t replicas, rs_err *err)
+{
+	char path[1024], data[64], msg[256];
+	long code;
+	char *body;
+	snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/statefulsets/%s/scale", k->ns, k->sts);
+	snprintf(data, sizeof(data), "{\"spec\":{\"replicas\":%d}}", (int)replicas);
+	RSCHECK(request(k, "PATCH", path, "application/merge-patch+json", data, &code, &body, err));
+	rs_status st = code == 200 ? RS_OK
+				   : rs_err_set(err, RS_EIO, "kubernetes: scaling statefulset %s to %d: HTTP %ld: %s",
+						k->sts, (int)replicas, code, status_message(body, msg, sizeof(msg)));
+	free(body);
+	return st;
+}
+
+/* The worker StatefulSet's uid into k->sts_uid, read once ("" while it cannot be read). */
+static const char *sts_uid(rs_kube *k)
+{
+	char path[1024];
+	long code;
+	char *body;
+	rs_err err = {0};
+	if (k->sts_uid[0])
+		return k->sts_uid;
+	snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/statefulsets/%s", k->ns, k->sts);
+	if (request(k, "GET", path, NULL, NULL, &code, &body, &err) == RS_OK && code == 200) {
+		json_t *j = json_loads(body ? body : "", 0, NULL);
+		const char *uid = json_string_value(json_object_get(json_object_get(j, "metadata"), "uid"));
+		snprintf(k->sts_uid, sizeof(k->sts_uid), "%s", uid && strlen(uid) < sizeof(k->sts_uid) ? uid : "");
+		json_decref(j);
+	} else {
+		RS_DEBUG("kubernetes: reading statefulset %s for its uid: %s", k->sts, err.msg[0] ? err.msg : "refused");
+	}
+	free(body);
+	return k->sts_uid;
+}
+
 void rs_kube_event(rs_kube *k, const char *kind, const char *name, const char *type, const char *reason,
 		   const char *message)
 {
@@ -673,6 +711,9 @@ void rs_kube_event(rs_kube *k, const char *kind, const char *name, const char *t
 			       name, "namespace", k->ns, "type", type, "reason", reason, "message", message,
 			       "firstTimestamp", now, "lastTimestamp", now, "count", 1, "source", "component",
 			       "rowshift-coordinator", "reportingComponent", "rowshift-coordinator");
+	const char *uid = !strcmp(kind, "StatefulSet") && !strcmp(name, k->sts) ? sts_uid(k) : "";
+	if (ev && uid[0]) /* without it the event is stored, but `kubectl describe` does not list it */
+		json_object_set_new(json_object_get(ev, "involvedObject"), "uid", json_string(uid));
 	char *text = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
 	json_decref(ev);
 	long code = 0;

@@ -24,6 +24,8 @@
 #include "common/status.h"
 #include "coordinator/kubeconfig.h"
 
+#include <stdint.h>
+
 typedef struct rs_kube rs_kube;
 
 /* What the coordinator needs of a pod. */
@@ -70,6 +72,9 @@ rs_status rs_kube_configmap_get(rs_kube *k, const char *name, const char *key, c
 
 /* Create ConfigMap `name` with data[key] = value, or replace that key (optimistic concurrency, retried). */
 rs_status rs_kube_configmap_put(rs_kube *k, const char *name, const char *key, const char *value, rs_err *err);
+
+/* Set the worker StatefulSet's replicas through its scale subresource (a merge patch). */
+rs_status rs_kube_scale(rs_kube *k, int32_t replicas, rs_err *err);
 
 /* Post an Event about `kind`/`name` (best effort: a failure is logged, not returned). */
 void rs_kube_event(rs_kube *k, const char *kind, const char *name, const char *type, const char *reason,

@@ -120,3 +120,24 @@ rs_status rs_kube_members_load(rs_kube_members *m, rs_state *s, int timeout_ms, 
 		rs_sleep(1);
 	}
 }
+
+void rs_kube_members_ended(rs_kube_members *m, rs_server *srv, const volatile sig_atomic_t *stop)
+{
+	int scaled = 0;
+	double next = 0, wait = 1;
+	while (!*stop) {
+		rs_server_service(srv, 100);
+		rs_kube_poll(m->kube);
+		if (scaled || rs_now() < next)
+			continue;
+		rs_err err = {0};
+		if (rs_kube_scale(m->kube, 0, &err) == RS_OK) {
+			RS_INFO("the job is over: statefulset %s scaled to 0; serving the status until stopped", m->statefulset);
+			scaled = 1;
+		} else {
+			RS_WARN("the job is over, but %s; trying again in %.0f s", err.msg, wait);
+			next = rs_now() + wait;
+			wait = wait < 30 ? wait * 2 : 60;
+		}
+	}
+}

@@ -5,13 +5,17 @@
  * appear restart the debounce, pods that go are reported to the job; the
  * job's state lives in a ConfigMap; each committed reshard is posted as an
  * Event on the StatefulSet. Scaling is the StatefulSet's business
- * (`kubectl scale`): the coordinator is never given rights to do it.
+ * (`kubectl scale`), with one exception: a job that ended (done, or
+ * failed) scales it to 0, so that no worker pod restarts into it; the
+ * coordinator's Role allows patching that StatefulSet's scale and nothing
+ * more.
  */
 #ifndef RS_KUBE_MEMBERS_H
 #define RS_KUBE_MEMBERS_H
 
 #include "coordinator/job.h"
 #include "coordinator/kube.h"
+#include "coordinator/server.h"
 #include "coordinator/state.h"
 
 #include <signal.h>
@@ -34,5 +38,14 @@ rs_kube_handler rs_kube_members_handler(rs_kube_members *m);
  */
 rs_status rs_kube_members_load(rs_kube_members *m, rs_state *s, int timeout_ms, const volatile sig_atomic_t *stop,
 			       rs_err *err);
+
+/*
+ * The job ended (done or failed): it stays ended. The worker StatefulSet
+ * is scaled to 0 (retried while the API refuses), workers that still join
+ * are told to stop, and the coordinator keeps serving its status (srv) in
+ * that phase, since a Deployment restarts a process that exits, until
+ * *stop becomes nonzero (SIGTERM).
+ */
+void rs_kube_members_ended(rs_kube_members *m, rs_server *srv, const volatile sig_atomic_t *stop);
 
 #endif

@@ -38,8 +38,7 @@ static volatile sig_atomic_t interrupted;
 
 static void on_signal(int sig)
 {
-	(void)sig;
-	interrupted = 1;
+	interrupted = sig != 0;
 }
 
 /* What start-up builds from the command line. */
@@ -82,6 +81,9 @@ static rs_status open_local(coord *c, rs_err *err)
 	rs_status st = c->f.state_path ? rs_state_read(c->f.state_path, &c->state, err) : RS_ENOTFOUND;
 	if (st != RS_OK && st != RS_ENOTFOUND)
 		return st;
+	if (st == RS_OK && c->state.phase == RS_STATE_FAILED)
+		return rs_err_set(err, RS_EINVAL, "the job of %s failed: %s (remove the file to start afresh)", c->f.state_path,
+				  c->state.error);
 	c->recovering = st == RS_OK && c->state.phase != RS_STATE_DONE;
 	err->msg[0] = 0;
 	if (c->recovering) { /* the job as it was started; the command line may not contradict it */
@@ -140,7 +142,7 @@ static rs_status open_kube(coord *c, rs_err *err)
 	rs_status st = rs_kube_members_load(&c->km, &c->state, (int)c->f.timeout_ms, &interrupted, err);
 	if (st != RS_OK && st != RS_ENOTFOUND)
 		return st;
-	c->recovering = st == RS_OK && c->state.phase != RS_STATE_DONE;
+	c->recovering = st == RS_OK; /* an ended job too: it stays ended (rs_kube_members_ended) */
 	err->msg[0] = 0;
 	snprintf(c->url, sizeof(c->url), "%s://%s", c->f.tls_cert ? "wss" : "ws", c->listen);
 	c->workers = 0; /* the StatefulSet's pods are the workers */
@@ -157,11 +159,7 @@ static rs_status start(coord *c, rs_err *err)
 	if (c->steps < 0)
 		c->steps = c->cfg->train.steps;
 	if (c->f.load && !c->recovering) { /* a checkpoint, or the newest complete one of periodic checkpoints */
-		rs_ckpt_index ix;
-		RSCHECK(rs_checkpoint_resolve(c->f.load, -1, c->load, sizeof(c->load), err));
-		RSCHECK(rs_checkpoint_index_read(c->load, &ix, err));
-		c->o.load_step = ix.step;
-		rs_checkpoint_index_free(&ix);
+		RSCHECK(rs_checkpoint_find(c->f.load, -1, c->load, sizeof(c->load), &c->o.load_step, err));
 		if (c->o.load_step > c->steps)
 			return rs_err_set(err, RS_EINVAL, "--load %s is at step %lld, past --steps %lld", c->f.load,
 					  (long long)c->o.load_step, (long long)c->steps);
@@ -210,7 +208,7 @@ static rs_status start(coord *c, rs_err *err)
 						  c->f.tls_cert ? getenv("ROWSHIFT_TLS_CA") : NULL, err));
 	}
 	RS_INFO("control channel, status and dashboard on port %d; %s", rs_server_port(c->srv),
-		c->recovering ? "resuming the job" : "starting");
+		c->recovering ? "recovering the job from its state" : "starting");
 	return RS_OK;
 }
 
@@ -263,7 +261,10 @@ int main(int argc, char **argv)
 			rs_kube_poll(c.km.kube);
 		rs_job_tick(c.job);
 	}
-	if (st == RS_OK && interrupted && (c.f.kubernetes || c.f.state_path)) {
+	if (st == RS_OK && c.f.kubernetes && rs_job_finished(c.job)) {
+		rs_kube_members_ended(&c.km, c.srv, &interrupted); /* until SIGTERM; a failure was reported when it came */
+		rc = 0;
+	} else if (st == RS_OK && interrupted && (c.f.kubernetes || c.f.state_path)) {
 		/* the job goes on without us: the workers wait for a coordinator started on the same state */
 		RS_WARN("interrupted: the workers carry on and wait for the next coordinator%s%s",
 			c.f.local ? "; start again with --state " : "", c.f.local ? c.f.state_path : "");

@@ -22,7 +22,7 @@
 #define MAX_NAME 63
 #define NAME_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-" /* as a join allows */
 
-static const char *const phase_names[] = {"training", "migrating", "committing", "done"};
+static const char *const phase_names[] = {"training", "migrating", "committing", "done", "failed"};
 
 const char *rs_state_phase_name(rs_state_phase p)
 {
@@ -81,6 +81,8 @@ json_t *rs_state_to_json(const rs_state *s)
 				 "plan", s->plan, "world", names_json(s->world, s->nworld), "attempt",
 				 attempt ? attempt : json_null(), "attempts", s->attempts, "next_schedule",
 				 s->next_schedule, "job", job, "incarnations", incs);
+	if (root && s->phase == RS_STATE_FAILED && json_object_set_new(root, "error", json_string(s->error ? s->error : "")))
+		json_decref(root), root = NULL;
 	return root;
 }
 
@@ -261,7 +263,7 @@ rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state
 {
 	json_error_t jerr;
 	json_t *root, *plan, *world, *attempt, *job, *incs = NULL;
-	const char *format, *phase;
+	const char *format, *phase, *error = NULL;
 	json_int_t version, gen, step, bound;
 	int attempts, next;
 	rs_status st = RS_EINVAL;
@@ -272,10 +274,10 @@ rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state
 	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root)
 		return rs_err_set(err, RS_EINVAL, "%s: line %d: %s", name, jerr.line, jerr.text);
-	if (json_unpack_ex(root, &jerr, JSON_STRICT, "{s:s, s:I, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:i, s:i, s:o, s?o}",
+	if (json_unpack_ex(root, &jerr, JSON_STRICT, "{s:s, s:I, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:i, s:i, s:o, s?o, s?s}",
 			   "format", &format, "version", &version, "phase", &phase, "generation", &gen, "step", &step,
 			   "bound", &bound, "plan", &plan, "world", &world, "attempt", &attempt, "attempts", &attempts,
-			   "next_schedule", &next, "job", &job, "incarnations", &incs) != 0) {
+			   "next_schedule", &next, "job", &job, "incarnations", &incs, "error", &error) != 0) {
 		rs_err_set(err, RS_EINVAL, "%s: %s", name, jerr.text);
 		goto out;
 	}
@@ -288,7 +290,15 @@ rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state
 		if (!strcmp(phase, phase_names[p]))
 			s->phase = (rs_state_phase)p;
 	if ((int)s->phase < 0) {
-		st = bad(err, name, "phase", "must be training, migrating, committing or done");
+		st = bad(err, name, "phase", "must be training, migrating, committing, done or failed");
+		goto out;
+	}
+	if ((s->phase == RS_STATE_FAILED) != (error != NULL)) {
+		st = bad(err, name, "error", "goes with the failed phase, which needs it");
+		goto out;
+	}
+	if (error && !(s->error = strdup(error))) {
+		st = RS_ENOMEM;
 		goto out;
 	}
 	if (gen < 1 || step < 0 || bound < step || attempts < 0 || next < 0 || !json_is_object(plan)) {
@@ -349,6 +359,7 @@ void rs_state_free(rs_state *s)
 	free(s->union_of_old);
 	free(s->before);
 	free(s->restore);
+	free(s->error);
 	free(s->config);
 	free(s->save);
 	free(s->url);

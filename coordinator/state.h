@@ -12,7 +12,7 @@
  * persists it: the job hands it over at every decision (job.h).
  *
  *   {"format": "rowshift-coordinator-state", "version": 1,
- *    "phase": "training" | "migrating" | "committing" | "done",
+ *    "phase": "training" | "migrating" | "committing" | "done" | "failed", "error"? (failed: why),
  *    "generation": G, "step": S, "bound": B, "plan": {plan}, "world": [names by rank],
  *    "attempt": {"generation", "plan", "union": [names], "world": W, "union_of_old": [ranks],
  *                "before": [checksums], "restore": dir (partial recovery)} (migrating, committing),
@@ -44,7 +44,8 @@ typedef enum rs_state_phase {
 	RS_STATE_TRAINING,   /* generation G runs (or is paused between steps) */
 	RS_STATE_MIGRATING,  /* attempt A is being staged: undecided; a restart commits only if every member staged */
 	RS_STATE_COMMITTING, /* attempt A is decided: a restart commits it */
-	RS_STATE_DONE,       /* training ended */
+	RS_STATE_DONE,       /* training ended: a restart does not train again (Kubernetes: it reports the end) */
+	RS_STATE_FAILED,     /* the job failed, for `error`: final too */
 } rs_state_phase;
 
 typedef struct rs_state_worker {
@@ -54,6 +55,7 @@ typedef struct rs_state_worker {
 
 typedef struct rs_state {
 	rs_state_phase phase;
+	char *error;                /* failed: why */
 	int64_t generation, step, bound;
 	json_t *plan;               /* owned */
 	char **world;

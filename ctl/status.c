@@ -124,6 +124,10 @@ static void print_event(const json_t *e, int tty, int *bar_open)
 		printf("recovering: %s; rolling back to step %lld%s%s\n", str(e, "reason"), inum(e, "to_step"),
 		       json_is_string(json_object_get(e, "checkpoint")) ? " from " : "",
 		       json_is_string(json_object_get(e, "checkpoint")) ? str(e, "checkpoint") : "");
+	} else if (!strcmp(type, "recovered") && !strcmp(str(e, "kind"), "partial")) {
+		printf("recovered: generation %lld, %lld workers, training on from step %lld (%.2f s after the loss); %lld "
+		       "stale rows restored from the checkpoint of step %lld\n", inum(e, "generation"), inum(e, "workers"),
+		       inum(e, "to_step"), num(e, "seconds"), inum(e, "stale_rows"), inum(e, "restored_step"));
 	} else if (!strcmp(type, "recovered")) {
 		printf("recovered: generation %lld, %lld workers, training again from step %lld (%.2f s after the loss)\n",
 		       inum(e, "generation"), inum(e, "workers"), inum(e, "to_step"), num(e, "seconds"));

@@ -278,9 +278,43 @@ static rs_status copy_kept(stager *g)
 static uint64_t rows_sum(const rs_trainer *tr, const lshard *ls, int64_t r0, int64_t n);
 
 /*
+ * Each checkpoint file holding rows of this member's restore moves passes
+ * its checksum, once (several moves may read one file).
+ */
+static rs_status verify_restore_files(const stager *g, const rs_ckpt_index *ix)
+{
+	const char **seen = calloc((size_t)g->nmoves + 1, sizeof(char *));
+	int nseen = 0;
+	rs_status st = seen ? RS_OK : RS_ENOMEM;
+	for (int i = 0; st == RS_OK && i < g->nmoves; i++) {
+		const rs_move *m = &g->moves[i];
+		const rs_ckpt_table *ct = rs_checkpoint_index_table(ix, g->cfg->tables[m->table].name);
+		if (m->src != RS_MOVE_RESTORE || m->dst != g->me || !ct)
+			continue; /* no table: rs__trainer_restore names it */
+		for (int k = 0; st == RS_OK && k < ct->nshards; k++) {
+			const rs_ckpt_shard *cs = &ct->shards[k];
+			int dup = 0;
+			if (cs->row_offset >= m->row_offset + m->rows || cs->row_offset + cs->rows <= m->row_offset ||
+			    cs->col_offset >= m->col_offset + m->cols || cs->col_offset + cs->cols <= m->col_offset)
+				continue;
+			for (int q = 0; q < nseen && !dup; q++)
+				dup = !strcmp(seen[q], cs->file);
+			if (dup)
+				continue;
+			if (nseen < g->nmoves) /* past that many: checked again, which is only slower */
+				seen[nseen++] = cs->file;
+			st = rs_checkpoint_verify_file(g->spec->restore, cs->file, &cs->sum, g->err);
+		}
+	}
+	free(seen);
+	return st;
+}
+
+/*
  * Partial recovery: the rows of this member's moves from the checkpoint
- * (lost with every copy), loaded into the new shards; the counted ones'
- * checksum into spec->restored.
+ * (lost with every copy), loaded into the new shards after the rounds (no
+ * peer waits on this member meanwhile); the counted ones' checksum into
+ * spec->restored.
  */
 static rs_status restore_rows(stager *g)
 {
@@ -298,10 +332,15 @@ static rs_status restore_rows(stager *g)
 					(long long)(m->row_offset + m->rows - 1));
 			break;
 		}
-		if (!have && (st = rs_checkpoint_index_read(g->spec->restore, &ix, g->err)) != RS_OK)
-			break;
-		have = 1;
-		st = rs__trainer_restore(g->nt, ls, g->spec->restore, &ix, m->row_offset, m->row_offset + m->rows, g->err);
+		if (!have) {
+			if ((st = rs_checkpoint_index_read(g->spec->restore, &ix, g->err)) != RS_OK)
+				break;
+			have = 1;
+			if ((st = verify_restore_files(g, &ix)) != RS_OK)
+				break;
+		}
+		st = rs__trainer_restore(g->nt, ls, g->spec->restore, &ix, m->row_offset, m->row_offset + m->rows, 0,
+					 g->err);
 		if (st != RS_OK)
 			break;
 		g->stats->restored_rows += m->rows;
@@ -587,8 +626,6 @@ rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs
 				rs__mem_populate(ls->smem);
 		}
 	}
-	if (g.nt && spec->restore)
-		RSCHECKGOTO(restore_rows(&g), st, out);
 	double t1 = rs_now();
 	g.stats->copy_s = t1 - t0;
 	int64_t rounds;
@@ -611,6 +648,8 @@ rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs
 	}
 	g.stats->rounds = (int)rounds;
 	RSCHECKGOTO(send_dense(&g), st, out);
+	if (g.nt && spec->restore)
+		RSCHECKGOTO(restore_rows(&g), st, out);
 	g.stats->move_s = rs_now() - t1;
 	*out = g.nt;
 	g.nt = NULL;

@@ -856,7 +856,7 @@ out:
 int rs_trainer_can_heal(const rs_trainer *tr)
 {
 	return tr && !tr->spoiled &&
-	       ((tr->replicas > 1 && tr->cfg->cluster.replica_sync_every == 0) || tr->cfg->cluster.partial_recovery);
+	       (tr->replicas > 1 ? tr->cfg->cluster.replica_sync_every == 0 : tr->cfg->cluster.partial_recovery);
 }
 
 void rs_trainer_request_pause(rs_trainer *tr) { tr->pause_requested = 1; }

@@ -222,9 +222,10 @@ void rs_trainer_commit(rs_trainer *staged, rs_trainer *old);
 /*
  * Whether this trainer can go on after its last step failed on a lost peer:
  * its failed step changed nothing (rs_trainer_step updates only after its
- * last collective), and either the world is 2D with exact replica sync (a
- * copy of every lost row lives on in another replica group) or the config
- * asks for partial recovery (the lost rows come back from a checkpoint).
+ * last collective), and the world is 2D with exact replica sync (a copy of
+ * every lost row lives on in another replica group; with partial recovery
+ * rows with none left come back from a checkpoint) or 1D with partial
+ * recovery asked for.
  */
 int rs_trainer_can_heal(const rs_trainer *tr);
 

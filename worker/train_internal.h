@@ -157,11 +157,12 @@ void rs__row_blocks(const rs_config *cfg, const lshard *ls, int64_t row, int64_t
 /*
  * Table rows [from, to) of local shard ls (all its columns) from the
  * checkpoint in dir, whose index ix the caller read (train_ckpt.c): its
- * table must have this config's shape, dtype and optimizer, and each file
- * read passes its checksum.
+ * table must have this config's shape, dtype and optimizer, and with
+ * `verify` each file read first passes its checksum (without: the caller
+ * checked it).
  */
 rs_status rs__trainer_restore(const rs_trainer *tr, const lshard *ls, const char *dir, const rs_ckpt_index *ix,
-			      int64_t from, int64_t to, rs_err *err);
+			      int64_t from, int64_t to, int verify, rs_err *err);
 
 /* Whether local shard i is a data-parallel table's full copy (synced by all-reduce, not by replica groups). */
 static inline int rs__is_dp(const rs_trainer *tr, int i) { return tr->tables[tr->shards[i].table].dp_shard == i; }

@@ -15,7 +15,8 @@
 //   model FILE... JSON                    the ConfigMap rowshift-model's model.json equals JSON
 //   rbac FILE...                         exactly the coordinator's Role: pods
 //       get/list/watch, configmaps create and get/update (rowshift-state),
-//       events create (core and events.k8s.io); no cluster-wide RBAC
+//       events create (core and events.k8s.io), the worker StatefulSet's get
+//       and its scale's patch (rowshift-worker); no cluster-wide RBAC
 //   nonroot FILE...                      no container can run as root or gain privileges
 //   token FILE...                        print the Secret's join token
 //   gpu FILE... [--resource NAME]       print the worker's nvidia.com/gpu (NAME) limit, or "none"
@@ -294,6 +295,7 @@ function rbac(args) {
   expectEq("the Role's grants", grants.sort(), [
     "core/configmaps:create", "core/configmaps:get@rowshift-state", "core/configmaps:update@rowshift-state",
     "core/events:create", "core/pods:get", "core/pods:list", "core/pods:watch", "events.k8s.io/events:create",
+    "apps/statefulsets:get@rowshift-worker", "apps/statefulsets/scale:patch@rowshift-worker",
   ].sort());
   if (!failed) console.log(`the Role grants exactly: ${grants.join(" ")}`);
 }

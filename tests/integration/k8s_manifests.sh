@@ -55,7 +55,7 @@ check "the chart holds the contract (names, args, env, ports, probes, volumes, l
 check "the manifests hold the contract" $js contract "${manifests[@]}"
 check "the chart's model.json is examples/dlrm-small.json" $js model "$tmp/chart.yaml" examples/dlrm-small.json
 check "the manifests' model.json is examples/dlrm-small.json" $js model "${manifests[@]}" examples/dlrm-small.json
-check "the chart's Role grants exactly pods get/list/watch, configmaps get/create/update, events create" $js rbac "$tmp/chart.yaml"
+check "the chart's Role grants exactly pods get/list/watch, configmaps get/create/update, events create, the worker StatefulSet get and scale" $js rbac "$tmp/chart.yaml"
 check "the manifests' Role grants exactly the same" $js rbac "${manifests[@]}"
 sed 's/verbs: \["get", "list", "watch"\]/verbs: ["get", "list", "watch", "delete"]/' manifests/10-rbac.yaml >"$tmp/wide-rbac.yaml"
 printf -- '---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: extra}\nrules: [{apiGroups: ["*"], resources: ["secrets"], verbs: ["*"]}]\n' >>"$tmp/wide-rbac.yaml"

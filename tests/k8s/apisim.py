@@ -243,6 +243,8 @@ RESOURCES = [
     Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False),
     Resource("events.k8s.io", "v1", "events", "Event", short=["ev"]),
     Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", short=["netpol"]),
+    Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", short=["pdb"], subresources=_subs("status"),
+             status=True),
 ]
 BY_GVR = {(r.group, r.version, r.plural): r for r in RESOURCES}
 BY_KEY = {r.key: r for r in RESOURCES}

@@ -134,6 +134,15 @@ static void test_round_trip(void **state)
 	assert_null(back.uni);
 	assert_string_equal(back.save, "/tmp/ckpt");
 	rs_state_free(&back);
+	/* a failed job's state keeps the reason */
+	s->phase = RS_STATE_FAILED;
+	s->error = "worker-1 was lost; gave up after 3 recoveries in a row";
+	assert_int_equal(rs_state_write(path, s, &err), RS_OK);
+	assert_int_equal(rs_state_read(path, &back, &err), RS_OK);
+	assert_int_equal(back.phase, RS_STATE_FAILED);
+	assert_string_equal(back.error, s->error);
+	rs_state_free(&back);
+	s->phase = RS_STATE_TRAINING, s->error = NULL;
 	/* a state without the join token (a Kubernetes ConfigMap's) has none */
 	s->token = NULL;
 	assert_int_equal(rs_state_write(path, s, &err), RS_OK);
@@ -196,6 +205,7 @@ static void test_refused(void **state)
 {
 	(void)state;
 	refused("\"phase\":\"migrating\"", "\"phase\":\"flying\"", "phase");
+	refused("\"phase\":\"migrating\"", "\"phase\":\"migrating\",\"error\":\"x\"", "error"); /* failed only */
 	refused("\"phase\":\"migrating\"", "\"phase\":\"training\"", "attempt");   /* an attempt without its phase */
 	refused("\"generation\":4", "\"generation\":0", "generation");
 	refused("\"step\":50", "\"step\":500", "generation");                      /* past the bound */
