@@ -6,6 +6,9 @@
 #include "common/clock.h"
 #include "common/grow.h"
 #include "common/log.h"
+#include "common/rng.h"
+#include "common/secret.h"
+#include "common/version.h"
 #include "coordinator/watch.h"
 
 #include <curl/curl.h>
@@ -15,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Every curl call is checked: log the call and what curl said, and fail. */
 #define CURLCHECK(call)                                                                  \
@@ -49,6 +53,7 @@ struct rs_kube {
 	rs_kube_config cfg;
 	char *ns, *sts, *selector;
 	char sts_uid[64];       /* the StatefulSet's, once read: events name it, so `kubectl describe` shows them */
+	rs_rng rng;             /* the backoff's jitter, seeded from the kernel: coordinators apart back off apart */
 	rs_kube_handler h;
 	CURLM *multi;
 	CURL *easy;                /* the list or watch in flight, or NULL */
@@ -115,7 +120,7 @@ static rs_status setup_easy(rs_kube *k, CURL *e, struct curl_slist **headers, co
 	CURLCHECK(curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L));
 	CURLCHECK(curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L));
 	CURLCHECK(curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 3000L));
-	CURLCHECK(curl_easy_setopt(e, CURLOPT_USERAGENT, "rowshift-coordinator"));
+	CURLCHECK(curl_easy_setopt(e, CURLOPT_USERAGENT, "rowshift-coordinator/" RS_VERSION " (linux) rowshift/" RS_VERSION));
 	/* TLS is verified against the cluster's CA unless the kubeconfig said insecure-skip-tls-verify */
 	CURLCHECK(curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, c->insecure ? 0L : 1L));
 	CURLCHECK(curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, c->insecure ? 0L : 2L));
@@ -303,7 +308,7 @@ static void back_off(rs_kube *k, const char *fmt, ...)
 	va_end(ap);
 	double wait = 0.5 * (double)(1 << (k->failures < 6 ? k->failures : 6));
 	wait = wait > BACKOFF_MAX_S ? BACKOFF_MAX_S : wait;
-	wait *= 0.5 + (double)rand() / RAND_MAX; /* jitter: many coordinators do not retry in step */
+	wait *= 0.5 + rs_rng_uniform(&k->rng); /* jitter: many coordinators do not retry in step */
 	k->failures++;
 	k->retry_at = rs_now() + wait;
 	RS_WARN("kubernetes: %s; trying again in %.1f s", k->error, wait);
@@ -487,6 +492,10 @@ rs_status rs_kube_create(const rs_kube_config *cfg, const char *ns, const char *
 			}
 			*blobs[i] = b;
 		}
+	uint64_t seed[3] = {0};
+	if (rs_secret_bytes(seed, sizeof(seed)) != RS_OK) /* then the time and pid: apart enough */
+		seed[0] = (uint64_t)(rs_now() * 1e9), seed[1] = (uint64_t)getpid();
+	k->rng = rs_rng_make(seed[0], seed[1], seed[2]);
 	k->ns = strdup(ns);
 	k->sts = strdup(statefulset);
 	k->selector = strdup(selector);

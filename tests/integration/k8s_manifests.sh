@@ -347,4 +347,11 @@ check "the upgrade's NOTES say it kept the size" grep -q "this upgrade kept 4" "
 check "helm template (no cluster) still renders workers" test "$($js replicas "$tmp/status.yaml")" = 5
 kill "$sim_pid" 2>/dev/null; wait "$sim_pid" 2>/dev/null
 
+same_version() { # the chart's appVersion is the version the binaries report
+	local v
+	v=$(sed -n 's/^#define RS_VERSION "\(.*\)"$/\1/p' common/version.h)
+	[ -n "$v" ] && grep -qx "appVersion: \"$v\"" "$chart/Chart.yaml"
+}
+check "the chart's appVersion is the binaries' version (common/version.h)" same_version
+
 finish_checks k8s_manifests
