@@ -1,0 +1,143 @@
+#!/bin/bash
+# k8s_complete.sh - a Kubernetes job runs to completion, once, with the real
+# helm and kubectl against the API simulator (tests/k8s/apisim.py), whose
+# kubelet runs the worker pods as real rowshift-workers:
+#   1. the chart with checkpoint.existingClaim: the coordinator Deployment
+#      saves the model to /checkpoints/final and both pods mount the claim at
+#      /checkpoints (the simulator stores the Deployment; the coordinator runs
+#      here as it would, a local directory standing in for the ReadWriteMany
+#      volume every pod shares);
+#   2. the job trains its steps and ends: the final checkpoint is complete on
+#      the volume, and `rowshiftctl checkpoint export` of it is read by the
+#      independent safetensors reader; the StatefulSet is scaled to 0 and its
+#      pods are gone; `kubectl describe statefulset` lists Started and
+#      Completed;
+#   3. the coordinator stays up in phase done, serving its status (a
+#      Deployment would restart a process that exits); SIGTERM ends it, 0;
+#   4. a coordinator started again on the same state trains nothing, and a
+#      worker pod scaled back in is told to stop: the job never trains again.
+set -u
+. "$(dirname "$0")/../lib/itest.sh"
+kubectl=tools/bin/kubectl
+helm=tools/bin/helm
+ns=rowshift-complete
+sts=rowshift-worker
+steps=60
+sel=app.kubernetes.io/name=rowshift,app.kubernetes.io/instance=rowshift,app.kubernetes.io/component=worker
+simtok=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+
+python3 tests/k8s/apisim.py --port 0 --port-file "$tmp/sim.port" --token "$simtok" --tls-dir "$tmp/tls" \
+	--kubeconfig-out "$tmp/kubeconfig" --root "$tmp/pods" --bin-dir "$bin" >"$tmp/sim.out" 2>"$tmp/sim.err" &
+sim_pid=$!
+wait_for "$tmp/sim.port" . 30 || { echo "the simulator did not start"; cat "$tmp/sim.err"; exit 1; }
+export KUBECONFIG=$tmp/kubeconfig KUBECACHEDIR=$tmp/kube-cache
+k() { timeout 30 $kubectl -n $ns "$@"; }
+
+# 1. the chart, with a checkpoint volume
+cport=$(free_port)
+printf '{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "%s"}}\n' $ns | timeout 30 $kubectl apply -f - >/dev/null
+$helm template rowshift helm/rowshift --namespace $ns --set workers=2 --set gpusPerWorker=0 \
+	--set coordinatorURL=ws://127.0.0.1:$cport --set checkpoint.existingClaim=rowshift-checkpoints \
+	--set-file modelJson=examples/dlrm-small.json >"$tmp/chart.yaml"
+check "kubectl apply creates the chart's objects" bash -c "timeout 30 $kubectl apply -f $tmp/chart.yaml >$tmp/apply.out 2>&1"
+volumes_ok() { # the Deployment saves to /checkpoints/final; both pod templates mount the claim there
+	k get deployment rowshift-coordinator -o json >"$tmp/deploy.json" && k get statefulset $sts -o json >"$tmp/sts.json" &&
+		python3 - "$tmp/deploy.json" "$tmp/sts.json" <<'PY'
+import json, sys
+deploy, sts = (json.load(open(p)) for p in sys.argv[1:3])
+args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+assert args[args.index("--save") + 1] == "/checkpoints/final", args
+for o in (deploy, sts):
+    spec = o["spec"]["template"]["spec"]
+    vol = [v["name"] for v in spec["volumes"] if v.get("persistentVolumeClaim", {}).get("claimName") == "rowshift-checkpoints"]
+    assert len(vol) == 1, (o["metadata"]["name"], spec["volumes"])
+    mounts = [m for c in spec["containers"] for m in c.get("volumeMounts", []) if m["name"] == vol[0]]
+    assert [m["mountPath"] for m in mounts] == ["/checkpoints"], (o["metadata"]["name"], mounts)
+PY
+}
+check "the coordinator saves to /checkpoints/final; both pods mount the claim at /checkpoints" volumes_ok
+jointok=$(k get secret rowshift-join-token -o jsonpath='{.data.token}' | base64 -d)
+mkdir -p "$tmp/vol"
+coordinator() { # as the Deployment runs it, /checkpoints being $tmp/vol
+	ROWSHIFT_JOIN_TOKEN=$jointok "$bin/rowshift-coordinator" --kubernetes --kubeconfig "$tmp/kubeconfig" \
+		--namespace $ns --statefulset $sts --selector "$sel" --state-configmap rowshift-state \
+		--config examples/dlrm-small.json --listen 127.0.0.1:$cport --steps $steps --debounce-ms 3000 \
+		--save "$tmp/vol/final" >>"$tmp/coord.out" 2>>"$tmp/coord.err" &
+	coord=$!
+}
+coordinator
+
+# 2. it trains to the end
+check "the job trains its $steps steps and ends" wait_for "$tmp/coord.out" "^training done: 2 workers, $steps steps" 90
+check "the final checkpoint is complete on the volume, of step $steps" bash -c \
+	"python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))[\"step\"] == $steps' '$tmp/vol/final/index.json'"
+"$bin/rowshiftctl" checkpoint export "$tmp/vol/final" "$tmp/model.safetensors" >"$tmp/export.out" 2>&1
+check "its export is read by the independent safetensors reader, every table's weight of its shape" \
+	python3 - "$tmp/vol/final" "$tmp/model.safetensors" <<'PY'
+import json, os, sys
+sys.path.insert(0, "tests/integration")
+import safetensors_check as stc
+ix = json.load(open(os.path.join(sys.argv[1], "index.json")))
+hdr, _ = stc.load(sys.argv[2])
+for tb in ix["tables"]:
+    t = hdr[f"embedding_bags.{tb['name']}.weight"]
+    assert t["shape"] == [tb["rows"], tb["dim"]], (tb["name"], t["shape"])
+assert hdr["__metadata__"]["step"] == str(ix["step"])
+PY
+scaled_to_0() { # the StatefulSet wants 0 pods, and none is left
+	for _ in $(seq 1 120); do
+		[ "$(k get statefulset $sts -o jsonpath='{.spec.replicas}')" = 0 ] &&
+			[ -z "$(k get pods -l "$sel" -o jsonpath='{.items[*].metadata.name}')" ] && return 0
+		sleep 0.25
+	done
+	k get statefulset $sts -o jsonpath='{.spec.replicas}' >&2
+	k get pods -l "$sel" >&2
+	return 1
+}
+check "the coordinator scaled the StatefulSet to 0 and its pods are gone" scaled_to_0
+described() { k describe statefulset $sts >"$tmp/describe.txt" && grep -q "Started .*Generation 1: 2 workers" "$tmp/describe.txt" &&
+	grep -q "Completed .*Trained $steps steps" "$tmp/describe.txt"; }
+check "kubectl describe statefulset lists the job's Started and Completed events" described
+
+# 3. it stays up, done
+up_and_done() { # still running a second on, and its status stream says done
+	local phase
+	sleep 1
+	kill -0 $coord || return 1
+	phase=$(timeout 20 "$bin/rowshiftctl" status --json --coordinator ws://127.0.0.1:$cport |
+		python3 -c 'import json, sys; print(json.loads(sys.stdin.readline())["phase"])')
+	[ "$phase" = done ] || { echo "phase: $phase" >&2; return 1; }
+}
+check "the coordinator stays up in phase done, serving its status" up_and_done
+kill -TERM $coord
+wait $coord
+rc=$?
+check "SIGTERM ends it, exit 0 (exit $rc)" test $rc = 0
+
+# 4. never again
+lines=$(grep -c "^step" "$tmp/coord.out")
+coordinator
+check "a coordinator started again finds the job done" wait_for "$tmp/coord.err" "in phase done: the job is over" 30
+wlog=$tmp/pods/$ns/$sts-0/worker.log
+joins=$(grep -c "$sts-0 joined" "$tmp/coord.err")
+stops=$(grep -c "stopped by the coordinator" "$wlog" 2>/dev/null)
+k scale statefulset/$sts --replicas=1 >/dev/null
+told_to_stop() { # the new pod's worker joined this coordinator and was told to stop
+	for _ in $(seq 1 120); do
+		[ "$(grep -c "$sts-0 joined" "$tmp/coord.err")" -gt "$joins" ] &&
+			[ "$(grep -c "stopped by the coordinator" "$wlog" 2>/dev/null)" -gt "${stops:-0}" ] && return 0
+		sleep 0.25
+	done
+	tail -5 "$wlog" >&2
+	return 1
+}
+check "a worker pod scaled back in is told to stop" told_to_stop
+check "and the job does not train again" bash -c "sleep 2; [ \$(grep -c '^step' '$tmp/coord.out') = $lines ] &&
+	! grep -q 'generation 2' '$tmp/coord.out' && [ \$(grep -c '^training done' '$tmp/coord.out') = 1 ]"
+kill -TERM $coord
+wait $coord
+kill -TERM $sim_pid
+timeout 20 tail --pid=$sim_pid -f /dev/null
+check "the simulator stops and leaves no worker process behind" bash -c "! pgrep -f '[r]owshift-worker .*$tmp/pods' >/dev/null"
+[ "$fails" = 0 ] || { tail -20 "$tmp/coord.out"; tail -30 "$tmp/coord.err"; tail -20 "$tmp/sim.err"; }
+finish_checks k8s_complete
