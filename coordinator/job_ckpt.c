@@ -38,6 +38,19 @@ static void give_up(gather *g)
 	gather_free(g);
 }
 
+int rs__ckpt_completing(const rs_job *j)
+{
+	for (size_t k = 0; k < RS_CKPT_GATHERS; k++) {
+		const gather *g = &j->ck.g[k];
+		int can = g->step && g->generation == j->cur.generation && g->nworld == j->cur.nworld;
+		for (int32_t r = 0; can && r < g->nworld; r++)
+			can = g->got[r] || !j->mem.v[j->cur.world[r]].lost;
+		if (can)
+			return 1;
+	}
+	return 0;
+}
+
 void rs__ckpt_free(rs_job *j)
 {
 	for (size_t k = 0; k < RS_CKPT_GATHERS; k++)

@@ -346,6 +346,12 @@ void rs__emit(rs_job *j, const job_event *ev);
 rs_status rs__job_checkpointed(rs_job *j, int member_index, json_t *msg, rs_err *err);
 
 /* Forget the checkpoint being gathered (the job ends). */
+/*
+ * Whether a periodic checkpoint of this generation is being gathered that
+ * can still complete: every rank whose part is missing is alive (a partial
+ * recovery waits for it: the newer, the less stale).
+ */
+int rs__ckpt_completing(const rs_job *j);
 void rs__ckpt_free(rs_job *j);
 
 /*
@@ -374,8 +380,9 @@ const char *rs__recovery_kind(const rs_job *j);
 void rs__heal_give_up(rs_job *j, const char *why);
 /*
  * Partial recovery, as its reshard begins (and begins again): the newest
- * complete checkpoint of a step <= the survivors' whose files pass their
- * checksums (the least stale) into rec.load (1), or 0 when none is left.
+ * complete checkpoint of a step <= the survivors' (the least stale) into
+ * rec.load (1), or 0 when none is left; on a retry, the newest whose files
+ * all pass their checksums.
  */
 int rs__restore_newest(rs_job *j);
 /*

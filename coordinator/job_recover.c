@@ -170,22 +170,27 @@ static int can_heal(const rs_job *j)
 	       (j->ph == P_TRAINING || j->ph == P_PAUSED || (j->ph == P_RECOVERING && j->rec.healing));
 }
 
-/* Whether a complete checkpoint (its index written) of a step <= near exists; its files are checked later. */
-static int has_checkpoint(const rs_job *j, int64_t near)
+/*
+ * The newest periodic checkpoint of a step <= near whose index is written
+ * (into load, its step into *step), its files not read: the workers check
+ * those they restore from. 0 when there is none.
+ */
+static int newest_indexed(const rs_job *j, int64_t near, char *load, size_t n, int64_t *step)
 {
 	int64_t *steps = NULL;
-	size_t n = 0;
+	size_t k = 0;
 	int found = 0;
 	rs_err err = {0};
-	if (j->o.ckpt_dir && rs_checkpoint_steps(j->o.ckpt_dir, &steps, &n, &err) == RS_OK)
-		for (size_t i = 0; i < n && !found; i++) {
-			char dir[4096], index[4200];
-			rs_checkpoint_step_dir(j->o.ckpt_dir, steps[i], dir, sizeof(dir));
-			snprintf(index, sizeof(index), "%s/index.json", dir);
-			found = steps[i] <= near && access(index, F_OK) == 0;
+	if (j->o.ckpt_dir && rs_checkpoint_steps(j->o.ckpt_dir, &steps, &k, &err) == RS_OK)
+		for (size_t i = 0; i < k && !found; i++) { /* newest first */
+			char index[4200];
+			rs_checkpoint_step_dir(j->o.ckpt_dir, steps[i], load, n);
+			snprintf(index, sizeof(index), "%s/index.json", load);
+			if ((found = steps[i] <= near && access(index, F_OK) == 0))
+				*step = steps[i];
 		}
 	free(steps);
-	return found || j->o.load; /* none taken yet: the job's own starting checkpoint */
+	return found;
 }
 
 /*
@@ -199,7 +204,9 @@ static int go_partial(rs_job *j)
 		return 1;
 	if (!j->cfg->cluster.partial_recovery)
 		return 0;
-	if (!has_checkpoint(j, rs__job_step(j))) {
+	char load[sizeof(j->rec.load)];
+	int64_t step;
+	if (!newest_indexed(j, rs__job_step(j), load, sizeof(load), &step) && !j->o.load) {
 		RS_WARN("partial recovery: no complete checkpoint yet: rolling back instead");
 		return 0;
 	}
@@ -214,7 +221,11 @@ int rs__restore_newest(rs_job *j)
 	rs_err err = {0};
 	char load[sizeof(j->rec.load)];
 	int64_t at = 0;
-	rs_status st = latest_checkpoint(j, j->cur.step, load, sizeof(load), &at, &err);
+	/* the first try reads no file here (a checkpoint may be terabytes): the workers check what they restore;
+	 * a retry (that check may have failed) takes the newest whose every file passes */
+	rs_status st = j->att.failures == 0 && newest_indexed(j, j->cur.step, load, sizeof(load), &at)
+			       ? RS_OK
+			       : latest_checkpoint(j, j->cur.step, load, sizeof(load), &at, &err);
 	if (st == RS_ENOTFOUND && j->o.load)
 		snprintf(load, sizeof(load), "%s", j->o.load), at = j->o.load_step, st = RS_OK;
 	if (st != RS_OK) {
@@ -384,8 +395,8 @@ static void heal_tick(rs_job *j)
 		return;
 	}
 	rs__members_candidates(j, c, &pending);
-	if (pending > 0 && waited < timeout / 4)
-		return; /* a replacement on its way: one reshard instead of two */
+	if ((pending > 0 || (j->rec.partial && rs__ckpt_completing(j))) && waited < timeout / 4)
+		return; /* a replacement on its way (one reshard instead of two), or a newer checkpoint to restore from */
 	RS_WARN("healing: the survivors stopped at step %lld; rebuilding the lost rows from %s", (long long)step,
 		j->rec.partial ? "their replicas, or the newest complete checkpoint where no copy is left" : "their replicas");
 	j->cur.step = j->rec.from = j->rec.to = step;

@@ -161,8 +161,8 @@ static rs_status lose_generation(rs_agent *a, const char *why, rs_err *err)
  * others must not wait for this rank) and report paused at the last step
  * done. The coordinator rebuilds the world with a reshard, or rolls it
  * back after all (an abort of this generation, which drops the model then).
- * With partial recovery a checkpoint write in flight is reported first: the
- * newest complete checkpoint is the one restored from.
+ * A checkpoint write in flight goes on, reported when it ends (a partial
+ * recovery waits for the checkpoint when it can still complete).
  */
 static rs_status stall(rs_agent *a, const char *why, rs_err *err)
 {
@@ -171,7 +171,7 @@ static rs_status stall(rs_agent *a, const char *why, rs_err *err)
 	if (a->t)
 		rs_transport_abort(a->t);
 	a->stalled = 1;
-	ckpt_collect(a, a->c.cfg->cluster.partial_recovery);
+	ckpt_collect(a, 0);
 	return report_paused(a, err);
 }
 
@@ -720,7 +720,8 @@ rs_status rs_agent_run(rs_agent *a, rs_agent_end *end, rs_err *err)
 			return RS_OK;
 		}
 		/* joined, the coordinator decides how long this takes; cut off, the grace period bounds it */
-		st = rs_link_recv(&a->link, 1000, &msg, &why);
+		/* a checkpoint write in flight is reported soon after it ends: a recovery may wait for it */
+		st = rs_link_recv(&a->link, rs_checkpointer_busy(a->ckpt) ? 20 : 1000, &msg, &why);
 		ckpt_collect(a, 0); /* a write that ended while this worker was paused */
 		if (st == RS_ETIMEDOUT)
 			continue;

@@ -14,7 +14,11 @@
 # the surviving replica, no rollback: the seconds from the loss to the
 # healed world's first step (its "recovered" line), beside the same
 # restart-based reference for that world (4 workers loading the latest
-# checkpoint, start to first step). Fails when a run fails.
+# checkpoint, start to first step). Then "recovery": "partial": the same 2
+# workers as the rollback, worker-1 SIGKILLed; only its rows come back from
+# the checkpoint, nothing is trained again: the seconds from the loss to the
+# world's first step, the stale rows and how old, beside the rollback's
+# restart-based reference. Fails when a run fails.
 set -u
 BUILD=${BUILD:-build}
 bin=$BUILD/bin
@@ -40,7 +44,7 @@ round() { # round I: prints "ROLLBACK_S RESTART_S STEPS_RETRAINED CHECKPOINT_STE
 	pkill -9 -P $coord -f -- "--name worker-1 "
 	wait_for "$tmp/kill$i.out" "^recovered:" 300 || return 1
 	pkill -9 -P $coord 2>/dev/null # its workers first: once it is gone they are no longer its children
-	kill -9 $coord
+	kill -9 $coord 2>/dev/null
 	wait $coord 2>/dev/null
 	ck=$(sed -n 's/^recovery: .*; rolling back to \(.*\) (step [0-9]*)$/\1/p' "$tmp/kill$i.out")
 	[ -d "$ck" ] || { echo "bench recovery: no checkpoint named in $tmp/kill$i.out" >&2; return 1; }
@@ -68,6 +72,9 @@ for i in 1 2 3; do
 	rows+=("$r")
 	rm -rf "$tmp/ck$i"
 done
+restart_s=$(printf '%s\n' "${rows[@]}" | python3 -c '
+import statistics, sys
+print(statistics.median(float(l.split()[1]) for l in sys.stdin if l.strip()))')
 printf '%s\n' "${rows[@]}" | python3 -c '
 import statistics, sys
 rows = [[float(x) for x in l.split()] for l in sys.stdin if l.strip()]
@@ -90,7 +97,7 @@ heal_round() { # heal_round I: prints "HEAL_S RESTART_S"
 	pkill -9 -P $coord -f -- "--name worker-1 "
 	wait_for "$tmp/heal$i.out" "^recovered:" 300 || return 1
 	pkill -9 -P $coord 2>/dev/null
-	kill -9 $coord
+	kill -9 $coord 2>/dev/null
 	wait $coord 2>/dev/null
 	grep -q "healed from replicas" "$tmp/heal$i.out" ||
 		{ echo "bench recovery: round $i did not heal from replicas" >&2; grep "^recover" "$tmp/heal$i.out" >&2; return 1; }
@@ -102,7 +109,7 @@ heal_round() { # heal_round I: prints "HEAL_S RESTART_S"
 	coord=$!
 	wait_for "$tmp/hrestart$i.out" "^generation 1 made its first step" 300 || return 1
 	pkill -9 -P $coord 2>/dev/null
-	kill -9 $coord
+	kill -9 $coord 2>/dev/null
 	wait $coord 2>/dev/null
 	python3 - "$tmp/heal$i.out" "$tmp/hrestart$i.out" <<'PY'
 import re, sys
@@ -130,3 +137,40 @@ print(f"bench recovery_replica: {h:.2f} s from a SIGKILLed worker to the first s
       f"{rs:.2f} s (the same world loading the latest checkpoint, start to first step) | ratio restart/heal "
       f"{rs / h:.2f} (target 10) | medians of 3")
 ' "$cfg"
+
+# Partial recovery (cluster.recovery "partial"): the same 2 workers; only worker-1's rows come back from the
+# checkpoint, the survivor keeps its own, nothing is trained again. Beside the restart-based figure above.
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c.setdefault("cluster", {})["recovery"] = "partial"
+json.dump(c, open(sys.argv[2], "w"))' "$cfg" "$tmp/partial.json"
+partial_round() { # partial_round I: prints "SECONDS STALE_ROWS STEPS_OLD"
+	local i=$1 coord
+	RS_LOG_LEVEL=warn "$bin/rowshift-coordinator" --local --workers 2 --config "$tmp/partial.json" --steps 100000 \
+		--listen 127.0.0.1:0 --admin-file "$tmp/partial$i.admin" --checkpoint-dir "$tmp/pck$i" --checkpoint-every 20 \
+		>"$tmp/partial$i.out" 2>"$tmp/partial$i.err" &
+	coord=$!
+	wait_for "$tmp/partial$i.out" "checkpoint of step 20 complete" 300 || return 1
+	sleep 1
+	pkill -9 -P $coord -f -- "--name worker-1 "
+	wait_for "$tmp/partial$i.out" "^recovered:" 300 || return 1
+	pkill -9 -P $coord 2>/dev/null
+	kill -9 $coord 2>/dev/null
+	wait $coord 2>/dev/null
+	sed -n 's/^recovered: .*, \([0-9.]*\) s after the loss (partial: \([0-9]*\) stale rows restored from step [0-9]*, \([0-9]*\) steps old.*/\1 \2 \3/p' \
+		"$tmp/partial$i.out" | grep . ||
+		{ echo "bench recovery: round $i did not recover partially" >&2; grep "^recover" "$tmp/partial$i.out" >&2; return 1; }
+}
+rows=()
+for i in 1 2 3; do
+	r=$(partial_round $i) || exit 1
+	rows+=("$r")
+	rm -rf "$tmp/pck$i"
+done
+printf '%s\n' "${rows[@]}" | python3 -c '
+import statistics, sys
+rows = [[float(x) for x in l.split()] for l in sys.stdin if l.strip()]
+p, rs = statistics.median(r[0] for r in rows), float(sys.argv[2])
+old = " ".join(str(int(r[2])) for r in rows)
+print(f"bench recovery_partial: {p:.2f} s from a SIGKILLed worker to the first step of the partially recovered world "
+      f"(2 workers, {sys.argv[1]}; {int(rows[0][1])} stale rows restored, {old} steps old per round; nothing "
+      f"trained again) | restart-based {rs:.2f} s (above) | ratio restart/partial {rs / p:.2f} | medians of 3")
+' "$cfg" "$restart_s"

@@ -70,6 +70,9 @@ check "a join token under 32 characters is refused (a captured proof would allow
 	"ROWSHIFT_JOIN_TOKEN=0123456789abcdef0123456789abcde timeout 10 '$bin/rowshift-coordinator' --kubernetes \
 	 --config $model --statefulset $sts 2>&1 | grep -q 'ROWSHIFT_JOIN_TOKEN is too short'"
 
+bail() { # the rest cannot pass: say why and stop
+	echo "stopping: $1"; tail -20 "$tmp/coord.err" "$tmp/sim.err" 2>/dev/null; finish_checks k8s_e2e; exit 1
+}
 coordinator() { # start the coordinator as the chart's Deployment would, but here
 	ROWSHIFT_JOIN_TOKEN=$jointok "$bin/rowshift-coordinator" --kubernetes --kubeconfig "$tmp/kubeconfig" \
 		--namespace $ns --statefulset $sts --selector "$sel" --state-configmap rowshift-state \
@@ -90,9 +93,6 @@ snap = json.loads(sys.stdin.readline())
 print(" ".join(sorted(m["name"] for m in snap["members"] if m["rank"] is not None and not m["gone"])) + " ")'
 }
 members_are() { local got; got=$(members); [ -n "$1" ] && [ "$got" = "$1" ] || { echo "members: $got, wanted $1" >&2; return 1; }; }
-bail() { # the rest cannot pass: say why and stop
-	echo "stopping: $1"; tail -20 "$tmp/coord.err" "$tmp/sim.err" 2>/dev/null; finish_checks k8s_e2e; exit 1
-}
 check "the coordinator's members are the pods" members_are "$(pods)"
 
 # 2. kubectl scale 2 -> 4 -> 3
