@@ -18,19 +18,14 @@
 #      worker pod scaled back in is told to stop: the job never trains again.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
+. "$(dirname "$0")/../lib/apisim.sh"
 kubectl=tools/bin/kubectl
 helm=tools/bin/helm
 ns=rowshift-complete
 sts=rowshift-worker
 steps=60
 sel=app.kubernetes.io/name=rowshift,app.kubernetes.io/instance=rowshift,app.kubernetes.io/component=worker
-simtok=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
-
-python3 tests/k8s/apisim.py --port 0 --port-file "$tmp/sim.port" --token "$simtok" --tls-dir "$tmp/tls" \
-	--kubeconfig-out "$tmp/kubeconfig" --root "$tmp/pods" --bin-dir "$bin" >"$tmp/sim.out" 2>"$tmp/sim.err" &
-sim_pid=$!
-wait_for "$tmp/sim.port" . 30 || { echo "the simulator did not start"; cat "$tmp/sim.err"; exit 1; }
-export KUBECONFIG=$tmp/kubeconfig KUBECACHEDIR=$tmp/kube-cache
+start_apisim
 k() { timeout 30 $kubectl -n $ns "$@"; }
 
 # 1. the chart, with a checkpoint volume

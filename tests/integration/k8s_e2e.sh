@@ -26,20 +26,14 @@
 # 2.) heals from its replica, no rollback.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
+. "$(dirname "$0")/../lib/apisim.sh"
 kubectl=tools/bin/kubectl
 helm=tools/bin/helm
 model=examples/dlrm-small.json
 ns=rowshift-e2e
 sts=rowshift-worker
 sel=app.kubernetes.io/name=rowshift,app.kubernetes.io/instance=rowshift,app.kubernetes.io/component=worker
-simtok=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
-
-python3 tests/k8s/apisim.py --port 0 --port-file "$tmp/sim.port" --token "$simtok" --tls-dir "$tmp/tls" \
-	--kubeconfig-out "$tmp/kubeconfig" --root "$tmp/pods" --bin-dir "$bin" >"$tmp/sim.out" 2>"$tmp/sim.err" &
-sim_pid=$!
-wait_for "$tmp/sim.port" . 30 || { echo "the simulator did not start"; cat "$tmp/sim.err"; exit 1; }
-simport=$(cat "$tmp/sim.port")
-export KUBECONFIG=$tmp/kubeconfig KUBECACHEDIR=$tmp/kube-cache  # no discovery cache shared between runs
+start_apisim
 k() { timeout 30 $kubectl -n $ns "$@"; }
 sim() { curl -sS --max-time 10 --cacert "$tmp/tls/ca.crt" -H "Authorization: Bearer $simtok" -X POST \
 	"https://127.0.0.1:$simport/_sim/$1"; }
