@@ -420,6 +420,13 @@ static int http_reply(struct lws *wsi, unsigned int code, const char *type, cons
 static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
 {
 	rs_server *s = lws_context_user(lws_get_context(wsi));
+	if (reason == LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION) {
+		/* a WebSocket that asked for no subprotocol of ours lands here: refused, not left hanging */
+		rs__server_refusal(s, "refused a WebSocket without the rowshift-status or rowshift-control subprotocol");
+		lws_return_http_status(wsi, HTTP_STATUS_BAD_REQUEST, "ask for the WebSocket subprotocol rowshift-status (the "
+				       "status stream; README, \"Watching a job\")"); /* best effort: closed either way */
+		return -1;
+	}
 	if (reason != LWS_CALLBACK_HTTP)
 		return lws_callback_http_dummy(wsi, reason, user, in, len);
 	const char *path = in ? (const char *)in : "/";

@@ -7,7 +7,8 @@
 #   2. the one-shot summary, /metrics in Prometheus text, /healthz, /readyz;
 #   3. bad input on /status (an oversized message closes that client only;
 #      garbage and a control command are ignored and change nothing);
-#      a status token keeps out clients without it;
+#      a status token keeps out clients without it; a WebSocket without
+#      the subprotocol is told so (400), not left hanging;
 #   4. 200 status clients, half of which never read, through a reshard:
 #      the job goes on, the readers see the reshard, the coordinator's memory
 #      stays bounded.
@@ -116,6 +117,10 @@ check "a browser presents it as a subprotocol, as the dashboard does" bash -c \
 check "/metrics wants the token too" bash -c \
 	"curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$port/metrics | grep -qx 401 && curl -sf -H 'Authorization: Bearer s3cret' http://127.0.0.1:$port/metrics | grep -q rowshift_generation"
 check "the probes do not" bash -c "curl -sf http://127.0.0.1:$port/healthz >/dev/null"
+check "a WebSocket asking for no subprotocol (a browser's new WebSocket(url), websocat) is answered 400 naming it, not left hanging" \
+	bash -c "curl -s -i --max-time 5 -H 'Connection: Upgrade' -H 'Upgrade: websocket' -H 'Sec-WebSocket-Version: 13' \
+	 -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==' http://127.0.0.1:$port/status >$tmp/noproto.txt;
+	 head -1 $tmp/noproto.txt | grep -q ' 400 ' && grep -q 'subprotocol rowshift-status' $tmp/noproto.txt"
 kill $job; wait $job 2>/dev/null
 
 # 4. 200 clients, half of them never reading, through a reshard
