@@ -90,6 +90,9 @@ json_t *rs__job_snapshot(const rs_job *j)
 	for (size_t i = 0; members && i < j->mem.n; i++) {
 		const member *m = &j->mem.v[i];
 		int32_t r = rank_of(j, (int)i);
+		/* one that left (drained and committed out, or gone) and holds nothing: in the events, not the members */
+		if (r < 0 && !rs__member_in_union(j, (int)i) && (m->leaving || rs__member_gone(j, m)))
+			continue;
 		uint64_t mem = j->cur.plan && r >= 0 && r < j->cur.plan->world.ranks ? j->cur.plan->ranks[r].memory : 0;
 		json_array_append_new(members,
 				      json_pack("{s:s, s:o, s:s, s:b, s:b, s:b, s:I, s:f, s:I}", "name", m->name, "rank",

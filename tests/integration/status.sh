@@ -55,6 +55,9 @@ prog = [m["step"] for m in msgs if m["type"] == "progress"]
 assert prog and prog == sorted(prog) and prog[-1] == 200, prog[-5:]
 assert any(m["type"] == "member" and m["event"] == "joined" for m in msgs)
 assert any(m["type"] == "member" and m["event"] == "draining" and m["name"] == "worker-3" for m in msgs)
+last = [m for m in msgs if m["type"] == "snapshot" and m["generation"] == 3][-1]
+names = sorted(x["name"] for x in last["members"])
+assert names == ["worker-0", "worker-1", "worker-2"], ("the member that left is still listed", names)
 print(len(msgs), "messages:", {t: types.count(t) for t in set(types)})
 PY
 wait $job
