@@ -106,6 +106,7 @@ struct rs_job {
 	phase ph;
 	double ph_at;             /* when the phase began */
 	char why[512];            /* a failed job's reason */
+	int state_broken;         /* it failed because its state could not be saved: a restart resumes it */
 
 	/* the members: every worker that joined (or that the state named) */
 	struct {

@@ -60,6 +60,7 @@ int rs__persist(rs_job *j, rs_state_phase ph)
 	json_decref(s.plan);
 	json_decref(s.attempt_plan);
 	if (st != RS_OK) {
+		j->state_broken = 1; /* the API (or disk) may come back: the state that was saved stands, not "failed" */
 		rs__job_fail(j, "cannot persist the job's state: %s", err.msg[0] ? err.msg : rs_status_str(st));
 		return 0;
 	}
