@@ -63,7 +63,7 @@ void rs__job_fail(rs_job *j, const char *fmt, ...)
 	va_end(ap);
 	rs__emit(j, &(job_event){.kind = EV_FAILED});
 	rs__job_set_phase(j, P_FAILED);
-	if (!j->state_broken) /* final: a restarted coordinator reports it instead of training again */
+	if (j->src.failure_final && !j->state_broken) /* a restart reports it instead of training again */
 		rs__persist(j, RS_STATE_FAILED);
 	if (j->src.ending)
 		j->src.ending(j->src.ctx);

@@ -75,6 +75,12 @@ typedef struct rs_job_source {
 	void (*event)(void *ctx, int warning, const char *reason, const char *message);
 	/* Persist the job's state (a file, a ConfigMap); NULL: not persisted. */
 	rs_status (*save_state)(void *ctx, const rs_state *s, rs_err *err);
+	/*
+	 * A failure is final: the state says "failed" with the reason, and a
+	 * restart refuses it (local mode). Without, a failure leaves the state
+	 * last saved, and a restart (Kubernetes: the Deployment's) resumes it.
+	 */
+	int failure_final;
 } rs_job_source;
 
 /* How the job reaches workers and status clients: the coordinator's server (rs_job_set_server) or a test's. */

@@ -377,7 +377,7 @@ static void source(rs_job *j, const job_event *ev)
 			 (long long)j->cur.step);
 		break;
 	case EV_MEMBER:
-		if (strcmp(ev->what, "lost") != 0)
+		if (strcmp(ev->what, "lost") != 0 || ev->quiet) /* quiet: drained and committed out, or finished */
 			return;
 		warning = 1, reason = "WorkerLost";
 		snprintf(words, sizeof(words), "%s was lost: %s", ev->name, ev->detail ? ev->detail : "it went away");
@@ -411,8 +411,8 @@ static void source(rs_job *j, const job_event *ev)
 		break;
 	case EV_DONE:
 		reason = "Completed";
-		snprintf(words, sizeof(words), "Trained %lld steps on %d workers in %lld generation(s)%s%s; the workers "
-			 "are scaled to 0", (long long)j->o.steps, j->cur.nworld, (long long)j->cur.generation,
+		snprintf(words, sizeof(words), "Trained to step %lld on %d workers in %lld generation(s)%s%s; the worker "
+			 "StatefulSet is scaled to 0 next", (long long)j->o.steps, j->cur.nworld, (long long)j->cur.generation,
 			 j->o.save ? "; the model is in " : "", j->o.save ? j->o.save : "");
 		break;
 	case EV_FAILED:

@@ -234,7 +234,7 @@ int rs__job_http_get(void *ctx, const char *path, char **body, size_t *len, cons
 		return 200;
 	}
 	if (!strcmp(path, "/readyz")) {
-		int ready = j->ph != P_STARTING && j->ph != P_FAILED && j->ph != P_DONE;
+		int ready = j->ph != P_STARTING && j->ph != P_FAILED; /* done: serving the status is its job then */
 		*body = strdup(ready ? "ready\n" : "not ready\n");
 		*len = *body ? strlen(*body) : 0;
 		*content_type = "text/plain";

@@ -674,8 +674,12 @@ rs_status rs_kube_scale(rs_kube *k, int32_t replicas, rs_err *err)
 	char *body;
 	snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/statefulsets/%s/scale", k->ns, k->sts);
 	snprintf(data, sizeof(data), "{\"spec\":{\"replicas\":%d}}", (int)replicas);
-	RSCHECK(request(k, "PATCH", path, "application/merge-patch+json", data, &code, &body, err));
-	rs_status st = code == 200 ? RS_OK
+	rs_status st = request(k, "PATCH", path, "application/merge-patch+json", data, &code, &body, err);
+	if (st != RS_OK) {
+		free(body);
+		return st;
+	}
+	st = code == 200 ? RS_OK
 				   : rs_err_set(err, RS_EIO, "kubernetes: scaling statefulset %s to %d: HTTP %ld: %s",
 						k->sts, (int)replicas, code, status_message(body, msg, sizeof(msg)));
 	free(body);
@@ -690,18 +694,22 @@ static const char *sts_uid(rs_kube *k)
 	char *body;
 	rs_err err = {0};
 	if (k->sts_uid[0])
-		return k->sts_uid;
+		return strcmp(k->sts_uid, "-") ? k->sts_uid : ""; /* "-": it could not be read; events go without it */
 	snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/statefulsets/%s", k->ns, k->sts);
 	if (request(k, "GET", path, NULL, NULL, &code, &body, &err) == RS_OK && code == 200) {
 		json_t *j = json_loads(body ? body : "", 0, NULL);
 		const char *uid = json_string_value(json_object_get(json_object_get(j, "metadata"), "uid"));
 		snprintf(k->sts_uid, sizeof(k->sts_uid), "%s", uid && strlen(uid) < sizeof(k->sts_uid) ? uid : "");
 		json_decref(j);
+	} else if (code == 403 || code == 404) { /* said once: `kubectl describe` will not list the events */
+		RS_WARN("kubernetes: cannot read statefulset %s (HTTP %ld): its events go without its uid, and `kubectl "
+			"describe statefulset` will not list them (the Role needs get on it)", k->sts, code);
+		snprintf(k->sts_uid, sizeof(k->sts_uid), "-");
 	} else {
 		RS_DEBUG("kubernetes: reading statefulset %s for its uid: %s", k->sts, err.msg[0] ? err.msg : "refused");
 	}
 	free(body);
-	return k->sts_uid;
+	return strcmp(k->sts_uid, "-") ? k->sts_uid : "";
 }
 
 void rs_kube_event(rs_kube *k, const char *kind, const char *name, const char *type, const char *reason,

@@ -5,10 +5,9 @@
  * appear restart the debounce, pods that go are reported to the job; the
  * job's state lives in a ConfigMap; each committed reshard is posted as an
  * Event on the StatefulSet. Scaling is the StatefulSet's business
- * (`kubectl scale`), with one exception: a job that ended (done, or
- * failed) scales it to 0, so that no worker pod restarts into it; the
- * coordinator's Role allows patching that StatefulSet's scale and nothing
- * more.
+ * (`kubectl scale`), with one exception: a job that is done scales it to 0,
+ * so that no worker pod restarts into it; the coordinator's Role allows
+ * patching that StatefulSet's scale and nothing more.
  */
 #ifndef RS_KUBE_MEMBERS_H
 #define RS_KUBE_MEMBERS_H
@@ -40,7 +39,7 @@ rs_status rs_kube_members_load(rs_kube_members *m, rs_state *s, int timeout_ms, 
 			       rs_err *err);
 
 /*
- * The job ended (done or failed): it stays ended. The worker StatefulSet
+ * The job is done: it stays done. The worker StatefulSet
  * is scaled to 0 (retried while the API refuses), workers that still join
  * are told to stop, and the coordinator keeps serving its status (srv) in
  * that phase, since a Deployment restarts a process that exits, until

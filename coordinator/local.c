@@ -308,7 +308,7 @@ rs_job_source rs_local_members_source(rs_local_members *m)
 {
 	return (rs_job_source){.ctx = m, .scale = src_scale, .replicas = src_replicas, .wanted = src_wanted,
 			       .joined = src_joined, .list = src_list, .ending = src_ending,
-			       .save_state = m->state_path ? src_save : NULL};
+			       .save_state = m->state_path ? src_save : NULL, .failure_final = 1};
 }
 
 static void on_exit_cb(void *ctx, const char *name, int clean, const char *how)

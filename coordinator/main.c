@@ -38,7 +38,7 @@ static volatile sig_atomic_t interrupted;
 
 static void on_signal(int sig)
 {
-	interrupted = sig != 0;
+	(void)sig, interrupted = 1;
 }
 
 /* What start-up builds from the command line. */
@@ -261,8 +261,8 @@ int main(int argc, char **argv)
 			rs_kube_poll(c.km.kube);
 		rs_job_tick(c.job);
 	}
-	if (st == RS_OK && c.f.kubernetes && rs_job_finished(c.job)) {
-		rs_kube_members_ended(&c.km, c.srv, &interrupted); /* until SIGTERM; a failure was reported when it came */
+	if (st == RS_OK && c.f.kubernetes && rs_job_finished(c.job) > 0) {
+		rs_kube_members_ended(&c.km, c.srv, &interrupted); /* done: until SIGTERM (a failure exits, to be restarted) */
 		rc = 0;
 	} else if (st == RS_OK && interrupted && (c.f.kubernetes || c.f.state_path)) {
 		/* the job goes on without us: the workers wait for a coordinator started on the same state */

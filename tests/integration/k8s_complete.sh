@@ -91,7 +91,7 @@ scaled_to_0() { # the StatefulSet wants 0 pods, and none is left
 }
 check "the coordinator scaled the StatefulSet to 0 and its pods are gone" scaled_to_0
 described() { k describe statefulset $sts >"$tmp/describe.txt" && grep -q "Started .*Generation 1: 2 workers" "$tmp/describe.txt" &&
-	grep -q "Completed .*Trained $steps steps" "$tmp/describe.txt"; }
+	grep -q "Completed .*Trained to step $steps" "$tmp/describe.txt"; }
 check "kubectl describe statefulset lists the job's Started and Completed events" described
 
 # 3. it stays up, done
@@ -104,6 +104,13 @@ up_and_done() { # still running a second on, and its status stream says done
 	[ "$phase" = done ] || { echo "phase: $phase" >&2; return 1; }
 }
 check "the coordinator stays up in phase done, serving its status" up_and_done
+check "... and ready (/readyz 200: serving the status is its job now)" bash -c \
+	"[ \"\$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$cport/readyz)\" = 200 ]"
+no_warnings() { # the events after a clean end: no WorkerLost, no Failed
+	k describe statefulset $sts >"$tmp/describe2.txt" && grep -q Completed "$tmp/describe2.txt" || { tail -12 "$tmp/describe2.txt" >&2; return 1; }
+	! grep -E 'Warning +(WorkerLost|Failed) ' "$tmp/describe2.txt" >&2
+}
+check "the workers that finished and were scaled away are no WorkerLost warnings" no_warnings
 kill -TERM $coord
 wait $coord
 rc=$?
