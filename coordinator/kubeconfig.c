@@ -175,8 +175,9 @@ rs_status rs_kube_config_parse(const char *text, size_t len, const char *path, c
 		goto out;
 	}
 	const char *server = sget(cluster, "server");
-	if (strncmp(server, "https://", 8) != 0 && strncmp(server, "http://", 7) != 0) {
-		rs_err_set(err, st, "%s: cluster '%s': server '%s' is not an http(s) URL", path, cluster_name, server);
+	const char *host = !strncmp(server, "https://", 8) ? server + 8 : !strncmp(server, "http://", 7) ? server + 7 : NULL;
+	if (!host || !*host || *host == '/') {
+		rs_err_set(err, st, "%s: cluster '%s': server '%s' is not an http(s) URL with a host", path, cluster_name, server);
 		goto out;
 	}
 	c->server = strdup(server);

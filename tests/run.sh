@@ -43,7 +43,7 @@ for prog in "$@"; do
 		mkdir -p "$work" "$art" "$corpus"
 		timeout -k 10 $((${FUZZ_SECONDS:-8} + 120)) "$prog" \
 			-max_total_time="${FUZZ_SECONDS:-8}" -print_final_stats=1 \
-			-artifact_prefix="$art" -timeout=10 -rss_limit_mb=2048 \
+			-artifact_prefix="$art" -timeout=10 -rss_limit_mb=2048 -error_exitcode=99 \
 			"$work" "$corpus" >"$log" 2>&1
 		rc=$?
 		tail -n 4 "$log"
