@@ -93,6 +93,22 @@ static int complete_at(const char *root, int64_t step)
 	return access(index, F_OK) == 0;
 }
 
+int rs__ckpt_newest_indexed(const rs_job *j, int64_t near, char *dir, size_t n, int64_t *step)
+{
+	int64_t *steps = NULL;
+	size_t k = 0;
+	int found = 0;
+	rs_err err = {0};
+	if (j->o.ckpt_dir && rs_checkpoint_steps(j->o.ckpt_dir, &steps, &k, &err) == RS_OK)
+		for (size_t i = 0; i < k && !found; i++) /* newest first */
+			if ((found = steps[i] <= near && complete_at(j->o.ckpt_dir, steps[i]))) {
+				rs_checkpoint_step_dir(j->o.ckpt_dir, steps[i], dir, n);
+				*step = steps[i];
+			}
+	free(steps);
+	return found;
+}
+
 /* Delete root/step-S: its files, then it. */
 static void remove_step(const char *root, int64_t step)
 {

@@ -362,6 +362,12 @@ void rs__ckpt_free(rs_job *j);
  * its index.
  */
 void rs__ckpt_rollback(rs_job *j, int64_t step, int64_t reached, int remove);
+/*
+ * The newest periodic checkpoint of a step <= near whose index is written
+ * (its directory into dir, its step into *step), its files not read: the
+ * workers check those they restore from. 0 when there is none.
+ */
+int rs__ckpt_newest_indexed(const rs_job *j, int64_t near, char *dir, size_t n, int64_t *step);
 /* The highest step this run's checkpoints reached: complete, or being gathered (0: none). */
 int64_t rs__ckpt_reached(const rs_job *j);
 

@@ -171,29 +171,6 @@ static int can_heal(const rs_job *j)
 }
 
 /*
- * The newest periodic checkpoint of a step <= near whose index is written
- * (into load, its step into *step), its files not read: the workers check
- * those they restore from. 0 when there is none.
- */
-static int newest_indexed(const rs_job *j, int64_t near, char *load, size_t n, int64_t *step)
-{
-	int64_t *steps = NULL;
-	size_t k = 0;
-	int found = 0;
-	rs_err err = {0};
-	if (j->o.ckpt_dir && rs_checkpoint_steps(j->o.ckpt_dir, &steps, &k, &err) == RS_OK)
-		for (size_t i = 0; i < k && !found; i++) { /* newest first */
-			char index[4200];
-			rs_checkpoint_step_dir(j->o.ckpt_dir, steps[i], load, n);
-			snprintf(index, sizeof(index), "%s/index.json", load);
-			if ((found = steps[i] <= near && access(index, F_OK) == 0))
-				*step = steps[i];
-		}
-	free(steps);
-	return found;
-}
-
-/*
  * Some rows lost every copy: heal partially when the config asks for it
  * and a checkpoint exists to restore them from (which one is chosen when
  * the reshard begins: rs__restore_newest).
@@ -206,7 +183,7 @@ static int go_partial(rs_job *j)
 		return 0;
 	char load[sizeof(j->rec.load)];
 	int64_t step;
-	if (!newest_indexed(j, rs__job_step(j), load, sizeof(load), &step) && !j->o.load) {
+	if (!rs__ckpt_newest_indexed(j, rs__job_step(j), load, sizeof(load), &step) && !j->o.load) {
 		RS_WARN("partial recovery: no complete checkpoint yet: rolling back instead");
 		return 0;
 	}
@@ -223,7 +200,7 @@ int rs__restore_newest(rs_job *j)
 	int64_t at = 0;
 	/* the first try reads no file here (a checkpoint may be terabytes): the workers check what they restore;
 	 * a retry (that check may have failed) takes the newest whose every file passes */
-	rs_status st = j->att.failures == 0 && newest_indexed(j, j->cur.step, load, sizeof(load), &at)
+	rs_status st = j->att.failures == 0 && rs__ckpt_newest_indexed(j, j->cur.step, load, sizeof(load), &at)
 			       ? RS_OK
 			       : latest_checkpoint(j, j->cur.step, load, sizeof(load), &at, &err);
 	if (st == RS_ENOTFOUND && j->o.load)
