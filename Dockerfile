@@ -22,7 +22,7 @@ FROM nvidia/cuda:${CUDA_VERSION}-devel-${BASE_OS} AS build
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      gcc make pkg-config libcurl4-openssl-dev libjansson-dev libwebsockets-dev \
+      gcc make pkg-config libcurl4-openssl-dev libjansson-dev libwebsockets-dev zlib1g-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -38,7 +38,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 # come with the base image.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      libcurl4t64 libjansson4 libwebsockets19t64 ca-certificates \
+      libcurl4t64 libjansson4 libwebsockets19t64 zlib1g ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 10001 rowshift \
  && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin rowshift

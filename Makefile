@@ -47,7 +47,7 @@ CPPFLAGS += -I. -D_GNU_SOURCE
 CFLAGS += -std=c11 -g $(OPT) -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral $(WERROR) -MMD -MP \
 	$(HARDEN_CFLAGS)
 LDFLAGS += $(HARDEN_LDFLAGS)
-LDLIBS += -lwebsockets -lcurl -ljansson -lcrypto -lpthread -lm
+LDLIBS += -lwebsockets -lcurl -ljansson -lcrypto -lz -lpthread -lm
 NVCCFLAGS ?= -O3 -std=c++17 -MMD -MP $(CUDA_ARCHS) -Xcompiler -Wall,-fPIC -I. -D_GNU_SOURCE $(if $(WERROR),-Werror all-warnings -Xcompiler -Werror)
 
 MAINS := coordinator/main.c worker/main.c ctl/rowshiftctl.c

@@ -6,6 +6,7 @@
 #include "coordinator/state.h"
 #include "common/file.h"
 #include "common/proto.h"
+#include "common/zjson.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,7 +19,7 @@
 #include <unistd.h>
 
 #define FORMAT "rowshift-coordinator-state"
-#define VERSION 1
+#define VERSION 2 /* 2: plans deflated (zjson.h); 1 (plans as objects) is still read */
 #define MAX_NAME 63
 #define NAME_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-" /* as a join allows */
 
@@ -53,6 +54,15 @@ static json_t *ints_json(const int32_t *v, int32_t n)
 	return a;
 }
 
+/* A plan as the state keeps it: a zjson string (a JSON null without memory, which fails the pack). */
+static json_t *plan_json(const json_t *plan)
+{
+	char *z = rs_zjson_encode(plan);
+	json_t *v = z ? json_string(z) : NULL;
+	free(z);
+	return v;
+}
+
 json_t *rs_state_to_json(const rs_state *s)
 {
 	json_t *sched = json_array(), *workers = json_array(), *attempt = NULL;
@@ -62,10 +72,14 @@ json_t *rs_state_to_json(const rs_state *s)
 		json_array_append_new(workers, json_pack("{s:s, s:I}", "name", s->workers[i].name, "pid",
 							 (json_int_t)s->workers[i].pid));
 	if (s->attempt_generation)
-		attempt = json_pack("{s:I, s:O, s:o, s:i, s:o, s:o, s:s*}", "generation", (json_int_t)s->attempt_generation,
-				    "plan", s->attempt_plan, "union", names_json(s->uni, s->nuni), "world", (int)s->attempt_world,
+		attempt = json_pack("{s:I, s:o, s:o, s:i, s:o, s:o, s:s*}", "generation", (json_int_t)s->attempt_generation,
+				    "plan", plan_json(s->attempt_plan), "union", names_json(s->uni, s->nuni), "world", (int)s->attempt_world,
 				    "union_of_old", ints_json(s->union_of_old, s->nworld), "before",
 				    rs_proto_checksums_to_json(s->before, s->nbefore), "restore", s->restore);
+	if (s->attempt_generation && !attempt) {
+		json_decref(sched), json_decref(workers);
+		return NULL;
+	}
 	json_t *job = json_pack("{s:s, s:I, s:s*, s:s, s:s*, s:o, s:i, s:o}", "config", s->config, "steps",
 				(json_int_t)s->steps, "save", s->save, "url", s->url, "token", s->token, "schedule", sched,
 				"replicas", (int)s->replicas, "workers", workers);
@@ -75,10 +89,10 @@ json_t *rs_state_to_json(const rs_state *s)
 			json_decref(incs);
 			incs = NULL;
 		}
-	json_t *root = json_pack("{s:s, s:i, s:s, s:I, s:I, s:I, s:O, s:o, s:o, s:i, s:i, s:o, s:o}", "format", FORMAT,
+	json_t *root = json_pack("{s:s, s:i, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:i, s:i, s:o, s:o}", "format", FORMAT,
 				 "version", VERSION, "phase", rs_state_phase_name(s->phase), "generation",
 				 (json_int_t)s->generation, "step", (json_int_t)s->step, "bound", (json_int_t)s->bound,
-				 "plan", s->plan, "world", names_json(s->world, s->nworld), "attempt",
+				 "plan", plan_json(s->plan), "world", names_json(s->world, s->nworld), "attempt",
 				 attempt ? attempt : json_null(), "attempts", s->attempts, "next_schedule",
 				 s->next_schedule, "job", job, "incarnations", incs);
 	if (root && s->phase == RS_STATE_FAILED && json_object_set_new(root, "error", json_string(s->error ? s->error : "")))
@@ -136,6 +150,24 @@ static rs_status dup_str(const char *v, char **out)
 	return *out ? RS_OK : RS_ENOMEM;
 }
 
+/* A plan field: a zjson string (version 2) or a plan object (version 1); *out a new reference. */
+static rs_status get_plan(json_t *v, const char *name, const char *field, json_t **out, rs_err *err)
+{
+	if (json_is_object(v)) {
+		*out = json_incref(v);
+		return RS_OK;
+	}
+	if (!json_is_string(v))
+		return bad(err, name, field, "must be a plan");
+	char where[512];
+	snprintf(where, sizeof(where), "%s: %s", name, field);
+	RSCHECK(rs_zjson_decode(json_string_value(v), RS_STATE_MAX_BYTES, where, out, err));
+	if (json_is_object(*out))
+		return RS_OK;
+	json_decref(*out), *out = NULL;
+	return bad(err, name, field, "must be a plan");
+}
+
 static rs_status parse_attempt(json_t *a, const char *name, rs_state *s, rs_err *err)
 {
 	json_error_t jerr;
@@ -149,10 +181,8 @@ static rs_status parse_attempt(json_t *a, const char *name, rs_state *s, rs_err 
 		return *restore ? RS_ENOMEM : bad(err, name, "attempt.restore", "must be a checkpoint directory");
 	if (gen <= s->generation)
 		return bad(err, name, "attempt.generation", "must be after the committed generation");
-	if (!json_is_object(plan))
-		return bad(err, name, "attempt.plan", "must be a plan");
+	RSCHECK(get_plan(plan, name, "attempt.plan", &s->attempt_plan, err));
 	s->attempt_generation = gen;
-	s->attempt_plan = json_incref(plan);
 	RSCHECK(get_names(uni, RS_STATE_MAX_MEMBERS, name, "attempt.union", &s->uni, &s->nuni, err));
 	if (world < 1 || world > s->nuni)
 		return bad(err, name, "attempt.world", "must be 1..the size of the union");
@@ -281,8 +311,8 @@ rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state
 		rs_err_set(err, RS_EINVAL, "%s: %s", name, jerr.text);
 		goto out;
 	}
-	if (strcmp(format, FORMAT) != 0 || version != VERSION) {
-		st = rs_err_set(err, RS_EINVAL, "%s: not a version %d rowshift coordinator state", name, VERSION);
+	if (strcmp(format, FORMAT) != 0 || version < 1 || version > VERSION) {
+		st = rs_err_set(err, RS_EINVAL, "%s: not a version 1..%d rowshift coordinator state", name, VERSION);
 		goto out;
 	}
 	s->phase = (rs_state_phase)-1;
@@ -301,12 +331,12 @@ rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state
 		st = RS_ENOMEM;
 		goto out;
 	}
-	if (gen < 1 || step < 0 || bound < step || attempts < 0 || next < 0 || !json_is_object(plan)) {
-		st = bad(err, name, "generation", "generation >= 1, 0 <= step <= bound, a plan object");
+	if (gen < 1 || step < 0 || bound < step || attempts < 0 || next < 0) {
+		st = bad(err, name, "generation", "generation >= 1, 0 <= step <= bound");
 		goto out;
 	}
 	s->generation = gen, s->step = step, s->bound = bound, s->attempts = attempts, s->next_schedule = next;
-	s->plan = json_incref(plan);
+	RSCHECKGOTO(get_plan(plan, name, "plan", &s->plan, err), st, out);
 	RSCHECKGOTO(get_names(world, RS_STATE_MAX_MEMBERS, name, "world", &s->world, &s->nworld, err), st, out);
 	int migrating = s->phase == RS_STATE_MIGRATING || s->phase == RS_STATE_COMMITTING;
 	if (migrating != !json_is_null(attempt)) {

@@ -8,7 +8,7 @@ pkgs=""
 need() { pkgs="$pkgs $1"; }
 
 for mod in libcurl:libcurl4-openssl-dev jansson:libjansson-dev \
-           libwebsockets:libwebsockets-dev cmocka:libcmocka-dev libcrypto:libssl-dev; do
+           libwebsockets:libwebsockets-dev cmocka:libcmocka-dev libcrypto:libssl-dev zlib:zlib1g-dev; do
 	pc=${mod%%:*}; deb=${mod#*:}
 	pkg-config --exists "$pc" 2>/dev/null || need "$deb"
 done

@@ -10,9 +10,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "common/planner.h"
 #include "coordinator/state.h"
 #include "tests/unit/scratch.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,7 +224,9 @@ static void test_refused(void **state)
 	refused("\"pid\":100", "\"pid\":-1", "workers");
 	refused("\"token\":\"s3cret\"", "\"token\":\"\"", "job");
 	refused("\"next_schedule\":1", "\"next_schedule\":7", "next_schedule");
-	refused("\"version\":1", "\"version\":2", "version");
+	refused("\"version\":2", "\"version\":3", "version");
+	refused("\"plan\":\"", "\"plan\":\"!", "plan");                          /* not base64 */
+	refused("\"plan\":\"", "\"plan\":\"AAAA", "plan");                       /* base64, not zlib */
 	refused("\"attempts\":1", "\"attempts\":1,\"extra\":true", "extra");        /* unknown keys */
 }
 
@@ -254,6 +258,80 @@ static void test_damaged(void **state)
 	assert_int_equal(rs_state_read(missing, &back, &err), RS_ENOTFOUND);
 }
 
+/* A version 1 state (plans as JSON objects) is still read. */
+static void test_version1(void **state)
+{
+	(void)state;
+	const char *v1 = "{\"format\":\"rowshift-coordinator-state\",\"version\":1,\"phase\":\"training\","
+			 "\"generation\":2,\"step\":9,\"bound\":9,\"plan\":{\"world\":{\"ranks\":1}},\"world\":[\"w-0\"],"
+			 "\"attempt\":null,\"attempts\":0,\"next_schedule\":0,\"job\":{\"config\":\"c.json\",\"steps\":9,"
+			 "\"url\":\"ws://h:1\",\"schedule\":[],\"replicas\":1,\"workers\":[]}}";
+	rs_state back;
+	rs_err err = {0};
+	if (rs_state_parse(v1, strlen(v1), "old.json", &back, &err) != RS_OK)
+		fail_msg("%s", err.msg);
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(back.plan, "world"), "ranks")), 1);
+	rs_state_free(&back);
+}
+
+/*
+ * The state of a big job fits a ConfigMap (1 MiB of data, as an API server
+ * checks it): 2,000 tables on 1,024 workers in the middle of a reshard to
+ * 1,023, both plans in it, with room to spare for the rest of the state.
+ */
+static void test_big_job_fits(void **state)
+{
+	(void)state;
+	/* tables of 10^3..10^8 rows, dims 16..128, the planner's choice of sharding (an LCG: the same every run) */
+	size_t cap = 2000 * 128 + 256, n = 0;
+	char *json = malloc(cap);
+	uint64_t x = 7;
+	n += (size_t)snprintf(json + n, cap - n, "{\"optimizer\":{\"type\":\"rowwise_adagrad\",\"lr\":0.02},"
+					       "\"cluster\":{\"ranks_per_node\":8,\"memory_per_rank\":\"80GiB\"},\"tables\":[");
+	for (int t = 0; t < 2000; t++) {
+		x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+		long rows = (long)pow(10.0, 3.0 + 5.0 * (double)(x >> 11) / 9007199254740992.0);
+		n += (size_t)snprintf(json + n, cap - n, "%s{\"name\":\"t%04d\",\"rows\":%ld,\"dim\":%d,\"features\":[\"f%04d\"],"
+						       "\"pooling_factor\":%.2f}", t ? "," : "", t, rows, 16 << (x >> 60 & 3), t,
+				      0.5 + (double)(x >> 40 & 0xffff) / 1100.0);
+	}
+	n += (size_t)snprintf(json + n, cap - n, "]}");
+	assert_true(n < cap);
+	rs_config *cfg = NULL;
+	rs_err err = {0};
+	if (rs_config_parse(json, n, "big.json", &cfg, &err) != RS_OK)
+		fail_msg("%s", err.msg);
+	rs_world w0 = {.ranks = 1024, .ranks_per_node = 8, .memory_per_rank = 80ULL << 30, .sharding_group = 1024};
+	rs_world w1 = w0;
+	w1.ranks = w1.sharding_group = 1023;
+	int32_t removed = 5, map[1024];
+	rs_plan *p0 = NULL, *p1 = NULL;
+	assert_int_equal(rs_planner_plan(cfg, &w0, NULL, NULL, &p0, &err), RS_OK);
+	assert_int_equal(rs_planner_rank_map(1024, 1023, &removed, 1, map, &err), RS_OK);
+	assert_int_equal(rs_planner_plan(cfg, &w1, p0, map, &p1, &err), RS_OK);
+	sample_state ss;
+	rs_state *s = sample(&ss), back;
+	json_decref(s->plan), json_decref(s->attempt_plan);
+	s->plan = rs_plan_to_json(p0), s->attempt_plan = rs_plan_to_json(p1);
+	json_t *root = rs_state_to_json(s);
+	char *text = json_dumps(root, JSON_COMPACT), *raw = json_dumps(s->plan, JSON_COMPACT);
+	size_t len = strlen(text);
+	print_message("state of 2,000 tables on 1,024 -> 1,023 workers: %zu bytes (one plan as JSON: %zu)\n", len,
+		      strlen(raw));
+	assert_true(len < 512 * 1024); /* well under 1 MiB */
+	if (rs_state_parse(text, len, "big", &back, &err) != RS_OK)
+		fail_msg("%s", err.msg);
+	assert_true(json_equal(back.plan, s->plan));
+	assert_true(json_equal(back.attempt_plan, s->attempt_plan));
+	rs_state_free(&back);
+	free(text), free(raw);
+	json_decref(root);
+	sample_free(&ss);
+	rs_plan_free(p0), rs_plan_free(p1);
+	rs_config_free(cfg);
+	free(json);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -261,6 +339,8 @@ int main(void)
 		cmocka_unit_test(test_incarnations),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_damaged),
+		cmocka_unit_test(test_version1),
+		cmocka_unit_test(test_big_job_fits),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
