@@ -15,18 +15,31 @@
 #   3. watches with curl: from an old resourceVersion after /_sim/compact,
 #      the 410 Expired ERROR event; with allowWatchBookmarks, a BOOKMARK and a
 #      clean end at timeoutSeconds; /_sim/drop-watches cuts an open watch;
-#   4. /_sim/unreachable?seconds=2: kubectl fails, then works again, and the
+#   4. coordination.k8s.io leases: kubectl apply, get (Table with HOLDER),
+#      get -o yaml, delete, discovery; a PUT with a stale resourceVersion is
+#      409 Conflict. Size limits: a ConfigMap over 1 MiB of data is 422 Invalid
+#      ("[]: Too long: must have at most 1048576 bytes") on create and patch,
+#      exactly 1 MiB is fine; a body over 3 MiB is 413. RBAC: a service
+#      account's token (--sa-token, --sa-kubeconfig-out) gets what its Role
+#      grants (get by resourceNames, patch of statefulsets/scale, leases) and
+#      a ClusterRoleBinding to its group grants, and the real 403 Forbidden
+#      Status for the rest (list, other names, statefulsets/status, another
+#      namespace, /_sim/); the token of a missing service account is 401;
+#   5. /_sim/unreachable?seconds=2: kubectl fails, then works again, and the
 #      pods ran on meanwhile; no token is 401, no CA fails TLS verification;
-#   5. SIGTERM to the simulator ends every process its kubelet started.
+#   6. SIGTERM to the simulator ends every process its kubelet started.
 # APISIM=FILE runs another copy of the simulator (to check that checks fail).
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 kubectl=tools/bin/kubectl
 [ -x "$kubectl" ] || { echo "FAILED: $kubectl is missing (make tools)"; exit 1; }
 tok=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+satok=sa-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+ghosttok=ghost-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 
 python3 "${APISIM:-tests/k8s/apisim.py}" --port 0 --port-file "$tmp/port" --token "$tok" --tls-dir "$tmp/tls" \
 	--kubeconfig-out "$tmp/kubeconfig" --root "$tmp/pods" --bin-dir "" --bookmark-interval 0.5 \
+	--sa-token "rbac/runner=$satok" --sa-token "rbac/ghost=$ghosttok" --sa-kubeconfig-out "rbac/runner=$tmp/sa.kubeconfig" \
 	>"$tmp/sim.out" 2>"$tmp/sim.err" &
 sim=$!
 wait_for "$tmp/port" . 20 || { echo "FAILED: the simulator did not start"; cat "$tmp/sim.err"; exit 1; }
@@ -234,7 +247,188 @@ check "/_sim/drop-watches answers how many it cut ($(cat "$tmp/drop.json"))" gre
 check "the open watch is cut mid-stream (curl: transfer closed with outstanding read data)" until_true 5 cut
 kill $watcher 2>/dev/null; wait $watcher 2>/dev/null
 
-# 4. unreachable, then back; 401; TLS
+# 4. leases; object size limits; RBAC for a service account's token
+as() { # as TOKEN NAME CURL-ARGS...: the answer's body in $tmp/NAME.json, its HTTP code in $tmp/NAME.code
+	local t=$1 n=$2; shift 2
+	curl -sS --max-time 20 --cacert "$tmp/tls/ca.crt" -H "Authorization: Bearer $t" -o "$tmp/$n.json" \
+		-w '%{http_code}' "$@" >"$tmp/$n.code"
+}
+answered() { # answered NAME CODE [REASON MESSAGE [DETAILS-JSON]]: that answer, a Status when REASON is given
+	python3 - "$tmp/$1" "${@:2}" <<'PY'
+import json, sys
+f, code = sys.argv[1], sys.argv[2]
+got = open(f + ".code").read()
+assert got == code, "HTTP %s, not %s: %s" % (got, code, open(f + ".json").read()[:400])
+if len(sys.argv) > 3:
+    s = json.load(open(f + ".json"))
+    want = ("Status", "Failure", int(code), sys.argv[3], sys.argv[4])
+    assert (s.get("kind"), s.get("status"), s.get("code"), s.get("reason"), s.get("message")) == want, s
+    if len(sys.argv) > 5:
+        assert s.get("details") == json.loads(sys.argv[5]), s.get("details")
+PY
+}
+lease_url=$url/apis/coordination.k8s.io/v1/namespaces/simtest/leases
+cat >"$tmp/lease.yaml" <<'YAML'
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: leader, namespace: simtest}
+spec: {holderIdentity: holder-a, leaseDurationSeconds: 15}
+YAML
+k apply -f "$tmp/lease.yaml" >"$tmp/lease-apply.out" 2>&1
+check "kubectl apply of a Lease: created ($(cat "$tmp/lease-apply.out"))" \
+	grep -qx 'lease.coordination.k8s.io/leader created' "$tmp/lease-apply.out"
+check "kubectl get leases: NAME HOLDER AGE, leader held by holder-a" \
+	test "$(k get leases | awk '{print $1, $2}' | tr '\n' ' ')" = "NAME HOLDER leader holder-a "
+k get lease leader -o yaml >"$tmp/lease.out"
+check "kubectl get lease leader -o yaml" grep -qx 'kind: Lease' "$tmp/lease.out"
+api "$lease_url/leader" >"$tmp/lease.json"
+put_lease() { # put_lease NAME HOLDER: PUT the lease read into $tmp/lease.json, with its resourceVersion
+	python3 -c "import json; o = json.load(open('$tmp/lease.json')); o['spec']['holderIdentity'] = '$2'; print(json.dumps(o))" \
+		>"$tmp/$1.body" &&
+		as "$tok" "$1" -X PUT -H 'Content-Type: application/json' --data-binary @"$tmp/$1.body" "$lease_url/leader"
+}
+put_lease lease-put1 holder-b
+check "a PUT of the Lease with its current resourceVersion: 200" answered lease-put1 200
+put_lease lease-put2 holder-c
+check "a PUT with that (now stale) resourceVersion: 409 Conflict" answered lease-put2 409 Conflict \
+	'Operation cannot be fulfilled on leases.coordination.k8s.io "leader": the object has been modified; please apply your changes to the latest version and try again' \
+	'{"name": "leader", "group": "coordination.k8s.io", "kind": "leases"}'
+check "the Lease is holder-b's" test "$(k get lease leader -o jsonpath='{.spec.holderIdentity}')" = holder-b
+k delete lease leader >/dev/null 2>&1
+as "$tok" lease-gone "$lease_url/leader"
+check "kubectl delete lease: then 404" answered lease-gone 404 NotFound 'leases.coordination.k8s.io "leader" not found'
+k api-resources --api-group=coordination.k8s.io >"$tmp/lease-discovery.out" 2>&1
+check "discovery: kubectl api-resources lists leases in coordination.k8s.io/v1" \
+	grep -q '^leases  *coordination.k8s.io/v1  *true  *Lease$' "$tmp/lease-discovery.out"
+
+cm_url=$url/api/v1/namespaces/simtest/configmaps
+cm_body() { # cm_body NAME BYTES: a ConfigMap with BYTES bytes of data values (keys do not count)
+	python3 -c "import json; print(json.dumps({'metadata': {'name': '$1'}, 'data': {'a': 'x' * ($2 - 5), 'b': 'y' * 5}}))" \
+		>"$tmp/$1.body"
+}
+too_long='ConfigMap "NAME" is invalid: []: Too long: must have at most 1048576 bytes'
+too_long_details='{"name": "NAME", "kind": "ConfigMap", "causes": [{"reason": "FieldValueTooLong", "message": "Too long: must have at most 1048576 bytes", "field": "[]"}]}'
+cm_body big 1048577
+as "$tok" cm-big -H 'Content-Type: application/json' --data-binary @"$tmp/big.body" "$cm_url"
+check "a ConfigMap with 1 MiB + 1 byte of data: 422 Invalid, []: Too long" \
+	answered cm-big 422 Invalid "${too_long/NAME/big}" "${too_long_details/NAME/big}"
+cm_body edge 1048576
+as "$tok" cm-edge -H 'Content-Type: application/json' --data-binary @"$tmp/edge.body" "$cm_url"
+check "one of exactly 1 MiB: created" answered cm-edge 201
+as "$tok" cm-grow -X PATCH -H 'Content-Type: application/merge-patch+json' -d '{"data": {"c": "z"}}' "$cm_url/edge"
+check "a patch making it 1 byte bigger: 422 Invalid" answered cm-grow 422 Invalid "${too_long/NAME/edge}"
+k create configmap big2 --from-file=big.txt="$tmp/big.body" >"$tmp/cm-kubectl.out" 2>&1
+check "kubectl create configmap of a 1 MiB+ file: the server's message ($(cut -c 1-120 "$tmp/cm-kubectl.out"))" \
+	grep -qF 'ConfigMap "big2" is invalid: []: Too long: must have at most 1048576 bytes' "$tmp/cm-kubectl.out"
+cm_body huge $((3 * 1024 * 1024))
+as "$tok" cm-huge -H 'Content-Type: application/json' --data-binary @"$tmp/huge.body" "$cm_url"
+check "a request body over 3 MiB: 413 RequestEntityTooLarge" \
+	answered cm-huge 413 RequestEntityTooLarge "Request entity too large: limit is 3145728"
+
+cat >"$tmp/rbac.yaml" <<'YAML'
+apiVersion: v1
+kind: Namespace
+metadata: {name: rbac}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: runner, namespace: rbac}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: visible, namespace: rbac}
+data: {k: shown}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: hidden, namespace: rbac}
+data: {k: secret}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: idle, namespace: rbac}
+spec:
+  replicas: 0
+  serviceName: idle
+  selector: {matchLabels: {app: idle}}
+  template:
+    metadata: {labels: {app: idle}}
+    spec:
+      containers: [{name: c, image: busybox, command: [sleep, "120"]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: runner, namespace: rbac}
+rules:
+- {apiGroups: [""], resources: [configmaps], verbs: [get, list], resourceNames: [visible]}
+- {apiGroups: [apps], resources: [statefulsets/scale], verbs: [get, patch]}
+- {apiGroups: [coordination.k8s.io], resources: [leases], verbs: [create, get, update]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: runner, namespace: rbac}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: runner}
+subjects: [{kind: ServiceAccount, name: runner}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: ns-reader}
+rules: [{apiGroups: [""], resources: [namespaces], verbs: [get, list]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: rbac-sas-read-ns}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: ns-reader}
+subjects: [{kind: Group, name: "system:serviceaccounts:rbac", apiGroup: rbac.authorization.k8s.io}]
+YAML
+timeout 20 "$kubectl" apply -f "$tmp/rbac.yaml" >/dev/null
+sak() { KUBECONFIG=$tmp/sa.kubeconfig timeout 20 "$kubectl" "$@"; } # as system:serviceaccount:rbac:runner
+user='User "system:serviceaccount:rbac:runner"'
+check "the SA's kubeconfig: kubectl get configmap visible (resourceNames: [visible] on get)" \
+	test "$(sak get configmap visible -o jsonpath='{.data.k}')" = shown
+sak get configmap hidden >"$tmp/sa-hidden.out" 2>&1
+check "kubectl get configmap hidden as the SA: Forbidden ($(cat "$tmp/sa-hidden.out"))" grep -qxF \
+	"Error from server (Forbidden): configmaps \"hidden\" is forbidden: $user cannot get resource \"configmaps\" in API group \"\" in the namespace \"rbac\"" \
+	"$tmp/sa-hidden.out"
+as "$satok" sa-list "$url/api/v1/namespaces/rbac/configmaps"
+check "a list of configmaps as the SA: 403, resourceNames do not grant a list" answered sa-list 403 Forbidden \
+	"configmaps is forbidden: $user cannot list resource \"configmaps\" in API group \"\" in the namespace \"rbac\"" \
+	'{"kind": "configmaps"}'
+as "$satok" sa-list-one "$url/api/v1/namespaces/rbac/configmaps?fieldSelector=metadata.name%3Dvisible"
+check "... unless a fieldSelector names the one allowed" answered sa-list-one 200
+as "$satok" sa-scale -X PATCH -H 'Content-Type: application/merge-patch+json' -d '{"spec": {"replicas": 1}}' \
+	"$url/apis/apps/v1/namespaces/rbac/statefulsets/idle/scale"
+scaled() { answered sa-scale 200 && test "$(timeout 20 "$kubectl" -n rbac get sts idle -o jsonpath='{.spec.replicas}')" = 1; }
+check "a patch of statefulsets/idle/scale as the SA (statefulsets/scale: patch): 200, replicas 1" scaled
+as "$satok" sa-sts "$url/apis/apps/v1/namespaces/rbac/statefulsets/idle"
+check "a get of the StatefulSet itself as the SA: 403" answered sa-sts 403 Forbidden \
+	"statefulsets.apps \"idle\" is forbidden: $user cannot get resource \"statefulsets\" in API group \"apps\" in the namespace \"rbac\"" \
+	'{"name": "idle", "group": "apps", "kind": "statefulsets"}'
+as "$satok" sa-status -X PATCH -H 'Content-Type: application/merge-patch+json' -d '{"status": {}}' \
+	"$url/apis/apps/v1/namespaces/rbac/statefulsets/idle/status"
+check "a patch of statefulsets/idle/status as the SA: 403 naming the subresource" answered sa-status 403 Forbidden \
+	"statefulsets.apps \"idle\" is forbidden: $user cannot patch resource \"statefulsets/status\" in API group \"apps\" in the namespace \"rbac\""
+sed 's/namespace: simtest/namespace: rbac/' "$tmp/lease.yaml" >"$tmp/sa-lease.yaml"
+sak create -f "$tmp/sa-lease.yaml" -o name >"$tmp/sa-lease.out" 2>&1
+check "kubectl create -f of a Lease as the SA (leases: create)" grep -qx 'lease.coordination.k8s.io/leader' "$tmp/sa-lease.out"
+as "$satok" sa-lease-del -X DELETE "$url/apis/coordination.k8s.io/v1/namespaces/rbac/leases/leader"
+check "a delete of it as the SA (no delete verb): 403" answered sa-lease-del 403 Forbidden \
+	"leases.coordination.k8s.io \"leader\" is forbidden: $user cannot delete resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"rbac\""
+check "kubectl get namespace rbac as the SA (a ClusterRoleBinding to its group)" \
+	test "$(sak get namespace rbac -o name 2>&1)" = namespace/rbac
+as "$satok" sa-other "$url/api/v1/namespaces/simtest/configmaps/app-config"
+check "another namespace as the SA: 403" answered sa-other 403 Forbidden \
+	"configmaps \"app-config\" is forbidden: $user cannot get resource \"configmaps\" in API group \"\" in the namespace \"simtest\""
+as "$satok" sa-sim "$url/_sim/pods"
+check "/_sim/pods as the SA: 403 (admin only)" answered sa-sim 403 Forbidden "forbidden: $user cannot get path \"/_sim/pods\""
+as "$satok" sa-discovery "$url/apis/coordination.k8s.io/v1"
+check "discovery as the SA: 200" answered sa-discovery 200
+as "$ghosttok" ghost "$url/api"
+check "the token of a service account that does not exist: 401" answered ghost 401 Unauthorized Unauthorized
+as "$tok" admin-all "$url/api/v1/namespaces/rbac/configmaps"
+check "the admin token still lists them" answered admin-all 200
+
+# 5. unreachable, then back; 401; TLS
 pid0=$(records | python3 -c 'import json, sys; print([r for r in json.load(sys.stdin) if r["name"] == "web-0"][-1]["pid"])')
 api -X POST "$url/_sim/unreachable?seconds=2" >/dev/null
 refused() { ! curl -s --max-time 2 --cacert "$tmp/tls/ca.crt" "$url/version" >/dev/null; }
@@ -252,7 +446,7 @@ assert (s['kind'], s['status'], s['reason'], s['code']) == ('Status', 'Failure',
 curl -sS --max-time 10 -H "Authorization: Bearer $tok" "$url/version" >/dev/null 2>"$tmp/notls.err"
 check "curl without --cacert fails TLS verification (exit $?)" grep -qi 'certificate' "$tmp/notls.err"
 
-# 5. the simulator's end is its pods' end
+# 6. the simulator's end is its pods' end
 pids=$(records | python3 -c 'import json, sys; print(" ".join(str(p) for r in json.load(sys.stdin) for p in r["pids"]))')
 kill -TERM $sim
 gone() { ! kill -0 $sim 2>/dev/null; }

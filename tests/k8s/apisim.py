@@ -4,9 +4,10 @@
 It speaks enough of the real API (discovery, OpenAPI v3 for field
 validation, list/get/create/update/patch/delete, watch with bookmarks and
 410 Expired, Table output, pods/log, the scale subresource, protobuf bodies
-of the simple kinds kubectl create sends) over HTTP/1.1 (TLS optional,
-bearer token) that the real kubectl, helm and the coordinator's libcurl
-client work against it unmodified. A StatefulSet
+of the simple kinds kubectl create sends, object size limits) over
+HTTP/1.1 (TLS optional; an admin bearer token, and service-account tokens
+authorized by the stored RBAC objects) that the real kubectl, helm and the
+coordinator's libcurl client work against it unmodified. A StatefulSet
 controller makes pods, a garbage collector cascades deletions, and a
 "kubelet" runs every pod's containers as real processes on this machine,
 each pod on its own loopback address (127.0.1.N). Fault endpoints under
@@ -15,8 +16,8 @@ each pod on its own loopback address (127.0.1.N). Fault endpoints under
 Python 3.9+ standard library only. See tests/k8s/README.md.
 
 Sections: utilities and errors, resources, selectors, patches, protobuf
-request bodies, store, watch hub, tables and discovery, controllers,
-kubelet, HTTP handler, main.
+request bodies, store, watch hub, tables and discovery, authentication
+and RBAC, controllers, kubelet, HTTP handler, main.
 """
 
 import argparse
@@ -169,12 +170,46 @@ def err_bad(message):
     return ApiError(400, "BadRequest", message)
 
 
+CAUSE_REASONS = (("Required value", "FieldValueRequired"), ("Too long", "FieldValueTooLong"),
+                 ("Unsupported value", "FieldValueNotSupported"), ("Forbidden", "FieldValueForbidden"))
+
+
 def err_invalid(res, name, causes):
-    """422 Invalid: `Kind "name" is invalid: field: message`."""
-    msg = '%s "%s" is invalid: %s' % (res.kind, name, ", ".join("%s: %s" % c for c in causes))
-    return ApiError(422, "Invalid", msg, {"name": name, "group": res.group, "kind": res.kind,
-                                          "causes": [{"reason": "FieldValueInvalid", "message": m, "field": f}
-                                                     for f, m in causes]})
+    """422 Invalid: `Kind.group "name" is invalid: field: message` (the kind qualified by its group, as the real
+    server's GroupKind prints); each cause's reason follows its message ("Too long: ..." is FieldValueTooLong)."""
+    kind = res.kind if not res.group else "%s.%s" % (res.kind, res.group)
+    msg = '%s "%s" is invalid: %s' % (kind, name, ", ".join("%s: %s" % c for c in causes))
+    reason = lambda m: next((r for p, r in CAUSE_REASONS if m.startswith(p)), "FieldValueInvalid")
+    details = {"name": name, "group": res.group, "kind": res.kind,
+               "causes": [{"reason": reason(m), "message": m, "field": f} for f, m in causes]}
+    if not res.group:
+        del details["group"]  # omitempty, as the real server serializes StatusDetails
+    return ApiError(422, "Invalid", msg, details)
+
+
+def err_forbidden(user, ri, reason=""):
+    """403 Forbidden as the real authorization filter words it (responsewriters.Forbidden)."""
+    if not ri["resource_request"]:
+        why = 'User "%s" cannot %s path "%s"' % (user.name, ri["verb"], ri["path"])
+        msg, details = "forbidden: " + why, {}
+    else:
+        r = ri["resource"] + ("/" + ri["sub"] if ri["sub"] else "")
+        why = 'User "%s" cannot %s resource "%s" in API group "%s" ' % (user.name, ri["verb"], r, ri["group"])
+        why += 'in the namespace "%s"' % ri["ns"] if ri["ns"] else "at the cluster scope"
+        gr = ri["resource"] + ("." + ri["group"] if ri["group"] else "")
+        msg = ('%s "%s" is forbidden: ' % (gr, ri["name"]) if ri["name"] else "%s is forbidden: " % gr) + why
+        details = {k: v for k, v in (("name", ri["name"]), ("group", ri["group"]), ("kind", ri["resource"])) if v}
+    if reason:
+        msg += ": " + reason
+    return ApiError(403, "Forbidden", msg, details)
+
+
+MAX_REQUEST_BODY = 3 * 1024 * 1024  # the apiserver's MaxRequestBodyBytes
+MAX_DATA_SIZE = 1024 * 1024  # core.MaxSecretSize: a ConfigMap's or a Secret's data
+
+
+def err_too_large():
+    return ApiError(413, "RequestEntityTooLarge", "Request entity too large: limit is %d" % MAX_REQUEST_BODY)
 
 
 def err_no_route():
@@ -242,6 +277,7 @@ RESOURCES = [
     Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
     Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False),
     Resource("events.k8s.io", "v1", "events", "Event", short=["ev"]),
+    Resource("coordination.k8s.io", "v1", "leases", "Lease"),
     Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", short=["netpol"]),
     Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", short=["pdb"], subresources=_subs("status"),
              status=True),
@@ -257,7 +293,9 @@ R_POD, R_NS, R_STS, R_DEPLOY = BY_KEY[("", "pods")], BY_KEY[("", "namespaces")],
     BY_KEY[("apps", "deployments")]
 R_CM, R_SECRET, R_SA, R_EVENT = BY_KEY[("", "configmaps")], BY_KEY[("", "secrets")], BY_KEY[("", "serviceaccounts")], \
     BY_KEY[("", "events")]
-R_SVC = BY_KEY[("", "services")]
+R_SVC, R_LEASE = BY_KEY[("", "services")], BY_KEY[("coordination.k8s.io", "leases")]
+R_ROLE, R_RB, R_CROLE, R_CRB = (BY_KEY[("rbac.authorization.k8s.io", p)] for p in
+                                ("roles", "rolebindings", "clusterroles", "clusterrolebindings"))
 
 DNS1123_SUB = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -874,6 +912,7 @@ class Store:
             if res.has_status and not internal:
                 obj.pop("status", None)
             defaults(res, obj, self)
+            validate(res, obj)
             if dry_run:
                 m["resourceVersion"] = str(self.rv)
                 return obj
@@ -921,6 +960,7 @@ class Store:
                 m.pop(k, None)
         m.pop("managedFields", None)
         normalize(res, new, cur)
+        validate(res, new)
         spec_of = lambda o: {k: v for k, v in o.items() if k not in ("metadata", "status", "apiVersion", "kind")}
         if spec_of(new) != spec_of(cur):
             m["generation"] = cm.get("generation", 1) + 1
@@ -1107,6 +1147,41 @@ def normalize(res, obj, old):
     elif res is R_STS:
         spec = obj.setdefault("spec", {})
         spec.setdefault("replicas", 1)
+
+
+def _decoded_len(v):
+    """Bytes a base64 []byte field holds (what the real server's validation counts)."""
+    if not isinstance(v, str):
+        return len(dumps(v))
+    try:
+        return len(base64.b64decode(v, validate=True))
+    except ValueError:
+        return len(v) * 3 // 4
+
+
+def validate(res, obj):
+    """What the real server's validation rejects beyond names (create and update): a ConfigMap's or a Secret's
+    data over 1 MiB (the sum of the values' sizes: `data` strings in UTF-8, `binaryData` and Secret `data`
+    decoded; keys do not count), a Lease's non-positive duration or negative transitions."""
+    bag = lambda k: obj.get(k) if isinstance(obj.get(k), dict) else {}
+    causes = []
+    if res is R_CM:
+        total = sum(len(v.encode()) if isinstance(v, str) else len(dumps(v)) for v in bag("data").values())
+        total += sum(_decoded_len(v) for v in bag("binaryData").values())
+        if total > MAX_DATA_SIZE:  # field.TooLong(field.NewPath(""), ...): the whole object, printed "[]"
+            causes.append(("[]", "Too long: must have at most %d bytes" % MAX_DATA_SIZE))
+    elif res is R_SECRET:
+        if sum(_decoded_len(v) for v in bag("data").values()) > MAX_DATA_SIZE:
+            causes.append(("data", "Too long: must have at most %d bytes" % MAX_DATA_SIZE))
+    elif res is R_LEASE:
+        spec = bag("spec")
+        d, t = spec.get("leaseDurationSeconds"), spec.get("leaseTransitions")
+        if isinstance(d, int) and d <= 0:
+            causes.append(("spec.leaseDurationSeconds", "Invalid value: %d: must be greater than 0" % d))
+        if isinstance(t, int) and t < 0:
+            causes.append(("spec.leaseTransitions", "Invalid value: %d: must be greater than or equal to 0" % t))
+    if causes:
+        raise err_invalid(res, meta(obj).get("name", ""), causes)
 
 
 def defaults(res, obj, store):
@@ -1297,6 +1372,8 @@ def table_columns(res):
         return [name, col("Type"), col("Data", "integer"), age]
     if res is R_NS:
         return [name, col("Status"), age]
+    if res is R_LEASE:
+        return [name, col("Holder"), age]
     if res.plural == "events":
         return [col("Last Seen"), col("Type"), col("Reason"), col("Object"), col("Subobject", priority=1),
                 col("Source", priority=1), col("Message"), col("First Seen", priority=1),
@@ -1335,6 +1412,8 @@ def table_cells(res, o):
         return [name, o.get("type", "Opaque"), len(o.get("data") or {}), age]
     if res is R_NS:
         return [name, st.get("phase", "Active"), age]
+    if res is R_LEASE:
+        return [name, spec.get("holderIdentity") or "", age]
     if res.plural == "events":
         inv = o.get("involvedObject") or o.get("regarding") or {}
         last = o.get("lastTimestamp") or o.get("eventTime") or dig(o, "series", "lastObservedTime") or \
@@ -1433,6 +1512,129 @@ def openapi_v3_doc(group, version):
                                    "delete": op("delete")}
     return {"openapi": "3.0.0", "info": {"title": "Kubernetes (apisim)", "version": K8S_VERSION["gitVersion"]},
             "paths": paths, "components": {"schemas": {}}}
+
+
+# ==== authentication and RBAC =======================================================================
+
+class User:
+    def __init__(self, name, groups, admin=False):
+        self.name, self.groups, self.admin = name, list(groups), admin
+
+
+ADMIN = User("system:admin", ["system:masters", "system:authenticated"], admin=True)
+
+
+def sa_user(ns, sa):
+    return User("system:serviceaccount:%s:%s" % (ns, sa),
+                ["system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"])
+
+
+# system:discovery, system:basic-user and system:public-info-viewer, bound to system:authenticated
+DISCOVERY_RULES = [{"verbs": ["get"], "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/healthz",
+                                                          "/livez", "/openapi", "/openapi/*", "/readyz",
+                                                          "/version", "/version/"]}]
+
+
+def request_info(method, path, q):
+    """The attributes the real server authorizes (RequestInfoFactory): verb, API group, namespace, resource,
+    subresource, name; or, outside /api/V/... and /apis/G/V/..., a non-resource path and the method as verb."""
+    ri = {"resource_request": False, "verb": method.lower(), "path": path, "group": "", "ns": "", "resource": "",
+          "sub": "", "name": ""}
+    parts = [p for p in path.split("/") if p]
+    if len(parts) < 3 or parts[0] not in ("api", "apis"):
+        return ri
+    parts = parts[1:]
+    if ri["path"].startswith("/apis/"):
+        if len(parts) < 3:
+            return ri
+        ri["group"], parts = parts[0], parts[1:]
+    ri["resource_request"] = True
+    parts = parts[1:]  # the version
+    if parts[0] in ("watch", "proxy"):
+        ri["verb"], parts = parts[0], parts[1:]
+        if not parts:
+            return ri
+    else:
+        ri["verb"] = {"POST": "create", "GET": "get", "HEAD": "get", "PUT": "update", "PATCH": "patch",
+                      "DELETE": "delete"}.get(method, "")
+    if parts[0] == "namespaces":
+        if len(parts) > 1:
+            ri["ns"] = parts[1]
+            if len(parts) > 2 and parts[2] not in ("status", "finalize"):
+                parts = parts[2:]
+    ri["resource"] = parts[0]
+    if len(parts) >= 2:
+        ri["name"] = parts[1]
+    if len(parts) >= 3 and ri["verb"] != "proxy":
+        ri["sub"] = parts[2]
+    if not ri["name"] and ri["verb"] == "get":
+        ri["verb"] = "watch" if q.get("watch") in ("1", "true", "True") else "list"
+        # fieldSelector=metadata.name=X names the object, so resourceNames can allow a list or watch of it
+        for term in (q.get("fieldSelector") or "").split(","):
+            m = re.match(r"^\s*metadata\.name\s*==?\s*([^=!]+?)\s*$", term)
+            if m and DNS1123_SUB.match(m.group(1)):
+                ri["name"] = m.group(1)
+    if not ri["name"] and ri["verb"] == "delete":
+        ri["verb"] = "deletecollection"
+    return ri
+
+
+def rule_allows(rule, ri):
+    """rbac.RuleAllows: verbs, apiGroups, resources (with `*/sub`), resourceNames; or nonResourceURLs."""
+    has = lambda field, v: any(x == "*" or x == v for x in rule.get(field) or [])
+    if not has("verbs", ri["verb"]):
+        return False
+    if not ri["resource_request"]:
+        return any(u == "*" or u == ri["path"] or (u.endswith("*") and ri["path"].startswith(u[:-1]))
+                   for u in rule.get("nonResourceURLs") or [])
+    combined = ri["resource"] + ("/" + ri["sub"] if ri["sub"] else "")
+    if not has("apiGroups", ri["group"]):
+        return False
+    if not any(r in ("*", combined) or (ri["sub"] and r == "*/" + ri["sub"]) for r in rule.get("resources") or []):
+        return False
+    names = rule.get("resourceNames") or []
+    return not names or ri["name"] in names  # never a create, or a list or watch of all, by resourceNames
+
+
+def subject_matches(subj, user, ns):
+    kind, name = subj.get("kind"), subj.get("name")
+    if kind == "User":
+        return name == user.name
+    if kind == "Group":
+        return name in user.groups
+    if kind == "ServiceAccount":
+        sns = subj.get("namespace") or ns
+        return bool(sns) and user.name == "system:serviceaccount:%s:%s" % (sns, name)
+    return False
+
+
+def authorize(store, user, ri):
+    """RBAC over the stored ClusterRoleBindings, then the RoleBindings of the request's namespace: (allowed,
+    reason); the reason names roles that bindings applying to the user refer to but that do not exist."""
+    if user.admin:
+        return True, ""
+    if "system:authenticated" in user.groups and any(rule_allows(r, ri) for r in DISCOVERY_RULES):
+        return True, ""
+    errors = []
+    bindings = [(b, "") for b in store.all(R_CRB)]
+    if ri["ns"]:
+        bindings += [(b, ri["ns"]) for b in store.all(R_RB, ri["ns"])]
+    for b, ns in bindings:
+        if not any(subject_matches(s, user, ns) for s in b.get("subjects") or [] if isinstance(s, dict)):
+            continue
+        ref = b.get("roleRef") or {}
+        if ref.get("kind") == "Role" and ns:
+            role, what = store.peek(R_ROLE, ns, ref.get("name", "")), "role"
+        else:
+            role, what = store.peek(R_CROLE, None, ref.get("name", "")), "clusterrole"
+        if role is None:
+            errors.append('%s.rbac.authorization.k8s.io "%s" not found' % (what, ref.get("name", "")))
+            continue
+        if any(rule_allows(r, ri) for r in role.get("rules") or [] if isinstance(r, dict)):
+            return True, ""
+    if not errors:
+        return False, ""
+    return False, "RBAC: " + (errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]")
 
 
 # ==== controllers ===================================================================================
@@ -2589,17 +2791,37 @@ class Handler(BaseHTTPRequestHandler):
     do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_GET
 
     def read_body(self):
+        """The request body, or None when it is larger than MAX_REQUEST_BODY (then read and dropped, up to
+        64 MiB, so the client gets to read the 413)."""
+        def drain(n):
+            while n > 0:
+                got = self.rfile.read(min(n, 1 << 16))
+                if not got:
+                    break
+                n -= len(got)
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            out = b""
+            out, total = [], 0
             while True:
                 n = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
                 if n == 0:
                     while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                         pass
-                    return out
-                out += self.rfile.read(n)
+                    return b"".join(out) if total <= MAX_REQUEST_BODY else None
+                total += n
+                if total > MAX_REQUEST_BODY:
+                    out = []
+                    if total > 64 << 20:
+                        self.close_connection = True
+                        return None
+                    drain(n)
+                else:
+                    out.append(self.rfile.read(n))
                 self.rfile.readline()
         n = int(self.headers.get("Content-Length") or 0)
+        if n > MAX_REQUEST_BODY:
+            self.close_connection = True
+            drain(min(n, 64 << 20))
+            return None
         return self.rfile.read(n) if n > 0 else b""
 
     def send(self, code, body, ctype="application/json"):
@@ -2629,21 +2851,40 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError as e:
             raise err_bad("error decoding the request body as JSON: %s" % e)
 
-    def authorized(self):
-        if not OPT.token:
-            return True
+    def authenticate(self, sim):
+        """The caller: a service account (--sa-token, while its ServiceAccount exists), the admin (--token, or
+        anyone when there is none); else 401."""
         h = self.headers.get("Authorization", "")
-        return h.startswith("Bearer ") and hmac.compare_digest(h[7:].strip().encode(), OPT.token.encode())
+        tok = h[7:].strip().encode() if h.startswith("Bearer ") else None
+        if tok:
+            for t, (ns, sa) in OPT.sa_tokens.items():
+                if hmac.compare_digest(tok, t.encode()):
+                    if sim.store.peek(R_SA, ns, sa) is None:
+                        break  # the token of a service account that does not exist is no token
+                    return sa_user(ns, sa)
+            else:
+                if not OPT.token or hmac.compare_digest(tok, OPT.token.encode()):
+                    return ADMIN
+        elif not OPT.token:
+            return ADMIN
+        raise ApiError(401, "Unauthorized", "Unauthorized")
 
     def dispatch(self):
         sim = self.server.sim
-        self.body = self.read_body()
         url = urlsplit(self.path)
         self.q = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         path = url.path.rstrip("/") or "/"
         try:
-            if not self.authorized():
-                raise ApiError(401, "Unauthorized", "Unauthorized")
+            self.body = self.read_body()  # None: over MAX_REQUEST_BODY (read and dropped)
+            self.user = self.authenticate(sim)
+            if not self.user.admin:
+                ri = request_info(self.command, url.path or "/", self.q)
+                ok, why = (False, "") if path.startswith("/_sim/") else authorize(sim.store, self.user, ri)
+                if not ok:
+                    raise err_forbidden(self.user, ri, why)
+            if self.body is None:
+                self.close_connection = True
+                raise err_too_large()
             if path.startswith("/_sim/"):
                 return self.sim_endpoint(sim, path[6:])
             if self.command not in ("GET", "HEAD") and not path.startswith(("/api/", "/apis/")):
@@ -3135,15 +3376,18 @@ class Simulator:
             self.listen()
             log("reachable again on port %d" % self.port)
 
-    def write_kubeconfig(self, path):
+    def write_kubeconfig(self, path, token=None, namespace="default", user="apisim"):
+        """A kubeconfig for the admin (--token), or with token and namespace for a service account."""
+        token = self.opt.token if token is None else token
         scheme = "https" if self.ssl_ctx else "http"
         lines = ["apiVersion: v1", "kind: Config", "clusters:", "- name: apisim", "  cluster:",
                  "    server: %s://127.0.0.1:%d" % (scheme, self.port)]
         if self.ssl_ctx:
             lines.append("    certificate-authority: %s" % os.path.abspath(os.path.join(self.opt.tls_dir, "ca.crt")))
-        lines += ["contexts:", "- name: apisim", "  context:", "    cluster: apisim", "    user: apisim",
-                  "    namespace: default", "current-context: apisim", "users:", "- name: apisim", "  user:"]
-        lines.append("    token: %s" % self.opt.token if self.opt.token else "    {}")
+        lines += ["contexts:", "- name: apisim", "  context:", "    cluster: apisim", "    user: %s" % user,
+                  "    namespace: %s" % namespace, "current-context: apisim", "users:", "- name: %s" % user,
+                  "  user:"]
+        lines.append("    token: %s" % token if token else "    {}")
         lines.append("preferences: {}")
         atomic_write(path, "\n".join(lines) + "\n")
 
@@ -3175,6 +3419,11 @@ def main(argv=None):
     ap.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
     ap.add_argument("--port-file", help="write the port here once listening")
     ap.add_argument("--token", default="", help="bearer token every request must carry (none: no auth)")
+    ap.add_argument("--sa-token", action="append", default=[], metavar="NS/SA=TOKEN",
+                    help="a bearer token that authenticates as service account SA of namespace NS (while it "
+                         "exists), authorized by the stored RBAC objects (repeatable)")
+    ap.add_argument("--sa-kubeconfig-out", action="append", default=[], metavar="NS/SA=FILE",
+                    help="write a kubeconfig with the --sa-token of NS/SA (context namespace NS) here (repeatable)")
     ap.add_argument("--tls-dir", help="make a CA and a server certificate here with openssl and serve HTTPS")
     ap.add_argument("--kubeconfig-out", help="write a kubeconfig for kubectl and the coordinator here")
     ap.add_argument("--root", default=None, help="sandbox for pods: <root>/<ns>/<pod>/ (default: a temp dir)")
@@ -3197,6 +3446,21 @@ def main(argv=None):
     ap.add_argument("--pod-ip-start", default="127.0.1.1", help="first pod address (loopback, 127.x.y.z)")
     ap.add_argument("--verbose", "-v", action="store_true", help="log one line per request to stderr")
     OPT = ap.parse_args(argv)
+    OPT.sa_tokens = {}  # token -> (namespace, service account)
+    for spec in OPT.sa_token:
+        m = re.match(r"^([a-z0-9][-a-z0-9]*)/([a-z0-9][-a-z0-9.]*)=(\S+)$", spec)
+        if not m:
+            ap.error("--sa-token wants NAMESPACE/SERVICEACCOUNT=TOKEN, not %r" % spec)
+        if m.group(3) == OPT.token or m.group(3) in OPT.sa_tokens:
+            ap.error("--sa-token %s: that token is already someone's" % spec)
+        OPT.sa_tokens[m.group(3)] = (m.group(1), m.group(2))
+    sa_kubeconfigs = []
+    for spec in OPT.sa_kubeconfig_out:
+        who, _, path = spec.partition("=")
+        tok = [t for t, nsa in OPT.sa_tokens.items() if "%s/%s" % nsa == who]
+        if not path or not tok:
+            ap.error("--sa-kubeconfig-out %s: wants NS/SA=FILE with a --sa-token for NS/SA" % spec)
+        sa_kubeconfigs.append((path, tok[0], who))
     global NODE_NAME
     NODE_NAME = OPT.node_name
     if not re.match(r"^127\.\d+\.\d+\.\d+$", OPT.pod_ip_start):
@@ -3221,6 +3485,9 @@ def main(argv=None):
     sim.controllers.start()
     if OPT.kubeconfig_out:
         sim.write_kubeconfig(OPT.kubeconfig_out)
+    for path, tok, who in sa_kubeconfigs:
+        ns, sa = who.split("/")
+        sim.write_kubeconfig(path, tok, ns, "sa-%s-%s" % (ns, sa))
     if OPT.port_file:
         atomic_write(OPT.port_file, "%d\n" % sim.port)
     log("listening on %s://127.0.0.1:%d, pods under %s" % ("https" if sim.ssl_ctx else "http", sim.port, OPT.root))
