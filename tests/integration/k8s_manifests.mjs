@@ -15,8 +15,9 @@
 //   model FILE... JSON                    the ConfigMap rowshift-model's model.json equals JSON
 //   rbac FILE...                         exactly the coordinator's Role: pods
 //       get/list/watch, configmaps create and get/update (rowshift-state),
-//       events create (core and events.k8s.io), the worker StatefulSet's get
-//       and its scale's patch (rowshift-worker); no cluster-wide RBAC
+//       leases create and get/update (rowshift-worker-leader), events create
+//       (core and events.k8s.io), the worker StatefulSet's get and its
+//       scale's patch (rowshift-worker); no cluster-wide RBAC
 //   nonroot FILE...                      no container can run as root or gain privileges
 //   token FILE...                        print the Secret's join token
 //   gpu FILE... [--resource NAME]       print the worker's nvidia.com/gpu (NAME) limit, or "none"
@@ -30,6 +31,8 @@
 //   replicas FILE...                     print the worker StatefulSet's replicas
 //   tls FILE...                          the chart rendered with tls.secretName=rowshift-tls
 //   checkpoint FILE...                   the chart rendered with checkpoint.existingClaim=ckpts, every=500, keep=3
+//   tolerations FILE...                  print the coordinator's tolerations, one line:
+//       KEY:OPERATOR:EFFECT:SECONDS ... ("-" for what is not set; "none" when it has none)
 // Exits non-zero, saying what differs, when a check fails.
 import { createRequire } from "node:module";
 import { readFileSync } from "node:fs";
@@ -132,6 +135,9 @@ function expectEq(what, got, want) {
 }
 const secretEnv = (name, key) => ({ name, valueFrom: { secretKeyRef: { name: "rowshift-join-token", key } } });
 const fieldEnv = (name, fieldPath) => ({ name, valueFrom: { fieldRef: { fieldPath } } });
+// The coordinator's tolerations of a failed node (NoExecute, replaced after `seconds`); the cluster's default is 300 s.
+const NODE_FAILURE_KEYS = ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"];
+const nodeFailure = (seconds) => NODE_FAILURE_KEYS.map((key) => ({ key, operator: "Exists", effect: "NoExecute", tolerationSeconds: seconds }));
 const SECURITY = {
   runAsNonRoot: true, runAsUser: 10001, readOnlyRootFilesystem: true, allowPrivilegeEscalation: false,
   capabilities: { drop: ["ALL"] }, seccompProfile: { type: "RuntimeDefault" },
@@ -186,6 +192,7 @@ function contract(args) {
   if (!/^-?\d+$/.test(a[12] || "") || !/^\d+$/.test(a[14] || "")) fail(`--steps ${a[12]} --debounce-ms ${a[14]}: not integers`);
   const cenv = (cc.env || []).filter((e) => e.name !== "ROWSHIFT_STATUS_TOKEN");
   expectEq("coordinator env", cenv, [secretEnv("ROWSHIFT_JOIN_TOKEN", "token"), fieldEnv("POD_NAMESPACE", "metadata.namespace"),
+    fieldEnv("ROWSHIFT_POD_NAME", "metadata.name"), { name: "ROWSHIFT_LEASE", value: "rowshift-worker-leader" },
     { name: "ROWSHIFT_ALLOWED_HOSTS", value: "rowshift-coordinator,rowshift-coordinator.rowshift,rowshift-coordinator.rowshift.svc,rowshift-coordinator.rowshift.svc.cluster.local" },
     { name: "NVIDIA_VISIBLE_DEVICES", value: "void" }]);
   const st = (cc.env || []).find((e) => e.name === "ROWSHIFT_STATUS_TOKEN");
@@ -194,9 +201,16 @@ function contract(args) {
   expectEq("coordinator liveness", cc.livenessProbe && cc.livenessProbe.httpGet, { path: "/healthz", port: 7070 });
   expectEq("coordinator readiness", cc.readinessProbe && cc.readinessProbe.httpGet, { path: "/readyz", port: 7070 });
   expectEq("coordinator startup probe", cc.startupProbe && cc.startupProbe.httpGet, { path: "/healthz", port: 7070 });
-  if (!(cc.startupProbe && cc.startupProbe.periodSeconds * cc.startupProbe.failureThreshold >= 60)) {
-    fail(`coordinator startup probe: ${JSON.stringify(cc.startupProbe)} allows less than 60 s to start`);
+  // a new coordinator waits up to the Lease's 30 s for the old one's to expire before it listens, then reads its state
+  if (!(cc.startupProbe && cc.startupProbe.periodSeconds * cc.startupProbe.failureThreshold >= 90)) {
+    fail(`coordinator startup probe: ${JSON.stringify(cc.startupProbe)} allows less than 90 s to start`);
   }
+  expectEq("coordinator tolerations (a failed node: replaced after 30 s)", cpod.spec.tolerations, nodeFailure(30));
+  // the Lease the coordinator is told to hold is the one its Role lets it get and update
+  const leaseEnv = (cc.env || []).find((e) => e.name === "ROWSHIFT_LEASE");
+  const leaseRules = (find(objs, "Role", "rowshift-coordinator").rules || [])
+    .filter((r) => (r.apiGroups || []).includes("coordination.k8s.io") && r.resourceNames);
+  expectEq("the Lease of ROWSHIFT_LEASE is the Role's", leaseRules.map((r) => r.resourceNames), [[leaseEnv && leaseEnv.value]]);
   const svc = find(objs, "Service", "rowshift-coordinator");
   expectEq("coordinator Service type", svc.spec.type || "ClusterIP", "ClusterIP");
   expectEq("coordinator Service selector", svc.spec.selector, coordSel);
@@ -221,7 +235,7 @@ function contract(args) {
   expectEq("worker args", wc.args, ["--config", "/etc/rowshift/model.json", "--device", "cuda", "--transport", "tcp"]);
   expectEq("worker env", wc.env, [{ name: "ROWSHIFT_COORDINATOR", value: "ws://rowshift-coordinator:7070" },
     secretEnv("ROWSHIFT_JOIN_TOKEN", "token"), fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_IP", "status.podIP"),
-    { name: "ROWSHIFT_COORDINATOR_GRACE_MS", value: "120000" }]);
+    { name: "ROWSHIFT_COORDINATOR_GRACE_MS", value: "300000" }]);
   expectEq("worker GPU limit", wc.resources && wc.resources.limits && wc.resources.limits["nvidia.com/gpu"], 1);
   const pdb = find(objs, "PodDisruptionBudget", "rowshift-worker");
   expectEq("worker PodDisruptionBudget", [pdb.apiVersion, pdb.spec], ["policy/v1", { maxUnavailable: 1, selector: { matchLabels: workerSel } }]);
@@ -296,6 +310,8 @@ function rbac(args) {
     "core/configmaps:create", "core/configmaps:get@rowshift-state", "core/configmaps:update@rowshift-state",
     "core/events:create", "core/pods:get", "core/pods:list", "core/pods:watch", "events.k8s.io/events:create",
     "apps/statefulsets:get@rowshift-worker", "apps/statefulsets/scale:patch@rowshift-worker",
+    "coordination.k8s.io/leases:create", "coordination.k8s.io/leases:get@rowshift-worker-leader",
+    "coordination.k8s.io/leases:update@rowshift-worker-leader",
   ].sort());
   if (!failed) console.log(`the Role grants exactly: ${grants.join(" ")}`);
 }
@@ -386,7 +402,13 @@ function hatches(args) {
     for (const [k, x] of Object.entries(v.podAnnotations || {})) expectEq(`${who} pod annotation ${k}`, (tpl.metadata.annotations || {})[k], x);
     expectEq(`${who} pod component label`, tpl.metadata.labels["app.kubernetes.io/component"], who);
     for (const f of ["priorityClassName", "runtimeClassName", "nodeSelector", "tolerations", "affinity"]) {
-      if (v[f] !== undefined) expectEq(`${who} ${f}`, spec[f], v[f]);
+      if (v[f] === undefined) continue;
+      let want = v[f];
+      if (who === "coordinator" && f === "tolerations") { // the chart's for a failed node first, unless the user's replace them
+        const mine = (k) => want.some((t) => t.key === k && [undefined, "", "NoExecute"].includes(t.effect));
+        want = [...nodeFailure(v.nodeFailureTolerationSeconds ?? 30).filter((t) => !mine(t.key)), ...want];
+      }
+      expectEq(`${who} ${f}`, spec[f], want);
     }
     if (v.topologySpreadConstraints) {
       const sel = { "app.kubernetes.io/name": "rowshift", "app.kubernetes.io/instance": "rowshift", "app.kubernetes.io/component": who };
@@ -462,7 +484,12 @@ function checkpoint(args) {
   if (!failed) console.log("checkpoints: the claim at /checkpoints in both pods, --save and periodic checkpoints there");
 }
 
-const commands = { same, contract, model, rbac, nonroot, token, gpu, tls, checkpoint, qos, devices, image, servicemonitor, hatches, tokens, replicas };
+function tolerations(args) {
+  const t = find(load(args), "Deployment", "rowshift-coordinator").spec.template.spec.tolerations || [];
+  console.log(t.map((x) => [x.key, x.operator, x.effect, x.tolerationSeconds].map((f) => (f === undefined || f === "" ? "-" : f)).join(":")).join(" ") || "none");
+}
+
+const commands = { tolerations, same, contract, model, rbac, nonroot, token, gpu, tls, checkpoint, qos, devices, image, servicemonitor, hatches, tokens, replicas };
 if (!commands[cmd]) { console.error(`usage: node k8s_manifests.mjs ${Object.keys(commands).join("|")} FILE...`); process.exit(2); }
 try { commands[cmd](rest); } catch (e) { fail(e.message); }
 process.exitCode = failed ? 1 : 0;

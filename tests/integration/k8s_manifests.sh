@@ -9,7 +9,8 @@
 #      Secret's value and the model config's formatting aside); a changed
 #      manifest is caught;
 #   3. both hold the contract the coordinator's Kubernetes mode is written
-#      against (names, args, env, ports, probes, volumes, selectors, labels),
+#      against (names, args, env, ports, probes, volumes, selectors, labels,
+#      the leader Lease's name and the pod's name as its identity),
 #      carry examples/dlrm-small.json as the model, give the coordinator
 #      exactly its Role (a widened Role is caught), and run nothing as root;
 #   4. values.schema.json refuses bad values (negative workers, a non-integer
@@ -21,7 +22,9 @@
 #   5. NOTES.txt says how to watch, scale and get the token; the Dockerfile
 #      and .dockerignore have what the manifests rely on;
 #   6. the platform review (issue 16): Guaranteed QoS, the workers'
-#      PodDisruptionBudget, the coordinator's startup probe; explicit devices
+#      PodDisruptionBudget, the coordinator's startup probe (90 s or more);
+#      a failed node under the coordinator (its tolerations, 30 s by default,
+#      merged with the user's; the workers' 300 s coordinatorGraceMs); explicit devices
 #      (--device, NVIDIA_VISIBLE_DEVICES=void, transport, gpuResourceName) and
 #      GPU values (nccl), linted; metrics values (ServiceMonitor), linted;
 #      custom-image values (digest), linted; the escape hatches of both pods;
@@ -55,11 +58,16 @@ check "the chart holds the contract (names, args, env, ports, probes, volumes, l
 check "the manifests hold the contract" $js contract "${manifests[@]}"
 check "the chart's model.json is examples/dlrm-small.json" $js model "$tmp/chart.yaml" examples/dlrm-small.json
 check "the manifests' model.json is examples/dlrm-small.json" $js model "${manifests[@]}" examples/dlrm-small.json
-check "the chart's Role grants exactly pods get/list/watch, configmaps get/create/update, events create, the worker StatefulSet get and scale" $js rbac "$tmp/chart.yaml"
+check "the chart's Role grants exactly pods get/list/watch, configmaps get/create/update, leases create and get/update (its own), events create, the worker StatefulSet get and scale" $js rbac "$tmp/chart.yaml"
 check "the manifests' Role grants exactly the same" $js rbac "${manifests[@]}"
 sed 's/verbs: \["get", "list", "watch"\]/verbs: ["get", "list", "watch", "delete"]/' manifests/10-rbac.yaml >"$tmp/wide-rbac.yaml"
 printf -- '---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: extra}\nrules: [{apiGroups: ["*"], resources: ["secrets"], verbs: ["*"]}]\n' >>"$tmp/wide-rbac.yaml"
 check "a wider Role (pods delete, a ClusterRole on secrets) is caught" bash -c "! $js rbac '$tmp/wide-rbac.yaml' 2>/dev/null"
+sed '/resourceNames: \["rowshift-worker-leader"\]/d' manifests/10-rbac.yaml >"$tmp/wide-lease.yaml"
+check "a Role updating any Lease (no resourceNames) is caught" bash -c \
+	"! grep -q rowshift-worker-leader '$tmp/wide-lease.yaml' && ! $js rbac '$tmp/wide-lease.yaml' 2>/dev/null"
+sed 's/verbs: \["get", "update"\]/verbs: ["get", "update", "delete"]/' manifests/10-rbac.yaml >"$tmp/del-lease.yaml"
+check "a Role deleting the Lease (or the state) is caught" bash -c "grep -q '\"delete\"' '$tmp/del-lease.yaml' && ! $js rbac '$tmp/del-lease.yaml' 2>/dev/null"
 check "no container of the chart runs as root" $js nonroot "$tmp/chart.yaml"
 check "no container of the manifests runs as root" $js nonroot "${manifests[@]}"
 sed 's/runAsUser: 10001/runAsUser: 0/' manifests/50-worker.yaml >"$tmp/root-worker.yaml"
@@ -144,6 +152,7 @@ check "a modelJson that is not a model config is refused" bash -c "! '$helm' tem
 "$helm" template train "$chart" --namespace ml >"$tmp/other.yaml" 2>&1
 check "another release and namespace name every object after the release" bash -c \
 	"grep -q 'name: train-worker$' '$tmp/other.yaml' && grep -q 'ws://train-coordinator:7070' '$tmp/other.yaml' &&
+	 grep -q 'resourceNames: \[\"train-worker-leader\"\]' '$tmp/other.yaml' && grep -q 'value: \"train-worker-leader\"' '$tmp/other.yaml' &&
 	 grep -q 'train-state' '$tmp/other.yaml' && ! grep -q 'name: rowshift-\|namespace: rowshift\|ws://rowshift' '$tmp/other.yaml'"
 
 # the kubectl commands manifests/ documents for the Secret and the model (offline: --dry-run=client)
@@ -192,6 +201,36 @@ check "podDisruptionBudget.enabled=false leaves it out" bash -c \
 check "the schema rejects podDisruptionBudget.maxUnavailable: 0 (no drain could ever finish)" \
 	rejects podDisruptionBudget.maxUnavailable=0 "/podDisruptionBudget/maxUnavailable"
 check "no priorityClassName by default" bash -c "! grep -q priorityClassName '$tmp/chart.yaml'"
+
+# a failed node under the coordinator: its pod replaced after 30 s, not 300 s; the workers wait long enough
+nf="node.kubernetes.io/not-ready:Exists:NoExecute"; un="node.kubernetes.io/unreachable:Exists:NoExecute"
+check "the coordinator tolerates a NotReady or unreachable node 30 s by default (chart)" test "$($js tolerations "$tmp/chart.yaml")" = "$nf:30 $un:30"
+check "... and in the manifests" test "$($js tolerations "${manifests[@]}")" = "$nf:30 $un:30"
+check "... the workers get no such tolerations" bash -c "[ \"\$(grep -c 'node.kubernetes.io/unreachable' '$tmp/chart.yaml')\" = 1 ]"
+render --set coordinator.nodeFailureTolerationSeconds=60 >"$tmp/tol60.yaml" 2>&1
+check "coordinator.nodeFailureTolerationSeconds sets both" test "$($js tolerations "$tmp/tol60.yaml")" = "$nf:60 $un:60"
+cat >"$tmp/tol-values.yaml" <<'YAML'
+coordinator:
+  tolerations:
+    - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 120}
+    - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoSchedule}
+    - {key: system, operator: Exists, effect: NoSchedule}
+YAML
+check "tolerations values pass helm lint --strict" lint_with -f "$tmp/tol-values.yaml"
+render -f "$tmp/tol-values.yaml" >"$tmp/tol.yaml" 2>&1
+check "coordinator.tolerations: the user's for the same key (NoExecute) replaces the chart's, the others are appended" \
+	test "$($js tolerations "$tmp/tol.yaml")" = "$nf:30 $un:120 node.kubernetes.io/not-ready:Exists:NoSchedule:- system:Exists:NoSchedule:-"
+check "the schema rejects coordinator.nodeFailureTolerationSeconds: -1" \
+	rejects coordinator.nodeFailureTolerationSeconds=-1 "/coordinator/nodeFailureTolerationSeconds"
+check "the workers wait 300 s for their coordinator by default (coordinatorGraceMs)" bash -c \
+	"grep -A1 'name: ROWSHIFT_COORDINATOR_GRACE_MS' '$tmp/chart.yaml' | grep -q 'value: \"300000\"' &&
+	 grep -q '^coordinatorGraceMs: 300000$' '$chart/values.yaml'"
+render --set coordinatorGraceMs=600000 >"$tmp/grace.yaml" 2>&1
+check "coordinatorGraceMs reaches the workers' ROWSHIFT_COORDINATOR_GRACE_MS" bash -c \
+	"grep -A1 'name: ROWSHIFT_COORDINATOR_GRACE_MS' '$tmp/grace.yaml' | grep -q 'value: \"600000\"'"
+sed 's/failureThreshold: 60$/failureThreshold: 12/' manifests/40-coordinator.yaml >"$tmp/short-startup.yaml"
+check "a startup probe allowing less than 90 s (the Lease's wait, then the state) is caught" bash -c \
+	"grep -q 'failureThreshold: 12' '$tmp/short-startup.yaml' && ! $js contract manifests/[0-35-6]*.yaml '$tmp/short-startup.yaml' 2>/dev/null"
 
 # devices and transport
 check "default: GPU workers on --device cuda, tcp, nvidia.com/gpu 1; the coordinator sees no GPU" \
@@ -305,6 +344,7 @@ clash() { # clash SET WHAT: the chart refuses --set SET, saying WHAT
 }
 check "worker.extraEnv may not set a variable the chart sets (POD_NAME)" clash 'worker.extraEnv[0].name=POD_NAME' 'worker.extraEnv: name "POD_NAME" is already set by the chart'
 check "coordinator.extraEnv may not set NVIDIA_VISIBLE_DEVICES" clash 'coordinator.extraEnv[0].name=NVIDIA_VISIBLE_DEVICES' 'coordinator.extraEnv: name "NVIDIA_VISIBLE_DEVICES"'
+check "coordinator.extraEnv may not set ROWSHIFT_LEASE (the Role names the chart's)" clash 'coordinator.extraEnv[0].name=ROWSHIFT_LEASE' 'coordinator.extraEnv: name "ROWSHIFT_LEASE"'
 check "worker.extraVolumes may not reuse a volume name (model)" clash 'worker.extraVolumes[0].name=model' 'worker.extraVolumes: name "model"'
 check "coordinator.extraVolumeMounts may not mount over /tmp" bash -c \
 	"! '$helm' template rowshift '$chart' --set 'coordinator.extraVolumeMounts[0].name=x' --set 'coordinator.extraVolumeMounts[0].mountPath=/tmp' >/dev/null 2>'$tmp/clash2.err' && grep -q 'mountPath \"/tmp\"' '$tmp/clash2.err'"

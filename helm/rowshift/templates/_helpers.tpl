@@ -16,6 +16,8 @@ The StatefulSet's name plus "-" and a 10-character revision hash must fit the
 {{- define "rowshift.joinToken" -}}{{ include "rowshift.fullname" . }}-join-token{{- end -}}
 {{- define "rowshift.model" -}}{{ include "rowshift.fullname" . }}-model{{- end -}}
 {{- define "rowshift.state" -}}{{ include "rowshift.fullname" . }}-state{{- end -}}
+{{/* The coordinator's leader Lease (coordination.k8s.io): its default name, STATEFULSET-leader, given explicitly. */}}
+{{- define "rowshift.lease" -}}{{ include "rowshift.worker" . }}-leader{{- end -}}
 
 {{/* The image reference: repository@digest when image.digest is set (the tag is then not used), else repository:tag. */}}
 {{- define "rowshift.image" -}}
@@ -205,6 +207,13 @@ helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+
   valueFrom:
     fieldRef:
       fieldPath: metadata.namespace
+# single leader: the Lease it must hold to work, and its identity there (the pod's name)
+- name: ROWSHIFT_POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: ROWSHIFT_LEASE
+  value: {{ include "rowshift.lease" . | quote }}
 {{- $svc := include "rowshift.coordinator" . }}
 {{- $ns := .Release.Namespace }}
 {{- if .Values.tls.secretName }}
@@ -219,6 +228,29 @@ helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+
 # would give it every GPU of its node, outside the scheduler's accounting.
 - name: NVIDIA_VISIBLE_DEVICES
   value: void
+{{- end -}}
+
+{{/*
+The coordinator's tolerations: the chart's for a failed node
+(node.kubernetes.io/not-ready and unreachable, NoExecute, for
+coordinator.nodeFailureTolerationSeconds instead of the cluster's default
+300 s), then coordinator.tolerations. An entry of the user's with the same key
+and effect NoExecute (or no effect, which matches every effect) replaces the
+chart's; the user's others are appended.
+*/}}
+{{- define "rowshift.coordinator.tolerations" -}}
+{{- $user := .Values.coordinator.tolerations | default list -}}
+{{- $out := list -}}
+{{- range $k := list "node.kubernetes.io/not-ready" "node.kubernetes.io/unreachable" -}}
+{{- $given := false -}}
+{{- range $user -}}
+{{- if and (eq (toString (get . "key")) $k) (has (toString (get . "effect")) (list "" "NoExecute")) -}}{{- $given = true -}}{{- end -}}
+{{- end -}}
+{{- if not $given -}}
+{{- $out = append $out (dict "key" $k "operator" "Exists" "effect" "NoExecute" "tolerationSeconds" (int64 $.Values.coordinator.nodeFailureTolerationSeconds)) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml (concat $out $user) -}}
 {{- end -}}
 
 {{- define "rowshift.coordinator.volumeMounts" -}}
