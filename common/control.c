@@ -358,13 +358,21 @@ static rs_status open_client(const char *url, const char *protocol, const char *
  */
 static atomic_int proven_once;
 
+/*
+ * The highest term of a coordinator this process joined: a coordinator of
+ * a lower one was deposed (its successor took the state over) and is not
+ * rejoined, though it may still run and answer on its old address.
+ */
+static atomic_llong highest_term;
+
 /* The joiner's half of the handshake on c (see proto.h). */
 static rs_status handshake(rs_control *c, const char *url, const char *token, const char *worker, const char *addr,
 			   int timeout_ms, rs_err *err)
 {
 	json_t *challenge = NULL, *join = NULL, *reply = NULL;
-	const char *snonce, *epoch;
-	char nonce[RS_AUTH_NONCE_HEX + 1], proof[RS_AUTH_PROOF_HEX + 1];
+	const char *snonce, *epoch_only;
+	char nonce[RS_AUTH_NONCE_HEX + 1], proof[RS_AUTH_PROOF_HEX + 1], epoch[RS_AUTH_NONCE_HEX + 32];
+	int64_t term = 0;
 	rs_msg_join jm = {.worker = worker, .addr = addr, .pid = getpid(), .incarnation = incarnation(), .nonce = nonce,
 			  .proof = proof};
 	rs_msg_reply r;
@@ -372,8 +380,9 @@ static rs_status handshake(rs_control *c, const char *url, const char *token, co
 	rs_status st = RS_OK;
 	int64_t deadline = rs_now_ms() + timeout_ms;
 	RSCHECKGOTO(rs_control_recv(c, timeout_ms, &challenge), st, unreachable);
-	if (rs_proto_challenge(challenge, &snonce, &epoch, &perr) != RS_OK)
+	if (rs_proto_challenge(challenge, &snonce, &epoch_only, &term, &perr) != RS_OK)
 		RSFAILGOTO(st, rs_err_set(err, RS_EPEER, "control: %s is not a rowshift coordinator (%s)", url, perr.msg), out);
+	rs_proto_bound_epoch(epoch_only, term, epoch, sizeof(epoch));
 	if (rs_auth_nonce(nonce) != RS_OK || rs_proto_join_proof(token, snonce, epoch, &jm, proof) != RS_OK)
 		RSFAILGOTO(st, rs_err_set(err, RS_ESYS, "control: cannot draw a nonce or make a proof"), out);
 	RSALLOCGOTO(join = rs_proto_make_join(&jm), st, out);
@@ -390,8 +399,13 @@ static rs_status handshake(rs_control *c, const char *url, const char *token, co
 		RSFAILGOTO(st, rs_err_set(err, RS_EPEER, "control: %s answered the join with %s", url,
 					  perr.msg[0] ? perr.msg : rs_proto_type_name(r.type)), out);
 	int proven = answer_proven(&check, reply);
+	if (r.type == RS_MSG_WELCOME && proven && term < atomic_load(&highest_term))
+		RSFAILGOTO(st, rs_err_set(err, RS_EPEER, "control: %s is a deposed coordinator (term %lld; this worker "
+					  "joined one of term %lld): not rejoining it", url, (long long)term,
+					  (long long)atomic_load(&highest_term)), out);
 	if (r.type == RS_MSG_WELCOME && proven) {
 		atomic_store(&proven_once, 1);
+		atomic_store(&highest_term, term);
 		goto out;
 	}
 	if (r.type == RS_MSG_WELCOME)

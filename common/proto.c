@@ -422,16 +422,28 @@ rs_status rs_proto_reply(json_t *msg, rs_msg_reply *m, rs_err *err)
 	}
 }
 
-rs_status rs_proto_challenge(json_t *msg, const char **nonce, const char **epoch, rs_err *err)
+rs_status rs_proto_challenge(json_t *msg, const char **nonce, const char **epoch, int64_t *term, rs_err *err)
 {
 	json_error_t jerr;
 	const char *type;
 	char q[64];
-	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s, s:s}", "type", &type, "nonce", nonce, "epoch", epoch) != 0)
+	json_int_t t = 0;
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s, s:s, s?I}", "type", &type, "nonce", nonce, "epoch", epoch,
+			   "term", &t) != 0)
 		return rs_err_set(err, RS_EINVAL, "challenge: %s", tame(jerr.text, q));
-	if (strcmp(type, "challenge") != 0 || !rs_auth_nonce_ok(*nonce) || !rs_auth_nonce_ok(*epoch))
-		return rs_err_set(err, RS_EINVAL, "challenge: a malformed nonce or epoch");
+	if (strcmp(type, "challenge") != 0 || !rs_auth_nonce_ok(*nonce) || !rs_auth_nonce_ok(*epoch) || t < 0 ||
+	    t > INT64_MAX / 2)
+		return rs_err_set(err, RS_EINVAL, "challenge: a malformed nonce, epoch or term");
+	*term = t;
 	return RS_OK;
+}
+
+void rs_proto_bound_epoch(const char *epoch, int64_t term, char *out, size_t n)
+{
+	if (term)
+		snprintf(out, n, "%s.%lld", epoch, (long long)term);
+	else
+		snprintf(out, n, "%s", epoch);
 }
 
 rs_status rs_proto_join_proof(const char *token, const char *challenge, const char *epoch, const rs_msg_join *m,
@@ -452,9 +464,12 @@ rs_status rs_proto_answer_proof(const char *token, const char *challenge, const 
 
 /* ---- builders ------------------------------------------------------------------------ */
 
-json_t *rs_proto_make_challenge(const char *nonce, const char *epoch)
+json_t *rs_proto_make_challenge(const char *nonce, const char *epoch, int64_t term)
 {
-	return json_pack("{s:s, s:s, s:s}", "type", "challenge", "nonce", nonce, "epoch", epoch);
+	json_t *m = json_pack("{s:s, s:s, s:s}", "type", "challenge", "nonce", nonce, "epoch", epoch);
+	if (m && term && json_object_set_new(m, "term", json_integer(term)) != 0)
+		json_decref(m), m = NULL;
+	return m;
 }
 
 json_t *rs_proto_make_join(const rs_msg_join *m)

@@ -200,8 +200,18 @@ rs_status rs_proto_scale(json_t *msg, int32_t *workers, rs_err *err);
 /* The coordinator's answer to a join or a request: welcome, refused, error or scaling; RS_EINVAL for anything else. */
 rs_status rs_proto_reply(json_t *msg, rs_msg_reply *out, rs_err *err);
 
-/* {"type":"challenge","nonce","epoch"}: a nonce and an epoch as auth.h makes them, or RS_EINVAL. */
-rs_status rs_proto_challenge(json_t *msg, const char **nonce, const char **epoch, rs_err *err);
+/*
+ * {"type":"challenge","nonce","epoch","term"?}: a nonce and an epoch as
+ * auth.h makes them, and the coordinator's term (absent: 0), or RS_EINVAL.
+ */
+rs_status rs_proto_challenge(json_t *msg, const char **nonce, const char **epoch, int64_t *term, rs_err *err);
+
+/*
+ * The epoch the proofs below cover: the challenge's epoch, then "." and the
+ * term when it is not 0, so that a term cannot be changed on the way
+ * without breaking the proofs. out: at least 64 bytes.
+ */
+void rs_proto_bound_epoch(const char *epoch, int64_t term, char *out, size_t n);
 
 /*
  * The handshake's proofs: the joiner's (over the challenge's nonce and
@@ -216,7 +226,7 @@ rs_status rs_proto_answer_proof(const char *token, const char *challenge, const 
 
 /* ---- builders ---------------------------------------------------------------- */
 
-json_t *rs_proto_make_challenge(const char *nonce, const char *epoch);
+json_t *rs_proto_make_challenge(const char *nonce, const char *epoch, int64_t term); /* term 0: none said */
 json_t *rs_proto_make_join(const rs_msg_join *m);
 json_t *rs_proto_make_welcome(int64_t worker_id, const char *proof);
 json_t *rs_proto_make_refused(const char *reason, const char *proof); /* proof may be NULL */

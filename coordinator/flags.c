@@ -14,7 +14,7 @@ const char *const rs_coord_usage =
 	"usage: rowshift-coordinator --local --workers N --config FILE [--steps S] [--schedule STEP:N,...]\n"
 	"       [--state FILE] [--listen HOST:PORT] [--log-json FILE] [--save DIR]\n"
 	"       rowshift-coordinator --kubernetes --statefulset NAME --config FILE [--listen HOST:PORT]\n"
-	"       [--kubeconfig FILE | --api-server URL] [--namespace NS] [--state-configmap NAME]\n"
+	"       [--kubeconfig FILE | --api-server URL] [--namespace NS] [--state-configmap NAME] [--lease NAME]\n"
 	"  the join token comes from ROWSHIFT_JOIN_TOKEN in Kubernetes mode";
 
 int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
@@ -26,6 +26,7 @@ int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
 		RS_PARAM("--selector", "ROWSHIFT_SELECTOR", RS_PARAM_STR, "app.kubernetes.io/component=worker", "LABELS", "label selector of the worker pods (Kubernetes mode)", &c->selector),
 		RS_PARAM("--namespace", "POD_NAMESPACE", RS_PARAM_STR, NULL, "NS", "the namespace (default: the service account's, or the kubeconfig context's)", &c->ns),
 		RS_PARAM("--state-configmap", "ROWSHIFT_STATE_CONFIGMAP", RS_PARAM_STR, NULL, "NAME", "the ConfigMap keeping the job's state (Kubernetes mode; default STATEFULSET-state)", &c->state_cm),
+		RS_PARAM("--lease", "ROWSHIFT_LEASE", RS_PARAM_STR, NULL, "NAME", "the Lease that keeps a second coordinator from acting (Kubernetes mode; default STATEFULSET-leader)", &c->lease),
 		RS_PARAM("--kubeconfig", "KUBECONFIG", RS_PARAM_STR, NULL, "FILE", "reach the API as this kubeconfig says (default: in-cluster, else ~/.kube/config)", &c->kubeconfig),
 		RS_PARAM("--context", NULL, RS_PARAM_STR, NULL, "NAME", "the kubeconfig context (default: its current-context)", &c->context),
 		RS_PARAM("--api-server", "ROWSHIFT_API_SERVER", RS_PARAM_STR, NULL, "URL", "the API server's URL (tests; with --kube-token-file and --kube-ca)", &c->api_server),

@@ -17,7 +17,7 @@ typedef struct rs_coord_flags {
 	const char *status_token_file, *allowed_hosts, *tls_cert, *tls_key, *checkpoint_dir;
 	/* Kubernetes mode */
 	const char *kubeconfig, *context, *api_server, *kube_token_file, *kube_ca, *ns, *statefulset, *selector;
-	const char *state_cm;
+	const char *state_cm, *lease;
 	int64_t workers, steps, timeout_ms, debounce_ms, grace_ms, max_attempts, checkpoint_every, checkpoint_keep,
 		checkpoint_interval, sharding_group;
 } rs_coord_flags;

@@ -443,6 +443,8 @@ static void finished(rs_kube *k, CURLcode res)
 void rs_kube_poll(rs_kube *k)
 {
 	int running;
+	if (k->h.tick)
+		k->h.tick(k->h.ctx);
 	if (k->cfg.token_file && rs_now() - k->token_read_at > TOKEN_REREAD_S)
 		read_token(k);
 	if (k->state == K_IDLE && rs_now() >= k->retry_at) {
@@ -519,6 +521,8 @@ void rs_kube_destroy(rs_kube *k)
 {
 	if (!k)
 		return;
+	if (k->h.closing)
+		k->h.closing(k->h.ctx);
 	end_request(k);
 	if (k->multi)
 		curl_multi_cleanup(k->multi);
@@ -546,7 +550,7 @@ const rs_kube_pod *rs_kube_pod_named(const rs_kube *k, const char *name)
 /* ---- writes ------------------------------------------------------------------------------------- */
 
 /* One blocking request; *body gets the response (malloc'd). */
-static rs_status request(rs_kube *k, const char *method, const char *path, const char *content_type, const char *data,
+rs_status rs_kube_request(rs_kube *k, const char *method, const char *path, const char *content_type, const char *data,
 			 long *code, char **body, rs_err *err)
 {
 	char url[4096];
@@ -580,8 +584,7 @@ static rs_status request(rs_kube *k, const char *method, const char *path, const
 	return st;
 }
 
-/* The Status message of an error body, for messages. */
-static const char *status_message(const char *body, char *buf, size_t n)
+const char *rs_kube_status_message(const char *body, char *buf, size_t n)
 {
 	json_t *j = body ? json_loads(body, 0, NULL) : NULL;
 	snprintf(buf, n, "%s", json_string_value(json_object_get(j, "message")) ? json_string_value(json_object_get(j, "message"))
@@ -590,81 +593,58 @@ static const char *status_message(const char *body, char *buf, size_t n)
 	return buf;
 }
 
-rs_status rs_kube_configmap_get(rs_kube *k, const char *name, const char *key, char **value, rs_err *err)
+const char *rs_kube_namespace(const rs_kube *k) { return k->ns; }
+
+rs_status rs_kube_configmap_read(rs_kube *k, const char *name, json_t **obj, rs_err *err)
 {
 	char path[1024], msg[256];
 	long code;
 	char *body;
-	*value = NULL;
+	*obj = NULL;
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps/%s", k->ns, name);
-	RSCHECK(request(k, "GET", path, NULL, NULL, &code, &body, err));
+	RSCHECK(rs_kube_request(k, "GET", path, NULL, NULL, &code, &body, err));
 	rs_status st = RS_OK;
-	if (code == 404) {
+	if (code == 404)
 		st = RS_ENOTFOUND;
-	} else if (code != 200) {
+	else if (code != 200)
 		st = rs_err_set(err, RS_EIO, "kubernetes: reading configmap %s: HTTP %ld: %s", name, code,
-				status_message(body, msg, sizeof(msg)));
-	} else {
-		json_t *j = json_loads(body ? body : "", 0, NULL);
-		const char *v = json_string_value(json_object_get(json_object_get(j, "data"), key));
-		if (!j)
-			st = rs_err_set(err, RS_EINVAL, "kubernetes: configmap %s: not JSON", name);
-		else if (!v)
-			st = RS_ENOTFOUND;
-		else if (!(*value = strdup(v)))
-			st = RS_ENOMEM;
-		json_decref(j);
-	}
+				rs_kube_status_message(body, msg, sizeof(msg)));
+	else if (!(*obj = json_loads(body ? body : "", 0, NULL)) || !json_is_object(*obj))
+		st = rs_err_set(err, RS_EINVAL, "kubernetes: configmap %s: not a JSON object", name);
+	if (st != RS_OK)
+		json_decref(*obj), *obj = NULL;
 	free(body);
 	return st;
 }
 
-rs_status rs_kube_configmap_put(rs_kube *k, const char *name, const char *key, const char *value, rs_err *err)
+rs_status rs_kube_configmap_write(rs_kube *k, const char *name, json_t **obj, rs_err *err)
 {
 	char path[1024], msg[256];
-	for (int attempt = 0; attempt < 5; attempt++) {
-		long code;
-		char *body;
-		snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps/%s", k->ns, name);
-		RSCHECK(request(k, "GET", path, NULL, NULL, &code, &body, err));
-		json_t *cm = code == 200 && body ? json_loads(body, 0, NULL) : NULL;
-		free(body);
-		if (code != 200 && code != 404) {
-			json_decref(cm);
-			return rs_err_set(err, RS_EIO, "kubernetes: reading configmap %s: HTTP %ld", name, code);
-		}
-		if (!cm) {
-			cm = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{}}", "apiVersion", "v1", "kind", "ConfigMap",
-				       "metadata", "name", name, "namespace", k->ns, "labels", "app.kubernetes.io/part-of",
-				       "rowshift", "data");
-			snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps", k->ns);
-		}
-		json_t *data = json_object_get(cm, "data");
-		if (!json_is_object(data)) {
-			data = json_object();
-			json_object_set_new(cm, "data", data);
-		}
-		json_object_set_new(data, key, json_string(value));
-		/* the resourceVersion the GET returned makes the PUT fail (409) if someone wrote in between */
-		char *text = json_dumps(cm, JSON_COMPACT);
-		json_decref(cm);
-		if (!text)
-			return rs_err_set(err, RS_ENOMEM, "kubernetes: out of memory");
-		rs_status st = request(k, code == 404 ? "POST" : "PUT", path, "application/json", text, &code, &body, err);
-		free(text);
-		if (st != RS_OK)
-			return st;
-		if (code == 200 || code == 201) {
-			free(body);
-			return RS_OK;
-		}
-		status_message(body, msg, sizeof(msg));
-		free(body);
-		if (code != 409)
-			return rs_err_set(err, RS_EIO, "kubernetes: writing configmap %s: HTTP %ld: %s", name, code, msg);
-		RS_DEBUG("kubernetes: configmap %s changed under us (%s); again", name, msg);
+	long code;
+	char *body = NULL, *text = json_dumps(*obj, JSON_COMPACT);
+	int create = !json_object_get(json_object_get(*obj, "metadata"), "resourceVersion");
+	if (!text)
+		return rs_err_set(err, RS_ENOMEM, "kubernetes: out of memory");
+	snprintf(path, sizeof(path), create ? "/api/v1/namespaces/%s/configmaps" : "/api/v1/namespaces/%s/configmaps/%s",
+		 k->ns, name);
+	rs_status st = rs_kube_request(k, create ? "POST" : "PUT", path, "application/json", text, &code, &body, err);
+	free(text);
+	json_t *got = st == RS_OK && (code == 200 || code == 201) ? json_loads(body ? body : "", 0, NULL) : NULL;
+	if (got && json_is_object(got)) {
+		json_decref(*obj);
+		*obj = got, got = NULL;
+	} else if (st == RS_OK && code == 409) { /* AlreadyExists, or a resourceVersion not the latest */
+		st = rs_err_set(err, RS_EABORTED, "kubernetes: configmap %s was written by someone else: %s", name,
+				rs_kube_status_message(body, msg, sizeof(msg)));
+	} else if (st == RS_OK) {
+		st = rs_err_set(err, code / 100 == 4 && code != 429 ? RS_EINVAL : RS_EIO,
+				"kubernetes: writing configmap %s: HTTP %ld: %s", name, code,
+				code == 200 || code == 201 ? "the answer is not an object"
+							   : rs_kube_status_message(body, msg, sizeof(msg)));
 	}
-	return rs_err_set(err, RS_EIO, "kubernetes: configmap %s kept changing under us", name);
+	json_decref(got);
+	free(body);
+	return st;
 }
 
 rs_status rs_kube_scale(rs_kube *k, int32_t replicas, rs_err *err)
@@ -674,14 +654,14 @@ rs_status rs_kube_scale(rs_kube *k, int32_t replicas, rs_err *err)
 	char *body;
 	snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/statefulsets/%s/scale", k->ns, k->sts);
 	snprintf(data, sizeof(data), "{\"spec\":{\"replicas\":%d}}", (int)replicas);
-	rs_status st = request(k, "PATCH", path, "application/merge-patch+json", data, &code, &body, err);
+	rs_status st = rs_kube_request(k, "PATCH", path, "application/merge-patch+json", data, &code, &body, err);
 	if (st != RS_OK) {
 		free(body);
 		return st;
 	}
 	st = code == 200 ? RS_OK
 				   : rs_err_set(err, RS_EIO, "kubernetes: scaling statefulset %s to %d: HTTP %ld: %s",
-						k->sts, (int)replicas, code, status_message(body, msg, sizeof(msg)));
+						k->sts, (int)replicas, code, rs_kube_status_message(body, msg, sizeof(msg)));
 	free(body);
 	return st;
 }
@@ -696,7 +676,7 @@ static const char *sts_uid(rs_kube *k)
 	if (k->sts_uid[0])
 		return strcmp(k->sts_uid, "-") ? k->sts_uid : ""; /* "-": it could not be read; events go without it */
 	snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/statefulsets/%s", k->ns, k->sts);
-	if (request(k, "GET", path, NULL, NULL, &code, &body, &err) == RS_OK && code == 200) {
+	if (rs_kube_request(k, "GET", path, NULL, NULL, &code, &body, &err) == RS_OK && code == 200) {
 		json_t *j = json_loads(body ? body : "", 0, NULL);
 		const char *uid = json_string_value(json_object_get(json_object_get(j, "metadata"), "uid"));
 		snprintf(k->sts_uid, sizeof(k->sts_uid), "%s", uid && strlen(uid) < sizeof(k->sts_uid) ? uid : "");
@@ -737,7 +717,7 @@ void rs_kube_event(rs_kube *k, const char *kind, const char *name, const char *t
 	char *body = NULL;
 	rs_err err = {0};
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", k->ns);
-	if (!text || request(k, "POST", path, "application/json", text, &code, &body, &err) != RS_OK || code / 100 != 2)
+	if (!text || rs_kube_request(k, "POST", path, "application/json", text, &code, &body, &err) != RS_OK || code / 100 != 2)
 		RS_WARN("kubernetes: could not post the event '%s' (%s)", message, err.msg[0] ? err.msg : "refused");
 	free(text);
 	free(body);

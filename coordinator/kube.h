@@ -24,6 +24,7 @@
 #include "common/status.h"
 #include "coordinator/kubeconfig.h"
 
+#include <jansson.h>
 #include <stdint.h>
 
 typedef struct rs_kube rs_kube;
@@ -43,6 +44,10 @@ typedef struct rs_kube_handler {
 	void (*pod_changed)(void *ctx, const rs_kube_pod *pod);
 	/* A pod is gone: deleted, or its phase ended (clean: 1 Succeeded, 0 Failed, -1 deleted). */
 	void (*pod_gone)(void *ctx, const char *name, int clean, const char *how);
+	/* Optional: called at every rs_kube_poll (the coordinator's lease is renewed from it). */
+	void (*tick)(void *ctx);
+	/* Optional: called by rs_kube_destroy before the client goes (the lease is given back). */
+	void (*closing)(void *ctx);
 } rs_kube_handler;
 
 /*
@@ -67,11 +72,33 @@ const rs_kube_pod *rs_kube_pod_named(const rs_kube *k, const char *name);
 int rs_kube_npods(const rs_kube *k);
 const rs_kube_pod *rs_kube_pod_at(const rs_kube *k, int i);
 
-/* ConfigMap `name`'s data[key] (a malloc'd string) into *value; RS_ENOTFOUND when the map or key is absent. */
-rs_status rs_kube_configmap_get(rs_kube *k, const char *name, const char *key, char **value, rs_err *err);
+/* ConfigMap `name` as its JSON object (a new reference) into *obj; RS_ENOTFOUND when it does not exist. */
+rs_status rs_kube_configmap_read(rs_kube *k, const char *name, json_t **obj, rs_err *err);
 
-/* Create ConfigMap `name` with data[key] = value, or replace that key (optimistic concurrency, retried). */
-rs_status rs_kube_configmap_put(rs_kube *k, const char *name, const char *key, const char *value, rs_err *err);
+/*
+ * Write ConfigMap `name`, fenced: *obj without metadata.resourceVersion
+ * creates it, and fails if it exists; with one, it replaces the ConfigMap
+ * only if nobody wrote it since that version (never retried with a newer
+ * one: the caller decides what a conflict means). Either failure is
+ * RS_EABORTED; a refusal that trying again will not mend (4xx: too large,
+ * forbidden, invalid) is RS_EINVAL; the API away, RS_ECURL or RS_EIO. On
+ * success *obj is replaced by the stored object (its new resourceVersion).
+ */
+rs_status rs_kube_configmap_write(rs_kube *k, const char *name, json_t **obj, rs_err *err);
+
+/*
+ * One blocking request (bounded by a few seconds) to path under the API
+ * server: *code the HTTP status, *body the answer (free it; NULL when none).
+ * Fails only when no answer came (RS_ECURL) or without memory.
+ */
+rs_status rs_kube_request(rs_kube *k, const char *method, const char *path, const char *content_type,
+			  const char *data, long *code, char **body, rs_err *err);
+
+/* The message of a Status error body into buf, for error messages ("no message" when it has none). */
+const char *rs_kube_status_message(const char *body, char *buf, size_t n);
+
+/* The namespace the client works in. */
+const char *rs_kube_namespace(const rs_kube *k);
 
 /* Set the worker StatefulSet's replicas through its scale subresource (a merge patch). */
 rs_status rs_kube_scale(rs_kube *k, int32_t replicas, rs_err *err);

@@ -5,8 +5,10 @@
 #include "common/clock.h"
 #include "common/log.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define STATE_KEY "state.json"
 #define SAVE_PATIENCE_S 30.0 /* how long a state write keeps trying */
@@ -66,9 +68,37 @@ static void pod_gone(void *ctx, const char *name, int clean, const char *how)
 		rs_job_exited(m->job, name, clean, how);
 }
 
+/*
+ * Another coordinator acts now: stop at once, without a word to the
+ * workers (they are the successor's) and without giving back a Lease that
+ * is not ours. Status 3; a Deployment's restart waits for the Lease.
+ */
+static void deposed(const char *why)
+{
+	RS_ERROR("another coordinator took the job over (%s): this one stops acting and exits", why);
+	fflush(NULL);
+	_exit(3);
+}
+
+static void tick(void *ctx)
+{
+	rs_kube_members *m = ctx;
+	if (rs_lease_tick(&m->lease) < 0)
+		deposed("the lease was lost");
+}
+
+static void closing(void *ctx)
+{
+	rs_kube_members *m = ctx;
+	rs_lease_release(&m->lease);
+	json_decref(m->cm);
+	m->cm = NULL;
+}
+
 rs_kube_handler rs_kube_members_handler(rs_kube_members *m)
 {
-	return (rs_kube_handler){.ctx = m, .pod_changed = pod_changed, .pod_gone = pod_gone};
+	return (rs_kube_handler){.ctx = m, .pod_changed = pod_changed, .pod_gone = pod_gone, .tick = tick,
+				 .closing = closing};
 }
 
 /* The source's save_state: the state document into the ConfigMap, retried while the API blinks. */
@@ -77,44 +107,81 @@ static rs_status save_state(void *ctx, const rs_state *s, rs_err *err)
 	rs_kube_members *m = ctx;
 	rs_state open = *s;
 	open.token = NULL; /* a ConfigMap is no place for a secret: a restart reads the token from its Secret again */
+	open.term = m->term;
 	json_t *j = rs_state_to_json(&open);
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
-	if (!text)
+	if (!m->cm) /* none yet: created, which fails if another coordinator created it first */
+		m->cm = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{}}", "apiVersion", "v1", "kind", "ConfigMap",
+				  "metadata", "name", m->configmap, "namespace", rs_kube_namespace(m->kube), "labels",
+				  "app.kubernetes.io/part-of", "rowshift", "data");
+	json_t *data = json_object_get(m->cm, "data");
+	if (m->cm && !json_is_object(data))
+		json_object_set_new(m->cm, "data", data = json_object());
+	if (!text || !data || json_object_set_new(data, STATE_KEY, json_string(text)) != 0) {
+		free(text);
 		return rs_err_set(err, RS_ENOMEM, "state: out of memory");
-	/* an API server that blinks must not fail the job: try for a while (the loop is blocked meanwhile) */
+	}
+	free(text);
+	/*
+	 * An API server that blinks must not fail the job: try for a while (the
+	 * loop is blocked meanwhile), always on the version we last wrote. A
+	 * write that landed but whose answer was lost comes back as a conflict
+	 * too: this coordinator then exits, and its restart (same pod, so the
+	 * same Lease) reads the state it wrote and goes on.
+	 */
 	rs_status st;
 	rs_err e = {0}; /* each attempt's own: the error returned is the last one's */
 	double until = rs_now() + SAVE_PATIENCE_S, wait = 0.25;
-	while ((st = rs_kube_configmap_put(m->kube, m->configmap, STATE_KEY, text, &e)) != RS_OK &&
-	       st != RS_ENOMEM && rs_now() + wait < until) {
+	while ((st = rs_kube_configmap_write(m->kube, m->configmap, &m->cm, &e)) != RS_OK &&
+	       (st == RS_ECURL || st == RS_EIO) && rs_now() + wait < until) {
 		RS_WARN("%s; trying again in %.2f s", e.msg, wait);
 		e.msg[0] = 0;
 		rs_sleep(wait);
 		wait = wait * 2 > 4 ? 4 : wait * 2;
 	}
-	free(text);
+	if (st == RS_EABORTED)
+		deposed(e.msg);
 	return st == RS_OK ? RS_OK : rs_err_set(err, st, "%s", e.msg);
 }
 
+/* The state ConfigMap into m->cm (kept when it has no state yet) and its state into s. */
 static rs_status load_once(rs_kube_members *m, rs_state *s, rs_err *err)
 {
-	char *text = NULL, name[300];
+	char name[300];
 	memset(s, 0, sizeof(*s));
-	RSCHECK(rs_kube_configmap_get(m->kube, m->configmap, STATE_KEY, &text, err));
+	json_decref(m->cm);
+	m->cm = NULL;
+	RSCHECK(rs_kube_configmap_read(m->kube, m->configmap, &m->cm, err));
+	const char *text = json_string_value(json_object_get(json_object_get(m->cm, "data"), STATE_KEY));
+	if (!text)
+		return RS_ENOTFOUND;
 	snprintf(name, sizeof(name), "configmap %s", m->configmap);
-	rs_status st = rs_state_parse(text, strlen(text), name, s, err);
-	free(text);
-	return st;
+	return rs_state_parse(text, strlen(text), name, s, err);
 }
 
 rs_status rs_kube_members_load(rs_kube_members *m, rs_state *s, int timeout_ms, const volatile sig_atomic_t *stop,
 			       rs_err *err)
 {
+	char lease[300];
+	snprintf(lease, sizeof(lease), "%s%s", m->lease_name ? m->lease_name : m->statefulset,
+		 m->lease_name ? "" : "-leader");
+	rs_lease_init(&m->lease, m->kube, lease, NULL);
+	RSCHECK(rs_lease_acquire(&m->lease, stop, err));
 	for (double until = rs_now() + timeout_ms / 1000.0;;) {
 		rs_status st = load_once(m, s, err);
-		if (st == RS_OK || (st != RS_ECURL && st != RS_EIO) || rs_now() + 1 > until || *stop)
+		if (st == RS_OK || (st != RS_ECURL && st != RS_EIO) || rs_now() + 1 > until || *stop) {
+			if (st != RS_OK && st != RS_ENOTFOUND)
+				return st;
+			m->term = (st == RS_OK ? s->term : 0) + 1;
+			RS_INFO("acting coordinator, term %lld", (long long)m->term);
+			if (st == RS_OK) { /* claimed: a predecessor's write after this one conflicts (it is deposed) */
+				rs_status ws = save_state(m, s, err);
+				if (ws != RS_OK)
+					return ws;
+			}
 			return st;
+		}
 		RS_WARN("%s; trying again in 1 s", err->msg);
 		err->msg[0] = 0;
 		rs_sleep(1);

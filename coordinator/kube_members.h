@@ -14,6 +14,7 @@
 
 #include "coordinator/job.h"
 #include "coordinator/kube.h"
+#include "coordinator/kube_lease.h"
 #include "coordinator/server.h"
 #include "coordinator/state.h"
 
@@ -24,6 +25,11 @@ typedef struct rs_kube_members {
 	rs_job *job;             /* set once the job exists; events before that are only cached */
 	const char *statefulset; /* the worker StatefulSet (Events go on it) */
 	const char *configmap;   /* where the state is kept, key "state.json" */
+	const char *lease_name;  /* the Lease that makes this coordinator the one acting (kube_lease.h) */
+	/* set by rs_kube_members_load */
+	rs_lease lease;
+	json_t *cm;              /* the state ConfigMap as this coordinator last read or wrote it (its resourceVersion) */
+	int64_t term;            /* this coordinator's term: the state's + 1; workers refuse a lower one than they saw */
 } rs_kube_members;
 
 /* The job's source and the client's handler, both over m (which must outlive them). */
@@ -31,9 +37,19 @@ rs_job_source rs_kube_members_source(rs_kube_members *m);
 rs_kube_handler rs_kube_members_handler(rs_kube_members *m);
 
 /*
- * The state a previous coordinator saved; RS_ENOTFOUND when there is none.
- * An API server that does not answer yet (the coordinator pod may start
- * first) is waited for up to timeout_ms, or until *stop becomes nonzero.
+ * Become the acting coordinator, then read the state a previous one saved
+ * (RS_ENOTFOUND when there is none). The Lease is waited for as long as
+ * another coordinator holds it (until *stop); an API server that does not
+ * answer yet (the coordinator pod may start first) is waited for up to
+ * timeout_ms. A state found is claimed at once: written back with this
+ * coordinator's term, on the version just read, so that a predecessor
+ * still running (frozen past its Lease) can no longer write it.
+ *
+ * From then on every state write is fenced: made on the version this
+ * coordinator last wrote, never retried on a newer one. A conflict means
+ * another coordinator took over, and so does a Lease lost: this process
+ * exits at once (status 3) without a word to the workers, which are the
+ * successor's now.
  */
 rs_status rs_kube_members_load(rs_kube_members *m, rs_state *s, int timeout_ms, const volatile sig_atomic_t *stop,
 			       rs_err *err);

@@ -133,8 +133,7 @@ static rs_status open_kube(coord *c, rs_err *err)
 	const char *ns = c->f.ns ? c->f.ns : c->kc.namespace ? c->kc.namespace : "default";
 	snprintf(c->state_name, sizeof(c->state_name), "%s%s", c->f.state_cm ? c->f.state_cm : c->f.statefulset,
 		 c->f.state_cm ? "" : "-state");
-	c->km.statefulset = c->f.statefulset;
-	c->km.configmap = c->state_name;
+	c->km.statefulset = c->f.statefulset, c->km.configmap = c->state_name, c->km.lease_name = c->f.lease;
 	rs_kube_handler kh = rs_kube_members_handler(&c->km);
 	RSCHECK(rs_kube_create(&c->kc, ns, c->f.statefulset, c->f.selector, &kh, &c->km.kube, err));
 	RS_INFO("kubernetes: %s, namespace %s, statefulset %s, state in configmap %s", c->kc.source, ns, c->f.statefulset,
@@ -182,7 +181,7 @@ static rs_status start(coord *c, rs_err *err)
 		RSCHECK(rs_job_create(&c->o, &c->src, (int32_t)c->workers, &c->job, err));
 	c->lm.job = c->km.job = c->job;
 	rs_server_handler h = rs_job_server_handler(c->job);
-	rs_server_opts so = {c->listen, c->token, c->f.allowed_hosts, c->f.tls_cert, c->f.tls_key};
+	rs_server_opts so = {c->listen, c->token, c->f.allowed_hosts, c->f.tls_cert, c->f.tls_key, c->km.term};
 	RSCHECK(rs_server_create(&so, &h, &c->srv, err));
 	RSCHECK(rs_coord_status_token(&c->f, &c->token_buf, &c->status_token, err));
 	if (c->status_token && rs_server_set_status_token(c->srv, c->status_token) != RS_OK)

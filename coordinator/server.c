@@ -189,9 +189,9 @@ static void on_join(rs_conn *c, json_t *msg)
 	int parsed = rs_proto_join(msg, &j, &err) == RS_OK;
 	if (!parsed)
 		why = err.msg;
-	else if (rs_proto_join_proof(s->token, c->nonce, s->epoch, &j, want) != RS_OK || !rs_auth_equal(want, j.proof))
+	else if (rs_proto_join_proof(s->token, c->nonce, s->bound_epoch, &j, want) != RS_OK || !rs_auth_equal(want, j.proof))
 		why = "bad join token";
-	else if (rs_proto_answer_proof(s->token, c->nonce, s->epoch, &j, "welcome", answer) != RS_OK)
+	else if (rs_proto_answer_proof(s->token, c->nonce, s->bound_epoch, &j, "welcome", answer) != RS_OK)
 		why = "the coordinator cannot make its proof";
 	if (why) {
 		/* the name is the joiner's word, not yet trusted: the parser kept it to letters, digits, '.', '_', '-' */
@@ -356,7 +356,7 @@ static int callback_control(struct lws *wsi, enum lws_callback_reasons reason, v
 		lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, JOIN_DEADLINE_S);
 		if (rs_auth_nonce(c->nonce) != RS_OK)
 			return -1;
-		push(c, rs_proto_make_challenge(c->nonce, s->epoch));
+		push(c, rs_proto_make_challenge(c->nonce, s->epoch, s->term));
 		break;
 	case LWS_CALLBACK_RECEIVE: {
 		if (c->closing)
@@ -560,6 +560,8 @@ rs_status rs_server_create(const rs_server_opts *o, const rs_server_handler *h, 
 		free(s);
 		return rs_err_set(err, RS_ESYS, "control server: cannot draw an epoch");
 	}
+	s->term = o->term;
+	rs_proto_bound_epoch(s->epoch, s->term, s->bound_epoch, sizeof(s->bound_epoch));
 	rs_ws_log_init(); /* its errors through rs_log, escaped */
 	struct lws_context_creation_info info;
 	memset(&info, 0, sizeof(info));

@@ -103,6 +103,13 @@ typedef struct rs_server_opts {
 	 * neither, plain.
 	 */
 	const char *tls_cert, *tls_key;
+	/*
+	 * The coordinator's term (Kubernetes mode: one more than its
+	 * predecessor's, kube_members.h; 0 in local mode), in every challenge
+	 * and bound into the handshake's proofs: a worker refuses a coordinator
+	 * of a lower term than one it has joined, a deposed one.
+	 */
+	int64_t term;
 } rs_server_opts;
 
 rs_status rs_server_create(const rs_server_opts *o, const rs_server_handler *h, rs_server **out, rs_err *err);

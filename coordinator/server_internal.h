@@ -48,6 +48,8 @@ struct rs_server {
 	int port;
 	int64_t next_id;
 	char epoch[RS_AUTH_NONCE_HEX + 1]; /* this coordinator process's: every handshake is bound to it */
+	int64_t term;                      /* rs_server_opts' */
+	char bound_epoch[RS_AUTH_NONCE_HEX + 32]; /* what the proofs cover: epoch and term (rs_proto_bound_epoch) */
 	int unjoined;             /* control connections in their handshake */
 	rs_conn *oldest, *newest; /* ... listed, oldest first */
 	double refusal_tokens;    /* refusals that may be logged now (REFUSAL_BURST at most, one more a second) */

@@ -16,7 +16,7 @@
  *    "generation": G, "step": S, "bound": B, "plan": {plan}, "world": [names by rank],
  *    "attempt": {"generation", "plan", "union": [names], "world": W, "union_of_old": [ranks],
  *                "before": [checksums], "restore": dir (partial recovery)} (migrating, committing),
- *    "attempts": K, "next_schedule": I,
+ *    "attempts": K, "next_schedule": I, "term"?: T (absent: 0),
  *    "job": {"config", "steps", "save", "url", "token", "schedule": [[step, workers]...],
  *            "replicas", "workers": [{"name", "pid"}]}}
  *
@@ -62,6 +62,7 @@ typedef struct rs_state {
 	rs_state_phase phase;
 	char *error;                /* failed: why */
 	int64_t generation, step, bound;
+	int64_t term;               /* Kubernetes: the term of the coordinator that wrote it (kube_members.h); 0 elsewhere */
 	json_t *plan;               /* owned */
 	char **world;
 	int32_t nworld;

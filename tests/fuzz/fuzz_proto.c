@@ -91,8 +91,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else if (!e12.msg[0]) {
 		abort();
 	}
-	if (rs_proto_challenge(msg, &nonce, &epoch, &e13) == RS_OK) {
-		if (strlen(nonce) != 32 || strlen(epoch) != 32)
+	int64_t term;
+	if (rs_proto_challenge(msg, &nonce, &epoch, &term, &e13) == RS_OK) {
+		if (strlen(nonce) != 32 || strlen(epoch) != 32 || term < 0)
 			abort();
 	} else if (!e13.msg[0]) {
 		abort();

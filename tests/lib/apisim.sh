@@ -3,11 +3,12 @@
 # bearer token (simtok), TLS (its CA in $tmp/tls/ca.crt) and a kubelet that
 # runs worker pods as real rowshift-workers under $tmp/pods; sets sim_pid,
 # simport and KUBECONFIG (no discovery cache shared between runs); exits
-# the test when the simulator does not start.
+# the test when the simulator does not start. Arguments go to the simulator
+# (e.g. --sa-token NS/SA=TOKEN).
 start_apisim() {
 	simtok=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 	python3 tests/k8s/apisim.py --port 0 --port-file "$tmp/sim.port" --token "$simtok" --tls-dir "$tmp/tls" \
-		--kubeconfig-out "$tmp/kubeconfig" --root "$tmp/pods" --bin-dir "$bin" >"$tmp/sim.out" 2>"$tmp/sim.err" &
+		--kubeconfig-out "$tmp/kubeconfig" --root "$tmp/pods" --bin-dir "$bin" "$@" >"$tmp/sim.out" 2>"$tmp/sim.err" &
 	sim_pid=$!
 	wait_for "$tmp/sim.port" . 30 || { echo "the simulator did not start"; cat "$tmp/sim.err"; exit 1; }
 	simport=$(cat "$tmp/sim.port")

@@ -92,13 +92,32 @@ static void test_join_handshake(void **state)
 	assert_int_equal(rs_proto_answer_proof("tok", NONCE, NONCE, &j, "welcome", p), RS_OK);
 	assert_int_equal(rs_proto_answer_proof("tok", NONCE, NONCE, &j, "bad join token", q), RS_OK);
 	assert_string_not_equal(p, q);
-	json_t *c = rs_proto_make_challenge(NONCE, NONCE);
+	json_t *c = rs_proto_make_challenge(NONCE, NONCE, 0);
 	const char *n, *e;
+	int64_t term = -1;
 	rs_err err = {0};
-	assert_int_equal(rs_proto_challenge(c, &n, &e, &err), RS_OK);
+	assert_int_equal(rs_proto_challenge(c, &n, &e, &term, &err), RS_OK);
+	assert_int_equal(term, 0); /* none said: 0 */
+	assert_null(json_object_get(c, "term"));
 	json_decref(c);
-	c = rs_proto_make_challenge("nothex", NONCE);
-	assert_int_equal(rs_proto_challenge(c, &n, &e, &err), RS_EINVAL);
+	c = rs_proto_make_challenge(NONCE, NONCE, 7);
+	assert_int_equal(rs_proto_challenge(c, &n, &e, &term, &err), RS_OK);
+	assert_int_equal(term, 7);
+	json_decref(c);
+	/* the term is bound into the proofs: a term changed on the way breaks them */
+	char b7[96], b8[96];
+	rs_proto_bound_epoch(NONCE, 7, b7, sizeof(b7));
+	rs_proto_bound_epoch(NONCE, 8, b8, sizeof(b8));
+	assert_int_equal(rs_proto_answer_proof("tok", NONCE, b7, &j, "welcome", p), RS_OK);
+	assert_int_equal(rs_proto_answer_proof("tok", NONCE, b8, &j, "welcome", q), RS_OK);
+	assert_string_not_equal(p, q);
+	rs_proto_bound_epoch(NONCE, 0, b7, sizeof(b7));
+	assert_string_equal(b7, NONCE); /* term 0: the epoch alone, as before terms */
+	c = json_pack("{s:s, s:s, s:s, s:i}", "type", "challenge", "nonce", NONCE, "epoch", NONCE, "term", -1);
+	assert_int_equal(rs_proto_challenge(c, &n, &e, &term, &err), RS_EINVAL);
+	json_decref(c);
+	c = rs_proto_make_challenge("nothex", NONCE, 0);
+	assert_int_equal(rs_proto_challenge(c, &n, &e, &term, &err), RS_EINVAL);
 	json_decref(c);
 }
 
@@ -503,6 +522,7 @@ static void test_peer_words_in_errors(void **state)
 	rs_msg_join j;
 	rs_msg_reply r;
 	const char *n, *e, *type;
+	int64_t t;
 	json_t *m = json_pack("{s:s, s:s, s:s, s:i, s:s, s:s, s:i}", "type", "join", "worker", "w", "addr", "", "pid", 1,
 			      "nonce", NONCE, "proof", PROOF, key, 1);
 	assert_int_equal(rs_proto_join(m, &j, &err), RS_EINVAL);
@@ -519,7 +539,7 @@ static void test_peer_words_in_errors(void **state)
 	json_decref(m);
 	m = json_pack("{s:s, s:s, s:s, s:i}", "type", "challenge", "nonce", NONCE, "epoch", NONCE, forged, 1);
 	memset(&err, 0, sizeof(err));
-	assert_int_equal(rs_proto_challenge(m, &n, &e, &err), RS_EINVAL);
+	assert_int_equal(rs_proto_challenge(m, &n, &e, &t, &err), RS_EINVAL);
 	assert_tame(&err);
 	json_decref(m);
 	m = json_pack("{s:s, s:s, s:i}", "type", "refused", "reason", "r", forged, 1);

@@ -90,18 +90,20 @@ static void *serve(void *arg)
 	return NULL;
 }
 
-static int start(const char *hosts)
+static int start_term(const char *hosts, int64_t term)
 {
 	rs_server_handler h = {.on_join = on_join, .status_snapshot = snapshot};
 	rs_err err = {0};
 	S.snapshot_pad = 100;
-	rs_server_opts o = {.listen = "127.0.0.1:0", .token = TOKEN, .hosts = hosts};
+	rs_server_opts o = {.listen = "127.0.0.1:0", .token = TOKEN, .hosts = hosts, .term = term};
 	if (rs_server_create(&o, &h, &S.srv, &err) != RS_OK)
 		return -1;
 	S.port = rs_server_port(S.srv);
 	snprintf(S.url, sizeof(S.url), "ws://127.0.0.1:%d", S.port);
 	return pthread_create(&S.thread, NULL, serve, NULL) == 0 ? 0 : -1;
 }
+
+static int start(const char *hosts) { return start_term(hosts, 0); }
 
 static int setup(void **state)
 {
@@ -153,10 +155,12 @@ static int control_conn(json_t **challenge)
 /* A join answering challenge with a proof made with token, as JSON text (malloc'd); extra: a key to add. */
 static char *join_text(json_t *challenge, const char *token, const char *extra_key)
 {
-	const char *nonce, *epoch;
+	const char *nonce, *epoch_only;
 	rs_err err = {0};
-	char mine[RS_AUTH_NONCE_HEX + 1], proof[RS_AUTH_PROOF_HEX + 1];
-	assert_int_equal(rs_proto_challenge(challenge, &nonce, &epoch, &err), RS_OK);
+	char mine[RS_AUTH_NONCE_HEX + 1], proof[RS_AUTH_PROOF_HEX + 1], epoch[RS_AUTH_NONCE_HEX + 32];
+	int64_t term;
+	assert_int_equal(rs_proto_challenge(challenge, &nonce, &epoch_only, &term, &err), RS_OK);
+	rs_proto_bound_epoch(epoch_only, term, epoch, sizeof(epoch));
 	assert_int_equal(rs_auth_nonce(mine), RS_OK);
 	rs_msg_join j = {.worker = "tester", .addr = "", .pid = 1, .incarnation = "", .nonce = mine, .proof = proof};
 	assert_int_equal(rs_proto_join_proof(token, nonce, epoch, &j, proof), RS_OK);
@@ -510,6 +514,32 @@ static void test_large_message_after_welcome(void **state)
 	rs_control_close(c);
 }
 
+/*
+ * A worker does not rejoin a deposed coordinator: once it joined one of
+ * term 5, one of term 3 (still running on its old address) is refused,
+ * and one of term 7 (the next successor) is joined. Last: the term a
+ * process joined stays with it.
+ */
+static void test_deposed_coordinator_refused(void **state)
+{
+	(void)state;
+	static const int64_t terms[] = {5, 3, 5, 7};
+	static const rs_status want[] = {RS_OK, RS_EPEER, RS_OK, RS_OK};
+	for (int i = 0; i < 4; i++) {
+		memset(&S, 0, sizeof(S));
+		assert_int_equal(start_term(NULL, terms[i]), 0);
+		rs_control *c = NULL;
+		rs_err err = {0};
+		rs_status st = rs_control_connect(S.url, TOKEN, "tester", "", 5000, &c, &err);
+		if (st != want[i])
+			fail_msg("term %lld: %s (%s)", (long long)terms[i], rs_status_str(st), err.msg);
+		if (st != RS_OK && !strstr(err.msg, "deposed coordinator (term 3; this worker joined one of term 5)"))
+			fail_msg("'%s' does not say why", err.msg);
+		rs_control_close(c);
+		teardown(NULL);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -523,6 +553,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_status_client_cap, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_status_snapshot_then_events, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_large_message_after_welcome, setup, teardown),
+		cmocka_unit_test(test_deposed_coordinator_refused), /* last: see there */
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,238 @@
+/* kube_lease.c - see kube_lease.h. */
+#include "coordinator/kube_lease.h"
+#include "common/clock.h"
+#include "common/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A MicroTime as the API writes it: 2026-11-27T05:01:02.123456Z. */
+static void micro_time(char *out, size_t n)
+{
+	struct timespec ts;
+	struct tm tm;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	size_t k = strftime(out, n, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(out + k, n - k, ".%06ldZ", ts.tv_nsec / 1000);
+}
+
+void rs_lease_init(rs_lease *l, rs_kube *kube, const char *name, const char *identity)
+{
+	memset(l, 0, sizeof(*l));
+	l->kube = kube;
+	snprintf(l->name, sizeof(l->name), "%s", name);
+	const char *env = getenv("ROWSHIFT_POD_NAME");
+	char host[254] = "";
+	if (!identity)
+		identity = env && *env ? env : getenv("HOSTNAME") && *getenv("HOSTNAME") ? getenv("HOSTNAME") : NULL;
+	if (!identity && gethostname(host, sizeof(host) - 1) == 0)
+		identity = host;
+	snprintf(l->identity, sizeof(l->identity), "%s", identity && *identity ? identity : "rowshift-coordinator");
+	const char *d = getenv("ROWSHIFT_LEASE_DURATION_S");
+	l->duration_s = d && atoi(d) >= 3 && atoi(d) <= 3600 ? atoi(d) : RS_LEASE_DURATION_S;
+}
+
+static const char *spec_str(const json_t *lease, const char *key)
+{
+	const char *v = json_string_value(json_object_get(json_object_get(lease, "spec"), key));
+	return v ? v : "";
+}
+
+static void path_of(const rs_lease *l, int named, char *out, size_t n)
+{
+	snprintf(out, n, "/apis/coordination.k8s.io/v1/namespaces/%s/leases%s%s", rs_kube_namespace(l->kube),
+		 named ? "/" : "", named ? l->name : "");
+}
+
+/*
+ * Write `lease` with us as its holder (create when it has no
+ * resourceVersion): 1 when it is ours now (l->obj the stored object), 0
+ * when someone wrote first (409), -1 when the API is away or blinks, -2
+ * when it refuses for good (403: the Role lacks it; 422), both with err.
+ */
+static int write_ours(rs_lease *l, json_t *lease, int transition, rs_err *err)
+{
+	char now[64], path[1024], msg[256];
+	micro_time(now, sizeof(now));
+	json_t *spec = json_object_get(lease, "spec");
+	if (!json_is_object(spec))
+		json_object_set_new(lease, "spec", spec = json_object());
+	json_int_t transitions = json_integer_value(json_object_get(spec, "leaseTransitions"));
+	json_object_set_new(spec, "holderIdentity", json_string(l->identity));
+	json_object_set_new(spec, "leaseDurationSeconds", json_integer(l->duration_s));
+	json_object_set_new(spec, "renewTime", json_string(now));
+	if (transition) {
+		json_object_set_new(spec, "acquireTime", json_string(now));
+		json_object_set_new(spec, "leaseTransitions", json_integer(transitions + 1));
+	}
+	int create = !json_object_get(json_object_get(lease, "metadata"), "resourceVersion");
+	char *text = json_dumps(lease, JSON_COMPACT), *body = NULL;
+	long code = 0;
+	if (!text)
+		return rs_err_set(err, RS_ENOMEM, "lease %s: out of memory", l->name), -1;
+	path_of(l, !create, path, sizeof(path));
+	rs_status st = rs_kube_request(l->kube, create ? "POST" : "PUT", path, "application/json", text, &code, &body, err);
+	free(text);
+	json_t *got = st == RS_OK && (code == 200 || code == 201) ? json_loads(body ? body : "", 0, NULL) : NULL;
+	int r = -1;
+	if (json_is_object(got)) {
+		json_decref(l->obj);
+		l->obj = json_incref(got);
+		l->renewed = rs_now();
+		l->next = l->renewed + l->duration_s / 6.0;
+		r = 1;
+	} else if (st == RS_OK && code == 409) {
+		r = 0;
+	} else if (st == RS_OK) {
+		r = code / 100 == 4 && code != 429 ? -2 : -1;
+		rs_err_set(err, r == -2 ? RS_EINVAL : RS_EIO, "lease %s: writing it: HTTP %ld: %s", l->name, code,
+			   rs_kube_status_message(body, msg, sizeof(msg)));
+	}
+	json_decref(got);
+	free(body);
+	return r;
+}
+
+/* GET the Lease into *out (NULL when it does not exist): RS_OK, or an error. */
+static rs_status read_lease(rs_lease *l, json_t **out, rs_err *err)
+{
+	char path[1024], msg[256];
+	long code;
+	char *body = NULL;
+	*out = NULL;
+	path_of(l, 1, path, sizeof(path));
+	RSCHECK(rs_kube_request(l->kube, "GET", path, NULL, NULL, &code, &body, err));
+	rs_status st = RS_OK;
+	if (code == 200 && !json_is_object(*out = json_loads(body ? body : "", 0, NULL)))
+		st = rs_err_set(err, RS_EIO, "lease %s: the answer is not an object", l->name);
+	else if (code != 200 && code != 404)
+		st = rs_err_set(err, code == 403 ? RS_EINVAL : RS_EIO, "lease %s: reading it: HTTP %ld: %s", l->name, code,
+				rs_kube_status_message(body, msg, sizeof(msg)));
+	if (st != RS_OK)
+		json_decref(*out), *out = NULL;
+	free(body);
+	return st;
+}
+
+rs_status rs_lease_acquire(rs_lease *l, const volatile sig_atomic_t *stop, rs_err *err)
+{
+	char seen[600] = "", said[300] = "";
+	double seen_at = rs_now(), wait = 1;
+	while (!*stop) {
+		json_t *lease = NULL;
+		rs_err e = {0};
+		rs_status st = read_lease(l, &lease, &e);
+		if (st == RS_EINVAL) {
+			json_decref(lease);
+			return rs_err_set(err, st, "%s", e.msg);
+		}
+		int r = -1;
+		if (st == RS_OK && !lease) { /* none yet: create it */
+			lease = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{}}", "apiVersion", "coordination.k8s.io/v1",
+					  "kind", "Lease", "metadata", "name", l->name, "namespace",
+					  rs_kube_namespace(l->kube), "labels", "app.kubernetes.io/part-of", "rowshift", "spec");
+			r = lease ? write_ours(l, lease, 0, &e) : -1;
+		} else if (st == RS_OK) {
+			const char *holder = spec_str(lease, "holderIdentity");
+			char record[600];
+			snprintf(record, sizeof(record), "%s|%s", holder, spec_str(lease, "renewTime"));
+			if (strcmp(record, seen) != 0) /* it changed: its holder is alive, as far as we can tell */
+				snprintf(seen, sizeof(seen), "%s", record), seen_at = rs_now();
+			json_int_t d = json_integer_value(json_object_get(json_object_get(lease, "spec"), "leaseDurationSeconds"));
+			int mine = !strcmp(holder, l->identity), free_ = !*holder;
+			if (mine || free_ || rs_now() - seen_at > (d > 0 ? (double)d : l->duration_s)) {
+				if (!mine && !free_)
+					RS_WARN("lease %s: %s has not renewed it for %lld s: taking over", l->name, holder,
+						(long long)(d > 0 ? d : l->duration_s));
+				r = write_ours(l, lease, !mine, &e);
+			} else {
+				if (strcmp(said, holder) != 0)
+					RS_WARN("lease %s is held by %s: waiting for it to be released or to expire (%lld s "
+						"without renewal) before acting", l->name, holder, (long long)d);
+				snprintf(said, sizeof(said), "%s", holder);
+				r = 0;
+			}
+		}
+		json_decref(lease);
+		if (r == 1) {
+			RS_INFO("lease %s: held by %s (renewed every %.0f s)", l->name, l->identity, l->duration_s / 6.0);
+			return RS_OK;
+		}
+		if (r == -2)
+			return rs_err_set(err, RS_EINVAL, "%s", e.msg);
+		if (r < 0)
+			RS_WARN("%s; trying again in %.0f s", e.msg[0] ? e.msg : "lease: out of memory", wait);
+		rs_sleep(r < 0 ? wait : 1);
+		wait = r < 0 && wait < 8 ? wait * 2 : r < 0 ? wait : 1;
+	}
+	return rs_err_set(err, RS_EABORTED, "interrupted while waiting for lease %s", l->name);
+}
+
+int rs_lease_tick(rs_lease *l)
+{
+	if (l->lost || !l->obj)
+		return l->lost ? -1 : 0;
+	double now = rs_now();
+	if (now < l->next)
+		return 0;
+	rs_err e = {0};
+	json_t *lease = json_deep_copy(l->obj);
+	int r = lease ? write_ours(l, lease, 0, &e) : -1;
+	json_decref(lease);
+	if (r == 0) { /* written meanwhile: still ours (a label edited) or taken over */
+		json_t *cur = NULL;
+		if (read_lease(l, &cur, &e) == RS_OK) {
+			if (cur && !strcmp(spec_str(cur, "holderIdentity"), l->identity)) {
+				r = write_ours(l, cur, 0, &e);
+			} else {
+				RS_ERROR("lease %s: now held by %s: this coordinator no longer acts", l->name,
+					 cur ? spec_str(cur, "holderIdentity") : "nobody (it was deleted)");
+				l->lost = 1;
+			}
+		}
+		json_decref(cur);
+	}
+	if (r == 1 || l->lost)
+		return l->lost ? -1 : 0;
+	double deadline = l->duration_s * 2.0 / 3.0;
+	if (now - l->renewed > deadline) {
+		RS_ERROR("lease %s: not renewed for %.0f s (%s): another coordinator may take over; this one no longer acts",
+			 l->name, now - l->renewed, e.msg[0] ? e.msg : "refused");
+		l->lost = 1;
+		return -1;
+	}
+	RS_WARN("lease %s: renewal failed (%s); trying again in 1 s", l->name, e.msg[0] ? e.msg : "refused");
+	l->next = now + 1;
+	return 0;
+}
+
+void rs_lease_release(rs_lease *l)
+{
+	if (l->obj && !l->lost) {
+		rs_err e = {0};
+		json_t *lease = json_deep_copy(l->obj), *spec = json_object_get(lease, "spec");
+		char path[1024], *text = NULL, *body = NULL;
+		long code = 0;
+		if (json_is_object(spec)) { /* no holder: a successor takes it at once */
+			json_object_set_new(spec, "holderIdentity", json_string(""));
+			json_object_set_new(spec, "leaseDurationSeconds", json_integer(1));
+			text = json_dumps(lease, JSON_COMPACT);
+		}
+		path_of(l, 1, path, sizeof(path));
+		if (!text || rs_kube_request(l->kube, "PUT", path, "application/json", text, &code, &body, &e) != RS_OK ||
+		    code != 200)
+			RS_WARN("lease %s: could not give it back (%s): a successor waits for it to expire", l->name,
+				e.msg[0] ? e.msg : "refused");
+		else
+			RS_INFO("lease %s: given back", l->name);
+		free(text);
+		free(body);
+		json_decref(lease);
+	}
+	json_decref(l->obj);
+	l->obj = NULL;
+}
