@@ -12,6 +12,8 @@
 #include "worker/checkpointer.h"
 #include "worker/train.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +51,7 @@ struct rs_agent {
 	double ckpt_at;         /* when this worker last took one (or its generation started) */
 	int64_t ckpt_gen;       /* the generation ckpt_at is of */
 	int dropped;            /* the coordinator ended the generation in training: no healing, drop the model */
+	int ready;              /* c.ready_file exists */
 	int stalled;            /* its step failed and the model was kept (stall): the transport is stopped */
 };
 
@@ -122,9 +125,25 @@ static void ckpt_collect(rs_agent *a, int wait)
 		rs_link_post(&a->link, report);
 }
 
+/* Create or remove c.ready_file (the readiness probe's), when that changes it. */
+static void set_ready(rs_agent *a, int on)
+{
+	if (!a->c.ready_file || a->ready == on)
+		return;
+	int fd = on ? open(a->c.ready_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
+	if (on ? fd < 0 : unlink(a->c.ready_file) != 0 && errno != ENOENT) {
+		RS_WARN("readiness: cannot %s %s: %s", on ? "create" : "remove", a->c.ready_file, strerror(errno));
+		return;
+	}
+	if (fd >= 0)
+		close(fd);
+	a->ready = on;
+}
+
 /* Forget the generation this worker trains: its model, transports and plan (the rows go with them). */
 static void drop_model(rs_agent *a)
 {
+	set_ready(a, 0);
 	rs_checkpointer_cancel(a->ckpt); /* a periodic write in flight stops at its next file ... */
 	ckpt_collect(a, 1);              /* ... and ends first: no file of the lost world lands later */
 	drop_staged(a);
@@ -372,6 +391,7 @@ static rs_status commit(rs_agent *a, int64_t gen, int *left, rs_err *err)
 	a->cur = a->staged;
 	a->stalled = 0; /* a new transport */
 	*left = a->tr == NULL;
+	set_ready(a, !*left);
 	return rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_COMMITTED, gen, 0, NULL), err);
 }
 
@@ -513,6 +533,7 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 	int64_t since = r->step, first = r->step;
 	rs_status st;
 	*done = *stop = 0;
+	set_ready(a, 1); /* before it says so: a probe never lags the coordinator's view */
 	RSCHECK(rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_TRAINING, r->generation, r->step, NULL), err));
 	if (r->generation != a->ckpt_gen) /* a new generation: its interval counts from its start */
 		a->ckpt_at = rs_now(), a->ckpt_gen = r->generation;
@@ -742,6 +763,7 @@ void rs_agent_destroy(rs_agent *a)
 {
 	if (!a)
 		return;
+	set_ready(a, 0);
 	rs_checkpointer_destroy(a->ckpt); /* waits for a write in flight: its files stay whole */
 	rs_link_close(&a->link);
 	drop_staged(a);

@@ -77,6 +77,14 @@ typedef struct rs_agent_config {
 	int64_t stall_connect_ms;            /* tests: and this long before it connects its transport */
 	int64_t exit_after_checkpoint;       /* tests: once the checkpoint of this step is complete, exit at once
 						(a worker lost right after a checkpoint); 0: never */
+	/*
+	 * NULL, or a file that exists exactly while this worker holds a model
+	 * of the job: from its first generation's start (or the commit that
+	 * brought it in) until it hands its rows over, loses its model or ends.
+	 * A Kubernetes readiness probe tests it: Ready means joined, so a
+	 * PodDisruptionBudget counts a worker still joining as unavailable.
+	 */
+	const char *ready_file;
 } rs_agent_config;
 
 /* Why rs_agent_run ended well. */

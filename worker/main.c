@@ -120,7 +120,7 @@ static rs_status choose_transport(const char *kind, const rs_engine *engine, con
 int main(int argc, char **argv)
 {
 	const char *url = NULL, *config = NULL, *name = NULL, *host = NULL, *fault = NULL, *device = NULL;
-	const char *transport = NULL, *tls_ca = NULL;
+	const char *transport = NULL, *tls_ca = NULL, *ready_file = NULL;
 	int64_t timeout_ms = 30000, grace_ms = 60000;
 	bool help = false, check_device = false;
 	rs_param params[] = {
@@ -134,6 +134,7 @@ int main(int argc, char **argv)
 		RS_PARAM("--device", "ROWSHIFT_DEVICE", RS_PARAM_STR, "auto", "DEV", "where the shards live and the kernels run: auto (a CUDA device if there is one), cpu, cuda or cuda:N", &device),
 		RS_PARAM("--fault", "ROWSHIFT_FAULT", RS_PARAM_STR, NULL, "HOOK", "tests only: corrupt-chunk (the first chunk received is damaged), stall-ms=N (every reshard waits N ms before moving rows), stall-connect-ms=N (before connecting its transport), checkpoint-stall-ms=N (a checkpoint's writer, after its first file) or exit-after-checkpoint=STEP[@NAME] (exit once the checkpoint of STEP is complete)", &fault),
 		RS_PARAM("--transport", "ROWSHIFT_TRANSPORT", RS_PARAM_STR, "tcp", "KIND", "between workers: tcp, or nccl (one worker per GPU; needs a CUDA --device)", &transport),
+		RS_PARAM("--ready-file", "ROWSHIFT_READY_FILE", RS_PARAM_STR, NULL, "FILE", "exists exactly while this worker holds a model of the job (joined, until it hands its rows over): for a readiness probe", &ready_file),
 		RS_PARAM("--check-device", NULL, RS_PARAM_FLAG, NULL, NULL, "open the --device, say which it is and exit (0: usable)", &check_device),
 		RS_PARAM("--help", NULL, RS_PARAM_FLAG, NULL, NULL, "show this help", &help),
 	};
@@ -221,7 +222,7 @@ int main(int argc, char **argv)
 	if (rs_coord_conn_control(url, token, name, &conn) != RS_OK)
 		RSFAILGOTO(st, rs_err_set(&err, RS_ENOMEM, "out of memory"), fail);
 	ac.cfg = cfg, ac.engine = engine, ac.conn = conn, ac.host = host, ac.token = token;
-	ac.timeout_ms = (int)timeout_ms, ac.grace_ms = (int)grace_ms;
+	ac.timeout_ms = (int)timeout_ms, ac.grace_ms = (int)grace_ms, ac.ready_file = ready_file;
 	RSCHECKGOTO(rs_agent_create(&ac, &agent, &err), st, fail);
 	RSCHECKGOTO(rs_agent_run(agent, &end, &err), st, fail);
 	rc = 0;

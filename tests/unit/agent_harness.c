@@ -213,7 +213,7 @@ json_t *msg_generation(rs_msg_type t, int64_t gen) { return rs_proto_make_genera
 outcome agent_run_over(fake *f, int grace_ms)
 {
 	rs_agent_config c = {.cfg = AF.cfg, .conn = &f->base, .host = "127.0.0.1", .token = "t", .timeout_ms = 10000,
-			     .grace_ms = grace_ms, .leave = &f->leave};
+			     .grace_ms = grace_ms, .leave = &f->leave, .ready_file = AF.ready_file};
 	rs_agent *a;
 	outcome o = {.end = -1};
 	o.st = rs_agent_create(&c, &a, &o.err);

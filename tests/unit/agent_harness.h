@@ -26,6 +26,7 @@ typedef struct agent_fixture {
 	rs_plan *p1, *p2; /* 1 rank; 2 ranks grown from p1 */
 	rs_plan *q2, *q1; /* 2 ranks; 1 rank shrunk from q2 */
 	char dir[64];     /* a scratch folder */
+	const char *ready_file; /* the agents' c.ready_file (NULL: none); a test sets it and clears it */
 } agent_fixture;
 
 extern agent_fixture AF;

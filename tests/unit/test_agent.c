@@ -163,6 +163,43 @@ static void react_drop_then_restart(fake *f, json_t *m)
 	}
 }
 
+/*
+ * The ready file (a readiness probe's) exists exactly while the worker holds
+ * a model: in generation 1, not once the coordinator dropped it (idle), again
+ * in generation 2, not after the end.
+ */
+static char ready[128];
+static int ready_seen[3]; /* exists: at generation 1's 2nd progress, at the idle, at generation 2's 1st training */
+
+static void react_ready(fake *f, json_t *m)
+{
+	int exists = access(ready, F_OK) == 0;
+	if (rs_proto_kind(m) == RS_MSG_PROGRESS && f->seen[RS_MSG_PROGRESS] == 2 && !f->seen[RS_MSG_IDLE])
+		ready_seen[0] = exists;
+	if (rs_proto_kind(m) == RS_MSG_IDLE)
+		ready_seen[1] = exists;
+	if (rs_proto_kind(m) == RS_MSG_TRAINING && f->seen[RS_MSG_IDLE])
+		ready_seen[2] = exists;
+	react_drop_then_restart(f, m);
+}
+
+static void test_ready_file(void **state)
+{
+	(void)state;
+	fake f;
+	snprintf(ready, sizeof(ready), "%s/ready", AF.dir);
+	AF.ready_file = ready;
+	memset(ready_seen, 0xff, sizeof(ready_seen));
+	outcome o = agent_run_one(&f, react_ready, 3000);
+	AF.ready_file = NULL;
+	assert_agent_ended(&o, RS_AGENT_DONE);
+	assert_int_equal(ready_seen[0], 1); /* training generation 1 */
+	assert_int_equal(ready_seen[1], 0); /* dropped: waiting, no model */
+	assert_int_equal(ready_seen[2], 1); /* training generation 2 */
+	assert_int_not_equal(access(ready, F_OK), 0); /* ended */
+	fake_free(&f);
+}
+
 static void test_dropped_generation_then_a_fresh_start(void **state)
 {
 	(void)state;
@@ -448,6 +485,7 @@ int main(void)
 		cmocka_unit_test(test_pause_at_a_step_boundary_then_resume),
 		cmocka_unit_test(test_stop),
 		cmocka_unit_test(test_dropped_generation_then_a_fresh_start),
+		cmocka_unit_test(test_ready_file),
 		cmocka_unit_test(test_stage_abort_commit),
 		cmocka_unit_test(test_messages_out_of_place),
 		cmocka_unit_test(test_coordinator_lost_while_paused_comes_back),
