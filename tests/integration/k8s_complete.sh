@@ -6,8 +6,11 @@
 #      saves the model to /checkpoints/final and both pods mount the claim at
 #      /checkpoints (the simulator stores the Deployment; the coordinator runs
 #      here as it would, a local directory standing in for the ReadWriteMany
-#      volume every pod shares);
-#   2. the job trains its steps and ends: the final checkpoint is complete on
+#      volume every pod shares); Ready means joined: before the coordinator
+#      starts, the worker pods run but are not Ready (READY 0/1; their
+#      readiness probe tests ROWSHIFT_READY_FILE in their emptyDir);
+#   2. the job trains its steps, the worker pods Ready (1/1) meanwhile, and
+#      ends: the final checkpoint is complete on
 #      the volume, and `rowshiftctl checkpoint export` of it is read by the
 #      independent safetensors reader; the StatefulSet is scaled to 0 and its
 #      pods are gone; `kubectl describe statefulset` lists Started and
@@ -34,6 +37,10 @@ printf '{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "%s"}}\n'
 $helm template rowshift helm/rowshift --namespace $ns --set workers=2 --set gpusPerWorker=0 \
 	--set coordinatorURL=ws://127.0.0.1:$cport --set checkpoint.existingClaim=rowshift-checkpoints \
 	--set-file modelJson=examples/dlrm-small.json >"$tmp/chart.yaml"
+# the workers' readiness probe every second instead of 5 s: the job trains for about 2 s here
+sed -i '/"\/run\/rowshift\/ready"\]$/,/periodSeconds:/ s/periodSeconds: 5$/periodSeconds: 1/' "$tmp/chart.yaml"
+check "the worker's readiness probe tests its ready file (period made 1 s for this test)" bash -c \
+	"grep -A2 'command: \[\"test\", \"-e\", \"/run/rowshift/ready\"\]' '$tmp/chart.yaml' | grep -q 'periodSeconds: 1$'"
 check "kubectl apply creates the chart's objects" bash -c "timeout 30 $kubectl apply -f $tmp/chart.yaml >$tmp/apply.out 2>&1"
 volumes_ok() { # the Deployment saves to /checkpoints/final; both pod templates mount the claim there
 	k get deployment rowshift-coordinator -o json >"$tmp/deploy.json" && k get statefulset $sts -o json >"$tmp/sts.json" &&
@@ -52,6 +59,21 @@ PY
 }
 check "the coordinator saves to /checkpoints/final; both pods mount the claim at /checkpoints" volumes_ok
 jointok=$(k get secret rowshift-join-token -o jsonpath='{.data.token}' | base64 -d)
+# Ready means joined: READY 0/1 while the workers wait for their coordinator, 1/1 while they train
+timeout 120 $kubectl -n $ns get pods -l "$sel" -w --no-headers >"$tmp/pods-watch.out" 2>&1 &
+pods_watch=$!
+pods_ready() { # pods_ready 0/1|1/1: both worker pods Running with that READY
+	[ "$(k get pods -l "$sel" --no-headers 2>/dev/null | awk -v r="$1" '$2 == r && $3 == "Running"' | wc -l)" = 2 ]
+}
+waiting_unready() { # both workers started and waiting; still not Ready after their probe ran (every second)
+	for _ in $(seq 1 80); do
+		pods_ready 0/1 && grep -qs . "$tmp/pods/$ns/$sts-0/worker.log" && grep -qs . "$tmp/pods/$ns/$sts-1/worker.log" && break
+		sleep 0.25
+	done
+	sleep 1.1
+	pods_ready 0/1 || { k get pods -l "$sel" >&2; return 1; }
+}
+check "before the coordinator starts, the worker pods run but are not Ready (READY 0/1: not joined)" waiting_unready
 mkdir -p "$tmp/vol"
 coordinator() { # as the Deployment runs it, /checkpoints being $tmp/vol
 	ROWSHIFT_JOIN_TOKEN=$jointok "$bin/rowshift-coordinator" --kubernetes --kubeconfig "$tmp/kubeconfig" \
@@ -64,6 +86,13 @@ coordinator
 
 # 2. it trains to the end
 check "the job trains its $steps steps and ends" wait_for "$tmp/coord.out" "^training done: 2 workers, $steps steps" 90
+trained_ready() { # each worker pod was seen Ready (1/1) while it held the job's model
+	local p
+	for p in $sts-0 $sts-1; do
+		grep -Eq "^$p +1/1 +Running " "$tmp/pods-watch.out" || { cat "$tmp/pods-watch.out" >&2; return 1; }
+	done
+}
+check "while the job trained, both worker pods were Ready (READY 1/1: joined)" trained_ready
 check "the final checkpoint is complete on the volume, of step $steps" bash -c \
 	"python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))[\"step\"] == $steps' '$tmp/vol/final/index.json'"
 "$bin/rowshiftctl" checkpoint export "$tmp/vol/final" "$tmp/model.safetensors" >"$tmp/export.out" 2>&1
@@ -90,6 +119,7 @@ scaled_to_0() { # the StatefulSet wants 0 pods, and none is left
 	return 1
 }
 check "the coordinator scaled the StatefulSet to 0 and its pods are gone" scaled_to_0
+kill $pods_watch 2>/dev/null
 described() { k describe statefulset $sts >"$tmp/describe.txt" && grep -q "Started .*Generation 1: 2 workers" "$tmp/describe.txt" &&
 	grep -q "Completed .*Trained to step $steps" "$tmp/describe.txt"; }
 check "kubectl describe statefulset lists the job's Started and Completed events" described

@@ -11,7 +11,8 @@
 //       as parsed JSON)
 //   contract FILE... [--helm]            the objects the coordinator's Kubernetes
 //       mode is written against: names, args, env and their sources, ports,
-//       probes, volumes, selectors, labels (helm.sh/chart with --helm)
+//       probes (the worker's: Ready while its ready file exists), volumes,
+//       selectors, labels (helm.sh/chart with --helm)
 //   model FILE... JSON                    the ConfigMap rowshift-model's model.json equals JSON
 //   rbac FILE...                         exactly the coordinator's Role: pods
 //       get/list/watch, configmaps create and get/update (rowshift-state),
@@ -235,7 +236,15 @@ function contract(args) {
   expectEq("worker args", wc.args, ["--config", "/etc/rowshift/model.json", "--device", "cuda", "--transport", "tcp"]);
   expectEq("worker env", wc.env, [{ name: "ROWSHIFT_COORDINATOR", value: "ws://rowshift-coordinator:7070" },
     secretEnv("ROWSHIFT_JOIN_TOKEN", "token"), fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_IP", "status.podIP"),
-    { name: "ROWSHIFT_COORDINATOR_GRACE_MS", value: "300000" }]);
+    { name: "ROWSHIFT_COORDINATOR_GRACE_MS", value: "300000" }, { name: "ROWSHIFT_READY_FILE", value: "/run/rowshift/ready" }]);
+  // Ready means joined: the probe tests the worker's ready file, on a small in-memory emptyDir (the root fs is read-only)
+  expectEq("worker readiness probe", wc.readinessProbe,
+    { exec: { command: ["test", "-e", "/run/rowshift/ready"] }, periodSeconds: 5, failureThreshold: 1, successThreshold: 1 });
+  const runMount = (wc.volumeMounts || []).find((m) => m.mountPath === "/run/rowshift");
+  expectEq("worker /run/rowshift mount", runMount, { name: "run", mountPath: "/run/rowshift" });
+  expectEq("worker /run/rowshift volume", (wpod.spec.volumes || []).find((v) => v.name === "run"),
+    { name: "run", emptyDir: { medium: "Memory", sizeLimit: "1Mi" } });
+  if (wc.livenessProbe || wc.startupProbe) fail("the worker has a liveness or startup probe: a worker waiting to join is not broken");
   expectEq("worker GPU limit", wc.resources && wc.resources.limits && wc.resources.limits["nvidia.com/gpu"], 1);
   const pdb = find(objs, "PodDisruptionBudget", "rowshift-worker");
   expectEq("worker PodDisruptionBudget", [pdb.apiVersion, pdb.spec], ["policy/v1", { maxUnavailable: 1, selector: { matchLabels: workerSel } }]);

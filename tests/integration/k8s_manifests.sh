@@ -23,6 +23,8 @@
 #      and .dockerignore have what the manifests rely on;
 #   6. the platform review (issue 16): Guaranteed QoS, the workers'
 #      PodDisruptionBudget, the coordinator's startup probe (90 s or more);
+#      the workers' readiness probe (Ready means joined: ROWSHIFT_READY_FILE
+#      on an in-memory emptyDir at /run/rowshift, tested by the probe);
 #      a failed node under the coordinator (its tolerations, 30 s by default,
 #      merged with the user's; the workers' 300 s coordinatorGraceMs); explicit devices
 #      (--device, NVIDIA_VISIBLE_DEVICES=void, transport, gpuResourceName) and
@@ -195,6 +197,16 @@ check "a PodDisruptionBudget other than maxUnavailable 1 is caught" bash -c \
 sed '/^          startupProbe:$/,/^            failureThreshold: 60$/d' manifests/40-coordinator.yaml >"$tmp/nostartup.yaml"
 check "a coordinator without its startup probe is caught" bash -c \
 	"! grep -q startupProbe '$tmp/nostartup.yaml' && ! $js contract manifests/[0-35-6]*.yaml '$tmp/nostartup.yaml' 2>/dev/null"
+# Ready means joined: the PodDisruptionBudget counts a worker still joining as unavailable
+sed 's|"/run/rowshift/ready"|"/tmp/ready"|' manifests/50-worker.yaml >"$tmp/probe-elsewhere.yaml"
+check "a worker whose readiness probe tests another file than its ROWSHIFT_READY_FILE is caught" bash -c \
+	"grep -q '\"/tmp/ready\"' '$tmp/probe-elsewhere.yaml' && ! $js contract manifests/[0-46]*.yaml '$tmp/probe-elsewhere.yaml' 2>/dev/null"
+sed '/^          readinessProbe:$/,/^            successThreshold: 1$/d' manifests/50-worker.yaml >"$tmp/noprobe.yaml"
+check "a worker without its readiness probe (Ready as soon as it runs) is caught" bash -c \
+	"! grep -q readinessProbe '$tmp/noprobe.yaml' && ! $js contract manifests/[0-46]*.yaml '$tmp/noprobe.yaml' 2>/dev/null"
+sed '/^        - name: run$/,/^            sizeLimit: 1Mi$/d' manifests/50-worker.yaml >"$tmp/norun.yaml"
+check "a worker without the emptyDir for its ready file (a read-only root filesystem) is caught" bash -c \
+	"! grep -q 'sizeLimit: 1Mi' '$tmp/norun.yaml' && ! $js contract manifests/[0-46]*.yaml '$tmp/norun.yaml' 2>/dev/null"
 render --set podDisruptionBudget.enabled=false >"$tmp/nopdb.yaml" 2>&1
 check "podDisruptionBudget.enabled=false leaves it out" bash -c \
 	"grep -q 'kind: StatefulSet' '$tmp/nopdb.yaml' && ! grep -q 'kind: PodDisruptionBudget' '$tmp/nopdb.yaml'"
@@ -346,6 +358,8 @@ check "worker.extraEnv may not set a variable the chart sets (POD_NAME)" clash '
 check "coordinator.extraEnv may not set NVIDIA_VISIBLE_DEVICES" clash 'coordinator.extraEnv[0].name=NVIDIA_VISIBLE_DEVICES' 'coordinator.extraEnv: name "NVIDIA_VISIBLE_DEVICES"'
 check "coordinator.extraEnv may not set ROWSHIFT_LEASE (the Role names the chart's)" clash 'coordinator.extraEnv[0].name=ROWSHIFT_LEASE' 'coordinator.extraEnv: name "ROWSHIFT_LEASE"'
 check "worker.extraVolumes may not reuse a volume name (model)" clash 'worker.extraVolumes[0].name=model' 'worker.extraVolumes: name "model"'
+check "worker.extraEnv may not set ROWSHIFT_READY_FILE (the readiness probe tests the chart's)" clash 'worker.extraEnv[0].name=ROWSHIFT_READY_FILE' 'worker.extraEnv: name "ROWSHIFT_READY_FILE"'
+check "worker.extraVolumes may not reuse the ready file's volume name (run)" clash 'worker.extraVolumes[0].name=run' 'worker.extraVolumes: name "run"'
 check "coordinator.extraVolumeMounts may not mount over /tmp" bash -c \
 	"! '$helm' template rowshift '$chart' --set 'coordinator.extraVolumeMounts[0].name=x' --set 'coordinator.extraVolumeMounts[0].mountPath=/tmp' >/dev/null 2>'$tmp/clash2.err' && grep -q 'mountPath \"/tmp\"' '$tmp/clash2.err'"
 check "the schema rejects podLabels that would change the selector (app.kubernetes.io/component)" \

@@ -8,10 +8,15 @@
 #      loopback address; `kubectl logs` shows the values; applying again
 #      says "unchanged", a changed ConfigMap "configured" and reaches the pod;
 #   2. `kubectl scale --replicas=1` removes ordinals 2 and 1, whose processes
-#      got SIGTERM (the kubelet's record, /_sim/pods) and ran their trap;
-#      `kubectl delete pod` of a running pod returns once it is gone, and the
-#      controller makes it again; a pod ignoring SIGTERM is SIGKILLed when
-#      its grace period ends; `kubectl create secret` (a protobuf body) works;
+#      got SIGTERM (the kubelet's record, /_sim/pods) and ran their trap,
+#      and whose emptyDirs went with them; `kubectl delete pod` of a running
+#      pod returns once it is gone, and the controller makes it again; a pod
+#      ignoring SIGTERM is SIGKILLed when its grace period ends; `kubectl
+#      create secret` (a protobuf body) works; a pod whose exec readiness
+#      probe tests a file in its emptyDir (the env naming it rewritten to
+#      the pod's own directory) is Running but not Ready (0/1) until the
+#      file appears, then Ready (1/1), and not Ready once it is removed,
+#      each change a MODIFIED event on a watch;
 #   3. watches with curl: from an old resourceVersion after /_sim/compact,
 #      the 410 Expired ERROR event; with allowWatchBookmarks, a BOOKMARK and a
 #      clean end at timeoutSeconds; /_sim/drop-watches cuts an open watch;
@@ -172,9 +177,9 @@ for n in ("web-1", "web-2"):
 assert not recs["web-0"]["removed"] and not recs["web-0"]["signals"], recs["web-0"]'
 }
 check "ordinals 2 and 1 got SIGTERM, exited 0 and are gone (/_sim/pods)" sigterm_ok
-trapped() { grep -qx 'got SIGTERM' "$tmp/pods/simtest/web-2/main.log" &&
-	grep -qx web-1 "$tmp/pods/simtest/web-1/volumes/scratch/terminated"; }
-check "their trap ran: 'got SIGTERM' logged, a marker in the emptyDir" trapped
+trapped() { grep -qx 'got SIGTERM' "$tmp/pods/simtest/web-2/main.log" && grep -qx 'got SIGTERM' "$tmp/pods/simtest/web-1/main.log" &&
+	[ ! -e "$tmp/pods/simtest/web-1/volumes/scratch" ] && [ -d "$tmp/pods/simtest/web-1/volumes/config" ]; }
+check "their trap ran ('got SIGTERM' logged); their emptyDir went with them" trapped
 uid0=$(k get pod web-0 -o jsonpath='{.metadata.uid}')
 k delete pod web-0 >"$tmp/delete.out" 2>&1
 gone_on_return() { # kubectl returned only once the kubelet had removed that pod (uid $uid0)
@@ -216,6 +221,78 @@ k create secret generic made-by-create --from-literal=key=v4lue >/dev/null 2>&1
 check "kubectl create secret (a protobuf request body) stores the base64 data" \
 	test "$(k get secret made-by-create -o jsonpath='{.data.key}' | base64 -d)" = v4lue
 
+# readiness from an exec probe that tests a file in the pod's emptyDir (as the worker's ready file)
+cat >"$tmp/probed.yaml" <<'EOF'
+apiVersion: v1
+kind: Pod
+metadata: {name: probed, namespace: simtest}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: busybox
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; echo \"ready file: $READY_FILE\"; while :; do sleep 0.1; done"]
+    env:
+    - {name: READY_FILE, value: /run/probe/ready}
+    readinessProbe:
+      exec:
+        command: ["test", "-e", "/run/probe/ready"]
+      periodSeconds: 1
+      failureThreshold: 1
+      successThreshold: 1
+    volumeMounts:
+    - {name: run, mountPath: /run/probe}
+  volumes:
+  - name: run
+    emptyDir: {medium: Memory, sizeLimit: 1Mi}
+EOF
+probe_rv=$(api "$url/api/v1/namespaces/simtest/pods" | python3 -c 'import json, sys; print(json.load(sys.stdin)["metadata"]["resourceVersion"])')
+curl -sSN --max-time 60 --cacert "$tmp/tls/ca.crt" -H "Authorization: Bearer $tok" \
+	"$url/api/v1/namespaces/simtest/pods?watch=1&fieldSelector=metadata.name%3Dprobed&resourceVersion=$probe_rv" \
+	>"$tmp/probe-watch.json" 2>/dev/null &
+probe_watch=$!
+k apply -f "$tmp/probed.yaml" >/dev/null
+ready_file=$tmp/pods/simtest/probed/volumes/run/ready
+wait_for "$tmp/pods/simtest/probed/c.log" "ready file:" 10
+check "the container's /run/probe is its own emptyDir in the pod's sandbox (env rewritten: $(grep -m1 'ready file:' "$tmp/pods/simtest/probed/c.log"))" \
+	grep -qxF "ready file: $ready_file" "$tmp/pods/simtest/probed/c.log"
+readiness() { # readiness True|False: the pod's Ready and ContainersReady, the container's ready, kubectl's READY
+	local want=0/1
+	[ "$1" = True ] && want=1/1
+	k get pod probed -o json | python3 -c '
+import json, sys
+p, want = json.load(sys.stdin), sys.argv[1]
+cond = {c["type"]: c["status"] for c in p["status"]["conditions"]}
+assert p["status"]["phase"] == "Running", p["status"]["phase"]
+assert cond["Ready"] == want and cond["ContainersReady"] == want, cond
+assert p["status"]["containerStatuses"][0]["ready"] == (want == "True"), p["status"]["containerStatuses"]' "$1" &&
+		[ "$(k get pod probed --no-headers | awk '{ print $2, $3 }')" = "$want Running" ]
+}
+sleep 1.5 # a probe or two failed
+check "Running, but not Ready while the probe's file is missing (READY 0/1; Ready, ContainersReady False)" readiness False
+touch "$ready_file"
+check "Ready once the file appears in its emptyDir (READY 1/1)" until_true 5 readiness True
+rm -f "$ready_file"
+check "not Ready again once it is removed (failureThreshold 1)" until_true 5 readiness False
+kill $probe_watch 2>/dev/null
+wait $probe_watch 2>/dev/null
+check "each change of readiness was a MODIFIED event on the watch: Ready False, True, False" python3 - "$tmp/probe-watch.json" <<'PY'
+import json, sys
+seen = []
+for line in open(sys.argv[1]):
+    try:
+        ev = json.loads(line)
+    except ValueError:  # the last line, cut when the watch was stopped
+        continue
+    ready = {c["type"]: c["status"] for c in ev["object"].get("status", {}).get("conditions") or []}.get("Ready")
+    if ready and (not seen or seen[-1][1] != ready):
+        seen.append((ev["type"], ready))
+assert [r for _, r in seen] == ["False", "True", "False"], seen
+assert all(t == "MODIFIED" for t, _ in seen[1:]), seen
+PY
+k delete pod probed >/dev/null 2>&1
+emptydir_gone() { [ ! -e "$tmp/pods/simtest/probed/volumes/run" ] && [ -s "$tmp/pods/simtest/probed/c.log" ]; }
+check "the emptyDir is removed with the pod (its log stays)" until_true 5 emptydir_gone
 # 3. watches: 410 after compaction, bookmarks, dropped
 rv=$(api "$url/api/v1/namespaces/simtest/pods" | python3 -c 'import json, sys; print(json.load(sys.stdin)["metadata"]["resourceVersion"])')
 k label pod web-0 touched=yes >/dev/null # history after $rv ...

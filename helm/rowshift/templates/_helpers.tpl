@@ -308,6 +308,9 @@ chart's; the user's others are appended.
       fieldPath: status.podIP
 - name: ROWSHIFT_COORDINATOR_GRACE_MS
   value: {{ .Values.coordinatorGraceMs | int64 | quote }}
+# exists exactly while the worker holds a model of the job: the readiness probe's file
+- name: ROWSHIFT_READY_FILE
+  value: /run/rowshift/ready
 {{- if eq (int64 .Values.gpusPerWorker) 0 }}
 # CPU workers see no GPU (the CUDA base image's NVIDIA_VISIBLE_DEVICES=all would
 # give them every GPU of the node, outside the scheduler's accounting).
@@ -320,6 +323,8 @@ chart's; the user's others are appended.
 {{ include "rowshift.volumeMounts" . }}
 - name: shm
   mountPath: /dev/shm
+- name: run
+  mountPath: /run/rowshift
 {{- if and .Values.tls.secretName .Values.tls.caKey }}
 - name: tls-ca
   mountPath: /etc/rowshift-tls
@@ -338,6 +343,11 @@ chart's; the user's others are appended.
   emptyDir:
     medium: Memory
     sizeLimit: {{ .Values.worker.shmSize | quote }}
+# the ready file (ROWSHIFT_READY_FILE; the root filesystem is read-only)
+- name: run
+  emptyDir:
+    medium: Memory
+    sizeLimit: 1Mi
 {{- with .Values.checkpoint.existingClaim }}
 - name: checkpoints
   persistentVolumeClaim:
