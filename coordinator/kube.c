@@ -31,6 +31,13 @@
 	} while (0)
 
 #define WATCH_TIMEOUT_S 300    /* each watch asks the server to end it after this; it is then resumed */
+/*
+ * A watch that says nothing for this long (not even a BOOKMARK, which an
+ * API server sends about once a minute) is taken for a connection dropped
+ * without a word (a NAT or a load balancer forgot it) and resumed from
+ * the last resourceVersion. ROWSHIFT_KUBE_WATCH_IDLE_S overrides it (tests).
+ */
+#define WATCH_IDLE_S 150
 #define TOKEN_REREAD_S 60.0
 #define BACKOFF_MAX_S 30.0
 #define WRITE_TIMEOUT_MS 5000  /* a ConfigMap or Event write */
@@ -63,6 +70,7 @@ struct rs_kube {
 	buffer body;               /* the list's body */
 	rs_watch_parser wp;
 	int stream_bad;            /* the watch stream was damaged or said 410: list again */
+	double watch_bytes_at;     /* when the watch last said something (or began) */
 	char rv[256];              /* the resourceVersion to watch from */
 	int synced, need_list;
 	double retry_at;
@@ -119,6 +127,8 @@ static rs_status setup_easy(rs_kube *k, CURL *e, struct curl_slist **headers, co
 	CURLCHECK(curl_easy_setopt(e, CURLOPT_HTTPHEADER, *headers));
 	CURLCHECK(curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L));
 	CURLCHECK(curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L));
+	CURLCHECK(curl_easy_setopt(e, CURLOPT_TCP_KEEPIDLE, 30L)); /* a peer host gone is noticed in about 2 min */
+	CURLCHECK(curl_easy_setopt(e, CURLOPT_TCP_KEEPINTVL, 10L));
 	CURLCHECK(curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 3000L));
 	CURLCHECK(curl_easy_setopt(e, CURLOPT_USERAGENT, "rowshift-coordinator/" RS_VERSION " (linux) rowshift/" RS_VERSION));
 	/* TLS is verified against the cluster's CA unless the kubeconfig said insecure-skip-tls-verify */
@@ -273,6 +283,7 @@ static size_t on_stream(char *data, size_t size, size_t nmemb, void *ctx)
 	rs_err err = {0};
 	size_t n = size * nmemb;
 	long code = 0;
+	k->watch_bytes_at = rs_now();
 	if (k->stream_bad)
 		return 0;
 	/* an error answer (a 503, a 401) is a Status, not an event stream: finished() deals with its code */
@@ -329,6 +340,12 @@ static void urlenc(const char *s, char *out, size_t n)
 	out[o] = 0;
 }
 
+static long watch_idle_s(void)
+{
+	const char *v = getenv("ROWSHIFT_KUBE_WATCH_IDLE_S");
+	return v && atol(v) >= 1 && atol(v) <= WATCH_TIMEOUT_S ? atol(v) : WATCH_IDLE_S;
+}
+
 static rs_status start_request(rs_kube *k, int watch)
 {
 	char url[4096], sel[1024];
@@ -352,11 +369,14 @@ static rs_status start_request(rs_kube *k, int watch)
 	    curl_easy_setopt(k->easy, CURLOPT_WRITEDATA, watch ? (void *)k : (void *)&k->body) != CURLE_OK ||
 	    /* a watch the server forgot to end (a silent partition) is cut a minute after it should have ended */
 	    curl_easy_setopt(k->easy, CURLOPT_TIMEOUT_MS, watch ? (WATCH_TIMEOUT_S + 60) * 1000L : 30000L) != CURLE_OK ||
+	    curl_easy_setopt(k->easy, CURLOPT_LOW_SPEED_LIMIT, watch ? 1L : 0L) != CURLE_OK ||
+	    curl_easy_setopt(k->easy, CURLOPT_LOW_SPEED_TIME, watch ? watch_idle_s() : 0L) != CURLE_OK ||
 	    curl_multi_add_handle(k->multi, k->easy) != CURLM_OK) {
 		end_request(k);
 		return RS_ECURL;
 	}
 	k->state = watch ? K_WATCHING : K_LISTING;
+	k->watch_bytes_at = rs_now();
 	k->body.len = 0;
 	k->stream_bad = 0;
 	rs_watch_reset(&k->wp);
@@ -434,6 +454,12 @@ static void finished(rs_kube *k, CURLcode res)
 		k->retry_at = rs_now();
 		return;
 	}
+	if (res == CURLE_OPERATION_TIMEDOUT && k->watch_bytes_at + watch_idle_s() - 1 <= rs_now()) {
+		RS_WARN("kubernetes: the pod watch said nothing for %ld s (not even a bookmark): taken for a connection "
+			"dropped without a word; watching again from resourceVersion %s", watch_idle_s(), k->rv);
+		k->retry_at = rs_now();
+		return;
+	}
 	if (res == CURLE_OK)
 		back_off(k, "watching pods: HTTP %ld", code);
 	else
@@ -445,8 +471,7 @@ void rs_kube_poll(rs_kube *k)
 	int running;
 	if (k->h.tick)
 		k->h.tick(k->h.ctx);
-	if (k->cfg.token_file && rs_now() - k->token_read_at > TOKEN_REREAD_S)
-		read_token(k);
+	rs_kube_refresh_token(k);
 	if (k->state == K_IDLE && rs_now() >= k->retry_at) {
 		rs_status st = start_request(k, k->synced && !k->need_list);
 		if (st != RS_OK)
@@ -553,6 +578,12 @@ const rs_kube_pod *rs_kube_pod_named(const rs_kube *k, const char *name)
 rs_status rs_kube_request(rs_kube *k, const char *method, const char *path, const char *content_type, const char *data,
 			 long *code, char **body, rs_err *err)
 {
+	return rs_kube_request_within(k, method, path, content_type, data, WRITE_TIMEOUT_MS, code, body, err);
+}
+
+rs_status rs_kube_request_within(rs_kube *k, const char *method, const char *path, const char *content_type,
+				 const char *data, int timeout_ms, long *code, char **body, rs_err *err)
+{
 	char url[4096];
 	CURL *e = curl_easy_init();
 	struct curl_slist *headers = NULL;
@@ -566,7 +597,7 @@ rs_status rs_kube_request(rs_kube *k, const char *method, const char *path, cons
 	st = setup_easy(k, e, &headers, content_type);
 	if (st == RS_OK && (curl_easy_setopt(e, CURLOPT_URL, url) != CURLE_OK ||
 			    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method) != CURLE_OK ||
-			    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)WRITE_TIMEOUT_MS) != CURLE_OK ||
+			    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(timeout_ms > 0 ? timeout_ms : 1)) != CURLE_OK ||
 			    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK ||
 			    curl_easy_setopt(e, CURLOPT_WRITEDATA, &got) != CURLE_OK ||
 			    (data && curl_easy_setopt(e, CURLOPT_POSTFIELDS, data) != CURLE_OK)))
@@ -594,6 +625,12 @@ const char *rs_kube_status_message(const char *body, char *buf, size_t n)
 }
 
 const char *rs_kube_namespace(const rs_kube *k) { return k->ns; }
+
+void rs_kube_refresh_token(rs_kube *k)
+{
+	if (k->cfg.token_file && rs_now() - k->token_read_at > TOKEN_REREAD_S)
+		read_token(k);
+}
 
 rs_status rs_kube_configmap_read(rs_kube *k, const char *name, json_t **obj, rs_err *err)
 {

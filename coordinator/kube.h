@@ -93,6 +93,12 @@ rs_status rs_kube_configmap_write(rs_kube *k, const char *name, json_t **obj, rs
  */
 rs_status rs_kube_request(rs_kube *k, const char *method, const char *path, const char *content_type,
 			  const char *data, long *code, char **body, rs_err *err);
+/* The same, bounded by timeout_ms instead. */
+rs_status rs_kube_request_within(rs_kube *k, const char *method, const char *path, const char *content_type,
+				 const char *data, int timeout_ms, long *code, char **body, rs_err *err);
+
+/* Read a token file again when it is due (rs_kube_poll does it; a loop that does not poll calls this). */
+void rs_kube_refresh_token(rs_kube *k);
 
 /* The message of a Status error body into buf, for error messages ("no message" when it has none). */
 const char *rs_kube_status_message(const char *body, char *buf, size_t n);

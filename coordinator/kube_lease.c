@@ -48,15 +48,28 @@ static void path_of(const rs_lease *l, int named, char *out, size_t n)
 		 named ? "/" : "", named ? l->name : "");
 }
 
+static double deadline_s(const rs_lease *l) { return l->duration_s * 2.0 / 3.0; }
+
+int rs_lease_held(const rs_lease *l) { return l->obj && !l->lost && rs_now() - l->renewed < deadline_s(l); }
+
+/* A request's bound: 5 s, and while held, never past the deadline (at least 100 ms). */
+static int bound_ms(const rs_lease *l)
+{
+	double left = l->obj ? (l->renewed + deadline_s(l) - rs_now()) * 1000 : 5000;
+	return left > 5000 ? 5000 : left < 100 ? 100 : (int)left;
+}
+
 /*
  * Write `lease` with us as its holder (create when it has no
  * resourceVersion): 1 when it is ours now (l->obj the stored object), 0
  * when someone wrote first (409), -1 when the API is away or blinks, -2
- * when it refuses for good (403: the Role lacks it; 422), both with err.
+ * when it refuses for good (403: the Role lacks it; 422), -3 when the
+ * Lease to replace is gone (404), all but 1 with err.
  */
 static int write_ours(rs_lease *l, json_t *lease, int transition, rs_err *err)
 {
 	char now[64], path[1024], msg[256];
+	double sent = rs_now();
 	micro_time(now, sizeof(now));
 	json_t *spec = json_object_get(lease, "spec");
 	if (!json_is_object(spec))
@@ -75,26 +88,35 @@ static int write_ours(rs_lease *l, json_t *lease, int transition, rs_err *err)
 	if (!text)
 		return rs_err_set(err, RS_ENOMEM, "lease %s: out of memory", l->name), -1;
 	path_of(l, !create, path, sizeof(path));
-	rs_status st = rs_kube_request(l->kube, create ? "POST" : "PUT", path, "application/json", text, &code, &body, err);
+	rs_status st = rs_kube_request_within(l->kube, create ? "POST" : "PUT", path, "application/json", text,
+					      bound_ms(l), &code, &body, err);
 	free(text);
 	json_t *got = st == RS_OK && (code == 200 || code == 201) ? json_loads(body ? body : "", 0, NULL) : NULL;
 	int r = -1;
 	if (json_is_object(got)) {
 		json_decref(l->obj);
 		l->obj = json_incref(got);
-		l->renewed = rs_now();
-		l->next = l->renewed + l->duration_s / 6.0;
+		l->renewed = sent; /* a waiter saw the record change no earlier than this */
+		l->next = sent + l->duration_s / 6.0;
 		r = 1;
 	} else if (st == RS_OK && code == 409) {
 		r = 0;
 	} else if (st == RS_OK) {
-		r = code / 100 == 4 && code != 429 ? -2 : -1;
+		r = code == 404 && !create ? -3 : code / 100 == 4 && code != 429 ? -2 : -1;
 		rs_err_set(err, r == -2 ? RS_EINVAL : RS_EIO, "lease %s: writing it: HTTP %ld: %s", l->name, code,
 			   rs_kube_status_message(body, msg, sizeof(msg)));
 	}
 	json_decref(got);
 	free(body);
 	return r;
+}
+
+/* A new Lease object of ours to create (no resourceVersion), or NULL without memory. */
+static json_t *new_lease(const rs_lease *l)
+{
+	return json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{}}", "apiVersion", "coordination.k8s.io/v1", "kind",
+			 "Lease", "metadata", "name", l->name, "namespace", rs_kube_namespace(l->kube), "labels",
+			 "app.kubernetes.io/part-of", "rowshift", "spec");
 }
 
 /* GET the Lease into *out (NULL when it does not exist): RS_OK, or an error. */
@@ -105,7 +127,7 @@ static rs_status read_lease(rs_lease *l, json_t **out, rs_err *err)
 	char *body = NULL;
 	*out = NULL;
 	path_of(l, 1, path, sizeof(path));
-	RSCHECK(rs_kube_request(l->kube, "GET", path, NULL, NULL, &code, &body, err));
+	RSCHECK(rs_kube_request_within(l->kube, "GET", path, NULL, NULL, bound_ms(l), &code, &body, err));
 	rs_status st = RS_OK;
 	if (code == 200 && !json_is_object(*out = json_loads(body ? body : "", 0, NULL)))
 		st = rs_err_set(err, RS_EIO, "lease %s: the answer is not an object", l->name);
@@ -125,6 +147,7 @@ rs_status rs_lease_acquire(rs_lease *l, const volatile sig_atomic_t *stop, rs_er
 	while (!*stop) {
 		json_t *lease = NULL;
 		rs_err e = {0};
+		rs_kube_refresh_token(l->kube); /* a wait may outlast a projected token */
 		rs_status st = read_lease(l, &lease, &e);
 		if (st == RS_EINVAL) {
 			json_decref(lease);
@@ -132,9 +155,7 @@ rs_status rs_lease_acquire(rs_lease *l, const volatile sig_atomic_t *stop, rs_er
 		}
 		int r = -1;
 		if (st == RS_OK && !lease) { /* none yet: create it */
-			lease = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{}}", "apiVersion", "coordination.k8s.io/v1",
-					  "kind", "Lease", "metadata", "name", l->name, "namespace",
-					  rs_kube_namespace(l->kube), "labels", "app.kubernetes.io/part-of", "rowshift", "spec");
+			lease = new_lease(l);
 			r = lease ? write_ours(l, lease, 0, &e) : -1;
 		} else if (st == RS_OK) {
 			const char *holder = spec_str(lease, "holderIdentity");
@@ -164,6 +185,7 @@ rs_status rs_lease_acquire(rs_lease *l, const volatile sig_atomic_t *stop, rs_er
 		}
 		if (r == -2)
 			return rs_err_set(err, RS_EINVAL, "%s", e.msg);
+		r = r == -3 ? -1 : r; /* deleted meanwhile: read it again */
 		if (r < 0)
 			RS_WARN("%s; trying again in %.0f s", e.msg[0] ? e.msg : "lease: out of memory", wait);
 		rs_sleep(r < 0 ? wait : 1);
@@ -172,41 +194,54 @@ rs_status rs_lease_acquire(rs_lease *l, const volatile sig_atomic_t *stop, rs_er
 	return rs_err_set(err, RS_EABORTED, "interrupted while waiting for lease %s", l->name);
 }
 
+/* Lost: say why once; this coordinator must stop acting. */
+static int lose(rs_lease *l, const char *fmt, const char *a, const char *b)
+{
+	char why[600];
+	snprintf(why, sizeof(why), fmt, a, b);
+	RS_ERROR("lease %s: %s: this coordinator no longer acts", l->name, why);
+	l->lost = 1;
+	return -1;
+}
+
 int rs_lease_tick(rs_lease *l)
 {
 	if (l->lost || !l->obj)
 		return l->lost ? -1 : 0;
-	double now = rs_now();
-	if (now < l->next)
+	char since[64];
+	snprintf(since, sizeof(since), "%.1f", rs_now() - l->renewed);
+	if (!rs_lease_held(l)) /* a process frozen, or a loop blocked, past the deadline: a waiter may act by now */
+		return lose(l, "not renewed for %s s (%s)", since, "past 2/3 of its duration");
+	if (rs_now() < l->next)
 		return 0;
 	rs_err e = {0};
 	json_t *lease = json_deep_copy(l->obj);
 	int r = lease ? write_ours(l, lease, 0, &e) : -1;
 	json_decref(lease);
+	if (r == -3) { /* deleted: still ours until someone else has it; a create that conflicts means they have */
+		json_t *fresh = new_lease(l);
+		r = fresh ? write_ours(l, fresh, 1, &e) : -1;
+		json_decref(fresh);
+		if (r == 0)
+			return lose(l, "it was deleted and %s%s", "someone else created it first", "");
+	}
 	if (r == 0) { /* written meanwhile: still ours (a label edited) or taken over */
 		json_t *cur = NULL;
 		if (read_lease(l, &cur, &e) == RS_OK) {
-			if (cur && !strcmp(spec_str(cur, "holderIdentity"), l->identity)) {
+			if (cur && !strcmp(spec_str(cur, "holderIdentity"), l->identity))
 				r = write_ours(l, cur, 0, &e);
-			} else {
-				RS_ERROR("lease %s: now held by %s: this coordinator no longer acts", l->name,
-					 cur ? spec_str(cur, "holderIdentity") : "nobody (it was deleted)");
-				l->lost = 1;
-			}
+			else if (cur)
+				r = lose(l, "now held by %s%s", spec_str(cur, "holderIdentity"), "");
 		}
 		json_decref(cur);
 	}
 	if (r == 1 || l->lost)
 		return l->lost ? -1 : 0;
-	double deadline = l->duration_s * 2.0 / 3.0;
-	if (now - l->renewed > deadline) {
-		RS_ERROR("lease %s: not renewed for %.0f s (%s): another coordinator may take over; this one no longer acts",
-			 l->name, now - l->renewed, e.msg[0] ? e.msg : "refused");
-		l->lost = 1;
-		return -1;
-	}
+	snprintf(since, sizeof(since), "%.1f", rs_now() - l->renewed);
+	if (!rs_lease_held(l))
+		return lose(l, "not renewed for %s s (%s)", since, e.msg[0] ? e.msg : "refused");
 	RS_WARN("lease %s: renewal failed (%s); trying again in 1 s", l->name, e.msg[0] ? e.msg : "refused");
-	l->next = now + 1;
+	l->next = rs_now() + 1;
 	return 0;
 }
 

@@ -8,10 +8,13 @@
  * node that stopped answering) waits: it takes the Lease only once it was
  * released, or its record (holder, renewTime) stayed unchanged for a whole
  * leaseDurationSeconds on the waiter's own clock (no clock is compared with
- * another machine's). The holder gives up first: a renewal that has not
- * succeeded for 2/3 of the duration, or a Lease that names another holder,
- * makes it stop acting (rs_lease_tick says so) before any waiter can take
- * over. The state's writes are fenced on top of this (kube_members.c): a
+ * another machine's). The holder gives up first: once 2/3 of the duration
+ * passed since its last successful renewal (each renewal's request is
+ * bounded by the time left, and a frozen process finds the time passed when
+ * it wakes), or the Lease names another holder, it stops acting
+ * (rs_lease_tick says so) before any waiter can take over. A blocking call
+ * of the coordinator (a state save that retries) checks rs_lease_held
+ * between its tries, and ticks. The state's writes are fenced on top of this (kube_members.c): a
  * coordinator writes only on the version it last wrote itself, so even a
  * process frozen past its Lease cannot overwrite its successor's state.
  *
@@ -35,7 +38,7 @@ typedef struct rs_lease {
 	char name[254], identity[254];
 	int duration_s;
 	json_t *obj;           /* the Lease as last read or written by us; NULL while not held */
-	double renewed;        /* rs_now() of the last successful renewal */
+	double renewed;        /* rs_now() when the last successful renewal was sent */
 	double next;           /* when to renew next */
 	int lost;              /* 1 once it was lost: this coordinator must stop acting */
 } rs_lease;
@@ -50,8 +53,15 @@ void rs_lease_init(rs_lease *l, rs_kube *kube, const char *name, const char *ide
  */
 rs_status rs_lease_acquire(rs_lease *l, const volatile sig_atomic_t *stop, rs_err *err);
 
-/* Renew when due (a blocking write of a few seconds at most). 0 while held, -1 once lost (the log says why). */
+/*
+ * Renew when due (a blocking write of at most the time left before the
+ * deadline). 0 while held, -1 once lost (the log says why). A Lease that
+ * was deleted is created again (it is still ours until someone else has it).
+ */
 int rs_lease_tick(rs_lease *l);
+
+/* 1 while l is held and its deadline has not passed (no request is made). */
+int rs_lease_held(const rs_lease *l);
 
 /* Give the Lease back (best effort), so that a successor need not wait for it to expire; frees l's memory. */
 void rs_lease_release(rs_lease *l);

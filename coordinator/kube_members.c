@@ -101,6 +101,27 @@ rs_kube_handler rs_kube_members_handler(rs_kube_members *m)
 				 .closing = closing};
 }
 
+/*
+ * A write whose answer was lost may have landed: the ConfigMap holds text
+ * exactly. Then m->cm becomes it (its resourceVersion is ours to write on).
+ */
+static int landed(rs_kube_members *m, const char *text)
+{
+	json_t *cur = NULL;
+	rs_err e = {0};
+	const char *stored = rs_kube_configmap_read(m->kube, m->configmap, &cur, &e) == RS_OK
+				     ? json_string_value(json_object_get(json_object_get(cur, "data"), STATE_KEY))
+				     : NULL;
+	int same = stored && !strcmp(stored, text);
+	if (same) {
+		json_decref(m->cm);
+		m->cm = cur, cur = NULL;
+		RS_INFO("the state's last write landed though its answer was lost");
+	}
+	json_decref(cur);
+	return same;
+}
+
 /* The source's save_state: the state document into the ConfigMap, retried while the API blinks. */
 static rs_status save_state(void *ctx, const rs_state *s, rs_err *err)
 {
@@ -122,24 +143,27 @@ static rs_status save_state(void *ctx, const rs_state *s, rs_err *err)
 		free(text);
 		return rs_err_set(err, RS_ENOMEM, "state: out of memory");
 	}
-	free(text);
 	/*
 	 * An API server that blinks must not fail the job: try for a while (the
-	 * loop is blocked meanwhile), always on the version we last wrote. A
-	 * write that landed but whose answer was lost comes back as a conflict
-	 * too: this coordinator then exits, and its restart (same pod, so the
-	 * same Lease) reads the state it wrote and goes on.
+	 * loop is blocked meanwhile, so the Lease is renewed between the tries,
+	 * and a Lease lost ends it), always on the version we last wrote.
 	 */
 	rs_status st;
 	rs_err e = {0}; /* each attempt's own: the error returned is the last one's */
 	double until = rs_now() + SAVE_PATIENCE_S, wait = 0.25;
+	int unanswered = 0;
 	while ((st = rs_kube_configmap_write(m->kube, m->configmap, &m->cm, &e)) != RS_OK &&
 	       (st == RS_ECURL || st == RS_EIO) && rs_now() + wait < until) {
 		RS_WARN("%s; trying again in %.2f s", e.msg, wait);
 		e.msg[0] = 0;
-		rs_sleep(wait);
+		unanswered |= st == RS_ECURL;
+		for (double t = rs_now() + wait; rs_now() < t; rs_sleep(0.05))
+			tick(m);
 		wait = wait * 2 > 4 ? 4 : wait * 2;
 	}
+	if (st == RS_EABORTED && unanswered && landed(m, text))
+		st = RS_OK; /* an earlier try landed, its answer lost: that is our write */
+	free(text);
 	if (st == RS_EABORTED)
 		deposed(e.msg);
 	return st == RS_OK ? RS_OK : rs_err_set(err, st, "%s", e.msg);

@@ -253,11 +253,11 @@ int main(int argc, char **argv)
 	if (st == RS_OK)
 		st = start(&c, &err);
 	while (st == RS_OK && !rs_job_finished(c.job) && !interrupted) {
-		rs_server_service(c.srv, 20);
-		if (c.f.local)
+		if (c.f.local) /* first: a coordinator deposed while it was blocked or frozen stops before it says more */
 			rs_local_members_poll(&c.lm);
 		else
 			rs_kube_poll(c.km.kube);
+		rs_server_service(c.srv, 20);
 		rs_job_tick(c.job);
 	}
 	if (st == RS_OK && c.f.kubernetes && rs_job_finished(c.job) > 0) {

@@ -163,7 +163,9 @@ static rs_status get_plan(json_t *v, const char *name, const char *field, json_t
 		return bad(err, name, field, "must be a plan");
 	char where[512];
 	snprintf(where, sizeof(where), "%s: %s", name, field);
-	RSCHECK(rs_zjson_decode(json_string_value(v), RS_STATE_MAX_BYTES, where, out, err));
+	/* a plan deflates about 8:1; a zlib bomb (up to 1032:1) is cut at 64:1, and never below 16 MiB */
+	size_t z = json_string_length(v), max = z > RS_STATE_MAX_BYTES / 64 ? RS_STATE_MAX_BYTES : z * 64;
+	RSCHECK(rs_zjson_decode(json_string_value(v), max < ((size_t)16 << 20) ? (size_t)16 << 20 : max, where, out, err));
 	if (json_is_object(*out))
 		return RS_OK;
 	json_decref(*out), *out = NULL;

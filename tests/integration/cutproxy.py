@@ -1,15 +1,20 @@
-"""cutproxy.py PORT_FILE UPSTREAM_PORT CUT_FILE - a TCP proxy to 127.0.0.1:UPSTREAM_PORT
-that stands in for a network partition: while CUT_FILE exists, every connection through
-it is closed and new ones are closed at once (TLS passes through untouched). Writes the
-port it listens on (127.0.0.1, any free one) to PORT_FILE. Python 3 standard library."""
+"""cutproxy.py PORT_FILE UPSTREAM_PORT CUT_FILE HOLD_FILE - a TCP proxy to
+127.0.0.1:UPSTREAM_PORT that stands in for a broken network (TLS passes through untouched):
+  - while CUT_FILE exists (a partition), every connection through it is closed, and new
+    ones are closed at once;
+  - when HOLD_FILE appears, the connections open at that moment go silent for good: what
+    either side sends is dropped, and neither is told (a NAT or a load balancer that forgot
+    them). Connections made later work.
+Writes the port it listens on (127.0.0.1, any free one) to PORT_FILE. Python 3 standard
+library."""
 import os
 import socket
 import sys
 import threading
 import time
 
-port_file, upstream, cut_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-live, lock = set(), threading.Lock()
+port_file, upstream, cut_file, hold_file = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+live, silenced, lock = set(), set(), threading.Lock()
 
 
 def pump(a, b):
@@ -18,7 +23,8 @@ def pump(a, b):
             data = a.recv(65536)
             if not data:
                 break
-            b.sendall(data)
+            if a not in silenced:
+                b.sendall(data)
     except OSError:
         pass
     for s in (a, b):
@@ -42,7 +48,12 @@ def serve(c):
 
 
 def cutter():
+    held = False
     while True:
+        if os.path.exists(hold_file) and not held:
+            with lock:
+                silenced.update(live)
+        held = os.path.exists(hold_file)
         if os.path.exists(cut_file):
             with lock:
                 for s in list(live):

@@ -2,17 +2,23 @@
 # k8s_leader.sh - at most one acting coordinator: a coordination.k8s.io
 # Lease, state writes fenced on the version each coordinator last wrote,
 # and terms the workers check. The real kubectl and helm against the API
-# simulator (tests/k8s/apisim.py), whose kubelet runs the worker pods; both
-# coordinators run as the chart's ServiceAccount, so its Role must be enough:
+# simulator (tests/k8s/apisim.py), whose kubelet runs the worker pods; every
+# coordinator runs as the chart's ServiceAccount, so its Role must be enough:
 #   1. coordinator A acts (term 1) and the workers train; B, started beside
 #      it (a replacement while the old pod still runs), waits for the Lease:
-#      it writes nothing and does not listen while A renews it;
-#   2. A is cut off from the API (a proxy stands in for a partition): A stops
-#      acting by itself (exit 3) before B may take the Lease over;
-#   3. B acts with term 2 (so says the state), the workers rejoin it on the
-#      same address and training goes on;
-#   4. SIGTERM ends B (exit 0) and gives the Lease back (no holder), so that
-#      a successor need not wait for it to expire.
+#      it writes nothing and does not listen while A renews it; A's pod
+#      watch goes silent without a word (a NAT forgot it): A notices within
+#      its idle timeout, watches again and sees the worker scaled in meanwhile;
+#   2. A is frozen (SIGSTOP) past its Lease: B takes over and claims the
+#      state (term 2), then cannot listen (A, frozen, holds the port; pods
+#      of a real cluster have addresses of their own) and gives the Lease
+#      back; A, thawed, stops at once (exit 3) without a word or a write;
+#   3. C takes the Lease at once (given back), acts with term 3, and the
+#      workers rejoin it on the same address; training goes on;
+#   4. C is cut off from the API (a proxy stands in for a partition): it
+#      stops acting by itself (exit 3) before D, waiting, may take over; D
+#      acts with term 4 and the workers rejoin it;
+#   5. SIGTERM ends D (exit 0) and gives the Lease back (no holder).
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 . "$(dirname "$0")/../lib/apisim.sh"
@@ -33,11 +39,11 @@ $helm template rowshift helm/rowshift --namespace $ns --set workers=2 --set gpus
 	--set coordinatorURL=ws://127.0.0.1:$cport --set-file modelJson=examples/dlrm-small.json >"$tmp/chart.yaml"
 check "kubectl apply creates the chart's objects" bash -c "timeout 30 $kubectl apply -f $tmp/chart.yaml >$tmp/apply.out 2>&1"
 jointok=$(k get secret rowshift-join-token -o jsonpath='{.data.token}' | base64 -d)
-python3 tests/integration/cutproxy.py "$tmp/proxy.port" "$simport" "$tmp/cut" 2>"$tmp/proxy.err" &
+python3 tests/integration/cutproxy.py "$tmp/proxy.port" "$simport" "$tmp/cut" "$tmp/hold" 2>"$tmp/proxy.err" &
 wait_for "$tmp/proxy.port" . 10 || { echo "the proxy did not start"; exit 1; }
 sed "s#127.0.0.1:$simport#127.0.0.1:$(cat "$tmp/proxy.port")#" "$tmp/sa.kubeconfig" >"$tmp/a.kubeconfig"
 coordinator() { # NAME KUBECONFIG: as the Deployment runs it, as its ServiceAccount
-	ROWSHIFT_POD_NAME=$1 ROWSHIFT_LEASE_DURATION_S=$duration ROWSHIFT_JOIN_TOKEN=$jointok \
+	ROWSHIFT_POD_NAME=$1 ROWSHIFT_LEASE_DURATION_S=$duration ROWSHIFT_KUBE_WATCH_IDLE_S=4 ROWSHIFT_JOIN_TOKEN=$jointok \
 		"$bin/rowshift-coordinator" --kubernetes --kubeconfig "$2" --namespace $ns --statefulset $sts \
 		--selector "$sel" --state-configmap rowshift-state --lease $lease --config examples/dlrm-small.json \
 		--listen 127.0.0.1:$cport --steps 100000000 --debounce-ms 1000 >"$tmp/$1.out" 2>"$tmp/$1.err" &
@@ -45,6 +51,7 @@ coordinator() { # NAME KUBECONFIG: as the Deployment runs it, as its ServiceAcco
 term() { k get configmap rowshift-state -o jsonpath='{.data.state\.json}' |
 	python3 -c 'import json, sys; print(json.load(sys.stdin).get("term", 0))'; }
 steps_of() { grep -c '^step' "$tmp/$1.out"; }
+wait_term() { for _ in $(seq 1 40); do [ "$(term)" = "$1" ] && return 0; sleep 0.25; done; return 1; }
 
 # 1. A acts; B waits
 coordinator coord-a "$tmp/a.kubeconfig"
@@ -59,41 +66,73 @@ b_waited() { kill -0 $a && kill -0 $b && ! grep -q 'acting coordinator' "$tmp/co
 check "... for longer than the Lease lasts, while A renews it: B never acted, the state is A's (term 1)" b_waited
 check "A's lease is renewed as its ServiceAccount (its Role grants it)" bash -c \
 	"[ \"\$(timeout 30 $kubectl -n $ns get lease $lease -o jsonpath='{.spec.holderIdentity}')\" = coord-a ]"
+touch "$tmp/hold" # A's open connections (its pod watch) go silent: the simulator's bookmarks are lost too
+k scale statefulset/$sts --replicas=3 >/dev/null
+check "A's pod watch went silent: A notices within its idle timeout (4 s) and watches again" \
+	wait_for "$tmp/coord-a.err" "the pod watch said nothing for 4 s" 30
+check "... and sees the worker scaled in meanwhile: a reshard 2 -> 3" \
+	wait_for "$tmp/coord-a.err" "membership change: 2 -> 3 workers" 30
 
-# 2. A is cut off from the API
+# 2. A frozen past its Lease
+kill -STOP $a
+check "A frozen, B takes the Lease over and claims the state, term 2" \
+	wait_for "$tmp/coord-b.err" "acting coordinator, term 2" 30
+check "the state says term 2" wait_term 2
+wait $b
+rc=$?
+check "B cannot listen on A's port (exit $rc) and gives the Lease back" bash -c \
+	"[ $rc != 0 ] && grep -q 'cannot listen' '$tmp/coord-b.err' && grep -q 'lease $lease: given back' '$tmp/coord-b.err'"
+kill -CONT $a
+wait $a
+rc=$?
+# thawed, A finds its Lease expired at its next tick, or (frozen inside a step of the cycle) its next state write
+# fenced off: either way it stops there
+check "A, thawed, stops at once: exit 3, its Lease expired or its write refused" bash -c "[ $rc = 3 ] &&
+	grep -E -q 'not renewed for .*past 2/3 of its duration|configmap rowshift-state was written by someone else' \
+		'$tmp/coord-a.err' && grep -q 'another coordinator took the job over' '$tmp/coord-a.err'"
+check "... without writing the state (still term 2)" test "$(term)" = 2
+
+# 3. C acts
+coordinator coord-c "$tmp/a.kubeconfig"
+c=$!
+check "C takes the Lease at once (given back) and acts with term 3" wait_for "$tmp/coord-c.err" "acting coordinator, term 3" 15
+check "the workers rejoin C on the same address, and training goes on" wait_for "$tmp/coord-c.out" "^step" 90
+
+# 4. C is cut off from the API; D waits
+coordinator coord-d "$tmp/sa.kubeconfig"
+d=$!
+check "D waits for the Lease C holds" wait_for "$tmp/coord-d.err" "lease $lease is held by coord-c: waiting" 20
 touch "$tmp/cut"
-first_a_then_b() { # A exits before B acts
+first_c_then_d() { # C exits before D acts
 	for _ in $(seq 1 300); do
-		if ! kill -0 $a 2>/dev/null; then
-			! grep -q 'acting coordinator' "$tmp/coord-b.err" && return 0
-			echo "B acted before A stopped" >&2
+		if ! kill -0 $c 2>/dev/null; then
+			! grep -q 'acting coordinator' "$tmp/coord-d.err" && return 0
+			echo "D acted before C stopped" >&2
 			return 1
 		fi
-		grep -q 'acting coordinator' "$tmp/coord-b.err" && { echo "B acts while A still runs" >&2; return 1; }
+		grep -q 'acting coordinator' "$tmp/coord-d.err" && { echo "D acts while C still runs" >&2; return 1; }
 		sleep 0.05
 	done
 	return 1
 }
-check "cut off, A stops acting by itself before B may take over" first_a_then_b
-wait $a
+check "cut off, C stops acting by itself before D may take over" first_c_then_d
+wait $c
 rc=$?
-check "A exits 3, saying it no longer acts (exit $rc)" bash -c "[ $rc = 3 ] && grep -q 'not renewed for' '$tmp/coord-a.err' &&
-	grep -q 'another coordinator took the job over (the lease was lost)' '$tmp/coord-a.err'"
+check "C exits 3, saying it no longer acts (exit $rc)" bash -c "[ $rc = 3 ] && grep -q 'not renewed for' '$tmp/coord-c.err' &&
+	grep -q 'another coordinator took the job over (the lease was lost)' '$tmp/coord-c.err'"
+check "D takes the Lease over once it expired, and acts with term 4" wait_for "$tmp/coord-d.err" "acting coordinator, term 4" 30
+check "the state says term 4 (D claimed it)" wait_term 4
+check "the workers rejoin D on the same address, and training goes on" wait_for "$tmp/coord-d.out" "^step" 90
+n=$(steps_of coord-d)
+check "... and on (more steps a few seconds later)" bash -c "sleep 3; [ \$(grep -c '^step' '$tmp/coord-d.out') -gt $n ]"
 
-# 3. B acts
-check "B takes the Lease over once it expired, and acts with term 2" wait_for "$tmp/coord-b.err" "acting coordinator, term 2" 30
-check "the state says term 2 (B claimed it)" test "$(term)" = 2
-check "the workers rejoin B on the same address, and training goes on" wait_for "$tmp/coord-b.out" "^step" 90
-n=$(steps_of coord-b)
-check "... and on (more steps a few seconds later)" bash -c "sleep 3; [ \$(grep -c '^step' '$tmp/coord-b.out') -gt $n ]"
-
-# 4. B ends and gives the Lease back
-kill -TERM $b
-wait $b
+# 5. D ends and gives the Lease back
+kill -TERM $d
+wait $d
 rc=$?
-check "SIGTERM ends B (exit $rc)" test $rc = 0
-check "and B gave the Lease back: no holder" bash -c \
-	"[ -z \"\$(timeout 30 $kubectl -n $ns get lease $lease -o jsonpath='{.spec.holderIdentity}')\" ] && grep -q 'lease $lease: given back' '$tmp/coord-b.err'"
+check "SIGTERM ends D (exit $rc)" test $rc = 0
+check "and D gave the Lease back: no holder" bash -c \
+	"[ -z \"\$(timeout 30 $kubectl -n $ns get lease $lease -o jsonpath='{.spec.holderIdentity}')\" ] && grep -q 'lease $lease: given back' '$tmp/coord-d.err'"
 kill -TERM $sim_pid
 wait $sim_pid
 finish_checks k8s_leader
