@@ -712,6 +712,8 @@ rs_status rs_agent_create(const rs_agent_config *c, rs_agent **out, rs_err *err)
 	a->c = *c;
 	a->engine = rs_engine_or_cpu(c->engine);
 	a->lfd = -1;
+	a->ready = 1;
+	set_ready(a, 0); /* one a crashed process left (an emptyDir outlives a container restart) */
 	rs_link_init(&a->link, c->conn, a->addr, c->timeout_ms, c->grace_ms, c->leave);
 	rs_status st = rs_checkpointer_create(&a->ckpt, err);
 	if (st == RS_OK)

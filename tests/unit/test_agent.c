@@ -174,6 +174,8 @@ static int ready_seen[3]; /* exists: at generation 1's 2nd progress, at the idle
 static void react_ready(fake *f, json_t *m)
 {
 	int exists = access(ready, F_OK) == 0;
+	if (rs_proto_kind(m) == RS_MSG_JOIN && f->joins == 1 && exists)
+		fake_fail(f, "ready before it joined (a stale ready file was kept)");
 	if (rs_proto_kind(m) == RS_MSG_PROGRESS && f->seen[RS_MSG_PROGRESS] == 2 && !f->seen[RS_MSG_IDLE])
 		ready_seen[0] = exists;
 	if (rs_proto_kind(m) == RS_MSG_IDLE)
@@ -189,6 +191,9 @@ static void test_ready_file(void **state)
 	fake f;
 	snprintf(ready, sizeof(ready), "%s/ready", AF.dir);
 	AF.ready_file = ready;
+	FILE *stale = fopen(ready, "w"); /* left by a crashed process: not ready until it joins */
+	assert_non_null(stale);
+	fclose(stale);
 	memset(ready_seen, 0xff, sizeof(ready_seen));
 	outcome o = agent_run_one(&f, react_ready, 3000);
 	AF.ready_file = NULL;
