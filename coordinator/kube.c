@@ -51,6 +51,15 @@ typedef struct buffer {
 	size_t len, cap;
 } buffer;
 
+/* An Event being posted: the loop does not wait for it (rs_kube_event). */
+typedef struct posting {
+	CURL *easy;                /* NULL: a free slot */
+	struct curl_slist *headers;
+	char what[160];            /* the event's message, for a warning */
+} posting;
+
+#define MAX_POSTINGS 16
+
 typedef struct pod_entry {
 	rs_kube_pod pod;
 	int gone_reported;
@@ -79,6 +88,7 @@ struct rs_kube {
 	double token_read_at;
 	pod_entry *pods;
 	size_t npods, cap;
+	posting posts[MAX_POSTINGS];
 	char error[512];
 };
 
@@ -466,6 +476,31 @@ static void finished(rs_kube *k, CURLcode res)
 		back_off(k, "watching pods: %s", why);
 }
 
+/* An Event's POST ended: free its slot, and say so if it was refused. */
+static void posted(rs_kube *k, CURL *e, CURLcode res)
+{
+	for (int i = 0; i < MAX_POSTINGS; i++) {
+		posting *p = &k->posts[i];
+		if (p->easy != e)
+			continue;
+		long code = 0;
+		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+		if (res != CURLE_OK || code / 100 != 2)
+			RS_WARN("kubernetes: could not post the event '%s' (%s%ld)", p->what,
+				res != CURLE_OK ? curl_easy_strerror(res) : "HTTP ", res != CURLE_OK ? 0L : code);
+		curl_multi_remove_handle(k->multi, e);
+		curl_easy_cleanup(e);
+		curl_slist_free_all(p->headers);
+		memset(p, 0, sizeof(*p));
+	}
+}
+
+static size_t discard(char *data, size_t size, size_t nmemb, void *ctx)
+{
+	(void)data, (void)ctx;
+	return size * nmemb;
+}
+
 void rs_kube_poll(rs_kube *k)
 {
 	int running;
@@ -486,6 +521,8 @@ void rs_kube_poll(rs_kube *k)
 	while ((m = curl_multi_info_read(k->multi, &left)))
 		if (m->msg == CURLMSG_DONE && m->easy_handle == k->easy)
 			finished(k, m->data.result);
+		else if (m->msg == CURLMSG_DONE)
+			posted(k, m->easy_handle, m->data.result);
 }
 
 /* ---- life cycle and accessors ---------------------------------------------------------------- */
@@ -548,6 +585,27 @@ void rs_kube_destroy(rs_kube *k)
 		return;
 	if (k->h.closing)
 		k->h.closing(k->h.ctx);
+	/* the events still being posted (a Failed one, just before the exit) get 2 s to go out */
+	for (double until = rs_now() + 2; rs_now() < until;) {
+		int busy = 0, running;
+		for (int i = 0; i < MAX_POSTINGS; i++)
+			busy |= k->posts[i].easy != NULL;
+		if (!busy || curl_multi_perform(k->multi, &running) != CURLM_OK)
+			break;
+		curl_multi_poll(k->multi, NULL, 0, 50, NULL);
+		CURLMsg *m;
+		int left;
+		while ((m = curl_multi_info_read(k->multi, &left)))
+			if (m->msg == CURLMSG_DONE && m->easy_handle != k->easy)
+				posted(k, m->easy_handle, m->data.result);
+	}
+	for (int i = 0; i < MAX_POSTINGS; i++)
+		if (k->posts[i].easy) {
+			RS_WARN("kubernetes: the event '%s' was not posted in time", k->posts[i].what);
+			curl_multi_remove_handle(k->multi, k->posts[i].easy);
+			curl_easy_cleanup(k->posts[i].easy);
+			curl_slist_free_all(k->posts[i].headers);
+		}
 	end_request(k);
 	if (k->multi)
 		curl_multi_cleanup(k->multi);
@@ -732,7 +790,7 @@ static const char *sts_uid(rs_kube *k)
 void rs_kube_event(rs_kube *k, const char *kind, const char *name, const char *type, const char *reason,
 		   const char *message)
 {
-	char path[1024], now[64], gen[300];
+	char path[4200], now[64], gen[300];
 	time_t t = time(NULL);
 	struct tm tm;
 	gmtime_r(&t, &tm);
@@ -750,12 +808,27 @@ void rs_kube_event(rs_kube *k, const char *kind, const char *name, const char *t
 		json_object_set_new(json_object_get(ev, "involvedObject"), "uid", json_string(uid));
 	char *text = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
 	json_decref(ev);
-	long code = 0;
-	char *body = NULL;
-	rs_err err = {0};
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/events", k->ns);
-	if (!text || rs_kube_request(k, "POST", path, "application/json", text, &code, &body, &err) != RS_OK || code / 100 != 2)
-		RS_WARN("kubernetes: could not post the event '%s' (%s)", message, err.msg[0] ? err.msg : "refused");
+	posting *p = NULL;
+	for (int i = 0; i < MAX_POSTINGS && !p; i++)
+		p = k->posts[i].easy ? NULL : &k->posts[i];
+	snprintf(path, sizeof(path), "%s/api/v1/namespaces/%s/events", k->cfg.server, k->ns);
+	CURL *e = p && text ? curl_easy_init() : NULL;
+	if (!e || setup_easy(k, e, &p->headers, "application/json") != RS_OK ||
+	    curl_easy_setopt(e, CURLOPT_URL, path) != CURLE_OK ||
+	    curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, text) != CURLE_OK ||
+	    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)WRITE_TIMEOUT_MS) != CURLE_OK ||
+	    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard) != CURLE_OK ||
+	    curl_multi_add_handle(k->multi, e) != CURLM_OK) {
+		RS_WARN("kubernetes: could not post the event '%s' (%s)", message,
+			!p ? "too many in flight" : "out of memory, or a curl option refused");
+		if (p)
+			curl_slist_free_all(p->headers), p->headers = NULL;
+		curl_easy_cleanup(e);
+	} else { /* posted as the loop goes on: rs_kube_poll reaps it */
+		p->easy = e;
+		snprintf(p->what, sizeof(p->what), "%s", message);
+		int running;
+		curl_multi_perform(k->multi, &running);
+	}
 	free(text);
-	free(body);
 }

@@ -15,8 +15,10 @@
  * every minute (projected service-account tokens rotate).
  *
  * Single-threaded and non-blocking: rs_kube_poll drives the list and the
- * watch from the coordinator's loop; only the writes block, each bounded
- * by a few seconds.
+ * watch (resumed after WATCH_IDLE_S of silence: a connection dropped
+ * without a word) and the Events being posted from the coordinator's loop;
+ * only the state's and the Lease's writes block, each bounded by a few
+ * seconds (the state must be saved before the job goes on).
  */
 #ifndef RS_KUBE_H
 #define RS_KUBE_H
@@ -109,7 +111,11 @@ const char *rs_kube_namespace(const rs_kube *k);
 /* Set the worker StatefulSet's replicas through its scale subresource (a merge patch). */
 rs_status rs_kube_scale(rs_kube *k, int32_t replicas, rs_err *err);
 
-/* Post an Event about `kind`/`name` (best effort: a failure is logged, not returned). */
+/*
+ * Post an Event about `kind`/`name` without waiting for the answer (best
+ * effort: a failure is logged, not returned; rs_kube_destroy gives those in
+ * flight 2 s to go out).
+ */
 void rs_kube_event(rs_kube *k, const char *kind, const char *name, const char *type, const char *reason,
 		   const char *message);
 

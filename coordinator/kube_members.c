@@ -214,7 +214,7 @@ rs_status rs_kube_members_load(rs_kube_members *m, rs_state *s, int timeout_ms, 
 
 void rs_kube_members_ended(rs_kube_members *m, rs_server *srv, const volatile sig_atomic_t *stop)
 {
-	int scaled = 0;
+	int scaled = 0, told = 0;
 	double next = 0, wait = 1;
 	while (!*stop) {
 		rs_server_service(srv, 100);
@@ -227,6 +227,14 @@ void rs_kube_members_ended(rs_kube_members *m, rs_server *srv, const volatile si
 			scaled = 1;
 		} else {
 			RS_WARN("the job is over, but %s; trying again in %.0f s", err.msg, wait);
+			if (!told) { /* once, where `kubectl describe statefulset` shows it */
+				char msg[1200];
+				snprintf(msg, sizeof(msg), "The job is over, but the workers could not be scaled to 0 (%s): "
+					 "scale them (kubectl scale statefulset/%s --replicas=0) or grant the coordinator patch "
+					 "on statefulsets/scale; trying again meanwhile", err.msg, m->statefulset);
+				event(m, 1, "ScaleFailed", msg);
+				told = 1;
+			}
 			next = rs_now() + wait;
 			wait = wait < 30 ? wait * 2 : 60;
 		}

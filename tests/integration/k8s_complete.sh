@@ -19,6 +19,9 @@
 #      Deployment would restart a process that exits); SIGTERM ends it, 0;
 #   4. a coordinator started again on the same state trains nothing, and a
 #      worker pod scaled back in is told to stop: the job never trains again.
+#      It runs as the chart's ServiceAccount whose Role lost its patch on
+#      statefulsets/scale (the simulator enforces RBAC): it cannot scale the
+#      workers to 0 and says so in a ScaleFailed Warning event.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 . "$(dirname "$0")/../lib/apisim.sh"
@@ -28,7 +31,8 @@ ns=rowshift-complete
 sts=rowshift-worker
 steps=60
 sel=app.kubernetes.io/name=rowshift,app.kubernetes.io/instance=rowshift,app.kubernetes.io/component=worker
-start_apisim
+satok=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+start_apisim --sa-token $ns/rowshift-coordinator=$satok --sa-kubeconfig-out $ns/rowshift-coordinator=$tmp/sa.kubeconfig
 k() { timeout 30 $kubectl -n $ns "$@"; }
 
 # 1. the chart, with a checkpoint volume
@@ -75,8 +79,8 @@ waiting_unready() { # both workers started and waiting; still not Ready after th
 }
 check "before the coordinator starts, the worker pods run but are not Ready (READY 0/1: not joined)" waiting_unready
 mkdir -p "$tmp/vol"
-coordinator() { # as the Deployment runs it, /checkpoints being $tmp/vol
-	ROWSHIFT_JOIN_TOKEN=$jointok "$bin/rowshift-coordinator" --kubernetes --kubeconfig "$tmp/kubeconfig" \
+coordinator() { # [KUBECONFIG]: as the Deployment runs it, /checkpoints being $tmp/vol
+	ROWSHIFT_JOIN_TOKEN=$jointok "$bin/rowshift-coordinator" --kubernetes --kubeconfig "${1:-$tmp/kubeconfig}" \
 		--namespace $ns --statefulset $sts --selector "$sel" --state-configmap rowshift-state \
 		--config examples/dlrm-small.json --listen 127.0.0.1:$cport --steps $steps --debounce-ms 3000 \
 		--save "$tmp/vol/final" >>"$tmp/coord.out" 2>>"$tmp/coord.err" &
@@ -146,10 +150,26 @@ wait $coord
 rc=$?
 check "SIGTERM ends it, exit 0 (exit $rc)" test $rc = 0
 
-# 4. never again
+# 4. never again, as the ServiceAccount, without the right to scale
 lines=$(grep -c "^step" "$tmp/coord.out")
-coordinator
+k get role rowshift-coordinator -o json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+r["rules"] = [x for x in r["rules"] if "statefulsets/scale" not in x.get("resources", [])]
+print(json.dumps(r))' >"$tmp/role.json"
+check "the Role loses its patch on statefulsets/scale" bash -c "timeout 30 $kubectl -n $ns replace -f '$tmp/role.json' >/dev/null"
+coordinator "$tmp/sa.kubeconfig"
 check "a coordinator started again finds the job done" wait_for "$tmp/coord.err" "in phase done: the job is over" 30
+scale_failed() { # a Warning event on the StatefulSet, once, naming the refusal and the way out
+	for _ in $(seq 1 60); do
+		k describe statefulset $sts >"$tmp/describe3.txt" && grep -q "Warning  *ScaleFailed" "$tmp/describe3.txt" &&
+			grep -q "kubectl scale statefulset/$sts --replicas=0" "$tmp/describe3.txt" && return 0
+		sleep 0.25
+	done
+	tail -8 "$tmp/describe3.txt" >&2
+	return 1
+}
+check "refused the scale to 0 (403), it says so: a ScaleFailed Warning on the StatefulSet" scale_failed
 wlog=$tmp/pods/$ns/$sts-0/worker.log
 joins=$(grep -c "$sts-0 joined" "$tmp/coord.err")
 stops=$(grep -c "stopped by the coordinator" "$wlog" 2>/dev/null)
