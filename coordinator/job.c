@@ -180,6 +180,10 @@ const char *rs_job_phase(const rs_job *j) { return rs__phase_names[j->ph]; }
 
 int64_t rs_job_generation(const rs_job *j) { return j->cur.generation; }
 
+int64_t rs_job_step(const rs_job *j) { return rs__job_step(j); }
+
+int32_t rs_job_world(const rs_job *j) { return j->cur.nworld; }
+
 void rs_job_stop_all(rs_job *j)
 {
 	for (size_t i = 0; i < j->mem.n; i++)

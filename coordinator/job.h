@@ -166,9 +166,11 @@ void rs_job_tick(rs_job *j);
 int rs_job_finished(const rs_job *j);
 const char *rs_job_error(const rs_job *j);
 
-/* The phase's name ("starting", "training", ...) and the committed generation. */
+/* The phase's name ("starting", "training", ...), the committed generation, its step and its world's size. */
 const char *rs_job_phase(const rs_job *j);
 int64_t rs_job_generation(const rs_job *j);
+int64_t rs_job_step(const rs_job *j);
+int32_t rs_job_world(const rs_job *j);
 
 /* Tell every connected member to stop (the job failed or is being torn down). */
 void rs_job_stop_all(rs_job *j);

@@ -82,7 +82,13 @@ static int write_ours(rs_lease *l, json_t *lease, int transition, rs_err *err)
 		json_object_set_new(spec, "acquireTime", json_string(now));
 		json_object_set_new(spec, "leaseTransitions", json_integer(transitions + 1));
 	}
-	int create = !json_object_get(json_object_get(lease, "metadata"), "resourceVersion");
+	json_t *md = json_object_get(lease, "metadata"), *labels = json_object_get(md, "labels");
+	if (json_is_object(md) && !json_is_object(labels))
+		json_object_set_new(md, "labels", labels = json_object());
+	for (int i = 0; i < 4 && json_is_object(labels); i++)
+		if (l->label_keys[i] && l->label_values[i][0])
+			json_object_set_new(labels, l->label_keys[i], json_string(l->label_values[i]));
+	int create = !json_object_get(md, "resourceVersion");
 	char *text = json_dumps(lease, JSON_COMPACT), *body = NULL;
 	long code = 0;
 	if (!text)

@@ -41,6 +41,13 @@ typedef struct rs_lease {
 	double renewed;        /* rs_now() when the last successful renewal was sent */
 	double next;           /* when to renew next */
 	int lost;              /* 1 once it was lost: this coordinator must stop acting */
+	/*
+	 * Labels every renewal writes (NULL values: none): the job's phase,
+	 * generation, step and workers, so `kubectl get lease -L ...` shows
+	 * where the job stands, as fresh as the last renewal.
+	 */
+	const char *label_keys[4];
+	char label_values[4][64];
 } rs_lease;
 
 /* Set up l for Lease `name` (nothing is sent yet). identity NULL: from the environment, as above. */

@@ -83,6 +83,16 @@ static void deposed(const char *why)
 static void tick(void *ctx)
 {
 	rs_kube_members *m = ctx;
+	static const char *const keys[4] = {"rowshift.io/phase", "rowshift.io/generation", "rowshift.io/step",
+					    "rowshift.io/workers"};
+	if (m->job) { /* where the job stands, in the Lease's labels at its next renewal */
+		rs_lease *l = &m->lease;
+		memcpy(l->label_keys, keys, sizeof(keys));
+		snprintf(l->label_values[0], sizeof(l->label_values[0]), "%s", rs_job_phase(m->job));
+		snprintf(l->label_values[1], sizeof(l->label_values[1]), "%lld", (long long)rs_job_generation(m->job));
+		snprintf(l->label_values[2], sizeof(l->label_values[2]), "%lld", (long long)rs_job_step(m->job));
+		snprintf(l->label_values[3], sizeof(l->label_values[3]), "%d", (int)rs_job_world(m->job));
+	}
 	if (rs_lease_tick(&m->lease) < 0)
 		deposed("the lease was lost");
 }

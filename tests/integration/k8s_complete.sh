@@ -138,6 +138,17 @@ up_and_done() { # still running a second on, and its status stream says done
 	[ "$phase" = done ] || { echo "phase: $phase" >&2; return 1; }
 }
 check "the coordinator stays up in phase done, serving its status" up_and_done
+lease_says_done() { # kubectl get lease -L shows where the job stands
+	local out
+	for _ in $(seq 1 60); do
+		out=$(k get lease rowshift-worker-leader -L rowshift.io/phase,rowshift.io/generation,rowshift.io/step --no-headers)
+		echo "$out" | grep -Eq " done +1 +$steps\$" && return 0
+		sleep 0.25
+	done
+	echo "kubectl get lease: $out" >&2
+	return 1
+}
+check "kubectl get lease -L rowshift.io/phase,... shows the job done at generation 1, step $steps" lease_says_done
 check "... and ready (/readyz 200: serving the status is its job now)" bash -c \
 	"[ \"\$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$cport/readyz)\" = 200 ]"
 no_warnings() { # the events after a clean end: no WorkerLost, no Failed

@@ -124,6 +124,17 @@ check "C exits 3, saying it no longer acts (exit $rc)" bash -c "[ $rc = 3 ] && g
 check "D takes the Lease over once it expired, and acts with term 4" wait_for "$tmp/coord-d.err" "acting coordinator, term 4" 30
 check "the state says term 4 (D claimed it)" wait_term 4
 check "the workers rejoin D on the same address, and training goes on" wait_for "$tmp/coord-d.out" "^step" 90
+lease_says_training() { # kubectl get lease -L shows where the job stands, as of the last renewal
+	local out
+	for _ in $(seq 1 40); do
+		out=$(k get lease $lease -L rowshift.io/phase,rowshift.io/workers,rowshift.io/step --no-headers)
+		echo "$out" | grep -Eq "^$lease +coord-d .* training +3 +[1-9][0-9]*\$" && return 0
+		sleep 0.25
+	done
+	echo "kubectl get lease: $out" >&2
+	return 1
+}
+check "kubectl get lease -L rowshift.io/phase,... shows D's job training on 3 workers, its step" lease_says_training
 n=$(steps_of coord-d)
 check "... and on (more steps a few seconds later)" bash -c "sleep 3; [ \$(grep -c '^step' '$tmp/coord-d.out') -gt $n ]"
 
