@@ -54,6 +54,7 @@ typedef struct buffer {
 /* An Event being posted: the loop does not wait for it (rs_kube_event). */
 typedef struct posting {
 	CURL *easy;                /* NULL: a free slot */
+	int added;                 /* on the multi handle (rs_kube_poll adds it: never from inside a callback) */
 	struct curl_slist *headers;
 	char what[160];            /* the event's message, for a warning */
 } posting;
@@ -80,6 +81,8 @@ struct rs_kube {
 	rs_watch_parser wp;
 	int stream_bad;            /* the watch stream was damaged or said 410: list again */
 	double watch_bytes_at;     /* when the watch last said something (or began) */
+	int idle_cuts;             /* watches cut for their silence: the next one connects afresh */
+	int fresh;
 	char rv[256];              /* the resourceVersion to watch from */
 	int synced, need_list;
 	double retry_at;
@@ -380,6 +383,7 @@ static rs_status start_request(rs_kube *k, int watch)
 	    /* a watch the server forgot to end (a silent partition) is cut a minute after it should have ended */
 	    curl_easy_setopt(k->easy, CURLOPT_TIMEOUT_MS, watch ? (WATCH_TIMEOUT_S + 60) * 1000L : 30000L) != CURLE_OK ||
 	    curl_easy_setopt(k->easy, CURLOPT_LOW_SPEED_LIMIT, watch ? 1L : 0L) != CURLE_OK ||
+	    curl_easy_setopt(k->easy, CURLOPT_FRESH_CONNECT, k->fresh ? 1L : 0L) != CURLE_OK ||
 	    curl_easy_setopt(k->easy, CURLOPT_LOW_SPEED_TIME, watch ? watch_idle_s() : 0L) != CURLE_OK ||
 	    curl_multi_add_handle(k->multi, k->easy) != CURLM_OK) {
 		end_request(k);
@@ -387,6 +391,7 @@ static rs_status start_request(rs_kube *k, int watch)
 	}
 	k->state = watch ? K_WATCHING : K_LISTING;
 	k->watch_bytes_at = rs_now();
+	k->fresh = 0;
 	k->body.len = 0;
 	k->stream_bad = 0;
 	rs_watch_reset(&k->wp);
@@ -465,8 +470,12 @@ static void finished(rs_kube *k, CURLcode res)
 		return;
 	}
 	if (res == CURLE_OPERATION_TIMEDOUT && k->watch_bytes_at + watch_idle_s() - 1 <= rs_now()) {
-		RS_WARN("kubernetes: the pod watch said nothing for %ld s (not even a bookmark): taken for a connection "
-			"dropped without a word; watching again from resourceVersion %s", watch_idle_s(), k->rv);
+		/* a warning the first time; an API server that sends no bookmarks makes this routine */
+		rs_log(k->idle_cuts++ ? RS_LOG_INFO : RS_LOG_WARN, __FILE__, __LINE__,
+		       "kubernetes: the pod watch said nothing for %ld s (not even a bookmark): taken for a connection "
+		       "dropped without a word; watching again from resourceVersion %s, on a new connection",
+		       watch_idle_s(), k->rv);
+		k->fresh = 1; /* not on a pooled connection that may be as dead (HTTP/2 multiplexes) */
 		k->retry_at = rs_now();
 		return;
 	}
@@ -495,6 +504,24 @@ static void posted(rs_kube *k, CURL *e, CURLcode res)
 	}
 }
 
+/* The Events made since the last poll go on the multi handle (here: never inside one of its callbacks). */
+static void add_postings(rs_kube *k)
+{
+	for (int i = 0; i < MAX_POSTINGS; i++) {
+		posting *p = &k->posts[i];
+		if (!p->easy || p->added)
+			continue;
+		if (curl_multi_add_handle(k->multi, p->easy) == CURLM_OK) {
+			p->added = 1;
+			continue;
+		}
+		RS_WARN("kubernetes: could not post the event '%s' (curl refused the request)", p->what);
+		curl_easy_cleanup(p->easy);
+		curl_slist_free_all(p->headers);
+		memset(p, 0, sizeof(*p));
+	}
+}
+
 static size_t discard(char *data, size_t size, size_t nmemb, void *ctx)
 {
 	(void)data, (void)ctx;
@@ -507,6 +534,7 @@ void rs_kube_poll(rs_kube *k)
 	if (k->h.tick)
 		k->h.tick(k->h.ctx);
 	rs_kube_refresh_token(k);
+	add_postings(k);
 	if (k->state == K_IDLE && rs_now() >= k->retry_at) {
 		rs_status st = start_request(k, k->synced && !k->need_list);
 		if (st != RS_OK)
@@ -583,16 +611,20 @@ void rs_kube_destroy(rs_kube *k)
 {
 	if (!k)
 		return;
-	if (k->h.closing)
-		k->h.closing(k->h.ctx);
+	rs_kube_handler h = k->h;
+	memset(&k->h, 0, sizeof(k->h)); /* no pod news from here on: the job may be gone already */
+	if (h.closing)
+		h.closing(h.ctx);
+	end_request(k);
+	add_postings(k);
 	/* the events still being posted (a Failed one, just before the exit) get 2 s to go out */
 	for (double until = rs_now() + 2; rs_now() < until;) {
 		int busy = 0, running;
 		for (int i = 0; i < MAX_POSTINGS; i++)
 			busy |= k->posts[i].easy != NULL;
-		if (!busy || curl_multi_perform(k->multi, &running) != CURLM_OK)
+		if (!busy || curl_multi_perform(k->multi, &running) != CURLM_OK ||
+		    curl_multi_poll(k->multi, NULL, 0, 50, NULL) != CURLM_OK)
 			break;
-		curl_multi_poll(k->multi, NULL, 0, 50, NULL);
 		CURLMsg *m;
 		int left;
 		while ((m = curl_multi_info_read(k->multi, &left)))
@@ -602,7 +634,8 @@ void rs_kube_destroy(rs_kube *k)
 	for (int i = 0; i < MAX_POSTINGS; i++)
 		if (k->posts[i].easy) {
 			RS_WARN("kubernetes: the event '%s' was not posted in time", k->posts[i].what);
-			curl_multi_remove_handle(k->multi, k->posts[i].easy);
+			if (k->posts[i].added)
+				curl_multi_remove_handle(k->multi, k->posts[i].easy);
 			curl_easy_cleanup(k->posts[i].easy);
 			curl_slist_free_all(k->posts[i].headers);
 		}
@@ -817,18 +850,15 @@ void rs_kube_event(rs_kube *k, const char *kind, const char *name, const char *t
 	    curl_easy_setopt(e, CURLOPT_URL, path) != CURLE_OK ||
 	    curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, text) != CURLE_OK ||
 	    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)WRITE_TIMEOUT_MS) != CURLE_OK ||
-	    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard) != CURLE_OK ||
-	    curl_multi_add_handle(k->multi, e) != CURLM_OK) {
+	    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard) != CURLE_OK) {
 		RS_WARN("kubernetes: could not post the event '%s' (%s)", message,
 			!p ? "too many in flight" : "out of memory, or a curl option refused");
 		if (p)
 			curl_slist_free_all(p->headers), p->headers = NULL;
 		curl_easy_cleanup(e);
-	} else { /* posted as the loop goes on: rs_kube_poll reaps it */
+	} else { /* posted as the loop goes on: rs_kube_poll adds it and reaps it (this may run inside a callback) */
 		p->easy = e;
 		snprintf(p->what, sizeof(p->what), "%s", message);
-		int running;
-		curl_multi_perform(k->multi, &running);
 	}
 	free(text);
 }

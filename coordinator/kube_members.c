@@ -162,11 +162,12 @@ static rs_status save_state(void *ctx, const rs_state *s, rs_err *err)
 	rs_err e = {0}; /* each attempt's own: the error returned is the last one's */
 	double until = rs_now() + SAVE_PATIENCE_S, wait = 0.25;
 	int unanswered = 0;
+	tick(m); /* a Lease past its deadline: no write at all */
 	while ((st = rs_kube_configmap_write(m->kube, m->configmap, &m->cm, &e)) != RS_OK &&
 	       (st == RS_ECURL || st == RS_EIO) && rs_now() + wait < until) {
 		RS_WARN("%s; trying again in %.2f s", e.msg, wait);
 		e.msg[0] = 0;
-		unanswered |= st == RS_ECURL;
+		unanswered = 1; /* no answer, or a 5xx: the write may have landed all the same */
 		for (double t = rs_now() + wait; rs_now() < t; rs_sleep(0.05))
 			tick(m);
 		wait = wait * 2 > 4 ? 4 : wait * 2;
@@ -224,7 +225,7 @@ rs_status rs_kube_members_load(rs_kube_members *m, rs_state *s, int timeout_ms, 
 
 void rs_kube_members_ended(rs_kube_members *m, rs_server *srv, const volatile sig_atomic_t *stop)
 {
-	int scaled = 0, told = 0;
+	int scaled = 0, told = 0, failures = 0;
 	double next = 0, wait = 1;
 	while (!*stop) {
 		rs_server_service(srv, 100);
@@ -237,7 +238,7 @@ void rs_kube_members_ended(rs_kube_members *m, rs_server *srv, const volatile si
 			scaled = 1;
 		} else {
 			RS_WARN("the job is over, but %s; trying again in %.0f s", err.msg, wait);
-			if (!told) { /* once, where `kubectl describe statefulset` shows it */
+			if (!told && (strstr(err.msg, "HTTP 403") || ++failures >= 5)) { /* once, where `kubectl describe` shows it */
 				char msg[1200];
 				snprintf(msg, sizeof(msg), "The job is over, but the workers could not be scaled to 0 (%s): "
 					 "scale them (kubectl scale statefulset/%s --replicas=0) or grant the coordinator patch "

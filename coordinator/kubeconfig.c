@@ -134,16 +134,11 @@ static json_t *named(json_t *root, const char *list, const char *name, const cha
 
 static const char *sget(json_t *o, const char *key) { return json_string_value(json_object_get(o, key)); }
 
-rs_status rs_kube_config_parse(const char *text, size_t len, const char *path, const char *context,
-			       rs_kube_config *c, rs_err *err)
+/* The configuration a parsed kubeconfig (root, which it takes) names; dir anchors relative paths. */
+static rs_status from_root(json_t *root, const char *path, const char *dir, const char *context, rs_kube_config *c,
+			   rs_err *err)
 {
-	json_t *root = NULL;
-	char dirbuf[PATH_MAX];
 	rs_status st;
-	memset(c, 0, sizeof(*c));
-	RSCHECK(rs_yaml_parse(text, len, path, &root, err));
-	snprintf(dirbuf, sizeof(dirbuf), "%s", path);
-	const char *dir = dirname(dirbuf);
 	const char *ctx_name = context ? context : sget(root, "current-context");
 	json_t *ctx = ctx_name ? named(root, "contexts", ctx_name, "context") : NULL;
 	const char *cluster_name = sget(ctx, "cluster"), *user_name = sget(ctx, "user");
@@ -214,6 +209,104 @@ out:
 	return st;
 }
 
+rs_status rs_kube_config_parse(const char *text, size_t len, const char *path, const char *context,
+			       rs_kube_config *c, rs_err *err)
+{
+	json_t *root = NULL;
+	char dirbuf[PATH_MAX];
+	memset(c, 0, sizeof(*c));
+	RSCHECK(rs_yaml_parse(text, len, path, &root, err));
+	snprintf(dirbuf, sizeof(dirbuf), "%s", path);
+	return from_root(root, path, dirname(dirbuf), context, c, err);
+}
+
+/* In every entry of root's `list`, the path fields relative to dir made absolute (a merged file loses its dir). */
+static void absolutize(json_t *root, const char *list, const char *key, const char *const *fields, const char *dir)
+{
+	size_t i;
+	json_t *e;
+	json_array_foreach(json_object_get(root, list), i, e) {
+		json_t *o = json_object_get(e, key);
+		for (int f = 0; fields[f] && json_is_object(o); f++) {
+			const char *v = sget(o, fields[f]);
+			char *abs = v && v[0] != '/' ? dup_path(dir, v) : NULL;
+			if (abs)
+				json_object_set_new(o, fields[f], json_string(abs));
+			free(abs);
+		}
+	}
+}
+
+/* Merge src into dst as client-go merges a KUBECONFIG list: the first file to name an entry, or to set current-context, wins. */
+static void merge(json_t *dst, json_t *src)
+{
+	static const char *const lists[] = {"clusters", "users", "contexts"};
+	for (int l = 0; l < 3; l++) {
+		json_t *to = json_object_get(dst, lists[l]), *e;
+		size_t i;
+		if (!json_is_array(to))
+			json_object_set_new(dst, lists[l], to = json_array());
+		json_array_foreach(json_object_get(src, lists[l]), i, e) {
+			const char *n = sget(e, "name");
+			size_t k;
+			json_t *have;
+			int dup = 0;
+			json_array_foreach(to, k, have) dup |= n && sget(have, "name") && !strcmp(n, sget(have, "name"));
+			if (n && !dup)
+				json_array_append(to, e);
+		}
+	}
+	const char *cur = sget(src, "current-context");
+	if (cur && *cur && !(sget(dst, "current-context") && *sget(dst, "current-context")))
+		json_object_set_new(dst, "current-context", json_string(cur));
+}
+
+rs_status rs_kube_config_load_list(const char *list, const char *context, rs_kube_config *c, rs_err *err)
+{
+	static const char *const cluster_paths[] = {"certificate-authority", NULL};
+	static const char *const user_paths[] = {"tokenFile", "client-certificate", "client-key", NULL};
+	json_t *merged = json_object();
+	char *copy = strdup(list), *save = NULL, label[600];
+	int files = 0;
+	rs_status st = merged && copy ? RS_OK : RS_ENOMEM;
+	memset(c, 0, sizeof(*c));
+	for (char *p = copy ? strtok_r(copy, ":", &save) : NULL; p && st == RS_OK; p = strtok_r(NULL, ":", &save)) {
+		size_t len;
+		char *text = NULL, dirbuf[PATH_MAX];
+		json_t *root = NULL;
+		if (rs_file_read(p, RS_YAML_MAX_BYTES, &text, &len, err) == RS_ENOTFOUND) { /* client-go skips those */
+			err->msg[0] = 0;
+			continue;
+		}
+		st = text ? rs_yaml_parse(text, len, p, &root, err) : RS_EIO;
+		free(text);
+		if (st == RS_OK && !json_is_object(root))
+			st = rs_err_set(err, RS_EINVAL, "%s: not a kubeconfig (a mapping with clusters, users and contexts)", p);
+		char *abs = st == RS_OK ? realpath(p, NULL) : NULL; /* its paths are relative to it, not to here */
+		if (st == RS_OK && !abs)
+			st = rs_err_set(err, RS_EIO, "%s: %s", p, strerror(errno));
+		if (st == RS_OK) {
+			snprintf(dirbuf, sizeof(dirbuf), "%s", abs);
+			const char *dir = dirname(dirbuf);
+			absolutize(root, "clusters", "cluster", cluster_paths, dir);
+			absolutize(root, "users", "user", user_paths, dir);
+			merge(merged, root);
+			files++;
+		}
+		free(abs);
+		json_decref(root);
+	}
+	free(copy);
+	if (st == RS_OK && !files)
+		st = rs_err_set(err, RS_ENOTFOUND, "KUBECONFIG %s: none of its files exists", list);
+	if (st != RS_OK) {
+		json_decref(merged);
+		return st;
+	}
+	snprintf(label, sizeof(label), "KUBECONFIG %s", list);
+	return from_root(merged, label, "/", context, c, err);
+}
+
 rs_status rs_kube_config_load(const char *path, const char *context, rs_kube_config *c, rs_err *err)
 {
 	size_t len;
@@ -249,5 +342,7 @@ rs_status rs_kube_config_find(const rs_kube_config_flags *f, rs_kube_config *c, 
 	}
 	const char *home = getenv("HOME");
 	snprintf(path, sizeof(path), "%s/.kube/config", home ? home : "");
+	if (f->kubeconfig && strchr(f->kubeconfig, ':')) /* KUBECONFIG=a:b, merged as kubectl merges it */
+		return rs_kube_config_load_list(f->kubeconfig, f->context, c, err);
 	return rs_kube_config_load(f->kubeconfig ? f->kubeconfig : path, f->context, c, err);
 }

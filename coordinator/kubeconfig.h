@@ -5,8 +5,9 @@
  *      verified against --kube-ca when given;
  *   2. in-cluster: KUBERNETES_SERVICE_HOST and _PORT, and the service
  *      account's token, ca.crt and namespace files;
- *   3. a kubeconfig file (--kubeconfig, else $KUBECONFIG, else
- *      ~/.kube/config): its current context (or --context) picks the
+ *   3. a kubeconfig file (--kubeconfig, else $KUBECONFIG, a colon-separated
+ *      list merged as kubectl merges it, else ~/.kube/config): its current
+ *      context (or --context) picks the
  *      cluster (server, certificate-authority or -data,
  *      insecure-skip-tls-verify) and the user (token, tokenFile,
  *      client-certificate and -key, or their -data).
@@ -50,6 +51,14 @@ rs_status rs_kube_config_parse(const char *text, size_t len, const char *path, c
 
 /* Read and parse a kubeconfig file. */
 rs_status rs_kube_config_load(const char *path, const char *context, rs_kube_config *c, rs_err *err);
+
+/*
+ * A KUBECONFIG list ("a:b:c"), merged as kubectl merges it: files that do
+ * not exist are skipped; the first file to name a cluster, user or context
+ * wins, and the first to set current-context; relative paths stay anchored
+ * to the file that holds them. RS_ENOTFOUND when none exists.
+ */
+rs_status rs_kube_config_load_list(const char *list, const char *context, rs_kube_config *c, rs_err *err);
 
 /* How to reach the API when the command line names it: --api-server, --kube-token-file, --kube-ca. */
 typedef struct rs_kube_config_flags {

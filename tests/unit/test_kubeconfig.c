@@ -104,6 +104,50 @@ static void test_kubectl_kubeconfig(void **state)
 	assert_non_null(strstr(err.msg, "no context 'nope'"));
 }
 
+/* KUBECONFIG=a:b: merged as kubectl merges it (first name wins, first current-context wins, paths per file). */
+static void test_kubeconfig_list(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/rs-kclist-XXXXXX", a[96], b[96], list[400];
+	assert_non_null(mkdtemp(dir));
+	snprintf(a, sizeof(a), "%s/a/config", dir);
+	snprintf(b, sizeof(b), "%s/b.yaml", dir);
+	char sub[96];
+	snprintf(sub, sizeof(sub), "%s/a", dir);
+	assert_int_equal(mkdir(sub, 0700), 0);
+	FILE *f = fopen(a, "w"); /* no current-context; the user, a relative CA; a cluster b names too */
+	assert_non_null(f);
+	fputs("apiVersion: v1\nkind: Config\nclusters:\n- name: c1\n  cluster:\n    server: https://a.example:6443\n"
+	      "    certificate-authority: ca.crt\nusers:\n- name: u1\n  user:\n    tokenFile: tok\n", f);
+	fclose(f);
+	f = fopen(b, "w");
+	assert_non_null(f);
+	fputs("apiVersion: v1\nkind: Config\ncurrent-context: ctx\nclusters:\n- name: c1\n  cluster:\n"
+	      "    server: https://b.example:6443\ncontexts:\n- name: ctx\n  context:\n    cluster: c1\n    user: u1\n"
+	      "    namespace: ns-b\n", f);
+	fclose(f);
+	snprintf(list, sizeof(list), "%s/missing.yaml:%s:%s", dir, a, b);
+	rs_kube_config_flags fl = {.kubeconfig = list};
+	rs_kube_config c;
+	rs_err err = {0};
+	if (rs_kube_config_find(&fl, &c, &err) != RS_OK)
+		fail_msg("%s", err.msg);
+	assert_string_equal(c.server, "https://a.example:6443"); /* c1: the first file's */
+	assert_string_equal(c.namespace, "ns-b");                /* the context, from b */
+	char want[128];
+	snprintf(want, sizeof(want), "%s/a/ca.crt", dir);         /* relative to a, not to here or to b */
+	assert_string_equal(c.ca_file, want);
+	snprintf(want, sizeof(want), "%s/a/tok", dir);
+	assert_string_equal(c.token_file, want);
+	assert_non_null(strstr(c.source, "KUBECONFIG"));
+	rs_kube_config_free(&c);
+	snprintf(list, sizeof(list), "%s/none1:%s/none2", dir, dir);
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(rs_kube_config_find(&fl, &c, &err), RS_ENOTFOUND);
+	assert_non_null(strstr(err.msg, "none of its files exists"));
+	unlink(a), unlink(b), rmdir(sub), rmdir(dir);
+}
+
 static void kubeconfig_refused(const char *text, rs_status want, const char *why)
 {
 	rs_kube_config c;
@@ -182,6 +226,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_yaml),
 		cmocka_unit_test(test_kubectl_kubeconfig),
+		cmocka_unit_test(test_kubeconfig_list),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_in_cluster),
 	};
