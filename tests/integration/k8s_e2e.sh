@@ -180,6 +180,9 @@ check "the new pod joins and the world trains again" \
 	wait_for "$tmp/coord.out" "^recovered: generation [0-9]* ([23] workers) made step" 90
 check "the recovery is a Warning Event on the StatefulSet" bash -c "timeout 30 $kubectl -n $ns get events \
 	--field-selector involvedObject.name=$sts,reason=Recovering -o jsonpath='{.items[*].type}' | grep -q Warning"
+check "the lost worker is a WorkerLost Warning Event on the StatefulSet (posted from the pod watch's news)" bash -c \
+	"timeout 30 $kubectl -n $ns get events --field-selector involvedObject.name=$sts,reason=WorkerLost \
+	-o jsonpath='{.items[*].message}' | grep -q '$sts-1'"
 check "no worker failed, the job did not fail" bash -c "! grep -q 'job failed\|exited with status [1-9]' $tmp/coord.err $tmp/coord.out"
 
 kill -TERM $coord
