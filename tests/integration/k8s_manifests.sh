@@ -122,6 +122,10 @@ check "the schema rejects an unknown image.pullPolicy" rejects image.pullPolicy=
 check "the schema rejects a host name with a comma in coordinator.allowedHosts" rejects "coordinator.allowedHosts[0]=a\\,b" "/coordinator/allowedHosts"
 check "the schema rejects checkpoint.keep: 0" rejects checkpoint.keep=0 "/checkpoint/keep"
 check "the schema rejects a tls.secretName that is not a Secret's name" rejects 'tls.secretName=Bad_Name' "/tls/secretName"
+check "the schema rejects a coordinator.service.clusterIP that is no IP" rejects coordinator.service.clusterIP=coordinator "/coordinator/service/clusterIP"
+svc_ip() { render --show-only templates/coordinator.yaml "$@" | sed -n '/^kind: Service$/,$p' | grep -E '^  clusterIP: '; }
+pinned_ip() { [ "$(svc_ip --set coordinator.service.clusterIP=10.96.7.70)" = '  clusterIP: "10.96.7.70"' ] && [ -z "$(svc_ip)" ]; }
+check "coordinator.service.clusterIP pins the Service's clusterIP; empty (the default) renders none (allocated)" pinned_ip
 check "the schema accepts workers: 8, gpusPerWorker: 0, steps: -1" bash -c "'$helm' template rowshift '$chart' --set workers=8 --set gpusPerWorker=0 --set steps=-1 >/dev/null"
 
 given=abcdefghijklmnopqrstuvwxyz0123456789ABCD
@@ -382,7 +386,8 @@ check "NOTES.txt says workers is the initial size and an upgrade keeps the size"
 sim_dir=$tmp/sim; mkdir -p "$sim_dir/nobin"
 simtok=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 python3 tests/k8s/apisim.py --port 0 --port-file "$sim_dir/port" --token "$simtok" --tls-dir "$sim_dir/tls" \
-	--kubeconfig-out "$sim_dir/kubeconfig" --root "$sim_dir/pods" --bin-dir "$sim_dir/nobin" >"$sim_dir/out" 2>"$sim_dir/err" &
+	--kubeconfig-out "$sim_dir/kubeconfig" --root "$sim_dir/pods" --bin-dir "$sim_dir/nobin" --deployments store \
+	>"$sim_dir/out" 2>"$sim_dir/err" & # sizes only: no coordinator pod
 sim_pid=$!
 wait_for "$sim_dir/port" . 30 >/dev/null || { echo "the API simulator did not start"; cat "$sim_dir/err"; }
 hk() { KUBECONFIG=$sim_dir/kubeconfig KUBECACHEDIR=$sim_dir/cache timeout 60 "$@"; }

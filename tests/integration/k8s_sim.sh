@@ -30,6 +30,12 @@
 #      a ClusterRoleBinding to its group grants, and the real 403 Forbidden
 #      Status for the rest (list, other names, statefulsets/status, another
 #      namespace, /_sim/); the token of a missing service account is 401;
+#      in-cluster: a Deployment (Recreate) makes a ReplicaSet and its pod,
+#      which reads the API with its ServiceAccount's token at the standard
+#      path (its Role allows a ConfigMap, refuses secrets) and serves on
+#      0.0.0.0 behind a Service whose asked-for clusterIP forwards to its
+#      named port (80 to 8080); bad and taken clusterIPs are 422; a deleted pod is
+#      replaced; rollout restart recreates it once the old pod is gone;
 #   5. /_sim/unreachable?seconds=2: kubectl fails, then works again, and the
 #      pods ran on meanwhile; no token is 401, no CA fails TLS verification;
 #   6. SIGTERM to the simulator ends every process its kubelet started.
@@ -504,6 +510,125 @@ as "$ghosttok" ghost "$url/api"
 check "the token of a service account that does not exist: 401" answered ghost 401 Unauthorized Unauthorized
 as "$tok" admin-all "$url/api/v1/namespaces/rbac/configmaps"
 check "the admin token still lists them" answered admin-all 200
+
+# 4b. in-cluster: a Deployment (Recreate) of a pod that reads the API with its ServiceAccount's token at the
+# standard path (inside a shell script: no path rewriting) and serves HTTP on 0.0.0.0:8080, behind a Service
+# whose clusterIP is asked for and whose targetPort is named
+cat >"$tmp/incl.yaml" <<'YAML'
+apiVersion: v1
+kind: Namespace
+metadata: {name: incl}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: reader, namespace: incl}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: reader, namespace: incl}
+rules: [{apiGroups: [""], resources: [configmaps], verbs: [get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: reader, namespace: incl}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: reader}
+subjects: [{kind: ServiceAccount, name: reader, namespace: incl}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: front, namespace: incl}
+spec:
+  clusterIP: 127.1.55.55
+  selector: {app: front}
+  ports: [{port: 80, targetPort: http}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: front, namespace: incl}
+spec:
+  replicas: 1
+  strategy: {type: Recreate}
+  selector: {matchLabels: {app: front}}
+  template:
+    metadata:
+      labels: {app: front}
+    spec:
+      serviceAccountName: reader
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: main
+        image: python:3
+        command: ["/bin/sh", "-c"]
+        args:
+        - |
+          sa=/var/run/secrets/kubernetes.io/serviceaccount
+          get() { curl -s --cacert $sa/ca.crt -H "Authorization: Bearer $(cat $sa/token)" "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/$(cat $sa/namespace)/$1"; }
+          echo "cm: $(get configmaps/kube-root-ca.crt | grep -c '"name": *"kube-root-ca.crt"')"
+          echo "secrets: $(get secrets | grep -c 'cannot list resource')"
+          exec python3 -m http.server "$1" --bind "$2"
+        - sh
+        - "8080"
+        - 0.0.0.0
+        ports: [{name: http, containerPort: 8080}]
+        readinessProbe: {tcpSocket: {port: http}, periodSeconds: 1}
+YAML
+check "kubectl apply: a ServiceAccount, its Role, a Service with clusterIP 127.1.55.55, a Deployment" \
+	bash -c "timeout 20 $kubectl apply -f '$tmp/incl.yaml' >'$tmp/incl.out' 2>&1 || { cat '$tmp/incl.out'; false; }"
+ki() { timeout 20 "$kubectl" -n incl "$@"; }
+front_pod() { # the pod of deploy/front that runs and is not being deleted
+	ki get pods -l app=front -o jsonpath='{range .items[*]}{.metadata.name} {.status.phase} {.metadata.deletionTimestamp}{"\n"}{end}' |
+		awk '$2 == "Running" && NF == 2 {print $1}'
+}
+deploy_ready() { # rollout status succeeds and kubectl get deploy says 1/1, 1 up to date, 1 available
+	timeout 30 "$kubectl" -n incl rollout status deploy/front --timeout=25s >/dev/null &&
+		ki get deploy front --no-headers | grep -q '^front  *1/1  *1  *1 '
+}
+check "kubectl rollout status deploy/front succeeds; kubectl get deploy says 1/1" deploy_ready
+fp1=$(front_pod)
+rs_owned() {
+	local h
+	h=$(ki get pod "$fp1" -o jsonpath='{.metadata.labels.pod-template-hash}')
+	[[ $fp1 =~ ^front-$h-[a-z0-9]{5}$ ]] &&
+		[ "$(ki get rs "front-$h" -o jsonpath='{.metadata.ownerReferences[0].name} {.spec.replicas} {.status.readyReplicas}')" = "front 1 1" ] &&
+		[ "$(ki get pod "$fp1" -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}')" = "ReplicaSet/front-$h" ]
+}
+check "the Deployment's ReplicaSet front-HASH made pod $fp1 (front-HASH-XXXXX), each owned by the one before" rs_owned
+read_api() { ki logs "$fp1" | grep -qx 'cm: 1' && ki logs "$fp1" | grep -qx 'secrets: 1'; }
+check "the pod read the API with its ServiceAccount's token at the standard path: its Role's ConfigMap, 403 on secrets" \
+	until_true 5 read_api
+env_seen() { # a kube-api-access volume in the spec; KUBERNETES_SERVICE_PORT in the container's environment
+	local pid
+	pid=$(records | python3 -c "import json, sys; print([r for r in json.load(sys.stdin) if r['name'] == '$fp1'][-1]['pid'])")
+	ki get pod "$fp1" -o jsonpath='{.spec.volumes[*].name}' | grep -q kube-api-access- &&
+		tr '\0' '\n' <"/proc/$pid/environ" | grep -qx "KUBERNETES_SERVICE_PORT=$port"
+}
+check "its container has KUBERNETES_SERVICE_PORT=$port and a kube-api-access volume" env_seen
+via_cluster_ip() { [ "$(curl -s -o /dev/null -w '%{http_code}' http://127.1.55.55:80/)" = 200 ]; }
+check "the Service's clusterIP 127.1.55.55:80 reaches the pod's named port (port 80 to 8080: forwarded)" until_true 5 via_cluster_ip
+svc_bad() { # svc_bad NAME CLUSTERIP: kubectl create's error
+	printf '{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "%s", "namespace": "incl"}, "spec": {"clusterIP": "%s", "ports": [{"port": 1}]}}' "$1" "$2" |
+		timeout 20 "$kubectl" create -f - 2>&1
+}
+check "a clusterIP outside the range is 422 Invalid" bash -c "$(declare -f svc_bad); kubectl=$kubectl; svc_bad out 8.8.8.8 | grep -q 'the provided IP (8.8.8.8) is not in the valid range'"
+check "a clusterIP in use is 422 Invalid" bash -c "$(declare -f svc_bad); kubectl=$kubectl; svc_bad dup 127.1.55.55 | grep -q 'provided IP is already allocated'"
+ki delete pod "$fp1" --wait=false >/dev/null
+replaced() { local p; p=$(front_pod); [ -n "$p" ] && [ "$p" != "$fp1" ]; }
+check "a deleted pod is replaced by the ReplicaSet" until_true 10 replaced
+fp2=$(front_pod)
+ki rollout restart deploy/front >/dev/null
+restarted() { local p; p=$(front_pod); [ -n "$p" ] && [ "$p" != "$fp2" ] && [ "$p" != "$fp1" ]; }
+check "kubectl rollout restart (Recreate): a new ReplicaSet's pod" until_true 15 restarted
+fp3=$(front_pod)
+recreated() { # the old pod was stopped (SIGTERM) and ended; the new one is another ReplicaSet's
+	records | python3 -c "
+import json, sys
+r = {x['name']: x for x in json.load(sys.stdin)}
+assert r['$fp2']['signals'][:1] == ['SIGTERM'] and r['$fp2']['exit_codes'], r['$fp2']" &&
+		[ "${fp3%-*}" != "${fp2%-*}" ]
+}
+check "... the old pod stopped (Recreate: the new one starts once it ended), the new one another ReplicaSet's" recreated
+two_rs() { deploy_ready && [ "$(ki get rs --no-headers | wc -l)" = 2 ]; }
+check "kubectl rollout status deploy/front succeeds again (two ReplicaSets, the old at 0)" two_rs
 
 # 5. unreachable, then back; 401; TLS
 pid0=$(records | python3 -c 'import json, sys; print([r for r in json.load(sys.stdin) if r["name"] == "web-0"][-1]["pid"])')

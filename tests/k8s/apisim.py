@@ -7,17 +7,20 @@ validation, list/get/create/update/patch/delete, watch with bookmarks and
 of the simple kinds kubectl create sends, object size limits) over
 HTTP/1.1 (TLS optional; an admin bearer token, and service-account tokens
 authorized by the stored RBAC objects) that the real kubectl, helm and the
-coordinator's libcurl client work against it unmodified. A StatefulSet
-controller makes pods, a garbage collector cascades deletions, and a
-"kubelet" runs every pod's containers as real processes on this machine,
-each pod on its own loopback address (127.0.1.N). Fault endpoints under
-/_sim/ drop watches, forget the history and make the API unreachable.
+coordinator's libcurl client work against it unmodified. StatefulSet,
+Deployment and ReplicaSet controllers make pods, a garbage collector
+cascades deletions, a "kubelet" runs every pod's containers as real
+processes on this machine, each pod on its own loopback address
+(127.0.1.N), with its service account's token at the standard path (in a
+mount namespace of its own), and a "kube-proxy" makes Services' cluster IPs
+(127.1.0.N) forward to their pods. Fault endpoints under /_sim/ drop
+watches, forget the history and make the API unreachable.
 
 Python 3.9+ standard library only. See tests/k8s/README.md.
 
 Sections: utilities and errors, resources, selectors, patches, protobuf
 request bodies, store, watch hub, tables and discovery, authentication
-and RBAC, controllers, kubelet, HTTP handler, main.
+and RBAC, controllers, kubelet, kube-proxy, HTTP handler, main.
 """
 
 import argparse
@@ -40,6 +43,7 @@ import shutil
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import threading
@@ -55,6 +59,11 @@ K8S_VERSION = {"major": "1", "minor": "33", "gitVersion": "v1.33.0-apisim", "git
 
 OPT = None  # the parsed command line, set by main()
 NODE_NAME = "sim-node"
+API_PORT = None  # the port the API listens on, once it does (the pods' KUBERNETES_SERVICE_PORT)
+CA_PEM = ""  # the CA certificate with --tls-dir (the kube-root-ca.crt ConfigMaps, a pod's ca.crt)
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where the token volume is mounted in every container
+POD_TOKENS = {}  # minted service-account token -> (namespace, service account, pod uid): bound to the pod
+POD_TOKENS_LOCK = threading.Lock()
 TRACE_LOCK = threading.Lock()
 
 
@@ -272,6 +281,8 @@ RESOURCES = [
              subresources=[SCALE] + _subs("status"), status=True),
     Resource("apps", "v1", "deployments", "Deployment", short=["deploy"], categories=["all"],
              subresources=[SCALE] + _subs("status"), status=True),
+    Resource("apps", "v1", "replicasets", "ReplicaSet", short=["rs"], categories=["all"],
+             subresources=[SCALE] + _subs("status"), status=True),
     Resource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
     Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
     Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
@@ -294,6 +305,7 @@ R_POD, R_NS, R_STS, R_DEPLOY = BY_KEY[("", "pods")], BY_KEY[("", "namespaces")],
 R_CM, R_SECRET, R_SA, R_EVENT = BY_KEY[("", "configmaps")], BY_KEY[("", "secrets")], BY_KEY[("", "serviceaccounts")], \
     BY_KEY[("", "events")]
 R_SVC, R_LEASE = BY_KEY[("", "services")], BY_KEY[("coordination.k8s.io", "leases")]
+R_RS = BY_KEY[("apps", "replicasets")]
 R_ROLE, R_RB, R_CROLE, R_CRB = (BY_KEY[("rbac.authorization.k8s.io", p)] for p in
                                 ("roles", "rolebindings", "clusterroles", "clusterrolebindings"))
 
@@ -1199,14 +1211,14 @@ def defaults(res, obj, store):
         spec.setdefault("serviceAccount", spec["serviceAccountName"])
         spec.setdefault("enableServiceLinks", True)
         spec.setdefault("nodeName", NODE_NAME)  # the "scheduler" binds every pod at once, to the one node
+        service_account_admission(obj, store)
         obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
     elif res is R_SVC:
         spec = obj.setdefault("spec", {})
         spec.setdefault("type", "ClusterIP")
         spec.setdefault("sessionAffinity", "None")
         if spec.get("clusterIP") != "None":
-            store.ip_counter += 1
-            spec["clusterIP"] = "10.96.%d.%d" % (store.ip_counter // 250, store.ip_counter % 250 + 1)
+            spec["clusterIP"] = cluster_ip(store, m.get("name", ""), spec.get("clusterIP"))
         spec["clusterIPs"] = [spec["clusterIP"]]
         spec.setdefault("ipFamilies", ["IPv4"])
         spec.setdefault("ipFamilyPolicy", "SingleStack")
@@ -1226,6 +1238,11 @@ def defaults(res, obj, store):
         spec.setdefault("persistentVolumeClaimRetentionPolicy", {"whenDeleted": "Retain", "whenScaled": "Retain"})
         pod_spec_defaults(spec.setdefault("template", {}).setdefault("spec", {}))
         obj["status"] = {"replicas": 0, "availableReplicas": 0}
+    elif res is R_RS:
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("replicas", 1)
+        pod_spec_defaults(spec.setdefault("template", {}).setdefault("spec", {}))
+        obj["status"] = {"replicas": 0}
     elif res is R_DEPLOY:
         spec = obj.setdefault("spec", {})
         spec.setdefault("replicas", 1)
@@ -1240,10 +1257,90 @@ def defaults(res, obj, store):
 
 
 def after_create(res, obj, store):
-    if res is R_NS:  # the service account controller's "default"
+    if res is R_NS:  # the service account controller's "default", the root CA publisher's kube-root-ca.crt
         name = meta(obj)["name"]
         if store.peek(R_SA, name, "default") is None:
             store.create(R_SA, name, {"metadata": {"name": "default"}}, internal=True)
+        if store.peek(R_CM, name, "kube-root-ca.crt") is None:
+            store.create(R_CM, name, {"metadata": {"name": "kube-root-ca.crt", "annotations": {
+                "kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver "
+                                             "when using internal endpoints such as the internal service IP or "
+                                             "kubernetes.default.svc. No other usage is guaranteed across "
+                                             "distributions of Kubernetes clusters."}},
+                "data": {"ca.crt": CA_PEM}}, internal=True)
+
+
+def service_account_admission(pod, store):
+    """The ServiceAccount admission plugin: the pod's service account must exist; unless
+    automountServiceAccountToken is false (the pod's, else the ServiceAccount's), a projected volume
+    kube-api-access-XXXXX (a token bound to the pod, the kube-root-ca.crt ConfigMap's ca.crt, the namespace)
+    mounted read-only at /var/run/secrets/kubernetes.io/serviceaccount in every container."""
+    m, spec = meta(pod), pod["spec"]
+    ns, name, sa_name = m.get("namespace", ""), m.get("name", ""), spec["serviceAccountName"]
+    sa = store.peek(R_SA, ns, sa_name)
+    if sa is None:
+        raise ApiError(403, "Forbidden", 'pods "%s" is forbidden: error looking up service account %s/%s: '
+                       'serviceaccount "%s" not found' % (name, ns, sa_name, sa_name),
+                       {"name": name, "kind": "pods"})
+    auto = spec.get("automountServiceAccountToken")
+    if auto is None:
+        auto = sa.get("automountServiceAccountToken")
+    if auto is False:
+        return
+    containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
+    if all(any(vm.get("mountPath", "").rstrip("/") == SA_DIR for vm in c.get("volumeMounts") or [])
+           for c in containers):
+        return
+    vname = "kube-api-access-" + "".join(random.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
+    spec.setdefault("volumes", []).append({"name": vname, "projected": {"defaultMode": 420, "sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
+                                                                      "fieldPath": "metadata.namespace"}}]}}]}})
+    for c in containers:
+        if not any(vm.get("mountPath", "").rstrip("/") == SA_DIR for vm in c.get("volumeMounts") or []):
+            c.setdefault("volumeMounts", []).append({"name": vname, "readOnly": True, "mountPath": SA_DIR})
+
+
+def pod_token(ns, sa, uid):
+    """The token of the pod uid's projected serviceAccountToken (one per pod, minted on first use)."""
+    with POD_TOKENS_LOCK:
+        for t, who in POD_TOKENS.items():
+            if who == (ns, sa, uid):
+                return t
+        t = "apisim-sa-" + uuid.uuid4().hex + uuid.uuid4().hex
+        POD_TOKENS[t] = (ns, sa, uid)
+        return t
+
+
+def _ip4(ip):
+    mm = re.match(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$", ip or "")
+    return [int(x) for x in mm.groups()] if mm and all(int(x) < 256 for x in mm.groups()) else None
+
+
+def cluster_ip(store, name, want):
+    """A Service's clusterIP: the one asked for (any 127.x.y.z outside 127.0.0.0/24 that no pod or other Service
+    has), else the lowest free one from --service-ip-start. The kube-proxy listens there."""
+    used = {dig(o, "spec", "clusterIP") for o in store.all(R_SVC)} | {dig(o, "status", "podIP")
+                                                                       for o in store.all(R_POD)}
+    if want:
+        q = _ip4(want)
+        if q is None or q[0] != 127 or (q[1] == 0 and q[2] == 0) or q[3] in (0, 255):
+            raise err_invalid(R_SVC, name, [("spec.clusterIPs", 'Invalid value: []string{"%s"}: failed to allocate '
+                                             'IP %s: the provided IP (%s) is not in the valid range. The range of '
+                                             'valid IPs is 127.0.0.0/8 (not 127.0.0.0/24)' % (want, want, want))])
+        if want in used:
+            raise err_invalid(R_SVC, name, [("spec.clusterIPs", 'Invalid value: []string{"%s"}: failed to allocate '
+                                             'IP %s: provided IP is already allocated' % (want, want))])
+        return want
+    b = _ip4(OPT.service_ip_start if OPT else "127.1.0.1")
+    n = (b[1] << 16) | (b[2] << 8) | b[3]
+    while n < 1 << 24:
+        ip = "127.%d.%d.%d" % ((n >> 16) & 255, (n >> 8) & 255, n & 255)
+        if (n & 255) not in (0, 255) and ip not in used:
+            return ip
+        n += 1
+    raise ApiError(500, "InternalError", "no free cluster IP")
 
 
 # ==== watch hub =====================================================================================
@@ -1363,6 +1460,9 @@ def table_columns(res):
     if res is R_DEPLOY:
         return [name, col("Ready"), col("Up-to-date", "integer"), col("Available", "integer"), age,
                 col("Containers", priority=1), col("Images", priority=1), col("Selector", priority=1)]
+    if res is R_RS:
+        return [name, col("Desired", "integer"), col("Current", "integer"), col("Ready", "integer"), age,
+                col("Containers", priority=1), col("Images", priority=1), col("Selector", priority=1)]
     if res is R_SVC:
         return [name, col("Type"), col("Cluster-IP"), col("External-IP"), col("Port(s)"), age,
                 col("Selector", priority=1)]
@@ -1393,9 +1493,12 @@ def table_cells(res, o):
         rtext = "%d (%s ago)" % (restarts, human_age(time.time() - last)) if restarts and last else str(restarts)
         return [name, "%d/%d" % (ready, len(spec.get("containers") or [])), pod_status_text(o), rtext, age,
                 st.get("podIP") or "<none>", spec.get("nodeName") or "<none>", "<none>", "<none>"]
-    if res in (R_STS, R_DEPLOY):
+    if res in (R_STS, R_DEPLOY, R_RS):
         cs = dig(spec, "template", "spec", "containers", default=[]) or []
         names, images = ",".join(c.get("name", "") for c in cs), ",".join(c.get("image", "") for c in cs)
+        if res is R_RS:
+            return [name, spec.get("replicas", 1), st.get("replicas", 0), st.get("readyReplicas", 0), age, names,
+                    images, selector_from_label_selector(spec.get("selector")) or "<none>"]
         ready = "%d/%d" % (st.get("readyReplicas", 0), spec.get("replicas", 1))
         if res is R_STS:
             return [name, ready, age, names, images]
@@ -1656,6 +1759,27 @@ def template_hash(tmpl):
     return hashlib.sha256(dumps(tmpl).encode()).hexdigest()[:10]
 
 
+def pod_template_hash(tmpl):
+    """A Deployment's pod-template-hash: up to 10 characters of the safe alphabet the real one uses."""
+    n = int(hashlib.sha256(dumps(tmpl).encode()).hexdigest()[:12], 16)
+    alphabet, out = "bcdfghjklmnpqrstvwxz2456789", ""
+    while n and len(out) < 10:
+        n, r = divmod(n, len(alphabet))
+        out += alphabet[r]
+    return out or "b"
+
+
+def percent_of(v, total, round_up):
+    """An IntOrString like maxUnavailable ("25%" or 1) of total."""
+    if isinstance(v, str) and v.endswith("%"):
+        x = total * int(v[:-1] or 0) / 100.0
+        return int(-(-x // 1)) if round_up else int(x)
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return 0
+
+
 def record_event(store, involved, reason, message, type_="Normal", component="apisim"):
     """A core Event about an object, deduplicated by (object, reason, message) like the real recorder."""
     m = meta(involved)
@@ -1701,7 +1825,15 @@ class Controllers(threading.Thread):
                     if not is_terminating(sts):
                         self.statefulset(sts)
                 for d in self.store.all(R_DEPLOY):
-                    self.deployment(d)
+                    if is_terminating(d):
+                        continue
+                    if OPT.deployments == "run":
+                        self.deployment(d)
+                    else:
+                        self.deployment_stored(d)
+                for rs in self.store.all(R_RS):
+                    if not is_terminating(rs):
+                        self.replicaset(rs)
                 self.garbage_collect()
                 self.namespaces()
             except Exception:  # a controller bug must not stop the simulator: log it and go on
@@ -1812,15 +1944,184 @@ class Controllers(threading.Thread):
         except ApiError:
             pass
 
-    # -- Deployment: stored, never run (tests run the coordinator outside the simulator)
+    # -- Deployment: a ReplicaSet per pod template, DEPLOY-<pod-template-hash>
 
     def deployment(self, d):
+        st, m, spec = self.store, meta(d), d.get("spec") or {}
+        ns, name, uid = m.get("namespace"), m["name"], m["uid"]
+        replicas = spec.get("replicas", 1)
+        tmpl = spec.get("template") or {}
+        phash = pod_template_hash(tmpl)
+        rss = [rs for rs in st.all(R_RS, ns) if owned_by(rs, uid) and not is_terminating(rs)]
+        new = next((rs for rs in rss if meta(rs).get("labels", {}).get("pod-template-hash") == phash), None)
+        olds = [rs for rs in rss if rs is not new]
+        rev = lambda rs: int(meta(rs).get("annotations", {}).get("deployment.kubernetes.io/revision", "0") or 0)
+        recreate = (spec.get("strategy") or {}).get("type") == "Recreate"
+        active = lambda rs: [p for p in st.all(R_POD, ns) if owned_by(p, meta(rs)["uid"]) and
+                             p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+        if not spec.get("paused"):
+            if recreate:  # every old pod gone before a new one starts
+                for rs in olds:
+                    self.scale_rs(d, rs, 0)
+                if any(active(rs) for rs in olds):
+                    new_target = None
+                else:
+                    new_target = replicas
+            else:  # RollingUpdate, simplified: the new ReplicaSet at full size, the old ones to 0 once it is available
+                new_target = replicas
+                if new is not None and dig(new, "status", "availableReplicas", default=0) >= replicas:
+                    for rs in olds:
+                        self.scale_rs(d, rs, 0)
+            if new is None and new_target is not None:
+                new = self.create_rs(d, phash, max([rev(rs) for rs in olds] + [0]) + 1, new_target)
+            elif new is not None and new_target is not None:
+                if rev(new) <= max([rev(rs) for rs in olds] + [0]):  # rolled back to it: it is the newest again
+                    r = max(rev(rs) for rs in olds) + 1
+                    st.mutate(R_RS, ns, meta(new)["name"], lambda o: meta(o).setdefault("annotations", {}).update(
+                        {"deployment.kubernetes.io/revision": str(r)}), uid=meta(new)["uid"])
+                self.scale_rs(d, new, new_target)
+            # revisionHistoryLimit: old ReplicaSets at 0 beyond it go, oldest first
+            dead = sorted((rs for rs in olds if not dig(rs, "spec", "replicas") and not active(rs)), key=rev)
+            for rs in dead[:max(0, len(dead) - spec.get("revisionHistoryLimit", 10))]:
+                try:
+                    st.delete(R_RS, ns, meta(rs)["name"], {"preconditions": {"uid": meta(rs)["uid"]}})
+                except ApiError:
+                    pass
+        # status, from the ReplicaSets' (re-read: they may have changed above)
+        rss = [rs for rs in st.all(R_RS, ns) if owned_by(rs, uid) and not is_terminating(rs)]
+        new = next((rs for rs in rss if meta(rs).get("labels", {}).get("pod-template-hash") == phash), None)
+        total = lambda k: sum(dig(rs, "status", k, default=0) or 0 for rs in rss)
+        updated = dig(new, "status", "replicas", default=0) if new is not None else 0
+        old_status = d.get("status") or {}
+        status = {"observedGeneration": m.get("generation", 1), "replicas": total("replicas"),
+                  "updatedReplicas": updated, "readyReplicas": total("readyReplicas"),
+                  "availableReplicas": total("availableReplicas"),
+                  "unavailableReplicas": max(0, replicas - total("availableReplicas"))}
+        status = {k: v for k, v in status.items() if v or k == "observedGeneration"}  # omitempty
+        max_unavail = 0 if recreate else percent_of(dig(spec, "strategy", "rollingUpdate", "maxUnavailable",
+                                                        default="25%"), replicas, round_up=False)
+        conds = {c.get("type"): c for c in old_status.get("conditions") or []}
+        now = now_ts()
+
+        def cond(type_, ok, reason, message):
+            c = conds.get(type_)
+            st_ = "True" if ok else "False"
+            if c and c.get("status") == st_ and c.get("reason") == reason and c.get("message") == message:
+                return c
+            return {"type": type_, "status": st_, "lastUpdateTime": now, "reason": reason, "message": message,
+                    "lastTransitionTime": c.get("lastTransitionTime", now) if c and c.get("status") == st_
+                    else now}
+        avail = total("availableReplicas") >= replicas - max_unavail
+        out = [cond("Available", avail, "MinimumReplicasAvailable" if avail else "MinimumReplicasUnavailable",
+                    "Deployment has %sminimum availability." % ("" if avail else "does not have "))]
+        if new is not None:
+            done = updated == replicas and total("replicas") == replicas and \
+                dig(new, "status", "availableReplicas", default=0) >= replicas
+            out.append(cond("Progressing", True, "NewReplicaSetAvailable" if done else "ReplicaSetUpdated",
+                            'ReplicaSet "%s" %s.' % (meta(new)["name"], "has successfully progressed" if done
+                                                      else "is progressing")))
+        elif "Progressing" in conds:
+            out.append(conds["Progressing"])
+        out.sort(key=lambda c: c["type"])
+        status["conditions"] = out
+        if status != old_status:
+            st.mutate(R_DEPLOY, ns, name, lambda o: o.update(status=status), uid=uid)
+
+    def deployment_stored(self, d):
+        """--deployments store: no ReplicaSets, no pods; the status tracks observedGeneration only."""
         m = meta(d)
         status = dict(d.get("status") or {})
         status["observedGeneration"] = m.get("generation", 1)
         if status != (d.get("status") or {}):
             self.store.mutate(R_DEPLOY, m.get("namespace"), m["name"], lambda o: o.update(status=status),
                               uid=m["uid"])
+
+    def create_rs(self, d, phash, revision, replicas):
+        m, spec = meta(d), d.get("spec") or {}
+        tmpl = copy.deepcopy(spec.get("template") or {})
+        tm = tmpl.setdefault("metadata", {})
+        tm.setdefault("labels", {})["pod-template-hash"] = phash
+        sel = copy.deepcopy(spec.get("selector") or {})
+        sel.setdefault("matchLabels", {})["pod-template-hash"] = phash
+        rs_name = "%s-%s" % (m["name"], phash)
+        rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+              "metadata": {"name": rs_name, "labels": dict(tm["labels"]),
+                           "annotations": {"deployment.kubernetes.io/desired-replicas": str(spec.get("replicas", 1)),
+                                           "deployment.kubernetes.io/max-replicas": str(spec.get("replicas", 1)),
+                                           "deployment.kubernetes.io/revision": str(revision)},
+                           "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": m["name"],
+                                                "uid": m["uid"], "controller": True, "blockOwnerDeletion": True}]},
+              "spec": {"replicas": replicas, "minReadySeconds": spec.get("minReadySeconds", 0), "selector": sel,
+                       "template": tmpl}}
+        try:
+            out = self.store.create(R_RS, m["namespace"], rs, internal=True)
+        except ApiError as e:
+            log("deployment %s: cannot create replica set %s: %s" % (m["name"], rs_name, e))
+            return None
+        record_event(self.store, d, "ScalingReplicaSet", "Scaled up replica set %s from 0 to %d" % (rs_name, replicas),
+                     component="deployment-controller")
+        return out
+
+    def scale_rs(self, d, rs, n):
+        rm = meta(rs)
+        was = dig(rs, "spec", "replicas", default=1)
+        if was == n:
+            return
+        self.store.mutate(R_RS, rm["namespace"], rm["name"], lambda o: o["spec"].update(replicas=n), uid=rm["uid"])
+        record_event(self.store, d, "ScalingReplicaSet", "Scaled %s replica set %s from %d to %d" % (
+            "up" if n > was else "down", rm["name"], was, n), component="deployment-controller")
+
+    # -- ReplicaSet: pods RS-<5 random characters> up to spec.replicas
+
+    def replicaset(self, rs):
+        st, m, spec = self.store, meta(rs), rs.get("spec") or {}
+        ns, name, uid = m.get("namespace"), m["name"], m["uid"]
+        replicas = spec.get("replicas", 1)
+        pods = [p for p in st.all(R_POD, ns) if owned_by(p, uid)]
+        # active: not being deleted and not ended (an ended pod stays, as the real controller leaves it)
+        active = [p for p in pods if not is_terminating(p) and
+                  p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+        for _ in range(replicas - len(active)):
+            self.create_rs_pod(rs)
+        if len(active) > replicas:  # the least useful first: not scheduled, pending, not ready, newest
+            rank = lambda p: (p.get("status", {}).get("phase") == "Running", pod_ready(p),
+                              -(parse_ts(meta(p).get("creationTimestamp")) or 0))
+            for p in sorted(active, key=rank)[:len(active) - replicas]:
+                try:
+                    st.delete(R_POD, ns, meta(p)["name"], {"preconditions": {"uid": meta(p)["uid"]}})
+                    record_event(st, rs, "SuccessfulDelete", "Deleted pod: %s" % meta(p)["name"],
+                                 component="replicaset-controller")
+                except ApiError:
+                    pass
+        active = [p for p in st.all(R_POD, ns) if owned_by(p, uid) and not is_terminating(p) and
+                  p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+        ready = sum(1 for p in active if pod_ready(p))
+        status = {"replicas": len(active), "fullyLabeledReplicas": len(active), "readyReplicas": ready,
+                  "availableReplicas": ready, "observedGeneration": m.get("generation", 1)}
+        status = {k: v for k, v in status.items() if v or k == "replicas"}  # omitempty
+        if status != (rs.get("status") or {}):
+            st.mutate(R_RS, ns, name, lambda o: o.update(status=status), uid=uid)
+
+    def create_rs_pod(self, rs):
+        m, spec = meta(rs), rs.get("spec") or {}
+        tmpl = copy.deepcopy(spec.get("template") or {})
+        tm = tmpl.get("metadata") or {}
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"generateName": m["name"] + "-", "labels": dict(tm.get("labels") or {}),
+                            "annotations": dict(tm.get("annotations") or {}),
+                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": m["name"],
+                                                 "uid": m["uid"], "controller": True,
+                                                 "blockOwnerDeletion": True}]},
+               "spec": tmpl.get("spec") or {}}
+        if not pod["metadata"]["annotations"]:
+            del pod["metadata"]["annotations"]
+        try:
+            out = self.store.create(R_POD, m["namespace"], pod, internal=True)
+            record_event(self.store, rs, "SuccessfulCreate", "Created pod: %s" % meta(out)["name"],
+                         component="replicaset-controller")
+        except ApiError as e:
+            record_event(self.store, rs, "FailedCreate", "Error creating: %s" % e.status["message"], "Warning",
+                         component="replicaset-controller")
 
     # -- garbage collector: dependents of a gone owner are deleted (background cascade)
 
@@ -1882,10 +2183,119 @@ except (OSError, AttributeError):
     _prctl = None
 
 
-def _child_setup():
-    """In the container's process, before exec: die with the simulator (its kubelet thread), even on SIGKILL."""
+def _child_setup(plan=None):
+    """In the container's process, before exec: die with the simulator (its kubelet thread), even on SIGKILL;
+    with a MountPlan, enter a mount namespace of its own first."""
     if _prctl is not None:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if plan is not None:
+        _enter_mount_ns(plan)
+
+
+# Mount namespaces: a container whose volumeMounts lie under /run/secrets (/var/run/secrets: the service-account
+# token, which clients open by that absolute path, never told where it is) gets a private mount namespace in
+# which a fresh tmpfs covers /run, each entry of the host's /run is a symlink to it (bind-mounted under the
+# pod's directory), and those volumes are bind-mounted at their mountPaths. Nothing changes outside the
+# container. As root a plain mount namespace; else in a user namespace mapping only the simulator's uid.
+CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = \
+    1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _unshare, _mount = _libc.unshare, _libc.mount  # resolved before any fork
+    _unshare.argtypes = [ctypes.c_int]
+    _mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+except (OSError, AttributeError):
+    _unshare = _mount = None
+RUN_DIR = os.path.realpath("/var/run")  # /run where /var/run links there
+SECRETS_DIR = os.path.join(RUN_DIR, "secrets")
+MOUNT_NS = False  # whether containers can get mount namespaces here (tried once at start, see Kubelet)
+MountPlan = collections.namedtuple("MountPlan", "host_run entries binds uid gid")
+
+
+def secret_target(mount_path):
+    """The path a mountPath under /var/run/secrets or /run/secrets is bind-mounted at, else None."""
+    t = mount_path.rstrip("/")
+    for prefix in ("/var/run/", "/run/"):
+        if t.startswith(prefix):
+            t = os.path.join(RUN_DIR, t[len(prefix):])
+            break
+    return t if t.startswith(SECRETS_DIR + "/") else None
+
+
+def mount_plan(host_run, binds):
+    """binds: [(sandbox path, target, read-only)]; host_run: an empty directory outside /run."""
+    os.makedirs(host_run, exist_ok=True)
+    tops = {os.path.relpath(t, RUN_DIR).split("/")[0] for _, t, _ in binds}
+    try:
+        entries = [e for e in os.listdir(RUN_DIR) if e not in tops]
+    except OSError:
+        entries = []
+    keep = []
+    for src, target, ro in binds:
+        flags = 0
+        try:
+            f = os.statvfs(src).f_flag  # the source's locked flags, kept on a read-only remount
+            flags = (MS_NOSUID if f & os.ST_NOSUID else 0) | (MS_NODEV if f & os.ST_NODEV else 0) | \
+                (MS_NOEXEC if f & os.ST_NOEXEC else 0)
+        except OSError:
+            pass
+        keep.append((os.fsencode(src), target, ro, flags))
+    return MountPlan(os.fsencode(host_run), [os.fsencode(e) for e in entries], keep, os.geteuid(), os.getegid())
+
+
+def _mnt(src, target, fstype, flags, data=None):
+    if _mount(src, os.fsencode(target) if isinstance(target, str) else target, fstype, flags, data) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, "mount %s: %s" % (target, os.strerror(e)))
+
+
+def _enter_mount_ns(plan):
+    user_ns = plan.uid != 0
+    if _unshare is None or _unshare(CLONE_NEWNS | (CLONE_NEWUSER if user_ns else 0)) != 0:
+        raise OSError(ctypes.get_errno() if _unshare else 0, "unshare")
+    if user_ns:
+        for f, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (plan.uid, plan.uid)),
+                        ("gid_map", "%d %d 1" % (plan.gid, plan.gid))):
+            fd = os.open("/proc/self/" + f, os.O_WRONLY)
+            try:
+                os.write(fd, text.encode())
+            finally:
+                os.close(fd)
+    run = os.fsencode(RUN_DIR)
+    _mnt(None, b"/", None, MS_REC | MS_PRIVATE)
+    _mnt(run, plan.host_run, None, MS_BIND | MS_REC)
+    _mnt(b"tmpfs", run, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=755")
+    for e in plan.entries:
+        os.symlink(os.path.join(plan.host_run, e), os.path.join(run, e))
+    for src, target, ro, flags in plan.binds:
+        os.makedirs(target, exist_ok=True)
+        _mnt(src, target, None, MS_BIND)
+        if ro:
+            try:
+                _mnt(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | flags)
+            except OSError:
+                pass  # read-only is a nicety here
+
+
+def mount_ns_works(tmp):
+    """Try once: a process in a mount namespace sees a directory bind-mounted under /run/secrets."""
+    src = os.path.join(tmp, ".mount-ns-probe")
+    os.makedirs(src, exist_ok=True)
+    with open(os.path.join(src, "probe"), "w") as f:
+        f.write("ok")
+    target = os.path.join(SECRETS_DIR, "apisim-probe")
+    plan = mount_plan(os.path.join(tmp, ".mount-ns-probe-run"), [(src, target, True)])
+    try:
+        r = subprocess.run([sys.executable, "-c", "import sys; sys.exit(open(sys.argv[1]).read() != 'ok')",
+                            os.path.join(target, "probe")], preexec_fn=lambda: _child_setup(plan),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=20)
+        ok = r.returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.rmtree(os.path.join(tmp, ".mount-ns-probe-run"), ignore_errors=True)
+    return ok
 
 
 WATCHDOG = r"""
@@ -1943,6 +2353,7 @@ class Container:
         self.log_starts = []  # byte offsets of each instance in the log: `kubectl logs` shows the last
         self.run = None  # (argv, env, cwd) once resolved
         self.mounts = []  # (mountPath, sandbox path), longest first
+        self.mount_plan = None  # a MountPlan when it needs a mount namespace
 
     def ready(self):
         return self.state == "running" and (self.probe_ready or not self.spec.get("readinessProbe")) and not \
@@ -2081,9 +2492,10 @@ class Kubelet(threading.Thread):
     def alloc_ip(self):
         base = [int(x) for x in OPT.pod_ip_start.split(".")]
         n = (base[1] << 16) | (base[2] << 8) | base[3]
+        services = {dig(o, "spec", "clusterIP") for o in self.store.all(R_SVC)}
         while True:
             ip = "127.%d.%d.%d" % ((n >> 16) & 255, (n >> 8) & 255, n & 255)
-            if (n & 255) not in (0, 255) and ip not in self.ips:
+            if (n & 255) not in (0, 255) and ip not in self.ips and ip not in services:
                 self.ips.add(ip)
                 return ip
             n += 1
@@ -2253,6 +2665,9 @@ class Kubelet(threading.Thread):
                     for kind in ("configMap", "secret", "downwardAPI"):
                         if kind in src:
                             files.update(self.source_files(pod, rt, src[kind] or {}, kind, ns))
+                    if "serviceAccountToken" in src:  # a token bound to this pod (never expires here)
+                        sa = dig(pod, "spec", "serviceAccountName", default="default")
+                        files[src["serviceAccountToken"].get("path", "token")] = pod_token(ns, sa, rt.uid).encode()
                 mode = (v["projected"] or {}).get("defaultMode")
             if files is not None:
                 self.write_files(d, files, mode)
@@ -2340,9 +2755,19 @@ class Kubelet(threading.Thread):
             base["PATH"] = os.pathsep.join(self.bin_dirs + [os.environ.get("PATH", "/usr/bin:/bin")])
             base["HOME"] = rt.dir
             base["HOSTNAME"] = dig(pod, "spec", "hostname") or rt.name
+            # the API server, as the kubelet gives every container (the "kubernetes" Service's variables)
+            base["KUBERNETES_SERVICE_HOST"] = "127.0.0.1"
+            base["KUBERNETES_SERVICE_PORT"] = base["KUBERNETES_SERVICE_PORT_HTTPS"] = str(API_PORT)
+            base["KUBERNETES_PORT"] = "tcp://127.0.0.1:%s" % API_PORT
             base.update(env)
             argv = [self.rewrite(self.expand(str(a), base), mounts) for a in
                     (c.spec.get("command") or []) + (c.spec.get("args") or [])]
+            binds = [(hp, secret_target(mp), any(vm.get("mountPath") == mp and vm.get("readOnly")
+                                                 for vm in c.spec.get("volumeMounts") or []))
+                     for mp, hp in mounts if secret_target(mp)]
+            c.mount_plan = None
+            if binds and MOUNT_NS:
+                c.mount_plan = mount_plan(os.path.join(rt.dir, ".host-run"), binds)
             if not c.spec.get("command"):
                 # no command: the image name's last path element stands for its entrypoint
                 img = (c.spec.get("image") or "").rsplit("/", 1)[-1].split(":")[0].split("@")[0]
@@ -2384,7 +2809,8 @@ class Kubelet(threading.Thread):
                 os.makedirs(cwd, exist_ok=True)
                 c.proc = subprocess.Popen([exe] + argv[1:], executable=exe, env=env, cwd=cwd,
                                           stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT,
-                                          start_new_session=True, preexec_fn=_child_setup)
+                                          start_new_session=True,
+                                          preexec_fn=lambda plan=c.mount_plan: _child_setup(plan))
             except OSError as e:
                 c.proc = None
                 return self.start_failed(rt, c, "failed to start %s: %s" % (argv[0], e))
@@ -2728,6 +3154,179 @@ class Kubelet(threading.Thread):
         return self.pods.get(uid)
 
 
+# ==== kube-proxy ====================================================================================
+
+def _reset(conn):
+    """Close a connection with a RST, as a refused one (kube-proxy REJECTs a Service without endpoints)."""
+    try:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    conn.close()
+
+
+class KubeProxy(threading.Thread):
+    """Services' cluster IPs: a listener on CLUSTERIP:PORT for each TCP port of each Service that has a
+    (loopback) cluster IP, unless it is the pods' port too (see same_port); each connection goes to an endpoint picked at random when it arrives: a pod of the
+    Service's namespace matching its selector, Running, not terminating, Ready (any Running one with
+    publishNotReadyAddresses), at targetPort (a number, or a container port's name in that pod). No endpoint,
+    or none that answers: the connection is reset. TCP is relayed byte for byte (half-closes passed on);
+    the endpoint sees the connection come from 127.0.0.1."""
+
+    def __init__(self, store, stop):
+        threading.Thread.__init__(self, name="kube-proxy", daemon=True)
+        self.store, self.stop = store, stop
+        self.kick = threading.Event()
+        store.kicks.append(self.kick)
+        self.listeners = {}  # (ns, name, clusterIP, port) -> listening socket
+        self.failed = {}  # key -> when to try binding again
+
+    def run(self):
+        while not self.stop.is_set():
+            self.kick.wait(0.5)
+            self.kick.clear()
+            try:
+                self.sync()
+            except Exception:
+                traceback.print_exc()
+        for key in list(self.listeners):
+            self.close(key)
+
+    def sync(self):
+        want = set()
+        for svc in self.store.all(R_SVC):
+            m, spec = meta(svc), svc.get("spec") or {}
+            ip = spec.get("clusterIP")
+            q = _ip4(ip)
+            if q is None or q[0] != 127 or spec.get("type") == "ExternalName" or is_terminating(svc):
+                continue
+            for p in spec.get("ports") or []:
+                if p.get("protocol", "TCP") == "TCP" and isinstance(p.get("port"), int) and \
+                        not self.same_port(svc, p):
+                    want.add((m.get("namespace"), m["name"], ip, p["port"]))
+        for key in list(self.listeners):
+            if key not in want:
+                self.close(key)
+        now = time.monotonic()
+        for key in want - set(self.listeners):
+            if self.failed.get(key, 0) > now:
+                continue
+            try:
+                ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                ls.bind((key[2], key[3]))
+                ls.listen(128)
+            except OSError as e:
+                ls.close()
+                if key not in self.failed:
+                    log("kube-proxy: service %s/%s: cannot listen on %s:%d: %s (retrying)" % (key + (e,)))
+                self.failed[key] = now + 1.0
+                continue
+            self.failed.pop(key, None)
+            self.listeners[key] = ls
+            threading.Thread(target=self.accept_loop, args=(key, ls), daemon=True,
+                             name="proxy-%s-%d" % (key[1], key[3])).start()
+
+    def same_port(self, svc, sp):
+        """Whether the Service's port is its pods' port too: then no listener. The pods share the host's network,
+        and a pod listening on the wildcard address (0.0.0.0:PORT) already answers on every loopback address,
+        the cluster IP included; a listener of ours on CLUSTERIP:PORT would keep it from binding at all."""
+        tp = sp.get("targetPort", sp.get("port"))
+        if not (isinstance(tp, str) and not tp.isdigit()):
+            return int(tp) == sp["port"]
+        sel = (svc.get("spec") or {}).get("selector") or {}
+        if not sel:
+            return False
+        ns = meta(svc).get("namespace")
+        ports = [cp.get("containerPort") for o in self.store.all(R_DEPLOY, ns) + self.store.all(R_STS, ns) +
+                 self.store.all(R_RS, ns) + self.store.all(R_POD, ns)
+                 for tm in [dig(o, "spec", "template") if o.get("kind") != "Pod" else o]
+                 if all((dig(tm, "metadata", "labels", default={}) or {}).get(k) == v for k, v in sel.items())
+                 for c in dig(tm, "spec", "containers", default=[]) or [] for cp in c.get("ports") or []
+                 if cp.get("name") == tp]
+        return sp["port"] in ports
+
+    def close(self, key):
+        ls = self.listeners.pop(key, None)
+        if ls is not None:
+            try:
+                ls.shutdown(socket.SHUT_RDWR)  # wakes the accept
+            except OSError:
+                pass
+            ls.close()
+
+    def accept_loop(self, key, ls):
+        while True:
+            try:
+                conn, _ = ls.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.forward, args=(key, conn), daemon=True, name="proxy-conn").start()
+
+    def endpoints(self, key):
+        ns, name, ip, port = key
+        svc = self.store.peek(R_SVC, ns, name)
+        spec = (svc or {}).get("spec") or {}
+        sp = next((p for p in spec.get("ports") or [] if p.get("port") == port), None)
+        sel = spec.get("selector") or {}
+        if svc is None or spec.get("clusterIP") != ip or sp is None or not sel:
+            return []
+        out = []
+        for pod in self.store.all(R_POD, ns):
+            labels = meta(pod).get("labels") or {}
+            st = pod.get("status") or {}
+            if any(labels.get(k) != v for k, v in sel.items()) or is_terminating(pod) or \
+                    st.get("phase") != "Running" or not st.get("podIP"):
+                continue
+            if not (pod_ready(pod) or spec.get("publishNotReadyAddresses")):
+                continue
+            tp = sp.get("targetPort", port)
+            if isinstance(tp, str) and not tp.isdigit():
+                tp = next((cp.get("containerPort") for c in dig(pod, "spec", "containers", default=[]) or []
+                           for cp in c.get("ports") or [] if cp.get("name") == tp and
+                           cp.get("protocol", "TCP") == "TCP"), None)
+                if tp is None:
+                    continue
+            out.append((st["podIP"], int(tp)))
+        return out
+
+    def forward(self, key, conn):
+        eps = self.endpoints(key)
+        random.shuffle(eps)
+        up = None
+        for ep in eps:
+            try:
+                up = socket.create_connection(ep, timeout=5)
+                break
+            except OSError:
+                continue
+        if up is None:
+            return _reset(conn)
+        up.settimeout(None)
+        done = threading.Semaphore(0)
+
+        def pump(src, dst):
+            try:
+                while True:
+                    b = src.recv(65536)
+                    if not b:
+                        break
+                    dst.sendall(b)
+                dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                for x in (src, dst):
+                    try:
+                        x.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+            done.release()
+        threading.Thread(target=pump, args=(up, conn), daemon=True, name="proxy-down").start()
+        pump(conn, up)
+        done.acquire()
+        conn.close()
+        up.close()
+
+
 # ==== HTTP handler ==================================================================================
 
 class SimServer(ThreadingHTTPServer):
@@ -2876,7 +3475,14 @@ class Handler(BaseHTTPRequestHandler):
                         break  # the token of a service account that does not exist is no token
                     return sa_user(ns, sa)
             else:
-                if not OPT.token or hmac.compare_digest(tok, OPT.token.encode()):
+                with POD_TOKENS_LOCK:
+                    bound = POD_TOKENS.get(tok.decode(errors="replace"))
+                if bound is not None:  # a pod's token: while its ServiceAccount and its pod exist
+                    ns, sa, uid = bound
+                    if sim.store.peek(R_SA, ns, sa) is not None and any(
+                            meta(p).get("uid") == uid for p in sim.store.all(R_POD, ns)):
+                        return sa_user(ns, sa)
+                elif not OPT.token or hmac.compare_digest(tok, OPT.token.encode()):
                     return ADMIN
         elif not OPT.token:
             return ADMIN
@@ -2953,7 +3559,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def sim_endpoint(self, sim, what):
         if what == "healthz":
-            return self.send(200, {"ok": True, "resourceVersion": str(sim.store.rv)})
+            return self.send(200, {"ok": True, "resourceVersion": str(sim.store.rv), "mountNamespaces": MOUNT_NS})
         if what == "pods" and self.command == "GET":
             return self.send(200, sim.kubelet.sim_records())
         if self.command != "POST":
@@ -3333,6 +3939,7 @@ class Simulator:
         bin_dirs = [os.path.abspath(d) for spec in opt.bin_dir for d in spec.split(os.pathsep) if d]
         self.kubelet = Kubelet(self.store, self.stop, os.path.abspath(opt.root), bin_dirs, opt.node_name)
         self.controllers = Controllers(self.store, self.stop)
+        self.proxy = KubeProxy(self.store, self.stop)
 
     def make_tls(self, d):
         """A CA and a server certificate for 127.0.0.1 and localhost, made with the openssl tool (kept if
@@ -3457,6 +4064,11 @@ def main(argv=None):
                          "(what a runtime does to the container's cgroup)")
     ap.add_argument("--node-name", default="sim-node")
     ap.add_argument("--pod-ip-start", default="127.0.1.1", help="first pod address (loopback, 127.x.y.z)")
+    ap.add_argument("--deployments", choices=("run", "store"), default="run",
+                    help="run Deployments (ReplicaSets and their pods), or only store them (tests that run the "
+                         "coordinator by hand)")
+    ap.add_argument("--service-ip-start", default="127.1.0.1",
+                    help="first Service cluster IP allocated (loopback, 127.x.y.z); the kube-proxy listens there")
     ap.add_argument("--verbose", "-v", action="store_true", help="log one line per request to stderr")
     OPT = ap.parse_args(argv)
     OPT.sa_tokens = {}  # token -> (namespace, service account)
@@ -3478,14 +4090,29 @@ def main(argv=None):
     NODE_NAME = OPT.node_name
     if not re.match(r"^127\.\d+\.\d+\.\d+$", OPT.pod_ip_start):
         ap.error("--pod-ip-start must be a 127.x.y.z address")
+    if not re.match(r"^127\.\d+\.\d+\.\d+$", OPT.service_ip_start):
+        ap.error("--service-ip-start must be a 127.x.y.z address")
     if OPT.root is None:
         import tempfile
         OPT.root = tempfile.mkdtemp(prefix="apisim-")
     os.makedirs(OPT.root, exist_ok=True)
+    global MOUNT_NS, CA_PEM, API_PORT
+    if (os.path.realpath(OPT.root) + "/").startswith(RUN_DIR + "/"):
+        log("the pods' root is under %s: no mount namespaces (service-account tokens only where paths are "
+            "rewritten)" % RUN_DIR)
+    else:
+        MOUNT_NS = mount_ns_works(os.path.realpath(OPT.root))
+        if not MOUNT_NS:
+            log("no mount namespaces here (not root, and no user namespaces): a container does not find its "
+                "service-account token at %s" % SA_DIR)
 
     sim = Simulator(OPT)
     if OPT.tls_dir:
         sim.make_tls(OPT.tls_dir)
+        with open(os.path.join(OPT.tls_dir, "ca.crt")) as f:
+            CA_PEM = f.read()
+        for nso in sim.store.all(R_NS):
+            sim.store.mutate(R_CM, meta(nso)["name"], "kube-root-ca.crt", lambda o: o.update(data={"ca.crt": CA_PEM}))
     atexit.register(sim.shutdown)
 
     def on_signal(signum, frame):
@@ -3494,8 +4121,10 @@ def main(argv=None):
     signal.signal(signal.SIGINT, on_signal)
 
     sim.listen()
+    API_PORT = sim.port
     sim.kubelet.start()
     sim.controllers.start()
+    sim.proxy.start()
     if OPT.kubeconfig_out:
         sim.write_kubeconfig(OPT.kubeconfig_out)
     for path, tok, who in sa_kubeconfigs:
