@@ -9,6 +9,7 @@
 #include "common/rng.h"
 #include "common/secret.h"
 #include "common/version.h"
+#include "coordinator/kube_exec.h"
 #include "coordinator/watch.h"
 
 #include <curl/curl.h>
@@ -89,6 +90,7 @@ struct rs_kube {
 	int failures;
 	char *token;               /* the bearer token in use */
 	double token_read_at;
+	double token_expires;      /* an exec plugin's token: its expiry (seconds since the epoch; 0: none said) */
 	pod_entry *pods;
 	size_t npods, cap;
 	posting posts[MAX_POSTINGS];
@@ -118,6 +120,19 @@ static void read_token(rs_kube *k)
 	}
 	free(k->token);
 	k->token = buf;
+}
+
+/* Run the exec plugin for a fresh token (kube_exec.h): RS_OK, or the old token stays (err says why). */
+static rs_status exec_token(rs_kube *k, rs_err *err)
+{
+	char *tok = NULL;
+	double exp = 0;
+	k->token_read_at = rs_now();
+	RSCHECK(rs_kube_exec_run(k->cfg.exec_argv, k->cfg.exec_env, k->cfg.exec_api, RS_KUBE_EXEC_TIMEOUT_MS, &tok, &exp,
+				 err));
+	free(k->token);
+	k->token = tok, k->token_expires = exp;
+	return RS_OK;
 }
 
 /* Authorization and TLS on an easy handle, as the configuration says. */
@@ -446,6 +461,11 @@ static void finished(rs_kube *k, CURLcode res)
 	end_request(k);
 	if (code == 401 && k->cfg.token_file)
 		read_token(k); /* a rotated token */
+	if (code == 401 && k->cfg.exec_argv && rs_now() - k->token_read_at > 10) { /* refused: ask the plugin again */
+		rs_err e = {0};
+		if (exec_token(k, &e) != RS_OK)
+			RS_WARN("kubernetes: %s", e.msg);
+	}
 	if (was == K_LISTING) {
 		if (res == CURLE_OK && code == 200)
 			apply_list(k);
@@ -573,6 +593,8 @@ rs_status rs_kube_create(const rs_kube_config *cfg, const char *ns, const char *
 			   &k->cfg.key_file, &k->cfg.namespace};
 	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
 		*fields[i] = *fields[i] ? strdup(*fields[i]) : NULL;
+	k->cfg.exec_argv = rs_strv_dup(cfg->exec_argv), k->cfg.exec_env = rs_strv_dup(cfg->exec_env);
+	k->cfg.exec_api = cfg->exec_api ? strdup(cfg->exec_api) : NULL;
 	char **blobs[] = {&k->cfg.ca_data, &k->cfg.cert_data, &k->cfg.key_data};
 	size_t lens[] = {cfg->ca_data_len, cfg->cert_data_len, cfg->key_data_len};
 	for (size_t i = 0; i < 3; i++)
@@ -602,6 +624,12 @@ rs_status rs_kube_create(const rs_kube_config *cfg, const char *ns, const char *
 	if (k->cfg.token_file && !k->token) {
 		rs_kube_destroy(k);
 		return rs_err_set(err, RS_EIO, "kubernetes: cannot read the token file %s", cfg->token_file);
+	}
+	if ((cfg->exec_argv && (!k->cfg.exec_argv || !k->cfg.exec_api || (cfg->exec_env && !k->cfg.exec_env))) ||
+	    (k->cfg.exec_argv && exec_token(k, err) != RS_OK)) {
+		rs_status st = k->cfg.exec_argv && k->cfg.exec_api ? RS_EIO : RS_ENOMEM;
+		rs_kube_destroy(k);
+		return st == RS_ENOMEM ? rs_err_set(err, st, "kubernetes client: out of memory") : st;
 	}
 	*out = k;
 	return RS_OK;
@@ -721,6 +749,13 @@ void rs_kube_refresh_token(rs_kube *k)
 {
 	if (k->cfg.token_file && rs_now() - k->token_read_at > TOKEN_REREAD_S)
 		read_token(k);
+	/* an exec plugin's token a minute before it expires (once every 10 s at most while the plugin fails) */
+	if (k->cfg.exec_argv && k->token_expires > 0 && (double)time(NULL) > k->token_expires - 60 &&
+	    rs_now() - k->token_read_at > 10) {
+		rs_err e = {0};
+		if (exec_token(k, &e) != RS_OK)
+			RS_WARN("kubernetes: %s (the old token is kept)", e.msg);
+	}
 }
 
 rs_status rs_kube_configmap_read(rs_kube *k, const char *name, json_t **obj, rs_err *err)

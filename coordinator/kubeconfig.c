@@ -3,6 +3,7 @@
  */
 #include "coordinator/kubeconfig.h"
 #include "common/file.h"
+#include "coordinator/kube_exec.h"
 #include "coordinator/yaml.h"
 
 #include <errno.h>
@@ -82,6 +83,9 @@ void rs_kube_config_free(rs_kube_config *c)
 	free(c->cert_data);
 	free(c->key_data);
 	free(c->namespace);
+	rs_strv_free(c->exec_argv);
+	rs_strv_free(c->exec_env);
+	free(c->exec_api);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -134,6 +138,46 @@ static json_t *named(json_t *root, const char *list, const char *name, const cha
 
 static const char *sget(json_t *o, const char *key) { return json_string_value(json_object_get(o, key)); }
 
+/* user.exec into c: {command, args?, env?: [{name, value}], apiVersion}; a relative command path anchored to dir. */
+static rs_status exec_of(json_t *x, const char *path, const char *dir, const char *user, rs_kube_config *c, rs_err *err)
+{
+	const char *cmd = sget(x, "command"), *api = sget(x, "apiVersion");
+	json_t *args = json_object_get(x, "args"), *env = json_object_get(x, "env"), *e;
+	size_t i;
+	if (!cmd || !*cmd)
+		return rs_err_set(err, RS_EINVAL, "%s: user '%s': exec needs a command", path, user);
+	if (!api || (strcmp(api, "client.authentication.k8s.io/v1") && strcmp(api, "client.authentication.k8s.io/v1beta1")))
+		return rs_err_set(err, RS_EINVAL, "%s: user '%s': exec apiVersion must be client.authentication.k8s.io/v1 or "
+				  "v1beta1", path, user);
+	if ((args && !json_is_array(args)) || (env && !json_is_array(env)) || json_array_size(args) > 256 ||
+	    json_array_size(env) > 256)
+		return rs_err_set(err, RS_EINVAL, "%s: user '%s': exec args and env must be lists", path, user);
+	c->exec_argv = calloc(json_array_size(args) + 2, sizeof(char *));
+	c->exec_env = calloc(json_array_size(env) + 1, sizeof(char *));
+	if (!c->exec_argv || !c->exec_env || !(c->exec_api = strdup(api)))
+		return RS_ENOMEM;
+	/* a command with a slash is a path: relative to the kubeconfig (as client-go does); else looked up in PATH */
+	if (!(c->exec_argv[0] = strchr(cmd, '/') ? dup_path(dir, cmd) : strdup(cmd)))
+		return RS_ENOMEM;
+	json_array_foreach(args, i, e) {
+		if (!json_is_string(e))
+			return rs_err_set(err, RS_EINVAL, "%s: user '%s': exec args[%zu] is not a string", path, user, i);
+		if (!(c->exec_argv[i + 1] = strdup(json_string_value(e))))
+			return RS_ENOMEM;
+	}
+	json_array_foreach(env, i, e) {
+		const char *n = sget(e, "name"), *v = sget(e, "value");
+		if (!n || !*n || strchr(n, '=') || !v)
+			return rs_err_set(err, RS_EINVAL, "%s: user '%s': exec env[%zu] needs a name (no '=') and a value", path,
+					  user, i);
+		size_t len = strlen(n) + strlen(v) + 2;
+		if (!(c->exec_env[i] = malloc(len)))
+			return RS_ENOMEM;
+		snprintf(c->exec_env[i], len, "%s=%s", n, v);
+	}
+	return RS_OK;
+}
+
 /* The configuration a parsed kubeconfig (root, which it takes) names; dir anchors relative paths. */
 static rs_status from_root(json_t *root, const char *path, const char *dir, const char *context, rs_kube_config *c,
 			   rs_err *err)
@@ -163,12 +207,15 @@ static rs_status from_root(json_t *root, const char *path, const char *dir, cons
 		rs_err_set(err, st, "%s: context '%s': no user '%s'", path, ctx_name, user_name);
 		goto out;
 	}
-	if (json_object_get(user, "exec") || json_object_get(user, "auth-provider")) {
-		rs_err_set(err, RS_EUNSUPPORTED, "%s: user '%s': exec and auth-provider credential plugins are not supported; "
-			   "use a token, a token file or a client certificate", path, user_name);
+	if (json_object_get(user, "auth-provider")) {
+		rs_err_set(err, RS_EUNSUPPORTED, "%s: user '%s': auth-provider plugins are not supported (kubectl removed "
+			   "them too): use its exec plugin, a token, a token file or a client certificate", path, user_name);
 		st = RS_EUNSUPPORTED;
 		goto out;
 	}
+	if (json_object_get(user, "exec") && (st = exec_of(json_object_get(user, "exec"), path, dir, user_name, c, err)) != RS_OK)
+		goto out;
+	st = RS_EINVAL;
 	const char *server = sget(cluster, "server");
 	const char *host = !strncmp(server, "https://", 8) ? server + 8 : !strncmp(server, "http://", 7) ? server + 7 : NULL;
 	if (!host || !*host || *host == '/') {

@@ -12,8 +12,10 @@
  *      insecure-skip-tls-verify) and the user (token, tokenFile,
  *      client-certificate and -key, or their -data).
  * TLS is verified against the cluster's CA; verification is off only when
- * the kubeconfig says insecure-skip-tls-verify: true. Exec and
- * auth-provider credential plugins are refused with a clear message.
+ * the kubeconfig says insecure-skip-tls-verify: true. An exec credential
+ * plugin (client.authentication.k8s.io/v1 or v1beta1) is run for a token
+ * (kube_exec.h); auth-provider plugins (removed from kubectl) are refused
+ * with a clear message.
  */
 #ifndef RS_KUBECONFIG_H
 #define RS_KUBECONFIG_H
@@ -36,6 +38,8 @@ typedef struct rs_kube_config {
 	size_t cert_data_len, key_data_len;
 	int insecure;            /* skip TLS verification: only when the kubeconfig asks */
 	char *namespace;         /* the context's or the service account's namespace, or NULL */
+	/* an exec credential plugin (kube_exec.h): its command and args, env ("NAME=value"), apiVersion; or NULL */
+	char **exec_argv, **exec_env, *exec_api;
 	char source[512];        /* for messages: "in-cluster", "kubeconfig FILE, context C" */
 } rs_kube_config;
 

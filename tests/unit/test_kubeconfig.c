@@ -4,7 +4,8 @@
  * {}), kubeconfig contexts, clusters and users (CA data, insecure only when
  * asked, tokens, client certificates, relative paths), JSON kubeconfigs,
  * in-cluster configuration from a service-account directory, and what is
- * refused with a reason (exec plugins, tabs, anchors, broken files).
+ * refused with a reason (auth-provider plugins, exec without its apiVersion,
+ * tabs, anchors, broken files); exec credential plugins run.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "coordinator/kube_exec.h"
 #include "coordinator/kubeconfig.h"
 #include "coordinator/yaml.h"
 
@@ -148,6 +150,97 @@ static void test_kubeconfig_list(void **state)
 	unlink(a), unlink(b), rmdir(sub), rmdir(dir);
 }
 
+/* user.exec: the plugin runs (its args, its env, KUBERNETES_EXEC_INFO) and its ExecCredential's token is used. */
+static void test_exec_plugin(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/rs-exec-XXXXXX", plugin[96], kc[96], text[1024];
+	assert_non_null(mkdtemp(dir));
+	snprintf(plugin, sizeof(plugin), "%s/get-token", dir);
+	FILE *f = fopen(plugin, "w");
+	assert_non_null(f);
+	/* it checks what client-go gives a plugin, and answers with its arguments and env in the token */
+	fputs("#!/bin/sh\ncase \"$KUBERNETES_EXEC_INFO\" in *'\"interactive\":false'*) ;; *) exit 3;; esac\n"
+	      "printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":"
+	      "{\"token\":\"tok-%s-%s\",\"expirationTimestamp\":\"2030-01-02T03:04:05Z\"}}' \"$1\" \"$CLUSTER\"\n", f);
+	fclose(f);
+	assert_int_equal(chmod(plugin, 0700), 0);
+	snprintf(kc, sizeof(kc), "%s/config", dir);
+	snprintf(text, sizeof(text), "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n"
+		 "    server: https://k.example:443\ncontexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n"
+		 "users:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n"
+		 "      command: ./get-token\n      args:\n      - eks\n      env:\n      - name: CLUSTER\n        value: prod\n");
+	f = fopen(kc, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+	rs_kube_config c;
+	rs_err err = {0};
+	if (rs_kube_config_load(kc, NULL, &c, &err) != RS_OK)
+		fail_msg("%s", err.msg);
+	char want[128];
+	snprintf(want, sizeof(want), "%s/./get-token", dir);
+	assert_string_equal(c.exec_argv[0], want); /* relative to the kubeconfig */
+	assert_string_equal(c.exec_argv[1], "eks");
+	assert_string_equal(c.exec_env[0], "CLUSTER=prod");
+	char *tok = NULL;
+	double exp = 0;
+	if (rs_kube_exec_run(c.exec_argv, c.exec_env, c.exec_api, 5000, &tok, &exp, &err) != RS_OK)
+		fail_msg("%s", err.msg);
+	assert_string_equal(tok, "tok-eks-prod");
+	assert_true(exp == 1893553445.0); /* 2030-01-02T03:04:05Z */
+	free(tok);
+	/* a plugin that fails, or that hangs, is an error naming it; nothing is returned */
+	f = fopen(plugin, "w");
+	fputs("#!/bin/sh\necho 'no credentials' >&2\nexit 1\n", f);
+	fclose(f);
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(rs_kube_exec_run(c.exec_argv, c.exec_env, c.exec_api, 5000, &tok, &exp, &err), RS_EIO);
+	assert_non_null(strstr(err.msg, "exited with status 1"));
+	assert_null(tok);
+	f = fopen(plugin, "w");
+	fputs("#!/bin/sh\nexec sleep 30\n", f);
+	fclose(f);
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(rs_kube_exec_run(c.exec_argv, c.exec_env, c.exec_api, 300, &tok, &exp, &err), RS_ETIMEDOUT);
+	rs_kube_config_free(&c);
+	unlink(plugin), unlink(kc), rmdir(dir);
+}
+
+/* What a plugin prints, parsed strictly. */
+static void test_exec_credential_parse(void **state)
+{
+	(void)state;
+	static const char *const api = "client.authentication.k8s.io/v1beta1";
+	static const struct {
+		const char *text;
+		rs_status want;
+		double exp;
+	} cases[] = {
+		{"{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\"}}", RS_OK, 0},
+		{"{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\","
+		 "\"expirationTimestamp\":\"2030-01-02T04:04:05.5+01:00\"}}", RS_OK, 1893553445.5},
+		{"{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\"}}", RS_EINVAL, 0},
+		{"{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{}}", RS_EINVAL, 0},
+		{"{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"a b\"}}", RS_EINVAL, 0},
+		{"{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\","
+		 "\"expirationTimestamp\":\"tomorrow\"}}", RS_EINVAL, 0},
+		{"{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":"
+		 "{\"clientCertificateData\":\"x\",\"clientKeyData\":\"y\"}}", RS_EUNSUPPORTED, 0},
+		{"not json", RS_EINVAL, 0},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *tok = NULL;
+		double exp = -1;
+		rs_err err = {0};
+		rs_status st = rs_kube_exec_parse(cases[i].text, strlen(cases[i].text), api, &tok, &exp, &err);
+		if (st != cases[i].want)
+			fail_msg("case %zu: %s (%s)", i, rs_status_str(st), err.msg);
+		assert_true(st == RS_OK ? tok != NULL && exp == cases[i].exp : tok == NULL && err.msg[0]);
+		free(tok);
+	}
+}
+
 static void kubeconfig_refused(const char *text, rs_status want, const char *why)
 {
 	rs_kube_config c;
@@ -163,8 +256,12 @@ static void test_refused(void **state)
 	(void)state;
 	rs_kube_config c;
 	rs_err err = {0};
-	assert_int_equal(rs_kube_config_load("tests/data/k8s/kubeconfig-exec.yaml", NULL, &c, &err), RS_EUNSUPPORTED);
-	assert_non_null(strstr(err.msg, "exec and auth-provider"));
+	/* an exec plugin without its apiVersion (kubectl refuses it too) */
+	assert_int_equal(rs_kube_config_load("tests/data/k8s/kubeconfig-exec.yaml", NULL, &c, &err), RS_EINVAL);
+	assert_non_null(strstr(err.msg, "exec apiVersion must be client.authentication.k8s.io/v1"));
+	kubeconfig_refused("current-context: x\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\nclusters:\n"
+			   "- name: c\n  cluster:\n    server: https://h\nusers:\n- name: u\n  user:\n    auth-provider:\n"
+			   "      name: gcp\n", RS_EUNSUPPORTED, "auth-provider plugins are not supported");
 	kubeconfig_refused("a: b\n", RS_EINVAL, "current-context is not set");
 	kubeconfig_refused("- 1\n", RS_EINVAL, "not a kubeconfig");
 	kubeconfig_refused("current-context: x\ncontexts:\n- name: x\n  context:\n    cluster: c\n", RS_EINVAL,
@@ -227,6 +324,8 @@ int main(void)
 		cmocka_unit_test(test_yaml),
 		cmocka_unit_test(test_kubectl_kubeconfig),
 		cmocka_unit_test(test_kubeconfig_list),
+		cmocka_unit_test(test_exec_plugin),
+		cmocka_unit_test(test_exec_credential_parse),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_in_cluster),
 	};
