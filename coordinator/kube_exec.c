@@ -14,27 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-char **rs_strv_dup(char *const *v)
-{
-	size_t n = 0;
-	while (v && v[n])
-		n++;
-	char **out = v ? calloc(n + 1, sizeof(char *)) : NULL;
-	for (size_t i = 0; out && i < n; i++)
-		if (!(out[i] = strdup(v[i]))) {
-			rs_strv_free(out);
-			return NULL;
-		}
-	return out;
-}
-
-void rs_strv_free(char **v)
-{
-	for (size_t i = 0; v && v[i]; i++)
-		free(v[i]);
-	free(v);
-}
-
 /* RFC 3339 (2026-11-27T05:23:00Z, fractions and numeric offsets allowed) in seconds since the epoch; -1 if not. */
 static double rfc3339(const char *s)
 {

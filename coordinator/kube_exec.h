@@ -31,8 +31,4 @@ rs_status rs_kube_exec_parse(const char *text, size_t len, const char *api, char
 rs_status rs_kube_exec_run(char *const *argv, char *const *env, const char *api, int timeout_ms, char **token,
 			   double *expires, rs_err *err);
 
-/* NULL-terminated string vectors: a deep copy (NULL without memory or for NULL), and its free. */
-char **rs_strv_dup(char *const *v);
-void rs_strv_free(char **v);
-
 #endif

@@ -3,7 +3,6 @@
  */
 #include "coordinator/kubeconfig.h"
 #include "common/file.h"
-#include "coordinator/kube_exec.h"
 #include "coordinator/yaml.h"
 
 #include <errno.h>
@@ -69,6 +68,27 @@ static char *unbase64(const char *in, size_t *len)
 	out[o] = 0;
 	*len = o;
 	return (char *)out;
+}
+
+char **rs_strv_dup(char *const *v)
+{
+	size_t n = 0;
+	while (v && v[n])
+		n++;
+	char **out = v ? calloc(n + 1, sizeof(char *)) : NULL;
+	for (size_t i = 0; out && i < n; i++)
+		if (!(out[i] = strdup(v[i]))) {
+			rs_strv_free(out);
+			return NULL;
+		}
+	return out;
+}
+
+void rs_strv_free(char **v)
+{
+	for (size_t i = 0; v && v[i]; i++)
+		free(v[i]);
+	free(v);
 }
 
 void rs_kube_config_free(rs_kube_config *c)

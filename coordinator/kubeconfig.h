@@ -79,4 +79,8 @@ rs_status rs_kube_config_find(const rs_kube_config_flags *f, rs_kube_config *c, 
 
 void rs_kube_config_free(rs_kube_config *c);
 
+/* NULL-terminated string vectors (exec_argv, exec_env): a deep copy (NULL without memory or for NULL), and its free. */
+char **rs_strv_dup(char *const *v);
+void rs_strv_free(char **v);
+
 #endif
