@@ -29,21 +29,15 @@ set -u
 . "$(dirname "$0")/../lib/itest.sh"
 . "$(dirname "$0")/../lib/apisim.sh"
 kubectl=tools/bin/kubectl
-helm=tools/bin/helm
 ns=rowshift-complete
 sts=rowshift-worker
 steps=60
 sel=app.kubernetes.io/name=rowshift,app.kubernetes.io/instance=rowshift,app.kubernetes.io/component=worker
-satok=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
-start_apisim --sa-token $ns/rowshift-coordinator=$satok --sa-kubeconfig-out $ns/rowshift-coordinator=$tmp/sa.kubeconfig
-k() { timeout 30 $kubectl -n $ns "$@"; }
+start_apisim_for $ns
 
 # 1. the chart, with a checkpoint volume
 cport=$(free_port)
-printf '{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "%s"}}\n' $ns | timeout 30 $kubectl apply -f - >/dev/null
-$helm template rowshift helm/rowshift --namespace $ns --set workers=2 --set gpusPerWorker=0 \
-	--set coordinatorURL=ws://127.0.0.1:$cport --set checkpoint.existingClaim=rowshift-checkpoints \
-	--set-file modelJson=examples/dlrm-small.json >"$tmp/chart.yaml"
+render_chart $ns $cport --set checkpoint.existingClaim=rowshift-checkpoints
 # the workers' readiness probe every second instead of 5 s: the job trains for about 2 s here
 sed -i '/"\/run\/rowshift\/ready"\]$/,/periodSeconds:/ s/periodSeconds: 5$/periodSeconds: 1/' "$tmp/chart.yaml"
 check "the worker's readiness probe tests its ready file (period made 1 s for this test)" bash -c \
@@ -150,17 +144,8 @@ up_and_done() { # still running a second on, and its status stream says done
 	[ "$phase" = done ] || { echo "phase: $phase" >&2; return 1; }
 }
 check "the coordinator stays up in phase done, serving its status" up_and_done
-lease_says_done() { # kubectl get lease -L shows where the job stands
-	local out
-	for _ in $(seq 1 60); do
-		out=$(k get lease rowshift-worker-leader -L rowshift.io/phase,rowshift.io/generation,rowshift.io/step --no-headers)
-		echo "$out" | grep -Eq " done +1 +$steps\$" && return 0
-		sleep 0.25
-	done
-	echo "kubectl get lease: $out" >&2
-	return 1
-}
-check "kubectl get lease -L rowshift.io/phase,... shows the job done at generation 1, step $steps" lease_says_done
+check "kubectl get lease -L rowshift.io/phase,... shows the job done at generation 1, step $steps" \
+	lease_shows rowshift-worker-leader rowshift.io/phase,rowshift.io/generation,rowshift.io/step " done +1 +$steps\$"
 check "... and ready (/readyz 200: serving the status is its job now)" bash -c \
 	"[ \"\$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$cport/readyz)\" = 200 ]"
 no_warnings() { # the events after a clean end: no WorkerLost, no Failed

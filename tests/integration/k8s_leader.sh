@@ -23,20 +23,15 @@ set -u
 . "$(dirname "$0")/../lib/itest.sh"
 . "$(dirname "$0")/../lib/apisim.sh"
 kubectl=tools/bin/kubectl
-helm=tools/bin/helm
 ns=rowshift-leader
 sts=rowshift-worker
 lease=rowshift-worker-leader
 duration=6 # the Lease's seconds (30 by default): A must give up within 4, B waits at least 6
 sel=app.kubernetes.io/name=rowshift,app.kubernetes.io/instance=rowshift,app.kubernetes.io/component=worker
-satok=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
-start_apisim --sa-token $ns/rowshift-coordinator=$satok --sa-kubeconfig-out $ns/rowshift-coordinator=$tmp/sa.kubeconfig
-k() { timeout 30 $kubectl -n $ns "$@"; }
+start_apisim_for $ns
 
 cport=$(free_port)
-printf '{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "%s"}}\n' $ns | timeout 30 $kubectl apply -f - >/dev/null
-$helm template rowshift helm/rowshift --namespace $ns --set workers=2 --set gpusPerWorker=0 \
-	--set coordinatorURL=ws://127.0.0.1:$cport --set-file modelJson=examples/dlrm-small.json >"$tmp/chart.yaml"
+render_chart $ns $cport
 check "kubectl apply creates the chart's objects" bash -c "timeout 30 $kubectl apply -f $tmp/chart.yaml >$tmp/apply.out 2>&1"
 jointok=$(k get secret rowshift-join-token -o jsonpath='{.data.token}' | base64 -d)
 python3 tests/integration/cutproxy.py "$tmp/proxy.port" "$simport" "$tmp/cut" "$tmp/hold" 2>"$tmp/proxy.err" &
@@ -131,17 +126,8 @@ check "C exits 3, saying it no longer acts (exit $rc)" bash -c "[ $rc = 3 ] && g
 check "D takes the Lease over once it expired, and acts with term 4" wait_for "$tmp/coord-d.err" "acting coordinator, term 4" 30
 check "the state says term 4 (D claimed it)" wait_term 4
 check "the workers rejoin D on the same address, and training goes on" wait_for "$tmp/coord-d.out" "^step" 90
-lease_says_training() { # kubectl get lease -L shows where the job stands, as of the last renewal
-	local out
-	for _ in $(seq 1 40); do
-		out=$(k get lease $lease -L rowshift.io/phase,rowshift.io/workers,rowshift.io/step --no-headers)
-		echo "$out" | grep -Eq "^$lease +coord-d .* training +3 +[1-9][0-9]*\$" && return 0
-		sleep 0.25
-	done
-	echo "kubectl get lease: $out" >&2
-	return 1
-}
-check "kubectl get lease -L rowshift.io/phase,... shows D's job training on 3 workers, its step" lease_says_training
+check "kubectl get lease -L rowshift.io/phase,... shows D's job training on 3 workers, its step" \
+	lease_shows $lease rowshift.io/phase,rowshift.io/workers,rowshift.io/step "^$lease +coord-d .* training +3 +[1-9][0-9]*\$"
 n=$(steps_of coord-d)
 check "... and on (more steps a few seconds later)" bash -c "sleep 3; [ \$(grep -c '^step' '$tmp/coord-d.out') -gt $n ]"
 

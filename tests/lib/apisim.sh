@@ -18,3 +18,40 @@ start_apisim() {
 	simport=$(cat "$tmp/sim.port")
 	export KUBECONFIG=$tmp/kubeconfig KUBECACHEDIR=$tmp/kube-cache
 }
+
+# start_apisim_for NS [ARGS...]: start_apisim (ARGS go to it) with a token for
+# the chart's coordinator ServiceAccount in NS, whose kubeconfig is
+# $tmp/sa.kubeconfig (its RBAC enforced); k runs kubectl in NS.
+start_apisim_for() {
+	local ns=$1 satok
+	shift
+	satok=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+	start_apisim --sa-token "$ns/rowshift-coordinator=$satok" \
+		--sa-kubeconfig-out "$ns/rowshift-coordinator=$tmp/sa.kubeconfig" "$@"
+	eval "k() { timeout 30 tools/bin/kubectl -n $ns \"\$@\"; }"
+}
+
+# render_chart NS PORT [HELM ARGS...]: NS created, and the chart with 2 CPU
+# workers of examples/dlrm-small.json reaching the coordinator at
+# ws://127.0.0.1:PORT rendered into $tmp/chart.yaml (HELM ARGS added).
+render_chart() {
+	local ns=$1 port=$2
+	shift 2
+	printf '{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "%s"}}\n' "$ns" |
+		timeout 30 tools/bin/kubectl apply -f - >/dev/null
+	tools/bin/helm template rowshift helm/rowshift --namespace "$ns" --set workers=2 --set gpusPerWorker=0 \
+		--set coordinatorURL="ws://127.0.0.1:$port" --set-file modelJson=examples/dlrm-small.json "$@" >"$tmp/chart.yaml"
+}
+
+# lease_shows LEASE LABELS PATTERN: within 15 s, `k get lease LEASE -L LABELS`
+# (no headers) matches PATTERN (an extended regex); else says what it showed.
+lease_shows() {
+	local out
+	for _ in $(seq 1 60); do
+		out=$(k get lease "$1" -L "$2" --no-headers)
+		echo "$out" | grep -Eq "$3" && return 0
+		sleep 0.25
+	done
+	echo "kubectl get lease: $out" >&2
+	return 1
+}
