@@ -17,7 +17,9 @@
 #      workers rejoin it on the same address; training goes on;
 #   4. C is cut off from the API (a proxy stands in for a partition): it
 #      stops acting by itself (exit 3) before D, waiting, may take over; D
-#      acts with term 4 and the workers rejoin it;
+#      acts with term 4 and the workers rejoin it; D gets its token from an
+#      exec credential plugin, as a coordinator run from a laptop against
+#      EKS or GKE would;
 #   5. SIGTERM ends D (exit 0) and gives the Lease back (no holder).
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
@@ -101,8 +103,20 @@ c=$!
 check "C takes the Lease at once (given back) and acts with term 3" wait_for "$tmp/coord-c.err" "acting coordinator, term 3" 15
 check "the workers rejoin C on the same address, and training goes on" wait_for "$tmp/coord-c.out" "^step" 90
 
-# 4. C is cut off from the API; D waits
-coordinator coord-d "$tmp/sa.kubeconfig"
+# 4. C is cut off from the API; D waits, its token from an exec credential plugin
+satoken=$(sed -n 's/^ *token: //p' "$tmp/sa.kubeconfig")
+printf '#!/bin/sh\necho "$(date +%%s.%%N) $KUBERNETES_EXEC_INFO" >>"%s/plugin.calls"\nprintf %s "$TOKEN"\n' "$tmp" \
+	"'{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"%s\"}}'" \
+	>"$tmp/get-token"
+chmod +x "$tmp/get-token"
+python3 - "$tmp/sa.kubeconfig" "$satoken" >"$tmp/exec.kubeconfig" <<'PY'
+import sys
+text = open(sys.argv[1]).read()
+exec_user = ("exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: ./get-token\n"
+             "      env:\n      - name: TOKEN\n        value: " + sys.argv[2])
+print(text.replace("token: " + sys.argv[2], exec_user), end="")
+PY
+coordinator coord-d "$tmp/exec.kubeconfig"
 d=$!
 check "D waits for the Lease C holds" wait_for "$tmp/coord-d.err" "lease $lease is held by coord-c: waiting" 20
 touch "$tmp/cut"
@@ -125,6 +139,8 @@ check "C exits 3, saying it no longer acts (exit $rc)" bash -c "[ $rc = 3 ] && g
 	grep -q 'another coordinator took the job over (the lease was lost)' '$tmp/coord-c.err'"
 check "D takes the Lease over once it expired, and acts with term 4" wait_for "$tmp/coord-d.err" "acting coordinator, term 4" 30
 check "the state says term 4 (D claimed it)" wait_term 4
+check "D's token came from its exec credential plugin (run with client-go's KUBERNETES_EXEC_INFO)" bash -c \
+	"grep -q '\"kind\":\"ExecCredential\"' '$tmp/plugin.calls' && ! grep -q 'token:' '$tmp/exec.kubeconfig'"
 check "the workers rejoin D on the same address, and training goes on" wait_for "$tmp/coord-d.out" "^step" 90
 check "kubectl get lease -L rowshift.io/phase,... shows D's job training on 3 workers, its step" \
 	lease_shows $lease rowshift.io/phase,rowshift.io/workers,rowshift.io/step "^$lease +coord-d .* training +3 +[1-9][0-9]*\$"
