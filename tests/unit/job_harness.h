@@ -19,7 +19,7 @@
 
 #include <stdio.h>
 
-#define WORKERS 8
+#define WORKERS 1100 /* test_job_scale.c: a world of 1,024 that grows to 1,100 */
 #define MAX_MAIL 256
 #define NTABLES 2 /* examples/minimal.json */
 
