@@ -195,6 +195,17 @@ told_to_stop() { # the new pod's worker joined this coordinator and was told to 
 check "a worker pod scaled back in is told to stop" told_to_stop
 check "and the job does not train again" bash -c "sleep 2; [ \$(grep -c '^step' '$tmp/coord.out') = $lines ] &&
 	! grep -q '^step\|generation 2\|^training done' '$tmp/coord2.out'"
+# the state of a big job fits: 2,000 tables on 1,024 workers mid-reshard (tests/unit/test_state.c makes it)
+RS_BIG_STATE_OUT=$tmp/big-state.json "$BUILD/tests/unit/test_state" >/dev/null 2>&1
+big_state_fits() {
+	local n
+	n=$(stat -c %s "$tmp/big-state.json") || return 1
+	k create configmap big-state --from-file=state.json="$tmp/big-state.json" >/dev/null &&
+		k get configmap big-state -o jsonpath='{.data.state\.json}' >"$tmp/big-state.back" &&
+		cmp -s "$tmp/big-state.json" "$tmp/big-state.back" && echo "the state is $n bytes" && [ "$n" -lt 1048576 ]
+}
+check "the state of 2,000 tables on 1,024 workers in mid-reshard is stored under the simulator's 1 MiB limit, read back whole" \
+	big_state_fits
 kill -TERM $coord
 wait $coord
 kill -TERM $sim_pid

@@ -280,6 +280,8 @@ static void test_version1(void **state)
  * The state of a big job fits a ConfigMap (1 MiB of data, as an API server
  * checks it): 2,000 tables on 1,024 workers in the middle of a reshard to
  * 1,023, both plans in it, with room to spare for the rest of the state.
+ * With RS_BIG_STATE_OUT it is written there too (k8s_complete.sh stores it
+ * in the simulator, which enforces the limit).
  */
 static void test_big_job_fits(void **state)
 {
@@ -321,6 +323,10 @@ static void test_big_job_fits(void **state)
 	print_message("state of 2,000 tables on 1,024 -> 1,023 workers: %zu bytes (one plan as JSON: %zu)\n", len,
 		      strlen(raw));
 	assert_true(len < 512 * 1024); /* well under 1 MiB */
+	const char *out = getenv("RS_BIG_STATE_OUT"); /* k8s_complete.sh stores it in the simulator */
+	FILE *f = out ? fopen(out, "w") : NULL;
+	if (out && (!f || fwrite(text, 1, len, f) != len || fclose(f) != 0))
+		fail_msg("cannot write %s", out);
 	if (rs_state_parse(text, len, "big", &back, &err) != RS_OK)
 		fail_msg("%s", err.msg);
 	assert_true(json_equal(back.plan, s->plan));
