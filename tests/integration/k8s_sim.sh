@@ -330,6 +330,50 @@ check "/_sim/drop-watches answers how many it cut ($(cat "$tmp/drop.json"))" gre
 check "the open watch is cut mid-stream (curl: transfer closed with outstanding read data)" until_true 5 cut
 kill $watcher 2>/dev/null; wait $watcher 2>/dev/null
 
+# (for 4c, made now so that its pods are Ready by then) a PodDisruptionBudget (maxUnavailable: 1) over a
+# StatefulSet of 2 whose pods are Ready once a file named by their uid is in $tmp/gate
+mkdir -p "$tmp/gate"
+cat >"$tmp/evict.yaml" <<YAML
+apiVersion: v1
+kind: Namespace
+metadata: {name: evict}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: gated, namespace: evict}
+spec: {maxUnavailable: 1, selector: {matchLabels: {app: gated}}}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: gated, namespace: evict}
+spec:
+  replicas: 2
+  podManagementPolicy: Parallel
+  serviceName: gated
+  selector: {matchLabels: {app: gated}}
+  template:
+    metadata: {labels: {app: gated}}
+    spec:
+      containers:
+      - name: c
+        image: busybox
+        command: [sleep, "300"]
+        env: [{name: GATE, value: "$tmp/gate"}, {name: UID, valueFrom: {fieldRef: {fieldPath: metadata.uid}}}]
+        readinessProbe: {exec: {command: [sh, -c, 'test -e "\$GATE/\$UID"']}, periodSeconds: 1}
+YAML
+ke() { timeout 20 "$kubectl" -n evict "$@"; }
+uid_of() { ke get pod "$1" -o jsonpath='{.metadata.uid}'; }
+gate() { local u; u=$(uid_of "$1") && [ -n "$u" ] && touch "$tmp/gate/$u"; } # gate POD: make it Ready
+pdb_allows() { [ "$(ke get pdb gated --no-headers | awk '{print $2, $3, $4}')" = "N/A 1 $1" ]; }
+evict() { # evict NAME POD: POST its Eviction; the answer in $tmp/NAME.json and .code
+	as "$tok" "$1" -X POST -H 'Content-Type: application/json' "$url/api/v1/namespaces/evict/pods/$2/eviction" \
+		-d "{\"apiVersion\": \"policy/v1\", \"kind\": \"Eviction\", \"metadata\": {\"name\": \"$2\", \"namespace\": \"evict\"}}"
+}
+phase_of() { ke get pod "$1" -o jsonpath='{.status.phase}'; }
+timeout 20 "$kubectl" apply -f "$tmp/evict.yaml" >/dev/null
+until_true 10 gate gated-0
+until_true 10 gate gated-1
+
 # 4. leases; object size limits; RBAC for a service account's token
 as() { # as TOKEN NAME CURL-ARGS...: the answer's body in $tmp/NAME.json, its HTTP code in $tmp/NAME.code
 	local t=$1 n=$2; shift 2
@@ -629,6 +673,40 @@ assert r['$fp2']['signals'][:1] == ['SIGTERM'] and r['$fp2']['exit_codes'], r['$
 check "... the old pod stopped (Recreate: the new one starts once it ended), the new one another ReplicaSet's" recreated
 two_rs() { deploy_ready && [ "$(ki get rs --no-headers | wc -l)" = 2 ]; }
 check "kubectl rollout status deploy/front succeeds again (two ReplicaSets, the old at 0)" two_rs
+
+# 4c. the Eviction API and kubectl drain
+check "kubectl get pdb: MIN AVAILABLE N/A, MAX UNAVAILABLE 1, ALLOWED DISRUPTIONS 1 with both pods Ready" until_true 10 pdb_allows 1
+uid0=$(uid_of gated-0)
+timeout 30 "$kubectl" drain sim-node --pod-selector app=gated,statefulset.kubernetes.io/pod-name=gated-0 \
+	--disable-eviction=false --timeout 20s >"$tmp/drain.out" 2>&1
+check "kubectl drain (pod selector): node cordoned, gated-0 evicted through the eviction API, drained" \
+	grep -qx 'pod/gated-0 evicted' "$tmp/drain.out"
+check "... the node is unschedulable (cordoned)" test "$(timeout 20 "$kubectl" get node sim-node -o jsonpath='{.spec.unschedulable}')" = true
+timeout 20 "$kubectl" uncordon sim-node >/dev/null
+replaced0() { local u; u=$(uid_of gated-0) && [ -n "$u" ] && [ "$u" != "$uid0" ] && [ "$(phase_of gated-0)" = Running ]; }
+check "... the evicted pod got SIGTERM (graceful) and the StatefulSet made gated-0 again" bash -c \
+	"$(declare -f records api); tok=$tok url=$url tmp=$tmp; records | python3 -c 'import json, sys
+r = [r for r in json.load(sys.stdin) if r[\"uid\"] == \"$uid0\"]
+assert r and r[0][\"signals\"] == [\"SIGTERM\"] and r[0][\"removed\"], r'"
+until_true 10 replaced0
+check "while the new gated-0 is not Ready: ALLOWED DISRUPTIONS 0" until_true 10 pdb_allows 0
+evict ev-refused gated-1
+check "an eviction of gated-1 then: 429 TooManyRequests, the budget's cause" answered ev-refused 429 TooManyRequests \
+	"Cannot evict pod as it would violate the pod's disruption budget." \
+	'{"causes": [{"reason": "DisruptionBudget", "message": "The disruption budget gated needs 1 healthy pods and has 1 currently"}]}'
+check "... and gated-1 runs on" test "$(ke get pod gated-1 -o jsonpath='{.metadata.deletionTimestamp}')" = ""
+uid0b=$(uid_of gated-0)
+evict ev-unready gated-0
+check "the unready gated-0 may be evicted (the budget is whole without it): 201 Success" python3 -c "
+import json
+assert open('$tmp/ev-unready.code').read() == '201'
+s = json.load(open('$tmp/ev-unready.json'))
+assert (s['kind'], s['status'], s['code']) == ('Status', 'Success', 201), s"
+printf 'apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: second, namespace: evict}\nspec: {minAvailable: 1, selector: {matchLabels: {app: gated}}}\n' |
+	timeout 20 "$kubectl" apply -f - >/dev/null
+evict ev-two gated-1
+check "a pod two budgets cover: 500, not supported" answered ev-two 500 InternalError \
+	"This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
 
 # 5. unreachable, then back; 401; TLS
 pid0=$(records | python3 -c 'import json, sys; print([r for r in json.load(sys.stdin) if r["name"] == "web-0"][-1]["pid"])')

@@ -264,11 +264,13 @@ def _subs(*names):
 
 
 SCALE = ("scale", "autoscaling", "v1", "Scale", ["get", "patch", "update"])
+EVICTION = ("eviction", "policy", "v1", "Eviction", ["create"])  # what kubectl drain looks for in /api/v1
 RESOURCES = [
     Resource("", "v1", "namespaces", "Namespace", namespaced=False, short=["ns"], subresources=_subs("status"),
              status=True),
     Resource("", "v1", "nodes", "Node", namespaced=False, short=["no"], subresources=_subs("status"), status=True),
-    Resource("", "v1", "pods", "Pod", short=["po"], categories=["all"], subresources=_subs("log", "status"),
+    Resource("", "v1", "pods", "Pod", short=["po"], categories=["all"],
+             subresources=[EVICTION] + _subs("log", "status"),
              status=True),
     Resource("", "v1", "configmaps", "ConfigMap", short=["cm"]),
     Resource("", "v1", "secrets", "Secret"),
@@ -306,6 +308,7 @@ R_CM, R_SECRET, R_SA, R_EVENT = BY_KEY[("", "configmaps")], BY_KEY[("", "secrets
     BY_KEY[("", "events")]
 R_SVC, R_LEASE = BY_KEY[("", "services")], BY_KEY[("coordination.k8s.io", "leases")]
 R_RS = BY_KEY[("apps", "replicasets")]
+R_PDB, R_NODE = BY_KEY[("policy", "poddisruptionbudgets")], BY_KEY[("", "nodes")]
 R_ROLE, R_RB, R_CROLE, R_CRB = (BY_KEY[("rbac.authorization.k8s.io", p)] for p in
                                 ("roles", "rolebindings", "clusterroles", "clusterrolebindings"))
 
@@ -708,6 +711,7 @@ PB_SCHEMAS = {
                       3: ("orphanDependents", "bool"), 4: ("propagationPolicy", "string"), 5: ("dryRun", "[string"),
                       6: ("ignoreStoreReadErrorWithClusterBreakingPotential", "bool")},
     "Preconditions": {1: ("uid", "string"), 2: ("resourceVersion", "string")},
+    "Eviction": {1: ("metadata", "ObjectMeta"), 2: ("deleteOptions", "DeleteOptions")},
 }
 
 
@@ -1474,6 +1478,8 @@ def table_columns(res):
         return [name, col("Status"), age]
     if res is R_LEASE:
         return [name, col("Holder"), age]
+    if res is R_PDB:
+        return [name, col("Min Available"), col("Max Unavailable"), col("Allowed Disruptions", "integer"), age]
     if res.plural == "events":
         return [col("Last Seen"), col("Type"), col("Reason"), col("Object"), col("Subobject", priority=1),
                 col("Source", priority=1), col("Message"), col("First Seen", priority=1),
@@ -1517,6 +1523,10 @@ def table_cells(res, o):
         return [name, st.get("phase", "Active"), age]
     if res is R_LEASE:
         return [name, spec.get("holderIdentity") or "", age]
+    if res is R_PDB:
+        na = lambda v: "N/A" if v is None else str(v)
+        return [name, na(spec.get("minAvailable")), na(spec.get("maxUnavailable")), st.get("disruptionsAllowed", 0),
+                age]
     if res.plural == "events":
         inv = o.get("involvedObject") or o.get("regarding") or {}
         last = o.get("lastTimestamp") or o.get("eventTime") or dig(o, "series", "lastObservedTime") or \
@@ -1780,6 +1790,71 @@ def percent_of(v, total, round_up):
         return 0
 
 
+PDB_DELETION_TIMEOUT = 120  # seconds a disrupted pod is expected to go within (the controller's DeletionTimeout)
+
+
+def pdb_pods(store, pdb):
+    """The pods of the budget's namespace its selector matches (policy/v1: an empty selector matches all)."""
+    ns, sel = meta(pdb).get("namespace"), dig(pdb, "spec", "selector")
+    if sel is None and pdb.get("apiVersion") == "policy/v1beta1":
+        return []
+    lsel = LabelSelector(selector_from_label_selector(sel or {}))
+    return [p for p in store.all(R_POD, ns) if lsel.matches(meta(p).get("labels"))]
+
+
+def pdb_expected(store, pods):
+    """The scale of the pods' controllers (StatefulSet, ReplicaSet, ...), each counted once."""
+    seen, total = set(), 0
+    for p in pods:
+        for ref in meta(p).get("ownerReferences") or []:
+            if not ref.get("controller") or ref.get("uid") in seen:
+                continue
+            seen.add(ref.get("uid"))
+            r = {"StatefulSet": R_STS, "ReplicaSet": R_RS, "Deployment": R_DEPLOY}.get(ref.get("kind"))
+            o = store.peek(r, meta(p).get("namespace"), ref.get("name")) if r else None
+            if o is not None and meta(o).get("uid") == ref.get("uid"):
+                total += dig(o, "spec", "replicas", default=1)
+    return total
+
+
+def pdb_status(store, pdb):
+    """What the disruption controller writes: expected, desired and current healthy pods, disruptions allowed,
+    the disrupted pods not yet seen going, the DisruptionAllowed condition."""
+    spec, old = pdb.get("spec") or {}, pdb.get("status") or {}
+    pods = pdb_pods(store, pdb)
+    now = time.time()
+    disrupted = {}
+    live = {meta(p)["name"]: p for p in pods if not is_terminating(p)}
+    for name, ts in (old.get("disruptedPods") or {}).items():  # a pod of that name made since is another
+        t = parse_ts(ts) or 0
+        if name in live and t + PDB_DELETION_TIMEOUT > now and (parse_ts(meta(live[name]).get(
+                "creationTimestamp")) or 0) < t:
+            disrupted[name] = ts
+    max_u, min_a = spec.get("maxUnavailable"), spec.get("minAvailable")
+    if max_u is not None:
+        expected = pdb_expected(store, pods)
+        desired = max(0, expected - percent_of(max_u, expected, True))
+    elif isinstance(min_a, str) and min_a.endswith("%"):
+        expected = pdb_expected(store, pods)
+        desired = percent_of(min_a, expected, True)
+    else:
+        expected, desired = len(pods), percent_of(min_a, len(pods), True) if min_a is not None else 0
+    healthy = sum(1 for n, p in live.items() if n not in disrupted and pod_ready(p))
+    allowed = max(0, healthy - desired)
+    ok = allowed > 0
+    cond = {"type": "DisruptionAllowed", "status": "True" if ok else "False",
+            "reason": "SufficientPods" if ok else "InsufficientPods", "message": "",
+            "observedGeneration": meta(pdb).get("generation", 1)}
+    prev = [c for c in old.get("conditions") or [] if c.get("type") == "DisruptionAllowed"]
+    cond["lastTransitionTime"] = prev[0].get("lastTransitionTime") if prev and \
+        prev[0].get("status") == cond["status"] else now_ts()
+    st = {"observedGeneration": meta(pdb).get("generation", 1), "disruptionsAllowed": allowed,
+          "currentHealthy": healthy, "desiredHealthy": desired, "expectedPods": expected, "conditions": [cond]}
+    if disrupted:
+        st["disruptedPods"] = disrupted
+    return st
+
+
 def record_event(store, involved, reason, message, type_="Normal", component="apisim"):
     """A core Event about an object, deduplicated by (object, reason, message) like the real recorder."""
     m = meta(involved)
@@ -1834,10 +1909,25 @@ class Controllers(threading.Thread):
                 for rs in self.store.all(R_RS):
                     if not is_terminating(rs):
                         self.replicaset(rs)
+                for pdb in self.store.all(R_PDB):
+                    if not is_terminating(pdb):
+                        self.disruption_budget(pdb)
                 self.garbage_collect()
                 self.namespaces()
             except Exception:  # a controller bug must not stop the simulator: log it and go on
                 traceback.print_exc()
+
+    # -- PodDisruptionBudget (the disruption controller's status)
+
+    def disruption_budget(self, pdb):
+        m = meta(pdb)
+        with self.store.lock:  # one consistent view of the pods, the budget and its controllers
+            cur = self.store.peek(R_PDB, m.get("namespace"), m["name"])
+            if cur is None or meta(cur).get("uid") != m.get("uid"):
+                return
+            status = pdb_status(self.store, cur)
+            self.store.mutate(R_PDB, m.get("namespace"), m["name"], lambda o: o.update(status=status),
+                              uid=m.get("uid"))
 
     # -- StatefulSet
 
@@ -3637,6 +3727,10 @@ class Handler(BaseHTTPRequestHandler):
             return self.logs(sim, ns, name)
         if sub == "scale":
             return self.scale(store, res, ns, name, dry)
+        if sub == "eviction":
+            if cmd != "POST":
+                raise err_method()
+            return self.evict(store, ns, name)
         if cmd in ("GET", "HEAD"):
             obj = store.get(res, ns, name)
             if self.wants_table():
@@ -3660,6 +3754,59 @@ class Handler(BaseHTTPRequestHandler):
                                                                "kind": res.plural, "uid": meta(obj).get("uid")},
                                              status="Success"))
         raise err_method()
+
+    def evict(self, store, ns, name):
+        """The pods/eviction subresource (policy/v1 or v1beta1 Eviction), as the real EvictionREST: the pod is
+        deleted gracefully like a DELETE, unless that would break the PodDisruptionBudget covering it."""
+        body = self.json_body()
+        if body.get("kind") != "Eviction" or body.get("apiVersion") not in ("policy/v1", "policy/v1beta1"):
+            raise err_bad("the body is not a policy/v1 Eviction (kind %r, apiVersion %r)" %
+                          (body.get("kind"), body.get("apiVersion")))
+        em = body.get("metadata") or {}
+        if em.get("name") != name:
+            raise err_bad("name in URL does not match name in Eviction object")
+        if em.get("namespace") and em["namespace"] != ns:
+            raise err_bad("the namespace of the provided object does not match the namespace sent on the request")
+        opts = dict(body.get("deleteOptions") or {})
+        dry = self.q.get("dryRun") == "All" or "All" in (opts.get("dryRun") or [])
+        ok = status_obj(201, None, None, status="Success")
+        with store.lock:  # the budget's check, its update and the deletion at once
+            pod = store.get(R_POD, ns, name)
+            phase = dig(pod, "status", "phase", default="Pending")
+            if is_terminating(pod) or phase in ("Succeeded", "Failed", "Pending"):
+                store.delete(R_POD, ns, name, opts, dry)  # nothing to protect: deleted without the budget
+                return self.send(201, ok)
+            pdbs = [b for b in store.all(R_PDB, ns) if not is_terminating(b) and
+                    any(meta(p)["name"] == name for p in pdb_pods(store, b))]
+            if len(pdbs) > 1:
+                raise ApiError(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the "
+                               "eviction subresource does not support.", {})
+            if pdbs:
+                pdb = pdbs[0]
+                bst, bm = pdb.get("status") or {}, meta(pdb)
+                desired, healthy = bst.get("desiredHealthy", 0), bst.get("currentHealthy", 0)
+                policy = dig(pdb, "spec", "unhealthyPodEvictionPolicy", default="IfHealthyBudget")
+                unhealthy_ok = not pod_ready(pod) and (policy == "AlwaysAllow" or
+                                                       (healthy >= desired and desired > 0))
+                if not unhealthy_ok:
+                    def refuse(why):
+                        return ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's "
+                                        "disruption budget.", {"causes": [{"reason": "DisruptionBudget",
+                                                                           "message": why}]})
+                    if bst.get("observedGeneration", 0) < bm.get("generation", 1):
+                        raise refuse("The disruption budget %s is still being processed by the server." %
+                                     bm["name"])
+                    if bst.get("disruptionsAllowed", 0) <= 0:
+                        raise refuse("The disruption budget %s needs %d healthy pods and has %d currently" %
+                                     (bm["name"], desired, healthy))
+                    if not dry:
+                        def take(o):
+                            s = o.setdefault("status", {})
+                            s["disruptionsAllowed"] = s.get("disruptionsAllowed", 0) - 1
+                            s.setdefault("disruptedPods", {})[name] = now_ts()
+                        store.mutate(R_PDB, ns, bm["name"], take, uid=bm.get("uid"))
+            store.delete(R_POD, ns, name, opts, dry)
+        return self.send(201, ok)
 
     def delete_options(self):
         opts = self.json_body() if self.body.strip() else {}
