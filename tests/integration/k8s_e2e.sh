@@ -11,6 +11,12 @@
 #      is an Event on the StatefulSet;
 #   3. the coordinator is SIGKILLed and started again: it recovers the job
 #      from its state ConfigMap and training carries on past where it was;
+#   3b. an eviction of a worker pod through the eviction API (what `kubectl
+#      drain` does per pod; the chart's PDB, maxUnavailable: 1): a graceful
+#      leave (SIGTERM, rows handed over, one reshard 3 -> 2, no recovery);
+#      while its replacement (same name) is not yet Ready, an eviction of
+#      another worker is refused (429, the PDB's message); the replacement
+#      rejoins (2 -> 3) and the PDB allows 1 disruption again;
 #   4. the simulator drops every watch and refuses new ones for 3 s, during
 #      which the StatefulSet is scaled and the history forgotten (the next
 #      watch gets 410 Expired): the coordinator lists again and reshards for
@@ -150,6 +156,47 @@ check "training carries on past step $before with the same 3 workers" bash -c \
 	 [ \"\${s:-0}\" -gt $before ] && exit 0; sleep 0.25; done; exit 1"
 check "the coordinator's members are still the 3 pods" members_are "$sts-0 $sts-1 $sts-2 "
 
+# 3b. an eviction (what kubectl drain does per pod: the eviction API, which honours the chart's PDB,
+# maxUnavailable: 1) is a graceful leave; a second one is refused while the replacement is joining
+until_true() { for _ in $(seq 1 $(($1 * 4))); do "${@:2}" 2>/dev/null && return 0; sleep 0.25; done; "${@:2}"; }
+pdb_allows() { [ "$(k get pdb $sts -o jsonpath='{.status.disruptionsAllowed}/{.status.currentHealthy}')" = "$1" ]; }
+evict() { # evict POD: POST its policy/v1 Eviction as kubectl drain does; kubectl's output
+	printf '{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "%s", "namespace": "%s"}}\n' $1 $ns \
+		>"$tmp/eviction.json"
+	k create --raw /api/v1/namespaces/$ns/pods/$1/eviction -f "$tmp/eviction.json" 2>&1
+}
+check "the PDB allows 1 disruption with the 3 workers joined (Ready)" until_true 20 pdb_allows 1/3
+uid2=$(k get pod $sts-2 -o jsonpath='{.metadata.uid}')
+lines=$(wc -l <"$tmp/coord.out")
+evict $sts-2 >"$tmp/evict-2.out"
+check "the eviction of $sts-2 is granted (201 Success)" grep -q '"status":"Success"' "$tmp/evict-2.out"
+check "the evicted worker leaves gracefully: one reshard 3 -> 2, resumed at the same step, checksums equal" reshard 5 3 2
+evicted_clean() { # SIGTERM only, exit 0, its rows handed over; the coordinator neither recovered nor rolled back
+	curl -sS --max-time 10 --cacert "$tmp/tls/ca.crt" -H "Authorization: Bearer $simtok" \
+		"https://127.0.0.1:$simport/_sim/pods" | python3 -c '
+import json, sys
+recs = [r for r in json.load(sys.stdin) if r["uid"] == sys.argv[1]]
+assert len(recs) == 1 and recs[0]["signals"] == ["SIGTERM"] and recs[0]["exit_codes"] == [0], recs
+' $uid2 && grep -rq 'handed my rows over in generation 5; leaving' "$tmp/pods/$ns/$sts-2/" &&
+		! tail -n +$((lines + 1)) "$tmp/coord.out" | grep -q '^recovery:\|rolling back'
+}
+check "its worker got SIGTERM, handed its rows over and exited 0: no recovery, no rollback" until_true 20 evicted_clean
+replacement_unready() { # the StatefulSet's new $sts-2 exists and is not Ready (not joined)
+	local u r
+	u=$(k get pod $sts-2 -o jsonpath='{.metadata.uid}') && [ -n "$u" ] && [ "$u" != "$uid2" ] || return 1
+	r=$(k get pod $sts-2 -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') && [ "$r" != True ]
+}
+joining() { replacement_unready && pdb_allows 0/2; }
+check "the StatefulSet makes $sts-2 again: not Ready while it joins, and the PDB allows 0" until_true 20 joining
+evict $sts-0 >"$tmp/evict-0.out"
+check "then an eviction of $sts-0 is refused: 429, the PDB's message" grep -qxF \
+	"Error from server (TooManyRequests): Cannot evict pod as it would violate the pod's disruption budget." "$tmp/evict-0.out"
+check "... while the replacement was not yet Ready (its probe had not seen it joined)" replacement_unready
+check "... and $sts-0 is not being deleted" test -z "$(k get pod $sts-0 -o jsonpath='{.metadata.deletionTimestamp}')"
+check "the replacement rejoins: one reshard 2 -> 3" reshard 6 2 3
+check "once it is Ready the PDB allows 1 disruption again" until_true 20 pdb_allows 1/3
+check "the coordinator's members are the 3 pods" members_are "$sts-0 $sts-1 $sts-2 "
+
 # 4. watches dropped and history gone: the coordinator lists again and misses nothing
 # (watches are dropped and refused for 3 s; the scale and the compaction happen in that window, so the
 # coordinator comes back with a resourceVersion the simulator has forgotten)
@@ -158,7 +205,7 @@ k scale statefulset/$sts --replicas=4 >/dev/null
 sim compact >/dev/null
 check "the simulator dropped the coordinator's watch" grep -q '"dropped": *[1-9]' "$tmp/dropped.json"
 check "the coordinator was told 410 and listed again" wait_for "$tmp/coord.err" "listing again" 30
-check "the scale made meanwhile is seen: one reshard 3 -> 4" reshard 5 3 4
+check "the scale made meanwhile is seen: one reshard 3 -> 4" reshard 7 3 4
 check "kubectl get pods shows the 4 workers again" until_pods "$sts-0 $sts-1 $sts-2 $sts-3 " 30
 check "the coordinator's members are the 4 pods" members_are "$sts-0 $sts-1 $sts-2 $sts-3 "
 
@@ -168,9 +215,9 @@ sim "unreachable?seconds=10" >/dev/null
 sleep 10.5
 check "the coordinator noticed the API was gone" grep -q "kubernetes: .*trying again in" "$tmp/coord.err"
 check "it kept training with the same members meanwhile" bash -c \
-	"[ \$(sed -n 's/^step *\([0-9]*\).*/\1/p' $tmp/coord.out | tail -1) -gt $before ] && ! grep -q '^generation 6' $tmp/coord.out"
+	"[ \$(sed -n 's/^step *\([0-9]*\).*/\1/p' $tmp/coord.out | tail -1) -gt $before ] && ! grep -q '^generation 8' $tmp/coord.out"
 k scale statefulset/$sts --replicas=3 >/dev/null
-check "after it, a scale is acted on: one reshard 4 -> 3" reshard 6 4 3
+check "after it, a scale is acted on: one reshard 4 -> 3" reshard 8 4 3
 # 6. a worker pod force-deleted: no grace, its rows gone with it
 wait_for "$tmp/coord.out" "checkpoint of step [0-9]* complete" 120
 k delete pod $sts-1 --grace-period=0 --force >/dev/null 2>&1

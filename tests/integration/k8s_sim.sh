@@ -36,6 +36,13 @@
 #      0.0.0.0 behind a Service whose asked-for clusterIP forwards to its
 #      named port (80 to 8080); bad and taken clusterIPs are 422; a deleted pod is
 #      replaced; rollout restart recreates it once the old pod is gone;
+#   4c. the Eviction API: a PodDisruptionBudget (maxUnavailable: 1) over a
+#      StatefulSet of 2 whose pods are Ready when the test says: `kubectl
+#      get pdb` ALLOWED DISRUPTIONS 1; `kubectl drain` (a pod selector)
+#      cordons the node and evicts one pod (SIGTERM); while its replacement
+#      is not Ready the budget allows 0 and an eviction of the other is 429
+#      TooManyRequests with the real message and cause; the unready pod may
+#      be evicted; a pod two budgets cover is 500;
 #   5. /_sim/unreachable?seconds=2: kubectl fails, then works again, and the
 #      pods ran on meanwhile; no token is 401, no CA fails TLS verification;
 #   6. SIGTERM to the simulator ends every process its kubelet started.

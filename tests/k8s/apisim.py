@@ -3773,11 +3773,8 @@ class Handler(BaseHTTPRequestHandler):
         with store.lock:  # the budget's check, its update and the deletion at once
             pod = store.get(R_POD, ns, name)
             phase = dig(pod, "status", "phase", default="Pending")
-            if is_terminating(pod) or phase in ("Succeeded", "Failed", "Pending"):
-                store.delete(R_POD, ns, name, opts, dry)  # nothing to protect: deleted without the budget
-                return self.send(201, ok)
-            pdbs = [b for b in store.all(R_PDB, ns) if not is_terminating(b) and
-                    any(meta(p)["name"] == name for p in pdb_pods(store, b))]
+            pdbs = [] if is_terminating(pod) or phase in ("Succeeded", "Failed", "Pending") else \
+                self.covering_budgets(store, ns, name)  # nothing to protect in the first case
             if len(pdbs) > 1:
                 raise ApiError(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the "
                                "eviction subresource does not support.", {})
@@ -3807,6 +3804,11 @@ class Handler(BaseHTTPRequestHandler):
                         store.mutate(R_PDB, ns, bm["name"], take, uid=bm.get("uid"))
             store.delete(R_POD, ns, name, opts, dry)
         return self.send(201, ok)
+
+    @staticmethod
+    def covering_budgets(store, ns, name):
+        return [b for b in store.all(R_PDB, ns) if not is_terminating(b) and
+                any(meta(p)["name"] == name for p in pdb_pods(store, b))]
 
     def delete_options(self):
         opts = self.json_body() if self.body.strip() else {}
