@@ -749,8 +749,8 @@ void rs_kube_refresh_token(rs_kube *k)
 {
 	if (k->cfg.token_file && rs_now() - k->token_read_at > TOKEN_REREAD_S)
 		read_token(k);
-	/* an exec plugin's token a minute before it expires (once every 10 s at most while the plugin fails) */
-	if (k->cfg.exec_argv && k->token_expires > 0 && (double)time(NULL) > k->token_expires - 60 &&
+	/* an exec plugin's token 5 minutes before it expires (once every 10 s at most while the plugin fails) */
+	if (k->cfg.exec_argv && k->token_expires > 0 && (double)time(NULL) > k->token_expires - 300 &&
 	    rs_now() - k->token_read_at > 10) {
 		rs_err e = {0};
 		if (exec_token(k, &e) != RS_OK)

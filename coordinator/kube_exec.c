@@ -14,34 +14,48 @@
 #include <time.h>
 #include <unistd.h>
 
+/* n decimal digits at s into *v (no sign, no space). */
+static int digits(const char *s, int n, int *v)
+{
+	*v = 0;
+	for (int i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return 0;
+		*v = *v * 10 + (s[i] - '0');
+	}
+	return 1;
+}
+
 /* RFC 3339 (2026-11-27T05:23:00Z, fractions and numeric offsets allowed) in seconds since the epoch; -1 if not. */
 static double rfc3339(const char *s)
 {
-	struct tm tm = {0};
-	int n = 0;
-	if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
-		   &tm.tm_sec, &n) != 6 || n != 19)
+	static const int mdays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+	int y, mo, d, h, mi, se;
+	if (strlen(s) < 20 || !digits(s, 4, &y) || s[4] != '-' || !digits(s + 5, 2, &mo) || s[7] != '-' ||
+	    !digits(s + 8, 2, &d) || (s[10] != 'T' && s[10] != 't') || !digits(s + 11, 2, &h) || s[13] != ':' ||
+	    !digits(s + 14, 2, &mi) || s[16] != ':' || !digits(s + 17, 2, &se))
+		return -1;
+	int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+	if (y < 1970 || mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] || (mo == 2 && d == 29 && !leap) || h > 23 ||
+	    mi > 59 || se > 59)
 		return -1;
 	const char *p = s + 19;
-	double frac = 0;
+	double frac = 0, scale = 0.1;
 	if (*p == '.') {
-		char *end;
-		frac = strtod(p, &end);
-		if (end == p + 1)
+		if (p[1] < '0' || p[1] > '9')
 			return -1;
-		p = end;
+		for (p++; *p >= '0' && *p <= '9'; p++, scale /= 10)
+			frac += (*p - '0') * scale;
 	}
 	int off = 0, oh, om;
-	if (*p == 'Z' && !p[1])
+	if ((*p == 'Z' || *p == 'z') && !p[1])
 		off = 0;
-	else if ((*p == '+' || *p == '-') && sscanf(p + 1, "%2d:%2d", &oh, &om) == 2 && strlen(p) == 6 && oh < 24 && om < 60)
+	else if ((*p == '+' || *p == '-') && strlen(p) == 6 && digits(p + 1, 2, &oh) && p[3] == ':' && digits(p + 4, 2, &om) &&
+		 oh < 24 && om < 60)
 		off = (*p == '+' ? 1 : -1) * (oh * 3600 + om * 60);
 	else
 		return -1;
-	if (tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 ||
-	    tm.tm_sec > 60 || tm.tm_year < 1970)
-		return -1;
-	tm.tm_year -= 1900, tm.tm_mon -= 1;
+	struct tm tm = {.tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d, .tm_hour = h, .tm_min = mi, .tm_sec = se};
 	return (double)timegm(&tm) - off + frac;
 }
 
@@ -55,8 +69,9 @@ rs_status rs_kube_exec_parse(const char *text, size_t len, const char *api, char
 	const char *tok = json_string_value(json_object_get(status, "token"));
 	const char *exp = json_string_value(json_object_get(status, "expirationTimestamp"));
 	rs_status st = RS_EINVAL;
-	if (!root)
-		rs_err_set(err, st, "exec credential: not JSON (line %d: %s)", jerr.line, jerr.text);
+	if (!root) /* not jerr.text: it may quote the output, a token printed bare */
+		rs_err_set(err, st, "exec credential: the plugin's output is not JSON (line %d, column %d)", jerr.line,
+			   jerr.column);
 	else if (!v || strcmp(v, api) || !kind || strcmp(kind, "ExecCredential"))
 		rs_err_set(err, st, "exec credential: not an ExecCredential of %s", api);
 	else if (json_object_get(status, "clientCertificateData") || json_object_get(status, "clientKeyData"))
@@ -117,8 +132,13 @@ rs_status rs_kube_exec_run(char *const *argv, char *const *env, const char *api,
 	}
 	if (pid == 0) { /* the child: only async-signal-safe calls, then exec */
 		int null = open("/dev/null", O_RDONLY);
+		if (fds[1] < 3 && (fds[1] = fcntl(fds[1], F_DUPFD, 3)) < 0) /* stdout closed here: not the pipe's place */
+			_exit(127);
 		if (null < 0 || dup2(null, 0) < 0 || dup2(fds[1], 1) < 0)
 			_exit(127);
+		setpgid(0, 0);                 /* its group: a timeout kills what it started too */
+		signal(SIGPIPE, SIG_DFL);      /* ours is ignored, and that survives exec */
+		close_range(3, ~0U, 0);        /* none of our sockets, files or the listener */
 		execvpe(argv[0], argv, envp);
 		_exit(127);
 	}
@@ -153,11 +173,19 @@ rs_status rs_kube_exec_run(char *const *argv, char *const *env, const char *api,
 		}
 	}
 	close(fds[0]);
+	/* its exit, within what is left of the timeout: a plugin that closed its stdout and lingers is killed */
 	int status = 0;
-	if (st != RS_OK)
+	pid_t done = 0;
+	while (st == RS_OK && (done = waitpid(pid, &status, WNOHANG)) == 0 && rs_now() < until)
+		rs_sleep(0.005);
+	if (st == RS_OK && done == 0)
+		st = rs_err_set(err, RS_ETIMEDOUT, "exec credential: %s did not exit within %d ms", argv[0], timeout_ms);
+	if (done <= 0) {
+		kill(-pid, SIGKILL);
 		kill(pid, SIGKILL);
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+	}
 	if (st == RS_OK && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
 		st = rs_err_set(err, RS_EIO, "exec credential: %s %s %d%s", argv[0],
 				WIFEXITED(status) ? "exited with status" : "was killed by signal",

@@ -5,8 +5,9 @@
  * reaches those clusters.
  *
  * The command runs with its args, its env added to ours and
- * KUBERNETES_EXEC_INFO set (interactive: false), stdin from /dev/null and
- * its stderr ours; it must exit 0 within the timeout, printing at most 64
+ * KUBERNETES_EXEC_INFO set (interactive: false), stdin from /dev/null, its
+ * stderr ours, none of our other descriptors, in a process group of its own
+ * (a timeout kills the group); it must exit 0 within the timeout, printing at most 64
  * KiB: an ExecCredential of the configured apiVersion whose status.token is
  * the bearer token, good until status.expirationTimestamp (none: until the
  * API refuses it with a 401). A plugin that returns a client certificate
@@ -17,7 +18,7 @@
 
 #include "common/status.h"
 
-#define RS_KUBE_EXEC_TIMEOUT_MS 30000
+#define RS_KUBE_EXEC_TIMEOUT_MS 10000 /* it blocks the loop: well under a third of the Lease's 30 s */
 #define RS_KUBE_EXEC_MAX_OUTPUT (64 * 1024)
 
 /*

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A whole small file, NUL-terminated; NULL with err set when unreadable. */
 static char *slurp(const char *path, size_t max, size_t *len, rs_err *err)
@@ -349,14 +350,27 @@ rs_status rs_kube_config_load_list(const char *list, const char *context, rs_kub
 		free(text);
 		if (st == RS_OK && !json_is_object(root))
 			st = rs_err_set(err, RS_EINVAL, "%s: not a kubeconfig (a mapping with clusters, users and contexts)", p);
-		char *abs = st == RS_OK ? realpath(p, NULL) : NULL; /* its paths are relative to it, not to here */
-		if (st == RS_OK && !abs)
-			st = rs_err_set(err, RS_EIO, "%s: %s", p, strerror(errno));
+		/* its paths are relative to it, not to here: made absolute as kubectl does (links not followed) */
+		char cwd[PATH_MAX], *abs = NULL;
+		if (st == RS_OK && p[0] != '/' && !getcwd(cwd, sizeof(cwd)))
+			st = rs_err_set(err, RS_EIO, "%s: the current directory: %s", p, strerror(errno));
+		if (st == RS_OK && !(abs = p[0] == '/' ? strdup(p) : dup_path(cwd, p)))
+			st = RS_ENOMEM;
 		if (st == RS_OK) {
 			snprintf(dirbuf, sizeof(dirbuf), "%s", abs);
 			const char *dir = dirname(dirbuf);
 			absolutize(root, "clusters", "cluster", cluster_paths, dir);
 			absolutize(root, "users", "user", user_paths, dir);
+			size_t u;
+			json_t *e;
+			json_array_foreach(json_object_get(root, "users"), u, e) { /* a command with a slash is a path too */
+				json_t *x = json_object_get(json_object_get(e, "user"), "exec");
+				const char *cmd = sget(x, "command");
+				char *absc = cmd && cmd[0] != '/' && strchr(cmd, '/') ? dup_path(dir, cmd) : NULL;
+				if (absc)
+					json_object_set_new(x, "command", json_string(absc));
+				free(absc);
+			}
 			merge(merged, root);
 			files++;
 		}

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static json_t *yaml(const char *text)
@@ -120,13 +121,14 @@ static void test_kubeconfig_list(void **state)
 	FILE *f = fopen(a, "w"); /* no current-context; the user, a relative CA; a cluster b names too */
 	assert_non_null(f);
 	fputs("apiVersion: v1\nkind: Config\nclusters:\n- name: c1\n  cluster:\n    server: https://a.example:6443\n"
-	      "    certificate-authority: ca.crt\nusers:\n- name: u1\n  user:\n    tokenFile: tok\n", f);
+	      "    certificate-authority: ca.crt\nusers:\n- name: u1\n  user:\n    tokenFile: tok\n- name: u2\n  user:\n"
+	      "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: ./plug\n", f);
 	fclose(f);
 	f = fopen(b, "w");
 	assert_non_null(f);
 	fputs("apiVersion: v1\nkind: Config\ncurrent-context: ctx\nclusters:\n- name: c1\n  cluster:\n"
 	      "    server: https://b.example:6443\ncontexts:\n- name: ctx\n  context:\n    cluster: c1\n    user: u1\n"
-	      "    namespace: ns-b\n", f);
+	      "    namespace: ns-b\n- name: ctx2\n  context:\n    cluster: c1\n    user: u2\n", f);
 	fclose(f);
 	snprintf(list, sizeof(list), "%s/missing.yaml:%s:%s", dir, a, b);
 	rs_kube_config_flags fl = {.kubeconfig = list};
@@ -143,6 +145,13 @@ static void test_kubeconfig_list(void **state)
 	assert_string_equal(c.token_file, want);
 	assert_non_null(strstr(c.source, "KUBECONFIG"));
 	rs_kube_config_free(&c);
+	fl.context = "ctx2"; /* an exec command with a slash: relative to its own file too */
+	if (rs_kube_config_find(&fl, &c, &err) != RS_OK)
+		fail_msg("%s", err.msg);
+	snprintf(want, sizeof(want), "%s/a/./plug", dir);
+	assert_string_equal(c.exec_argv[0], want);
+	rs_kube_config_free(&c);
+	fl.context = NULL;
 	snprintf(list, sizeof(list), "%s/none1:%s/none2", dir, dir);
 	memset(&err, 0, sizeof(err));
 	assert_int_equal(rs_kube_config_find(&fl, &c, &err), RS_ENOTFOUND);
@@ -203,6 +212,18 @@ static void test_exec_plugin(void **state)
 	fclose(f);
 	memset(&err, 0, sizeof(err));
 	assert_int_equal(rs_kube_exec_run(c.exec_argv, c.exec_env, c.exec_api, 300, &tok, &exp, &err), RS_ETIMEDOUT);
+	/* one that answers, closes its stdout and lingers is not waited for past the timeout either */
+	f = fopen(plugin, "w");
+	fputs("#!/bin/sh\nprintf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","
+	      "\"status\":{\"token\":\"t\"}}'\nexec >&- 2>&-\nsleep 30\n", f);
+	fclose(f);
+	memset(&err, 0, sizeof(err));
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(rs_kube_exec_run(c.exec_argv, c.exec_env, c.exec_api, 500, &tok, &exp, &err), RS_ETIMEDOUT);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	assert_true(t1.tv_sec - t0.tv_sec < 5); /* killed at 0.5 s, not after its 30 s */
+	assert_non_null(strstr(err.msg, "did not exit"));
 	rs_kube_config_free(&c);
 	unlink(plugin), unlink(kc), rmdir(dir);
 }
@@ -228,6 +249,15 @@ static void test_exec_credential_parse(void **state)
 		{"{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":"
 		 "{\"clientCertificateData\":\"x\",\"clientKeyData\":\"y\"}}", RS_EUNSUPPORTED, 0},
 		{"not json", RS_EINVAL, 0},
+		/* times RFC 3339 does not allow: no normalising, no exponents, no signs or spaces in fields */
+		{"{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\","
+		 "\"expirationTimestamp\":\"2030-02-30T00:00:00Z\"}}", RS_EINVAL, 0},
+		{"{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\","
+		 "\"expirationTimestamp\":\"2030-01-02T03:04:05.5e9Z\"}}", RS_EINVAL, 0},
+		{"{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\","
+		 "\"expirationTimestamp\":\"2030-01-02T+3:04:05Z\"}}", RS_EINVAL, 0},
+		{"{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\","
+		 "\"expirationTimestamp\":\"2028-02-29T00:00:00Z\"}}", RS_OK, 1835395200},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char *tok = NULL;
