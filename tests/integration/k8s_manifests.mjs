@@ -498,7 +498,38 @@ function tolerations(args) {
   console.log(t.map((x) => [x.key, x.operator, x.effect, x.tolerationSeconds].map((f) => (f === undefined || f === "" ? "-" : f)).join(":")).join(" ") || "none");
 }
 
-const commands = { tolerations, same, contract, model, rbac, nonroot, token, gpu, tls, checkpoint, qos, devices, image, servicemonitor, hatches, tokens, replicas };
+/*
+ * Every object against the Kubernetes OpenAPI schemas (kubernetes-models, in
+ * tools/: types, formats, required fields, enums of each kind's version).
+ * Kinds outside Kubernetes itself (the ServiceMonitor's CRD) are named as not
+ * covered, never counted as valid.
+ */
+async function schemas(args) {
+  const objs = load(args);
+  const notCovered = [];
+  let valid = 0;
+  for (const o of objs) {
+    const [group, version] = o.apiVersion.includes("/") ? o.apiVersion.split("/") : ["", o.apiVersion];
+    if (group.endsWith("coreos.com")) { notCovered.push(`${key(o)} (${o.apiVersion}, a CRD)`); continue; }
+    let Model;
+    try {
+      Model = (await import(new URL(`../../tools/node_modules/kubernetes-models/${group ? group + "/" : ""}${version}/${o.kind}.js`, import.meta.url)))[o.kind];
+    } catch (e) {
+      fail(`${key(o)}: no schema for ${o.apiVersion} ${o.kind} (${e.message.split("\n")[0]})`);
+      continue;
+    }
+    try {
+      new Model(o).validate();
+      valid++;
+    } catch (e) {
+      fail(`${key(o)} (${o.apiVersion}) does not match its schema: ${e.message.split("\n").slice(0, 3).join("; ")}`);
+    }
+  }
+  console.log(`${valid} of ${objs.length} objects valid against the Kubernetes schemas` +
+              (notCovered.length ? `; not covered: ${notCovered.join(", ")}` : ""));
+}
+
+const commands = { schemas, tolerations, same, contract, model, rbac, nonroot, token, gpu, tls, checkpoint, qos, devices, image, servicemonitor, hatches, tokens, replicas };
 if (!commands[cmd]) { console.error(`usage: node k8s_manifests.mjs ${Object.keys(commands).join("|")} FILE...`); process.exit(2); }
-try { commands[cmd](rest); } catch (e) { fail(e.message); }
+try { await commands[cmd](rest); } catch (e) { fail(e.message); }
 process.exitCode = failed ? 1 : 0;

@@ -3,7 +3,10 @@
 # real helm (tools/bin) and the YAML checks of k8s_manifests.mjs (node, the
 # pinned `yaml` package in tools/); no cluster, no container engine:
 #   1. `helm lint --strict` passes; `helm template` renders the chart as
-#      release `rowshift` in namespace `rowshift`;
+#      release `rowshift` in namespace `rowshift`; every object of it, of the
+#      plain manifests and of the GPU, metrics and custom-image renders is
+#      valid against the Kubernetes OpenAPI schemas (kubernetes-models in
+#      tools/; the ServiceMonitor's CRD is named as not covered);
 #   2. the rendered chart and manifests/*.yaml define the same objects and
 #      agree on every field (labels naming the tool, the image tag, the
 #      Secret's value and the model config's formatting aside); a changed
@@ -46,6 +49,11 @@ render() { "$helm" template rowshift "$chart" --namespace rowshift "$@"; }
 # 1. lint and render
 check "helm lint --strict passes" bash -c "'$helm' lint --strict '$chart' >'$tmp/lint.out' 2>&1 || { cat '$tmp/lint.out'; false; }"
 check "helm template renders the chart" bash -c "'$helm' template rowshift '$chart' --namespace rowshift >'$tmp/chart.yaml' 2>'$tmp/render.err' || { cat '$tmp/render.err'; false; }"
+check "every object of the chart's defaults is valid against the Kubernetes schemas (kubernetes-models)" $js schemas "$tmp/chart.yaml"
+check "every object of the plain manifests too" $js schemas "${manifests[@]}"
+sed 's/containerPort: 7070/containerPort: "7070"/' "$tmp/chart.yaml" >"$tmp/badport.yaml"
+check "... and the schema check catches a port that is a string" bash -c \
+	"! $js schemas '$tmp/badport.yaml' 2>'$tmp/badport.err' && grep -q 'containerPort must be integer' '$tmp/badport.err'"
 
 # 2. chart and manifests agree
 check "chart and manifests define the same objects, field by field" $js same "$tmp/chart.yaml" "${manifests[@]}"
@@ -267,6 +275,7 @@ worker:
 YAML
 check "GPU values (nccl, a MIG profile) pass helm lint --strict" lint_with -f "$tmp/gpu-values.yaml"
 render -f "$tmp/gpu-values.yaml" >"$tmp/gpu.yaml" 2>&1
+check "GPU values: every object valid against the Kubernetes schemas" $js schemas "$tmp/gpu.yaml"
 check "GPU values: --device cuda --transport nccl, the MIG profile's limit, no nvidia.com/gpu" \
 	test "$($js devices "$tmp/gpu.yaml")" = "worker: device=cuda transport=nccl gpus=nvidia.com/mig-3g.40gb=1 visible=-; coordinator: visible=void"
 check "GPU values: Guaranteed QoS, non-root, the runtime class" bash -c \
@@ -296,6 +305,8 @@ networkPolicy:
 YAML
 check "metrics values (ServiceMonitor on) pass helm lint --strict" lint_with -f "$tmp/metrics-values.yaml"
 render -f "$tmp/metrics-values.yaml" >"$tmp/metrics.yaml" 2>&1
+check "metrics values: every object valid against the Kubernetes schemas (the ServiceMonitor, a CRD, named as not covered)" \
+	bash -c "set -o pipefail; $js schemas '$tmp/metrics.yaml' | grep -q 'not covered: ServiceMonitor/'"
 check "metrics values: a ServiceMonitor scraping /metrics on the coordinator's Service port" bash -c \
 	"$js servicemonitor '$tmp/metrics.yaml' && grep -q 'release: kube-prometheus-stack' '$tmp/metrics.yaml' && grep -q 'interval: 30s' '$tmp/metrics.yaml'"
 render -f "$tmp/metrics-values.yaml" --set tls.secretName=rowshift-tls --set statusToken=s3cret >"$tmp/metrics-tls.yaml" 2>&1
@@ -315,6 +326,7 @@ imagePullSecrets: [{name: registry-pull}]
 YAML
 check "custom-image values (a digest) pass helm lint --strict" lint_with -f "$tmp/image-values.yaml"
 render -f "$tmp/image-values.yaml" >"$tmp/image.yaml" 2>&1
+check "custom-image values: every object valid against the Kubernetes schemas" $js schemas "$tmp/image.yaml"
 check "image.digest: both pods run repository@sha256:... (not repository:sha256:...)" \
 	$js image "$tmp/image.yaml" "registry.example.com:5000/ml/rowshift@$digest"
 check "... and the image check catches another reference" bash -c "! $js image '$tmp/chart.yaml' 'registry.example.com:5000/ml/rowshift@$digest' 2>/dev/null"
