@@ -237,7 +237,9 @@ int rs_lease_tick(rs_lease *l)
 			if (cur && !strcmp(spec_str(cur, "holderIdentity"), l->identity))
 				r = write_ours(l, cur, 0, &e);
 			else if (cur)
-				r = lose(l, "now held by %s%s", spec_str(cur, "holderIdentity"), "");
+				r = *spec_str(cur, "holderIdentity")
+					    ? lose(l, "now held by %s%s", spec_str(cur, "holderIdentity"), "")
+					    : lose(l, "written by another coordinator meanwhile, and given back%s%s", "", "");
 		}
 		json_decref(cur);
 	}

@@ -182,12 +182,13 @@ check "the documented 'kubectl create secret' and 'create configmap' make the ob
 
 # 5. NOTES, Dockerfile
 "$helm" install rowshift "$chart" --namespace rowshift --dry-run=client >"$tmp/install.out" 2>&1
-check "NOTES.txt: port-forward, the dashboard, rowshiftctl status --watch, kubectl scale, the token" bash -c "
+check "NOTES.txt: port-forward, the dashboard, rowshiftctl status --watch, kubectl scale, the token, where the job stands" bash -c "
 	grep -q 'kubectl --namespace rowshift port-forward svc/rowshift-coordinator 7070' '$tmp/install.out' &&
 	grep -q 'http://localhost:7070/' '$tmp/install.out' &&
 	grep -q 'rowshiftctl status --watch --coordinator ws://localhost:7070' '$tmp/install.out' &&
 	grep -q 'scale statefulset/rowshift-worker --replicas=N' '$tmp/install.out' &&
-	grep -q 'get secret rowshift-join-token' '$tmp/install.out'"
+	grep -q 'get secret rowshift-join-token' '$tmp/install.out' &&
+	grep -q 'get lease rowshift-worker-leader -L rowshift.io/phase,rowshift.io/generation' '$tmp/install.out'"
 check "the Dockerfile installs the three binaries and runs as uid 10001" bash -c "
 	grep -q '^USER 10001' Dockerfile &&
 	for b in rowshift-coordinator rowshift-worker rowshiftctl; do grep -q \"build/bin/\$b\" Dockerfile || exit 1; done &&
