@@ -4198,7 +4198,8 @@ def main(argv=None):
     ap.add_argument("--root", default=None, help="sandbox for pods: <root>/<ns>/<pod>/ (default: a temp dir)")
     ap.add_argument("--bin-dir", action="append", default=[],
                     help="where container commands are looked up before PATH (repeatable, or colon-separated)")
-    ap.add_argument("--bookmark-interval", type=float, default=1.0, help="seconds between watch bookmarks")
+    ap.add_argument("--bookmark-interval", type=float, default=60.0,
+                    help="seconds between watch bookmarks (a real API server: about once a minute)")
     ap.add_argument("--history", type=int, default=10000, help="events kept for watches to resume from")
     ap.add_argument("--seed", type=int, default=1, help="seed for the watch chunking chaos")
     ap.add_argument("--chunk-chaos", type=float, default=0.3,
