@@ -41,7 +41,7 @@
 #define WATCH_IDLE_S 150
 #define TOKEN_REREAD_S 60.0
 #define BACKOFF_MAX_S 30.0
-#define WRITE_TIMEOUT_MS 5000  /* a ConfigMap or Event write */
+#define WRITE_TIMEOUT_MS RS_KUBE_WRITE_TIMEOUT_MS
 #define MAX_LIST_BYTES ((size_t)256 << 20)
 
 typedef enum kstate { K_IDLE, K_LISTING, K_WATCHING } kstate;
@@ -505,6 +505,16 @@ static void finished(rs_kube *k, CURLcode res)
 		back_off(k, "watching pods: %s", why);
 }
 
+/* Free an Event's slot: off the multi handle, its request and headers gone. */
+static void drop_posting(rs_kube *k, posting *p)
+{
+	if (p->added)
+		curl_multi_remove_handle(k->multi, p->easy);
+	curl_easy_cleanup(p->easy);
+	curl_slist_free_all(p->headers);
+	memset(p, 0, sizeof(*p));
+}
+
 /* An Event's POST ended: free its slot, and say so if it was refused. */
 static void posted(rs_kube *k, CURL *e, CURLcode res)
 {
@@ -517,10 +527,7 @@ static void posted(rs_kube *k, CURL *e, CURLcode res)
 		if (res != CURLE_OK || code / 100 != 2)
 			RS_WARN("kubernetes: could not post the event '%s' (%s%ld)", p->what,
 				res != CURLE_OK ? curl_easy_strerror(res) : "HTTP ", res != CURLE_OK ? 0L : code);
-		curl_multi_remove_handle(k->multi, e);
-		curl_easy_cleanup(e);
-		curl_slist_free_all(p->headers);
-		memset(p, 0, sizeof(*p));
+		drop_posting(k, p);
 	}
 }
 
@@ -536,9 +543,7 @@ static void add_postings(rs_kube *k)
 			continue;
 		}
 		RS_WARN("kubernetes: could not post the event '%s' (curl refused the request)", p->what);
-		curl_easy_cleanup(p->easy);
-		curl_slist_free_all(p->headers);
-		memset(p, 0, sizeof(*p));
+		drop_posting(k, p);
 	}
 }
 
@@ -662,10 +667,7 @@ void rs_kube_destroy(rs_kube *k)
 	for (int i = 0; i < MAX_POSTINGS; i++)
 		if (k->posts[i].easy) {
 			RS_WARN("kubernetes: the event '%s' was not posted in time", k->posts[i].what);
-			if (k->posts[i].added)
-				curl_multi_remove_handle(k->multi, k->posts[i].easy);
-			curl_easy_cleanup(k->posts[i].easy);
-			curl_slist_free_all(k->posts[i].headers);
+			drop_posting(k, &k->posts[i]);
 		}
 	end_request(k);
 	if (k->multi)
@@ -758,54 +760,24 @@ void rs_kube_refresh_token(rs_kube *k)
 	}
 }
 
-rs_status rs_kube_configmap_read(rs_kube *k, const char *name, json_t **obj, rs_err *err)
+rs_status rs_kube_object(rs_kube *k, const char *method, const char *path, const json_t *send, int timeout_ms,
+			 long *code, json_t **got, char *msg, size_t n, rs_err *err)
 {
-	char path[1024], msg[256];
-	long code;
-	char *body;
-	*obj = NULL;
-	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps/%s", k->ns, name);
-	RSCHECK(rs_kube_request(k, "GET", path, NULL, NULL, &code, &body, err));
-	rs_status st = RS_OK;
-	if (code == 404)
-		st = RS_ENOTFOUND;
-	else if (code != 200)
-		st = rs_err_set(err, RS_EIO, "kubernetes: reading configmap %s: HTTP %ld: %s", name, code,
-				rs_kube_status_message(body, msg, sizeof(msg)));
-	else if (!(*obj = json_loads(body ? body : "", 0, NULL)) || !json_is_object(*obj))
-		st = rs_err_set(err, RS_EINVAL, "kubernetes: configmap %s: not a JSON object", name);
-	if (st != RS_OK)
-		json_decref(*obj), *obj = NULL;
-	free(body);
-	return st;
-}
-
-rs_status rs_kube_configmap_write(rs_kube *k, const char *name, json_t **obj, rs_err *err)
-{
-	char path[1024], msg[256];
-	long code;
-	char *body = NULL, *text = json_dumps(*obj, JSON_COMPACT);
-	int create = !json_object_get(json_object_get(*obj, "metadata"), "resourceVersion");
-	if (!text)
+	char *text = send ? json_dumps(send, JSON_COMPACT) : NULL, *body = NULL;
+	*got = NULL, *code = 0;
+	snprintf(msg, n, "%s", "");
+	if (send && !text)
 		return rs_err_set(err, RS_ENOMEM, "kubernetes: out of memory");
-	snprintf(path, sizeof(path), create ? "/api/v1/namespaces/%s/configmaps" : "/api/v1/namespaces/%s/configmaps/%s",
-		 k->ns, name);
-	rs_status st = rs_kube_request(k, create ? "POST" : "PUT", path, "application/json", text, &code, &body, err);
+	rs_status st = rs_kube_request_within(k, method, path, send ? "application/json" : NULL, text, timeout_ms, code,
+					      &body, err);
 	free(text);
-	json_t *got = st == RS_OK && (code == 200 || code == 201) ? json_loads(body ? body : "", 0, NULL) : NULL;
-	if (got && json_is_object(got)) {
-		json_decref(*obj);
-		*obj = got, got = NULL;
-	} else if (st == RS_OK && code == 409) { /* AlreadyExists, or a resourceVersion not the latest */
-		st = rs_err_set(err, RS_EABORTED, "kubernetes: configmap %s was written by someone else: %s", name,
-				rs_kube_status_message(body, msg, sizeof(msg)));
+	if (st == RS_OK && *code / 100 == 2) {
+		*got = json_loads(body ? body : "", 0, NULL);
+		if (!json_is_object(*got))
+			json_decref(*got), *got = NULL;
 	} else if (st == RS_OK) {
-		st = rs_err_set(err, code / 100 == 4 && code != 429 ? RS_EINVAL : RS_EIO,
-				"kubernetes: writing configmap %s: HTTP %ld: %s", name, code,
-				code == 200 || code == 201 ? "the answer is not an object"
-							   : rs_kube_status_message(body, msg, sizeof(msg)));
+		rs_kube_status_message(body, msg, n);
 	}
-	json_decref(got);
 	free(body);
 	return st;
 }

@@ -31,6 +31,8 @@
 
 typedef struct rs_kube rs_kube;
 
+#define RS_KUBE_WRITE_TIMEOUT_MS 5000 /* a ConfigMap or Event write, a read of one object */
+
 /* What the coordinator needs of a pod. */
 typedef struct rs_kube_pod {
 	char name[254];
@@ -101,6 +103,16 @@ rs_status rs_kube_request_within(rs_kube *k, const char *method, const char *pat
 
 /* Read a token file again when it is due (rs_kube_poll does it; a loop that does not poll calls this). */
 void rs_kube_refresh_token(rs_kube *k);
+
+/*
+ * One object call, bounded by timeout_ms: `send` (or nothing) as JSON to
+ * path; *code the HTTP status; on a 2xx *got the answer as an object (a
+ * new reference; NULL when it is not one), otherwise *got NULL and msg the
+ * Status's message. Fails only when no answer came (RS_ECURL) or without
+ * memory; the caller says what each code means.
+ */
+rs_status rs_kube_object(rs_kube *k, const char *method, const char *path, const json_t *send, int timeout_ms,
+			 long *code, json_t **got, char *msg, size_t n, rs_err *err);
 
 /* The message of a Status error body into buf, for error messages ("no message" when it has none). */
 const char *rs_kube_status_message(const char *body, char *buf, size_t n);

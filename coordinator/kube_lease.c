@@ -89,31 +89,24 @@ static int write_ours(rs_lease *l, json_t *lease, int transition, rs_err *err)
 		if (l->label_keys[i] && l->label_values[i][0])
 			json_object_set_new(labels, l->label_keys[i], json_string(l->label_values[i]));
 	int create = !json_object_get(md, "resourceVersion");
-	char *text = json_dumps(lease, JSON_COMPACT), *body = NULL;
 	long code = 0;
-	if (!text)
-		return rs_err_set(err, RS_ENOMEM, "lease %s: out of memory", l->name), -1;
+	json_t *got = NULL;
 	path_of(l, !create, path, sizeof(path));
-	rs_status st = rs_kube_request_within(l->kube, create ? "POST" : "PUT", path, "application/json", text,
-					      bound_ms(l), &code, &body, err);
-	free(text);
-	json_t *got = st == RS_OK && (code == 200 || code == 201) ? json_loads(body ? body : "", 0, NULL) : NULL;
-	int r = -1;
-	if (json_is_object(got)) {
+	if (rs_kube_object(l->kube, create ? "POST" : "PUT", path, lease, bound_ms(l), &code, &got, msg, sizeof(msg),
+			   err) != RS_OK)
+		return -1;
+	if (got) {
 		json_decref(l->obj);
-		l->obj = json_incref(got);
+		l->obj = got;
 		l->renewed = sent; /* a waiter saw the record change no earlier than this */
 		l->next = sent + l->duration_s / 6.0;
-		r = 1;
-	} else if (st == RS_OK && code == 409) {
-		r = 0;
-	} else if (st == RS_OK) {
-		r = code == 404 && !create ? -3 : code / 100 == 4 && code != 429 ? -2 : -1;
-		rs_err_set(err, r == -2 ? RS_EINVAL : RS_EIO, "lease %s: writing it: HTTP %ld: %s", l->name, code,
-			   rs_kube_status_message(body, msg, sizeof(msg)));
+		return 1;
 	}
-	json_decref(got);
-	free(body);
+	if (code == 409)
+		return 0;
+	int r = code == 404 && !create ? -3 : code / 100 == 4 && code != 429 ? -2 : -1;
+	rs_err_set(err, r == -2 ? RS_EINVAL : RS_EIO, "lease %s: writing it: HTTP %ld: %s", l->name, code,
+		   code / 100 == 2 ? "the answer is not an object" : msg);
 	return r;
 }
 
@@ -130,20 +123,16 @@ static rs_status read_lease(rs_lease *l, json_t **out, rs_err *err)
 {
 	char path[1024], msg[256];
 	long code;
-	char *body = NULL;
-	*out = NULL;
 	path_of(l, 1, path, sizeof(path));
-	RSCHECK(rs_kube_request_within(l->kube, "GET", path, NULL, NULL, bound_ms(l), &code, &body, err));
-	rs_status st = RS_OK;
-	if (code == 200 && !json_is_object(*out = json_loads(body ? body : "", 0, NULL)))
-		st = rs_err_set(err, RS_EIO, "lease %s: the answer is not an object", l->name);
-	else if (code != 200 && code != 404)
-		st = rs_err_set(err, code == 403 ? RS_EINVAL : RS_EIO, "lease %s: reading it: HTTP %ld: %s", l->name, code,
-				rs_kube_status_message(body, msg, sizeof(msg)));
-	if (st != RS_OK)
-		json_decref(*out), *out = NULL;
-	free(body);
-	return st;
+	RSCHECK(rs_kube_object(l->kube, "GET", path, NULL, bound_ms(l), &code, out, msg, sizeof(msg), err));
+	if (code == 200 && !*out)
+		return rs_err_set(err, RS_EIO, "lease %s: the answer is not an object", l->name);
+	if (code != 200 && code != 404) {
+		json_decref(*out), *out = NULL; /* a 2xx other than 200 */
+		return rs_err_set(err, code == 403 ? RS_EINVAL : RS_EIO, "lease %s: reading it: HTTP %ld: %s", l->name,
+				  code, msg);
+	}
+	return RS_OK;
 }
 
 rs_status rs_lease_acquire(rs_lease *l, const volatile sig_atomic_t *stop, rs_err *err)
