@@ -94,7 +94,7 @@ WORKER_CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_
 $(BUILD)/obj/worker/main.o: CPPFLAGS += -DRS_HAVE_CUDA -DRS_HAVE_NCCL -isystem $(CUDA_HOME)/include
 endif
 
-.PHONY: all deps tools libs test static unit fuzz-build integration asan ubsan fuzz fuzz-smoke bench bench-gpu test-gpu demo clean
+.PHONY: all deps tools libs test static unit fuzz-build fuzz-bins integration asan ubsan fuzz fuzz-smoke bench bench-gpu test-gpu demo clean
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
 .SECONDARY:
@@ -214,11 +214,15 @@ FUZZ_SMOKE_SECONDS ?= 3
 fuzz-build: deps
 	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang OPT="-O1 $(FUZZ_FLAGS)" NVCC= HARDEN_CFLAGS= \
 		HARDEN_LDFLAGS= libs
-	@mkdir -p $(FUZZ_BUILD)/bin
-	@for n in $(FUZZ_NAMES); do \
-	  clang $(CPPFLAGS) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
-	    tests/fuzz/fuzz_$$n.c $(foreach l,$(LAYERS),$(FUZZ_BUILD)/lib/librowshift_$(l).a) $(LDLIBS) \
-	    -o $(FUZZ_BUILD)/bin/fuzz_$$n || exit 1; done
+	@$(MAKE) --no-print-directory fuzz-bins
+
+# Linked once the libraries above exist (a make of its own, so that their dates are read after they are built).
+FUZZ_LIBS := $(foreach l,$(LAYERS),$(FUZZ_BUILD)/lib/librowshift_$(l).a)
+fuzz-bins: $(FUZZ_NAMES:%=$(FUZZ_BUILD)/bin/fuzz_%)
+$(FUZZ_BUILD)/bin/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBS)
+	@mkdir -p $(@D)
+	clang $(CPPFLAGS) -std=c11 -g -O1 -MMD -MP -fsanitize=fuzzer,address,undefined $< $(FUZZ_LIBS) $(LDLIBS) -o $@
+-include $(wildcard $(FUZZ_BUILD)/bin/*.d)
 
 # Each target replays its seed corpus and explores for a few seconds.
 fuzz-smoke: fuzz-build

@@ -10,6 +10,7 @@
 # terminal as it runs and to $BUILD/test-logs/NAME.log.
 #   RS_TEST_TIMEOUT  seconds per program (default 300)
 #   FUZZ_SECONDS     fuzz: seconds of exploration per target after its corpus
+#   RS_FUZZ_JOBS     fuzz: targets run at once (default 2)
 #   RS_REQUIRE_GPU=1 gpu: a skip (no device) counts as a failure
 set -u
 BUILD=${BUILD:-build}
@@ -30,29 +31,33 @@ fi
 kind=$1; shift
 [ $# -gt 0 ] || exit 0
 timeout_s=${RS_TEST_TIMEOUT:-300}
-for prog in "$@"; do
+
+# run_one PROG: run it, record its result line
+run_one() {
+	local prog=$1 name log start rc elapsed
 	name=$(basename "$prog" .sh)
 	log="$logs/$kind-$name.log"
 	start=$(date +%s)
-	echo "== $kind $name"
 	case $kind in
 	fuzz)
-		fname=${name#fuzz_}
-		corpus="tests/fuzz/corpus/$fname"
-		work="$BUILD/fuzz/work/$fname"; art="$BUILD/fuzz/artifacts/$fname/"
+		local fname=${name#fuzz_}
+		local corpus="tests/fuzz/corpus/$fname"
+		local work="$BUILD/fuzz/work/$fname" art="$BUILD/fuzz/artifacts/$fname/"
 		mkdir -p "$work" "$art" "$corpus"
 		timeout -k 10 $((${FUZZ_SECONDS:-8} + 120)) "$prog" \
 			-max_total_time="${FUZZ_SECONDS:-8}" -print_final_stats=1 \
 			-artifact_prefix="$art" -timeout=10 -rss_limit_mb=2048 -error_exitcode=99 \
 			"$work" "$corpus" >"$log" 2>&1
 		rc=$?
-		tail -n 4 "$log"
+		{ echo "== $kind $name"; tail -n 4 "$log"; } | flock "$logs/.print.lock" cat
 		;;
 	integration|static)
+		echo "== $kind $name"
 		BUILD=$BUILD timeout -k 10 "$timeout_s" bash "$prog" 2>&1 | tee "$log"
 		rc=${PIPESTATUS[0]}
 		;;
 	*)
+		echo "== $kind $name"
 		timeout -k 10 "$timeout_s" "$prog" 2>&1 | tee "$log"
 		rc=${PIPESTATUS[0]}
 		;;
@@ -69,5 +74,24 @@ for prog in "$@"; do
 	124|137) echo "FAIL $kind $name: timed out after ${timeout_s}s" >>"$results" ;;
 	*) echo "FAIL $kind $name: exit $rc (log: $log)" >>"$results" ;;
 	esac
+}
+
+# Fuzz targets are independent and CPU-bound: RS_FUZZ_JOBS (default 2) at a
+# time, their lines recorded in the order given. Everything else, one by one.
+jobs_max=1
+[ "$kind" = fuzz ] && jobs_max=${RS_FUZZ_JOBS:-2}
+if [ "$jobs_max" -le 1 ]; then
+	for prog in "$@"; do run_one "$prog"; done
+	exit 0
+fi
+parts=$(mktemp -d)
+i=0
+for prog in "$@"; do
+	while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+	i=$((i + 1))
+	results="$parts/$(printf %04d $i)" run_one "$prog" &
 done
+wait
+cat "$parts"/* >>"$results"
+rm -rf "$parts"
 exit 0

@@ -255,7 +255,9 @@ void rs_trainer_checksums(const rs_trainer *tr, uint64_t *counted, uint64_t *hel
  * it is checked; 2: the dense network a joiner receives is.
  */
 extern int rs_reshard_fault_for_tests;
-/* Tests only: a checkpoint's writer waits this long (ms) after its first file, a window to kill it mid-write. */
+/* Tests only: a checkpoint's writer waits this long (ms) after its first file, a window to kill it mid-write;
+ * only the checkpoint of rs_checkpoint_stall_step_for_tests where that is >= 0. */
 extern int64_t rs_checkpoint_stall_ms_for_tests;
+extern int64_t rs_checkpoint_stall_step_for_tests;
 
 #endif

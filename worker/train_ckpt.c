@@ -197,6 +197,20 @@ out:
 rs_status rs_trainer_snapshot(rs_trainer *tr, rs_snapshot **out, rs_err *err) { return snapshot(tr, 0, out, err); }
 
 int64_t rs_checkpoint_stall_ms_for_tests;
+int64_t rs_checkpoint_stall_step_for_tests = -1;
+
+/* The test hook's stall applies to this checkpoint (every one, or the one of its step). */
+static int stalls(const char *dir)
+{
+	if (rs_checkpoint_stall_ms_for_tests <= 0)
+		return 0;
+	if (rs_checkpoint_stall_step_for_tests < 0)
+		return 1;
+	char want[32];
+	snprintf(want, sizeof(want), "step-%09lld", (long long)rs_checkpoint_stall_step_for_tests);
+	const char *base = strrchr(dir, '/');
+	return !strcmp(base ? base + 1 : dir, want);
+}
 
 rs_status rs_snapshot_write(rs_snapshot *s, const char *dir, rs_err *err)
 {
@@ -212,7 +226,7 @@ rs_status rs_snapshot_write(rs_snapshot *s, const char *dir, rs_err *err)
 		snprintf(path, sizeof(path), "%s/%s", dir, f->name);
 		w->file = f->name;
 		RSCHECK(rs_st_write_crc(path, f->t, f->n, f->meta, &w->crc32c, &w->bytes, err));
-		if (i == 0 && rs_checkpoint_stall_ms_for_tests > 0)
+		if (i == 0 && stalls(dir))
 			rs_sleep((double)rs_checkpoint_stall_ms_for_tests / 1000.0);
 	}
 	return RS_OK;

@@ -71,7 +71,7 @@ check "elastic and static runs end with the same weights (max_rel <= 1e-5)" \
 	"$bin/rowshiftctl" checkpoint diff "$tmp/static" "$tmp/elastic" --max-rel 1e-5
 
 # rowshiftctl scale: live, at the next step boundary, while the job runs
-"$bin/rowshift-coordinator" --local --workers 2 --config examples/dlrm-small.json --steps 400 \
+"$bin/rowshift-coordinator" --local --workers 2 --config examples/dlrm-small.json --steps 200 \
 	--admin-file "$tmp/admin.json" >"$tmp/scale.out" 2>"$tmp/scale.err" &
 job=$!
 for _ in $(seq 1 100); do grep -q "^step" "$tmp/scale.out" && break; sleep 0.1; done
@@ -80,7 +80,7 @@ for _ in $(seq 1 100); do grep -q "resumed" "$tmp/scale.out" && break; sleep 0.1
 "$bin/rowshiftctl" scale --workers 1 --admin-file "$tmp/admin.json" >"$tmp/scale2.out" 2>&1
 timeout 120 tail --pid=$job -f /dev/null
 wait $job
-check "a job scaled by rowshiftctl finishes (exit $?)" grep -q "training done: 1 workers, 400 steps, 3 generation(s), 2 reshard(s)" "$tmp/scale.out"
+check "a job scaled by rowshiftctl finishes (exit $?)" grep -q "training done: 1 workers, 200 steps, 3 generation(s), 2 reshard(s)" "$tmp/scale.out"
 check "rowshiftctl scale went 2 -> 3 -> 1" bash -c "grep -q '2 -> 3 workers' $tmp/scale.out && grep -q '3 -> 1 workers' $tmp/scale.out"
 check "rowshiftctl reports what it asked" grep -q "scaling to 3 workers" "$tmp/scale1.out"
 "$bin/rowshiftctl" scale --workers 2 --admin-file "$tmp/admin.json" >"$tmp/scale3.out" 2>&1

@@ -91,7 +91,7 @@ check "flip: the damaged checkpoint was passed over, naming its file" \
 equal flip
 
 # 4. a SIGKILL while the checkpoint of step 60 is being written
-ROWSHIFT_FAULT=checkpoint-stall-ms=4000 run midwrite --checkpoint-dir "$tmp/ck4" --checkpoint-every 30
+ROWSHIFT_FAULT=checkpoint-stall-ms=4000@60 run midwrite --checkpoint-dir "$tmp/ck4" --checkpoint-every 30
 wait_for "$tmp/midwrite.out" "checkpoint of step 30 complete" 60
 for _ in $(seq 1 200); do [ -n "$(ls "$tmp/ck4/step-000000060" 2>/dev/null)" ] && break; sleep 0.05; done
 check "midwrite: the checkpoint of step 60 was being written, without its index" \
