@@ -302,15 +302,19 @@ next:
 	return RS_OK;
 }
 
-static void compare(const double *a, const double *b, size_t n, double *max_abs, double *max_rel)
+/* The largest differences; returns whether the two are bit for bit equal (a float's double keeps its bits). */
+static int compare(const double *a, const double *b, size_t n, double *max_abs, double *max_rel)
 {
 	double d = 0, m = 0;
 	for (size_t i = 0; i < n; i++) {
-		d = fmax(d, fabs(a[i] - b[i]));
+		/* NaN on one side only is as far apart as it gets (fmax would drop it) */
+		double x = isnan(a[i]) != isnan(b[i]) ? INFINITY : fabs(a[i] - b[i]);
+		d = fmax(d, x);
 		m = fmax(m, fabs(a[i]));
 	}
 	*max_abs = d;
 	*max_rel = m > 0 ? d / m : (d > 0 ? INFINITY : 0);
+	return n == 0 || memcmp(a, b, sizeof(double) * n) == 0;
 }
 
 rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out, rs_err *err)
@@ -323,6 +327,7 @@ rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out,
 	json_t *res = json_object(), *tables = json_object();
 	rs_status st = RS_OK;
 	double all_abs = 0, all_rel = 0;
+	int identical = 1; /* every tensor bit for bit */
 
 	*out = NULL;
 	memset(&ib, 0, sizeof(ib));
@@ -363,9 +368,10 @@ rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out,
 				json_decref(per);
 				RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "table '%s': weights missing", name), out);
 			}
+			identical &= (sa == RS_OK) == (sb == RS_OK) && da == db;
 			if (sa == RS_OK && sb == RS_OK) {
 				size_t cnt = n * (tensors[k].per_row ? 1 : (size_t)ta->dim);
-				compare(a, b, cnt, &ma, &mr);
+				identical &= compare(a, b, cnt, &ma, &mr);
 				json_object_set_new(per, tensors[k].name, json_pack("{s:f, s:f}", "max_abs", ma, "max_rel", mr));
 				t_abs = fmax(t_abs, ma);
 				t_rel = fmax(t_rel, mr);
@@ -405,7 +411,7 @@ rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out,
 			RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "the dense parameters of %s and %s are missing or differ in size",
 						  dir_a, dir_b), out);
 		}
-		compare(d[0], d[1], cnt[0], &ma, &mr);
+		identical &= compare(d[0], d[1], cnt[0], &ma, &mr);
 		free(d[0]);
 		free(d[1]);
 		json_object_set_new(tables, "(dense)", json_pack("{s:f, s:f}", "max_abs", ma, "max_rel", mr));
@@ -414,6 +420,7 @@ rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out,
 	}
 	json_object_set_new(res, "max_abs", json_real(all_abs));
 	json_object_set_new(res, "max_rel", json_real(all_rel));
+	json_object_set_new(res, "identical", json_boolean(identical));
 	json_object_set(res, "tables", tables);
 	*out = res;
 	res = NULL;

@@ -490,13 +490,13 @@ static rs_status parse_data(const json_t *root, rs_config *cfg, rs_err *err)
 
 static rs_status parse_train(const json_t *root, rs_config *cfg, rs_err *err)
 {
-	static const char *const keys[] = {"global_batch", "steps", "seed", NULL};
+	static const char *const keys[] = {"global_batch", "steps", "seed", "deterministic", "micro_batch", NULL};
 	where w = {.file = cfg->path, .index = -1, .section = "train"};
 	rs_train_config *t = &cfg->train;
 	json_t *j;
 	int64_t v;
 
-	*t = (rs_train_config){.global_batch = 1024, .steps = 200, .seed = 42};
+	*t = (rs_train_config){.global_batch = 1024, .steps = 200, .seed = 42, .micro_batch = 32}; /* without a train section: 1024 / 32 */
 	RSCHECK(get_object(root, "train", &j, &w, err));
 	if (!j)
 		return RS_OK;
@@ -506,6 +506,18 @@ static rs_status parse_train(const json_t *root, rs_config *cfg, rs_err *err)
 	v = (int64_t)t->seed;
 	RSCHECK(get_int(j, "seed", 0, INT64_MAX, &v, 0, &w, err));
 	t->seed = (uint64_t)v;
+	json_t *d = json_object_get(j, "deterministic");
+	if (d && !json_is_boolean(d))
+		return bad(err, &w, "deterministic", "must be true or false");
+	t->deterministic = d && json_is_true(d);
+	t->micro_batch = 0;
+	for (int64_t m = 32; m >= 1 && !t->micro_batch; m--)
+		if (t->global_batch % m == 0)
+			t->micro_batch = m;
+	RSCHECK(get_int(j, "micro_batch", 1, t->global_batch, &t->micro_batch, 0, &w, err));
+	if (t->global_batch % t->micro_batch)
+		return bad(err, &w, "micro_batch", "must divide global_batch (%lld), got %lld", (long long)t->global_batch,
+			   (long long)t->micro_batch);
 	return RS_OK;
 }
 

@@ -79,6 +79,15 @@ typedef struct rs_train_config {
 	int64_t global_batch;   /* samples per step across all workers; default 1024 */
 	int64_t steps;          /* default 200; the coordinator's --steps overrides */
 	uint64_t seed;          /* weight initialization; default 42 */
+	/*
+	 * Results that do not depend on the world size (worker/train_exact.c):
+	 * the global batch is cut into micro-batches of micro_batch samples
+	 * (default: the largest divisor of global_batch up to 32), each rank
+	 * trains whole micro-batches, and every sum feeding the model is exact.
+	 * At most global_batch / micro_batch workers. Default off.
+	 */
+	int deterministic;
+	int64_t micro_batch;
 } rs_train_config;
 
 /* Defaults for the world, used when the command line does not say. */

@@ -290,6 +290,8 @@ static int cmd_checkpoint(int argc, char **argv)
 			printf("%-24s %14.6g %14.6g\n", name, json_real_value(json_object_get(t, "max_abs")),
 			       json_real_value(json_object_get(t, "max_rel")));
 		printf("%-24s %14.6g %14.6g\n", "overall", json_real_value(json_object_get(res, "max_abs")), max_rel);
+		if (json_is_true(json_object_get(res, "identical")))
+			printf("identical\n"); /* every tensor bit for bit */
 	}
 	json_decref(res);
 	if (max_rel_s) {

@@ -1,12 +1,10 @@
 /*
- * train.c - see train.h: set-up and the step. Evaluation is in
+ * train.c - see train.h: set-up and the step. The step's lookup is in
+ * train_lookup.c (with the wire format of requests and answers), a
+ * deterministic step's exact sums in train_exact.c, evaluation in
  * train_eval.c, checkpoints in train_ckpt.c, live resharding in reshard.c,
  * 2D replica groups in replica.c; they share the trainer's insides through
  * train_internal.h.
- *
- * Requests travel as int64 records [feature, block, sample, n, id_1..id_n],
- * packed per owner; answers and gradients travel as `cols` floats per
- * record, in the same order, so neither side needs to send sizes twice.
  */
 #include "worker/train_internal.h"
 #include "common/grow.h"
@@ -17,29 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- growable arrays ---------------------------------------------------------- */
-
-static rs_status i64_push(i64vec *a, int64_t x)
-{
-	RSCHECK(rs_grow(&a->v, &a->cap, a->n + 1, sizeof(*a->v)));
-	a->v[a->n++] = x;
-	return RS_OK;
-}
-
-static rs_status i32_push(i32vec *a, int32_t x)
-{
-	RSCHECK(rs_grow(&a->v, &a->cap, a->n + 1, sizeof(*a->v)));
-	a->v[a->n++] = x;
-	return RS_OK;
-}
-
-static rs_status sent_push(sentvec *a, sent x)
-{
-	RSCHECK(rs_grow(&a->v, &a->cap, a->n + 1, sizeof(*a->v)));
-	a->v[a->n++] = x;
-	return RS_OK;
-}
 
 /* ---- set-up -------------------------------------------------------------------- */
 
@@ -225,8 +200,7 @@ lshard *rs__local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col)
 	return NULL;
 }
 
-/* Index of the row range of b holding `row`. */
-static int range_of(const block *b, int64_t row)
+int rs__range_of(const block *b, int64_t row)
 {
 	int lo = 0, hi = b->n - 1;
 	while (lo < hi) {
@@ -344,6 +318,7 @@ void rs_trainer_destroy(rs_trainer *tr)
 	free(tr->in_off);
 	free(tr->in.v);
 	free(tr->in_row.v);
+	free(tr->idsrc.v);
 	free(tr->out.v);
 	free(tr->back.v);
 	free(tr->tables);
@@ -382,7 +357,7 @@ int64_t rs__resolve(rs_trainer *tr, int t, int64_t id, int64_t step, int trainin
 	rs_zch_find_or_insert(ti->zch, &raw, 1, (uint32_t)step, &slot, &fresh, &nfresh);
 	if (nfresh && slot >= 0) {
 		const block *bl = &ti->blocks[0];
-		lshard *ls = &tr->shards[bl->local[range_of(bl, slot)]];
+		lshard *ls = &tr->shards[bl->local[rs__range_of(bl, slot)]];
 		int64_t local = slot - ls->s.row_offset;
 		int64_t sf = rs_emb_state_floats(tr->cfg->optimizer.kind, ls->s.cols);
 		for (int32_t c = 0; c < ls->s.cols; c++)
@@ -413,96 +388,11 @@ rs_status rs__said_transport(const rs_trainer *tr, rs_status st, const char *wha
 	return st;
 }
 
-/* The same for an engine call that reported into e: err names the table. */
-static rs_status engine_said(const rs_trainer *tr, int table, rs_status st, const rs_err *e, rs_err *err)
+rs_status rs__engine_said(const rs_trainer *tr, int table, rs_status st, const rs_err *e, rs_err *err)
 {
 	if (st != RS_OK)
 		rs_err_set(err, st, "table '%s': %s", tr->cfg->tables[table].name, e->msg[0] ? e->msg : rs_status_str(st));
 	return st;
-}
-
-/*
- * The owner's side of a lookup, one pass over the requests received:
- * check each record [feature, block, sample, n, ids...] (whole, inside its
- * sender's part), resolve its ids to rows and sort them into bags of the
- * local shards holding those rows (lshard.boff/bids/bdst, in request
- * order). tr->scount[p] gets the bytes of the answers for peer p; *floats
- * the length of all the answers. A malformed record is RS_EPEER, naming
- * the sender.
- */
-static rs_status gather_bags(rs_trainer *tr, int64_t step, int training, size_t *floats, rs_err *err)
-{
-	for (int i = 0; i < tr->nshards; i++) {
-		lshard *ls = &tr->shards[i];
-		ls->boff.n = ls->bids.n = ls->bdst.n = 0;
-		RSCHECK(i32_push(&ls->boff, 0));
-	}
-	size_t o = 0;
-	for (int32_t p = 0; p < tr->world; p++) {
-		size_t first = o;
-		for (size_t q = tr->in_off[p], end = tr->in_off[p + 1]; q < end;) {
-			int64_t f = -1, c = -1, cnt = -1;
-			if (end - q >= 4)
-				f = tr->in.v[q], c = tr->in.v[q + 1], cnt = tr->in.v[q + 3];
-			if (f < 0 || f >= tr->nfeat || c < 0 || c >= tr->tables[tr->feat_table[f]].nblocks || cnt < 0 ||
-			    (uint64_t)cnt > end - q - 4)
-				return rs_err_set(err, RS_EPEER, "rank %d sent a malformed request (feature %lld, block %lld, %lld ids)",
-						  p, (long long)f, (long long)c, (long long)cnt);
-			int t = tr->feat_table[f];
-			const block *bl = &tr->tables[t].blocks[c];
-			for (int64_t j = 0; j < cnt; j++) {
-				/* training in 2D, ZCH ids were resolved already (rs__replica_resolve) */
-				int64_t row = training && tr->replicas > 1 && tr->tables[t].zch
-						      ? tr->in_row.v[q + 4 + j]
-						      : rs__resolve(tr, t, tr->in.v[q + 4 + j], step, training);
-				tr->in_row.v[q + 4 + j] = row;
-				if (row < 0)
-					continue;
-				int32_t li = bl->local[range_of(bl, row)];
-				lshard *ls = li >= 0 ? &tr->shards[li] : NULL;
-				if (!ls || row < ls->s.row_offset || row >= ls->s.row_offset + ls->s.rows)
-					return rs_err_set(err, RS_EPEER, "table '%s': rank %d asked for row %lld, which is not held here",
-							  tr->cfg->tables[t].name, p, (long long)row);
-				if (!ls->bdst.n || ls->bdst.v[ls->bdst.n - 1] != (int64_t)o) {
-					/* this request's first id in this shard: a new bag */
-					RSCHECK(i64_push(&ls->bdst, (int64_t)o));
-					RSCHECK(i32_push(&ls->boff, ls->boff.v[ls->boff.n - 1]));
-				}
-				RSCHECK(i64_push(&ls->bids, row - ls->s.row_offset));
-				ls->boff.v[ls->boff.n - 1]++;
-			}
-			o += (size_t)bl->cols;
-			q += 4 + (size_t)cnt;
-		}
-		tr->scount[p] = sizeof(float) * (o - first);
-	}
-	*floats = o;
-	return RS_OK;
-}
-
-/* Pool every local shard's bags on the engine and add the sums into the answers (floats of out). */
-static rs_status pool_bags(rs_trainer *tr, float *out, size_t floats, rs_err *err)
-{
-	memset(out, 0, sizeof(float) * floats);
-	for (int i = 0; i < tr->nshards; i++) {
-		lshard *ls = &tr->shards[i];
-		size_t nb = ls->bdst.n, cols = (size_t)ls->s.cols;
-		rs_err e = {0};
-		if (!nb)
-			continue;
-		RSCHECK(rs_grow(&ls->bval.v, &ls->bval.cap, nb * cols, sizeof(float)));
-		RSCHECK(engine_said(tr, ls->table,
-				    tr->engine->ops->forward(tr->engine, &ls->emb, ls->boff.v, (int32_t)nb, ls->bids.v,
-							     RS_POOL_SUM, ls->bval.v, (int64_t)cols, &e),
-				    &e, err));
-		for (size_t k = 0; k < nb; k++) {
-			float *dst = out + ls->bdst.v[k];
-			const float *src = ls->bval.v + k * cols;
-			for (size_t c = 0; c < cols; c++)
-				dst[c] += src[c];
-		}
-	}
-	return RS_OK;
 }
 
 /*
@@ -520,7 +410,7 @@ static rs_status update_bags(rs_trainer *tr, const float *grad, rs_err *err)
 			continue;
 		for (size_t k = 0; k < nb; k++)
 			memcpy(ls->bval.v + k * cols, grad + ls->bdst.v[k], sizeof(float) * cols);
-		RSCHECK(engine_said(tr, ls->table,
+		RSCHECK(rs__engine_said(tr, ls->table,
 				    tr->engine->ops->backward(tr->engine, &ls->emb, &ls->ws, &ls->grad, ls->boff.v,
 							      (int32_t)nb, ls->bids.v, RS_POOL_SUM, ls->bval.v,
 							      (int64_t)cols, &tr->cfg->optimizer, tr->updates, &e),
@@ -529,158 +419,6 @@ static rs_status update_bags(rs_trainer *tr, const float *grad, rs_err *err)
 	return RS_OK;
 }
 
-/* Open a request record [f, c, i, 0 ids] to peer p (its ids follow), and remember where its answer goes. */
-static rs_status open_request(rs_trainer *tr, int32_t p, int32_t f, int32_t c, int32_t i, int32_t cols)
-{
-	RSCHECK(i64_push(&tr->req[p], f));
-	RSCHECK(i64_push(&tr->req[p], c));
-	RSCHECK(i64_push(&tr->req[p], i));
-	RSCHECK(i64_push(&tr->req[p], 0));
-	return sent_push(&tr->sent[p], (sent){f, c, i, cols});
-}
-
-/* This step's requests, per owner (tr->req), one record per (feature, block, sample, owner), and tr->sent. */
-static rs_status make_requests(rs_trainer *tr)
-{
-	const rs_batch *b = &tr->batch;
-	int32_t n = b->size, w = tr->world;
-	int32_t *open = malloc(sizeof(int32_t) * (size_t)w);
-	int32_t *touched = malloc(sizeof(int32_t) * (size_t)w);
-	rs_status st = RS_OK;
-	if (!open || !touched)
-		RSFAILGOTO(st, RS_ENOMEM, out);
-	for (int32_t p = 0; p < w; p++) {
-		tr->req[p].n = 0;
-		tr->sent[p].n = 0;
-		open[p] = -1;
-	}
-	for (int32_t f = 0; f < tr->nfeat; f++) {
-		const tinfo *ti = &tr->tables[tr->feat_table[f]];
-		const int32_t *off = b->offsets[f];
-		const int64_t *ids = b->ids[f];
-		for (int c = 0; c < ti->nblocks; c++) {
-			const block *bl = &ti->blocks[c];
-			for (int32_t i = 0; i < n; i++) {
-				int nt = 0;
-				for (int32_t j = off[i]; j < off[i + 1]; j++) {
-					int64_t route = ti->zch ? (int64_t)rs_zch_bucket_of((uint64_t)ids[j], rs_zch_buckets(ti->zch)) * ti->spb
-								: ids[j];
-					int32_t p = bl->owner[range_of(bl, route)];
-					if (open[p] < 0) {
-						open[p] = (int32_t)tr->req[p].n;
-						touched[nt++] = p;
-						RSCHECKGOTO(open_request(tr, p, f, c, i, bl->cols), st, out);
-					}
-					RSCHECKGOTO(i64_push(&tr->req[p], ids[j]), st, out);
-					tr->req[p].v[open[p] + 3]++;
-				}
-				for (int k = 0; k < nt; k++)
-					open[touched[k]] = -1;
-			}
-		}
-	}
-out:
-	free(touched);
-	free(open);
-	return st;
-}
-
-/* Send every bag's IDs to their owners, pool, and gather the partial sums into tr->pooled. */
-rs_status rs__lookup(rs_trainer *tr, int64_t step, int training, rs_err *err)
-{
-	const rs_batch *b = &tr->batch;
-	int32_t n = b->size, w = tr->world;
-	i64vec packed = {0};
-	rs_status st = RS_OK;
-	if (n > tr->pooled_cap) {
-		float *p = realloc(tr->pooled, sizeof(float) * (size_t)n * (size_t)tr->emb_width);
-		RSALLOCGOTO(p, st, out);
-		tr->pooled = p;
-		p = realloc(tr->dpooled, sizeof(float) * (size_t)n * (size_t)tr->emb_width);
-		RSALLOCGOTO(p, st, out);
-		tr->dpooled = p;
-		tr->pooled_cap = n;
-	}
-	memset(tr->pooled, 0, sizeof(float) * (size_t)n * (size_t)tr->emb_width);
-	RSCHECKGOTO(make_requests(tr), st, out);
-	for (int32_t p = 0; p < w; p++)
-		tr->scount[p] = tr->req[p].n * sizeof(int64_t);
-	RSCHECKGOTO(rs__said_transport(tr, rs_transport_alltoall_counts(tr->t, tr->scount, tr->rcount),
-				   "the lookup's request sizes (all-to-all)", err),
-		    st, out);
-	size_t total = 0;
-	for (int32_t p = 0; p < w; p++) {
-		tr->in_off[p] = total;
-		total += tr->rcount[p] / sizeof(int64_t);
-	}
-	tr->in_off[w] = total;
-	RSCHECKGOTO(rs_grow(&tr->in.v, &tr->in.cap, total + 1, sizeof(int64_t)), st, out);
-	RSCHECKGOTO(rs_grow(&tr->in_row.v, &tr->in_row.cap, total + 1, sizeof(int64_t)), st, out);
-	/* pack the requests contiguously, in rank order */
-	size_t all = 0;
-	for (int32_t p = 0; p < w; p++)
-		all += tr->req[p].n;
-	RSCHECKGOTO(rs_grow(&packed.v, &packed.cap, all + 1, sizeof(int64_t)), st, out);
-	for (int32_t p = 0, o = 0; p < w; o += (int32_t)tr->req[p].n, p++)
-		if (tr->req[p].n) /* none for a peer (another replica group's, in 2D): maybe never allocated */
-			memcpy(packed.v + o, tr->req[p].v, sizeof(int64_t) * tr->req[p].n);
-	RSCHECKGOTO(rs__said_transport(tr, rs_transport_alltoallv(tr->t, packed.v, tr->scount, tr->in.v, tr->rcount),
-				   "the lookup's requests (all-to-all)", err),
-		    st, out);
-	if (training && tr->replicas > 1)
-		RSCHECKGOTO(rs__replica_resolve(tr, step, err), st, out);
-	/* answer: the partial pooled sum of each record over the rows held here, in rank order */
-	size_t floats = 0;
-	RSCHECKGOTO(gather_bags(tr, step, training, &floats, err), st, out);
-	RSCHECKGOTO(rs_grow(&tr->out.v, &tr->out.cap, floats + 1, sizeof(float)), st, out);
-	RSCHECKGOTO(pool_bags(tr, tr->out.v, floats, err), st, out);
-	for (int32_t p = 0; p < w; p++)
-		tr->rcount[p] = 0;
-	for (int32_t p = 0; p < w; p++)
-		for (size_t k = 0; k < tr->sent[p].n; k++)
-			tr->rcount[p] += sizeof(float) * (size_t)tr->sent[p].v[k].cols;
-	size_t back = 0;
-	for (int32_t p = 0; p < w; p++)
-		back += tr->rcount[p] / sizeof(float);
-	RSCHECKGOTO(rs_grow(&tr->back.v, &tr->back.cap, back + 1, sizeof(float)), st, out);
-	RSCHECKGOTO(rs__said_transport(tr, rs_transport_alltoallv(tr->t, tr->out.v, tr->scount, tr->back.v, tr->rcount),
-				   "the lookup's answers (all-to-all)", err),
-		    st, out);
-	/* add the partials into pooled, in rank order */
-	const float *in = tr->back.v;
-	for (int32_t p = 0; p < w; p++)
-		for (size_t k = 0; k < tr->sent[p].n; k++) {
-			const sent *s = &tr->sent[p].v[k];
-			const block *bl = &tr->tables[tr->feat_table[s->f]].blocks[s->c];
-			float *dst = tr->pooled + (size_t)s->i * (size_t)tr->emb_width + (size_t)(tr->feat_off[s->f] + bl->col_offset);
-			for (int32_t c = 0; c < s->cols; c++)
-				dst[c] += in[c];
-			in += s->cols;
-		}
-	/* mean pooling; data-parallel tables locally */
-	for (int32_t f = 0; f < tr->nfeat; f++) {
-		const rs_table_config *tc = &tr->cfg->tables[tr->feat_table[f]];
-		const tinfo *ti = &tr->tables[tr->feat_table[f]];
-		float *base = tr->pooled + tr->feat_off[f];
-		if (ti->dp_shard >= 0) {
-			rs_err e = {0};
-			RSCHECKGOTO(engine_said(tr, tr->feat_table[f],
-						tr->engine->ops->forward(tr->engine, &tr->shards[ti->dp_shard].emb, b->offsets[f],
-									 n, b->ids[f], tc->pooling, base, tr->emb_width, &e),
-						&e, err),
-				    st, out);
-		} else if (tc->pooling == RS_POOL_MEAN) {
-			for (int32_t i = 0; i < n; i++) {
-				int32_t len = b->offsets[f][i + 1] - b->offsets[f][i];
-				for (int32_t c = 0; len > 1 && c < tc->dim; c++)
-					base[(size_t)i * (size_t)tr->emb_width + (size_t)c] /= (float)len;
-			}
-		}
-	}
-out:
-	free(packed.v);
-	return rs__said(st, "the lookup", err);
-}
 
 /* Data-parallel gradients, step one: the local ones in a dense (rows x dim + touch count) buffer, all-reduced. */
 static rs_status dp_reduce(rs_trainer *tr, lshard *ls, float **out, rs_err *err)
@@ -721,7 +459,7 @@ static rs_status dp_apply(rs_trainer *tr, lshard *ls, float *buf, rs_err *err)
 			memmove(buf + all.n * dim, buf + r * dim, sizeof(float) * (size_t)dim);
 			all.rows[all.n++] = r;
 		}
-	st = engine_said(tr, ls->table, tr->engine->ops->apply(tr->engine, &ls->emb, &all, &tr->cfg->optimizer, tr->updates, &e),
+	st = rs__engine_said(tr, ls->table, tr->engine->ops->apply(tr->engine, &ls->emb, &all, &tr->cfg->optimizer, tr->updates, &e),
 			 &e, err);
 out:
 	free(all.rows);
@@ -765,7 +503,8 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 {
 	const rs_config *cfg = tr->cfg;
 	int64_t g = cfg->train.global_batch;
-	int64_t lo = g * tr->rank / tr->world, hi = g * (tr->rank + 1) / tr->world;
+	int64_t lo, hi;
+	int det = cfg->train.deterministic;
 	int every = cfg->cluster.replica_sync_every;
 	double loss = 0;
 	rs__replica_grads rg = {0};
@@ -776,25 +515,35 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 		return rs_err_set(err, RS_EINVAL, "the trainer's last step failed half-way: its model is part-updated");
 	if (tr->on_host)
 		rs__trainer_prefetch(tr, 0);
+	rs__step_samples(tr, &lo, &hi);
 	RSCHECK(rs__said(rs_data_fill(tr->data, step * g + lo, (int32_t)(hi - lo), &tr->batch), "reading the step's samples",
 		     err));
 	RSCHECK(rs__lookup(tr, step, 1, err));
 	int32_t n = tr->batch.size;
-	/* the backward adds into the gradients: nothing of a step that failed after it may stay */
-	memset(rs_dense_grads(tr->dense), 0, sizeof(float) * rs_dense_nparams(tr->dense));
-	RSCHECK(rs__said(rs_dense_forward_backward(tr->dense, tr->batch.dense, tr->pooled, tr->batch.labels, n, tr->dpooled,
-					       &loss),
-		     "the dense network", err));
-	/* gradients of the mean loss over the global batch */
-	float inv = 1.0f / (float)g;
-	for (size_t k = 0; k < (size_t)n * (size_t)tr->emb_width; k++)
-		tr->dpooled[k] *= inv;
-	RSCHECK(rs__said_transport(tr, rs_transport_allreduce_sum(tr->t, rs_dense_grads(tr->dense), rs_dense_nparams(tr->dense)),
-			       "the dense gradients (all-reduce)", err));
+	float inv = 1.0f / (float)g; /* gradients of the mean loss over the global batch */
+	if (!(dp = calloc((size_t)tr->nshards + 1, sizeof(float *))))
+		return rs__said(RS_ENOMEM, "the data-parallel gradients", err);
+	if (det) {
+		/* the dense gradients, the loss and the data-parallel gradients, summed exactly */
+		RSCHECKGOTO(rs__exact_step(tr, inv, dp, &loss, err), st, out);
+	} else {
+		/* the backward adds into the gradients: nothing of a step that failed after it may stay */
+		memset(rs_dense_grads(tr->dense), 0, sizeof(float) * rs_dense_nparams(tr->dense));
+		RSCHECKGOTO(rs__said(rs_dense_forward_backward(tr->dense, tr->batch.dense, tr->pooled, tr->batch.labels, n,
+							       tr->dpooled, &loss),
+				     "the dense network", err),
+			    st, out);
+		for (size_t k = 0; k < (size_t)n * (size_t)tr->emb_width; k++)
+			tr->dpooled[k] *= inv;
+		RSCHECKGOTO(rs__said_transport(tr, rs_transport_allreduce_sum(tr->t, rs_dense_grads(tr->dense),
+									      rs_dense_nparams(tr->dense)),
+					       "the dense gradients (all-reduce)", err),
+			    st, out);
+	}
 	/* the loss, and votes to pause and to checkpoint after this step (any rank asking decides for all, at the same step) */
-	float lp[3] = {(float)loss, tr->pause_requested ? 1.0f : 0.0f, tr->checkpoint_requested ? 1.0f : 0.0f};
-	RSCHECK(rs__said_transport(tr, rs_transport_allreduce_sum(tr->t, lp, 3), "the loss (all-reduce)", err));
-	float l = lp[0];
+	float lp[3] = {det ? 0.0f : (float)loss, tr->pause_requested ? 1.0f : 0.0f, tr->checkpoint_requested ? 1.0f : 0.0f};
+	RSCHECKGOTO(rs__said_transport(tr, rs_transport_allreduce_sum(tr->t, lp, 3), "the loss (all-reduce)", err), st, out);
+	double l = det ? loss : (double)lp[0];
 
 	/* embedding gradients back along the requests */
 	float *o = tr->back.v; /* reuse: same sizes as the answers, the other way */
@@ -811,17 +560,16 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 				o[c] = src[c] * scale;
 			o += s->cols;
 		}
-	RSCHECK(rs__said_transport(tr, rs_transport_alltoallv(tr->t, tr->back.v, tr->rcount, tr->out.v, tr->scount),
-			       "the embedding gradients (all-to-all)", err));
+	RSCHECKGOTO(rs__said_transport(tr, rs_transport_alltoallv(tr->t, tr->back.v, tr->rcount, tr->out.v, tr->scount),
+				       "the embedding gradients (all-to-all)", err),
+		    st, out);
 	if (tr->replicas > 1 && !every)
-		RSCHECK(rs__replica_exchange(tr, tr->out.v, &rg, err));
-	/* data-parallel tables: the local gradient, all-reduced */
-	if (!(dp = calloc((size_t)tr->nshards + 1, sizeof(float *))))
-		RSFAILGOTO(st, rs__said(RS_ENOMEM, "the data-parallel gradients", err), out);
-	for (int i = 0; i < tr->nshards; i++) /* nothing left from a step that failed */
+		RSCHECKGOTO(rs__replica_exchange(tr, tr->out.v, &rg, err), st, out);
+	/* data-parallel tables: the local gradient, all-reduced (deterministic: done above) */
+	for (int i = 0; !det && i < tr->nshards; i++) /* nothing left from a step that failed */
 		if (rs__is_dp(tr, i))
 			rs_emb_grad_clear(&tr->shards[i].ws, &tr->shards[i].grad);
-	for (int f = 0; f < tr->nfeat; f++) {
+	for (int f = 0; !det && f < tr->nfeat; f++) {
 		const tinfo *ti = &tr->tables[tr->feat_table[f]];
 		if (ti->dp_shard < 0)
 			continue;
@@ -832,7 +580,7 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 				 "the data-parallel gradients", err),
 			    st, out);
 	}
-	for (int i = 0; i < tr->nshards; i++)
+	for (int i = 0; !det && i < tr->nshards; i++)
 		if (rs__is_dp(tr, i))
 			RSCHECKGOTO(dp_reduce(tr, &tr->shards[i], &dp[i], err), st, out);
 	tr->pause_requested = tr->checkpoint_requested = 0;
@@ -843,7 +591,7 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 		goto out;
 	}
 	if (stats)
-		*stats = (rs_step_stats){.step = step, .loss = (double)l / (double)g, .auc = -1, .pause = lp[1] > 0,
+		*stats = (rs_step_stats){.step = step, .loss = l / (double)g, .auc = -1, .pause = lp[1] > 0,
 					 .checkpoint = lp[2] > 0};
 out:
 	for (int i = 0; dp && i < tr->nshards; i++)

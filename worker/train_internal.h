@@ -134,6 +134,7 @@ struct rs_trainer {
 	i64vec in;          /* requests received, all peers, rank order */
 	i64vec in_row;      /* per received id: the row it resolved to (a ZCH slot), -1 for none */
 	size_t *in_off;     /* per peer: start of its requests in `in` (in int64 words) */
+	i64vec idsrc;       /* deterministic: per id asked for, in the batch's order, [peer, float offset in its answers] */
 	fvec out;           /* answers or gradients to send */
 	fvec back;          /* answers or gradients received */
 };
@@ -174,6 +175,34 @@ static inline int rs__is_dp(const rs_trainer *tr, int i) { return tr->tables[tr-
  */
 int rs__counted(const rs_trainer *tr, int i);
 
+/* Index of the row range of b holding `row`. */
+int rs__range_of(const block *b, int64_t row);
+
+/* st, unchanged; a failure of an engine call that reported into e also goes into err, naming the table. */
+rs_status rs__engine_said(const rs_trainer *tr, int table, rs_status st, const rs_err *e, rs_err *err);
+
+/*
+ * This step's lookup (train_lookup.c): the batch's bags sent to their
+ * owners, pooled, and the sums gathered into tr->pooled (mean pooling
+ * divided; data-parallel tables pooled here). Training, ZCH ids get slots.
+ * Deterministic (train.deterministic), owners answer each id's row apart
+ * and the requester adds them in the bag's own order, so that a pooled sum
+ * does not depend on how a table's rows are spread over ranks.
+ */
+rs_status rs__lookup(rs_trainer *tr, int64_t step, int training, rs_err *err);
+
+/* This rank's samples [lo, hi) of the step's global batch (deterministic: whole micro-batches). */
+void rs__step_samples(const rs_trainer *tr, int64_t *lo, int64_t *hi);
+
+/*
+ * A deterministic step's dense network and its exact sums (train_exact.c),
+ * after the lookup: the dense gradients all-reduced into the network's,
+ * tr->dpooled (scaled by inv), the global batch's loss, and every
+ * data-parallel shard's reduced gradients into dp[i] (as the step's
+ * dp_reduce leaves them). A collective.
+ */
+rs_status rs__exact_step(rs_trainer *tr, float inv, float **dp, double *loss, rs_err *err);
+
 /* The row of a requested id at its owner (ZCH: its slot; see train.c). */
 int64_t rs__resolve(rs_trainer *tr, int t, int64_t id, int64_t step, int training);
 
@@ -203,9 +232,6 @@ rs_status rs__replica_average(rs_trainer *tr, rs_err *err);
  */
 rs_status rs__said(rs_status st, const char *what, rs_err *err);
 rs_status rs__said_transport(const rs_trainer *tr, rs_status st, const char *what, rs_err *err);
-
-/* Send every bag's IDs to their owners, pool, and gather the partial sums into tr->pooled (training: ZCH inserts). */
-rs_status rs__lookup(rs_trainer *tr, int64_t step, int training, rs_err *err);
 
 /* The local shard of table t holding (row, col), or NULL. */
 lshard *rs__local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col);

@@ -54,15 +54,29 @@ static void chunk(size_t n, int32_t w, int32_t c, size_t *lo, size_t *hi)
 	*hi = n * (size_t)(c + 1) / (size_t)w;
 }
 
-rs_status rs_transport_allreduce_sum(rs_transport *t, float *buf, size_t n)
+/* How an all-reduce adds one element of another rank's copy into the sum. */
+typedef void (*add_fn)(void *sum, const void *part, size_t i);
+
+static void add_f32(void *sum, const void *part, size_t i) { ((float *)sum)[i] += ((const float *)part)[i]; }
+
+static void add_i64(void *sum, const void *part, size_t i)
+{
+	/* wrapping, as unsigned: a sum the caller keeps in range is exact whatever the order */
+	((int64_t *)sum)[i] = (int64_t)((uint64_t)((int64_t *)sum)[i] + (uint64_t)((const int64_t *)part)[i]);
+}
+
+/* In-place sum of n elements of `size` bytes over all ranks, in rank order (see rs_transport_allreduce_sum). */
+static rs_status allreduce(rs_transport *t, void *buf, size_t n, size_t size, add_fn add)
 {
 	int32_t w = t->world, me = t->rank;
+	char *b = buf;
 	size_t lo, hi;
-	if (w == 1 || n == 0)
-		return w == 1 ? RS_OK : rs_transport_barrier(t);
+	if (w <= 1 || n == 0)
+		return w <= 1 ? RS_OK : rs_transport_barrier(t);
 	chunk(n, w, me, &lo, &hi);
 	/* reduce-scatter: every rank's copy of my chunk, summed in rank order */
-	float *parts = malloc(sizeof(float) * ((hi - lo) * (size_t)w + 1));
+	size_t len = (hi - lo) * size;
+	char *parts = malloc(len * (size_t)w + 1);
 	rs_xfer *x = malloc(sizeof(rs_xfer) * 2 * (size_t)w);
 	rs_status st = RS_ENOMEM;
 	if (!parts || !x)
@@ -70,22 +84,20 @@ rs_status rs_transport_allreduce_sum(rs_transport *t, float *buf, size_t n)
 	for (int32_t p = 0; p < w; p++) {
 		size_t plo, phi;
 		chunk(n, w, p, &plo, &phi);
-		x[p] = (rs_xfer){p, buf + plo, (phi - plo) * sizeof(float)};
-		x[w + p] = (rs_xfer){p, parts + (hi - lo) * (size_t)p, (hi - lo) * sizeof(float)};
+		x[p] = (rs_xfer){p, b + plo * size, (phi - plo) * size};
+		x[w + p] = (rs_xfer){p, parts + len * (size_t)p, len};
 	}
 	RSCHECKGOTO(rs_transport_exchange(t, x, w, x + w, w), st, out);
-	for (size_t i = 0; i < hi - lo; i++) {
-		float sum = parts[i];
-		for (int32_t p = 1; p < w; p++)
-			sum += parts[(hi - lo) * (size_t)p + i];
-		buf[lo + i] = sum;
-	}
+	for (int32_t p = 1; p < w; p++)
+		for (size_t i = 0; i < hi - lo; i++)
+			add(parts, parts + len * (size_t)p, i);
+	memcpy(b + lo * size, parts, len);
 	/* all-gather the reduced chunks */
 	for (int32_t p = 0; p < w; p++) {
 		size_t plo, phi;
 		chunk(n, w, p, &plo, &phi);
-		x[p] = (rs_xfer){p, buf + lo, (hi - lo) * sizeof(float)};
-		x[w + p] = (rs_xfer){p, buf + plo, (phi - plo) * sizeof(float)};
+		x[p] = (rs_xfer){p, b + lo * size, len};
+		x[w + p] = (rs_xfer){p, b + plo * size, (phi - plo) * size};
 	}
 	/* my own chunk is already in place: skip the self copy */
 	x[me].len = 0;
@@ -94,6 +106,34 @@ rs_status rs_transport_allreduce_sum(rs_transport *t, float *buf, size_t n)
 out:
 	free(x);
 	free(parts);
+	return st;
+}
+
+rs_status rs_transport_allreduce_sum(rs_transport *t, float *buf, size_t n)
+{
+	return allreduce(t, buf, n, sizeof(float), add_f32);
+}
+
+rs_status rs_transport_allreduce_i64(rs_transport *t, int64_t *buf, size_t n)
+{
+	return allreduce(t, buf, n, sizeof(int64_t), add_i64);
+}
+
+rs_status rs_transport_allgather(rs_transport *t, const void *mine, size_t len, void *all)
+{
+	int32_t w = t->world;
+	char *rep = malloc(len * (size_t)w + 1);
+	size_t *counts = malloc(sizeof(size_t) * (size_t)w);
+	rs_status st = RS_ENOMEM;
+	if (rep && counts) {
+		for (int32_t p = 0; p < w; p++) {
+			memcpy(rep + len * (size_t)p, mine, len);
+			counts[p] = len;
+		}
+		st = rs_transport_alltoallv(t, rep, counts, all, counts);
+	}
+	free(counts);
+	free(rep);
 	return st;
 }
 

@@ -104,6 +104,12 @@ rs_status rs_transport_alltoall_counts(rs_transport *t, const size_t *send_count
  */
 rs_status rs_transport_allreduce_sum(rs_transport *t, float *buf, size_t n);
 
+/* The same for n int64s (wrapping): exact, so the result does not depend on the order either. */
+rs_status rs_transport_allreduce_i64(rs_transport *t, int64_t *buf, size_t n);
+
+/* Every rank's len bytes, in rank order, into all (world * len bytes). */
+rs_status rs_transport_allgather(rs_transport *t, const void *mine, size_t len, void *all);
+
 rs_status rs_transport_barrier(rs_transport *t);
 
 #endif

@@ -51,6 +51,8 @@ static void test_minimal_gets_defaults(void **state)
 	assert_int_equal(cfg->data.eval_every, 50);
 	assert_int_equal(cfg->train.global_batch, 1024);
 	assert_int_equal(cfg->train.steps, 200);
+	assert_int_equal(cfg->train.micro_batch, 32);
+	assert_int_equal(cfg->train.deterministic, 0);
 	assert_int_equal(cfg->cluster.ranks_per_node, 8);
 	assert_true(cfg->cluster.memory_per_rank == 16ull << 30);
 	assert_int_equal(rs_table_row_bytes(cfg, t), 8 * 4 + 4);
@@ -94,6 +96,8 @@ static void test_every_field(void **state)
 	assert_int_equal(cfg->data.kind, RS_DATA_CRITEO);
 	assert_string_equal(cfg->data.paths[0], "day_0.tsv");
 	assert_int_equal(cfg->train.global_batch, 64);
+	assert_int_equal(cfg->train.deterministic, 0);
+	assert_int_equal(cfg->train.micro_batch, 32); /* the largest divisor of 64 up to 32 */
 	assert_true(cfg->cluster.memory_per_rank == 512ull << 20);
 	assert_int_equal(cfg->cluster.sharding_group, 4);
 	assert_int_equal(cfg->cluster.replica_sync_every, 6);
@@ -158,6 +162,9 @@ static const struct bad_case {
 	{"paths for synthetic", "{\"tables\": [" T1 "}], \"data\": {\"paths\": [\"x\"]}}", {"data.paths"}},
 	{"eval every", "{\"tables\": [" T1 "}], \"data\": {\"eval_every\": 0}}", {"data.eval_every"}},
 	{"batch", "{\"tables\": [" T1 "}], \"train\": {\"global_batch\": 0}}", {"train.global_batch"}},
+	{"deterministic", "{\"tables\": [" T1 "}], \"train\": {\"deterministic\": \"yes\"}}", {"train.deterministic", "true or false"}},
+	{"micro batch", "{\"tables\": [" T1 "}], \"train\": {\"global_batch\": 100, \"micro_batch\": 30}}", {"train.micro_batch", "divide", "100"}},
+	{"micro batch big", "{\"tables\": [" T1 "}], \"train\": {\"global_batch\": 100, \"micro_batch\": 101}}", {"train.micro_batch"}},
 	{"memory", "{\"tables\": [" T1 "}], \"cluster\": {\"memory_per_rank\": \"lots\"}}", {"cluster.memory_per_rank"}},
 	{"ranks per node", "{\"tables\": [" T1 "}], \"cluster\": {\"ranks_per_node\": 0}}", {"cluster.ranks_per_node"}},
 	{"sharding group", "{\"tables\": [" T1 "}], \"cluster\": {\"sharding_group\": 0}}", {"cluster.sharding_group"}},

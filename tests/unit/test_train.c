@@ -153,6 +153,75 @@ static void test_world_size_invariance(void **state)
 	dumps_free(cfg, ref);
 }
 
+/*
+ * Deterministic mode: 1, 2, 3 and 4 workers train to the same bits, with
+ * every optimizer, on the model with a table of every sharding type and a
+ * ZCH table that evicts; and the loss curves are equal digit for digit.
+ * Without it (the last pass, row-wise Adagrad) they are not: the check
+ * can tell.
+ */
+static int same_file(const char *a, const char *b)
+{
+	FILE *fa = fopen(a, "r"), *fb = fopen(b, "r");
+	int ca = 0, cb = 0, same = fa && fb;
+	while (same && (ca = fgetc(fa)) == (cb = fgetc(fb)) && ca != EOF)
+		;
+	same = same && ca == cb;
+	if (fa)
+		fclose(fa);
+	if (fb)
+		fclose(fb);
+	return same;
+}
+
+static int bitwise_equal_to_w1(int32_t w, size_t nd, float **ref)
+{
+	char tag[16], pa[128], pb[128];
+	size_t n2 = 0;
+	snprintf(tag, sizeof(tag), "w%d", w);
+	float **got = dumps_assemble(cfg, dir, tag, w, &n2);
+	int same = n2 == nd;
+	for (int i = 0; same && i <= cfg->ntables; i++) {
+		size_t n = i < cfg->ntables ? (size_t)(cfg->tables[i].rows * cfg->tables[i].dim) : nd;
+		same = memcmp(ref[i], got[i], sizeof(float) * n) == 0;
+	}
+	dumps_free(cfg, got);
+	snprintf(pa, sizeof(pa), "%s/w1-loss", dir);
+	snprintf(pb, sizeof(pb), "%s/w%d-loss", dir, w);
+	return same && same_file(pa, pb);
+}
+
+static void test_deterministic_is_bitwise(void **state)
+{
+	(void)state;
+	static const rs_optimizer opts[] = {RS_OPT_SGD, RS_OPT_ROWWISE_ADAGRAD, RS_OPT_ADAM, RS_OPT_ROWWISE_ADAGRAD};
+	rs_optimizer saved = cfg->optimizer.kind;
+	steps = 60;
+	for (size_t o = 0; o < sizeof(opts) / sizeof(opts[0]); o++) {
+		int det = o + 1 < sizeof(opts) / sizeof(opts[0]);
+		size_t nd = 0;
+		cfg->optimizer.kind = opts[o];
+		cfg->train.deterministic = det;
+		run(1);
+		float **ref = dumps_assemble(cfg, dir, "w1", 1, &nd);
+		int differs = 0;
+		for (int32_t w = 2; w <= 4; w++) {
+			run(w);
+			int same = bitwise_equal_to_w1(w, nd, ref);
+			if (det && !same)
+				fail_msg("optimizer %d, deterministic: %d workers differ from 1 worker", (int)opts[o], w);
+			differs += !same;
+		}
+		if (!det && !differs)
+			fail_msg("without deterministic mode, 2-4 workers gave 1 worker's bits: the comparison proves nothing");
+		print_message("optimizer %d, deterministic %d: %s\n", (int)opts[o], det,
+			      differs ? "differ (as expected)" : "1, 2, 3 and 4 workers bitwise equal");
+		dumps_free(cfg, ref);
+	}
+	cfg->optimizer.kind = saved;
+	cfg->train.deterministic = 0;
+}
+
 static double learned_auc;
 
 static int learn_body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
@@ -383,6 +452,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_world_size_invariance),
+		cmocka_unit_test(test_deterministic_is_bitwise),
 		cmocka_unit_test(test_learns_toward_the_teacher),
 		cmocka_unit_test(test_killed_worker_stops_the_others),
 		cmocka_unit_test(test_malformed_request_is_refused),

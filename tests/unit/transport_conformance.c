@@ -148,6 +148,22 @@ static int all_reduce(rs_transport *t)
 			break;
 		}
 	}
+	/* int64 sums wrap and are exact: a large value and small ones from every rank */
+	int64_t q[4] = {INT64_MAX / 4, -(int64_t)t->rank, (int64_t)1 << 40, 3}, qw[4];
+	rs_status qs = rs_transport_allreduce_i64(t, q, 4);
+	qw[0] = (int64_t)((uint64_t)(INT64_MAX / 4) * (uint64_t)t->world);
+	qw[1] = -(int64_t)t->world * (t->world - 1) / 2;
+	qw[2] = ((int64_t)1 << 40) * t->world;
+	qw[3] = 3 * (int64_t)t->world;
+	CHECK(qs == RS_OK && !memcmp(q, qw, sizeof(q)), "allreduce of int64s is not the exact sum");
+	/* all-gather: every rank's bytes, in rank order */
+	int32_t mine[2] = {t->rank, 7 * t->rank + 1}, *all = malloc(sizeof(mine) * (size_t)t->world);
+	rs_status gs = rs_transport_allgather(t, mine, sizeof(mine), all);
+	int gathered = gs == RS_OK;
+	for (int32_t r = 0; gathered && r < t->world; r++)
+		gathered = all[2 * r] == r && all[2 * r + 1] == 7 * r + 1;
+	CHECK(gathered, "allgather does not give every rank's bytes in rank order");
+	free(all);
 	for (int rep = 0; rep < 10; rep++)
 		CHECK(rs_transport_barrier(t) == RS_OK, "barrier %d", rep);
 	return failures;

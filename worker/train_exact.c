@@ -1,0 +1,244 @@
+/*
+ * train_exact.c - the sums of a deterministic step (train.deterministic),
+ * whose results do not depend on the world size.
+ *
+ * The global batch is cut into micro-batches of train.micro_batch samples,
+ * and each rank trains whole ones (rs__step_samples). A micro-batch's
+ * dense gradient and loss are computed on their own (the same floats on any
+ * rank), so what remains is to add them up without the grouping mattering,
+ * and float addition is not associative. So the sum is made exact: every
+ * part is put on one fixed-point grid, as an int64, and int64 sums are the
+ * same in any order. The grid is chosen per step from the largest part
+ * anywhere (an all-gather of each rank's largest, exact) and the number of
+ * parts, so that no sum can overflow: 2^-shift with
+ *     shift = 62 - ceil(log2 max) - ceil(log2 parts),
+ * which keeps about 62 - log2(parts) bits of the largest value (a float
+ * has 24): parts below max * 2^-(62 - log2 parts) are rounded to the grid,
+ * identically on every world. The same holds for the data-parallel tables'
+ * gradients, whose parts are each (sample, id)'s contribution.
+ *
+ * The embedding rows need none of this: their pooled sums are added in each
+ * bag's order (train_lookup.c), and an owner meets a row's gradients in the
+ * global batch's order.
+ */
+#include "worker/train_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void rs__step_samples(const rs_trainer *tr, int64_t *lo, int64_t *hi)
+{
+	const rs_train_config *t = &tr->cfg->train;
+	int64_t g = t->global_batch, m = g / t->micro_batch;
+	if (!t->deterministic) {
+		*lo = g * tr->rank / tr->world;
+		*hi = g * (tr->rank + 1) / tr->world;
+		return;
+	}
+	*lo = t->micro_batch * (m * tr->rank / tr->world);
+	*hi = t->micro_batch * (m * (tr->rank + 1) / tr->world);
+}
+
+/* One sum's parts on this rank, then on all: the largest magnitude and how many. */
+typedef struct part_stats {
+	double max;
+	int64_t count;
+} part_stats;
+
+/* The grid's exponent for a sum of `count` parts of at most `max`; INT32_MIN: not finite (NaN results). */
+static int grid_shift(part_stats s)
+{
+	if (!isfinite(s.max))
+		return INT32_MIN;
+	if (s.max == 0)
+		return 0;
+	int e, lg = 0;
+	frexp(s.max, &e); /* max < 2^e */
+	while (lg < 62 && ((int64_t)1 << lg) < s.count)
+		lg++;
+	return 62 - e - lg;
+}
+
+/* A grid: 2^shift as a double (exact while shift is in a double's normal range), or ldexp beyond. */
+typedef struct grid {
+	int shift;
+	double up, down;
+} grid;
+
+static grid grid_of(int shift)
+{
+	grid g = {shift, 0, 0};
+	if (shift != INT32_MIN && shift > -1000 && shift < 1000)
+		g.up = ldexp(1.0, shift), g.down = ldexp(1.0, -shift);
+	return g;
+}
+
+static inline int64_t on_grid(double x, const grid *g)
+{
+	if (g->shift == INT32_MIN)
+		return 0;
+	return llrint(g->up != 0 ? x * g->up : ldexp(x, g->shift));
+}
+
+static inline double off_grid(int64_t q, const grid *g)
+{
+	if (g->shift == INT32_MIN)
+		return NAN;
+	return g->down != 0 ? (double)q * g->down : ldexp((double)q, -g->shift);
+}
+
+static void take(part_stats *s, double x)
+{
+	double a = fabs(x);
+	if (isnan(a) || isnan(s->max))
+		s->max = NAN; /* sticks: the results are NaN, as without the grid */
+	else if (a > s->max)
+		s->max = a;
+}
+
+/* The largest |v[i]|, NaN if any is (a loop the compiler vectorizes). */
+static double absmax(const float *v, size_t n)
+{
+	float m = 0;
+	int nan = 0;
+	for (size_t i = 0; i < n; i++) {
+		float a = fabsf(v[i]);
+		m = a > m ? a : m;
+		nan |= a != a;
+	}
+	return nan ? NAN : (double)m;
+}
+
+/* The data-parallel tables' (sample, id) contributions, each once: to stats (when q is NULL) or onto the grid. */
+static void dp_parts(const rs_trainer *tr, int si, part_stats *ps, int64_t *q, const grid *g)
+{
+	const lshard *ls = &tr->shards[si];
+	const rs_batch *b = &tr->batch;
+	int64_t rows = ls->emb.nrows;
+	int32_t dim = ls->emb.dim;
+	for (int32_t f = 0; f < tr->nfeat; f++) {
+		if (tr->tables[tr->feat_table[f]].dp_shard != si)
+			continue;
+		rs_pooling pooling = tr->cfg->tables[tr->feat_table[f]].pooling;
+		for (int32_t i = 0; i < b->size; i++) {
+			int32_t lo = b->offsets[f][i], hi = b->offsets[f][i + 1];
+			const float *go = tr->dpooled + (size_t)i * (size_t)tr->emb_width + (size_t)tr->feat_off[f];
+			float scale = pooling == RS_POOL_MEAN && hi > lo ? 1.0f / (float)(hi - lo) : 1.0f;
+			for (int32_t j = lo; j < hi; j++) {
+				int64_t r = b->ids[f][j];
+				if (r < 0 || r >= rows)
+					continue; /* as rs_emb_grad_accumulate: no row (the lookup refused a bad id already) */
+				for (int32_t c = 0; c < dim; c++) {
+					if (!q)
+						take(ps, (double)(go[c] * scale));
+					else
+						q[r * dim + c] += on_grid((double)(go[c] * scale), g);
+				}
+				if (q)
+					q[rows * dim + r] += 1; /* touched */
+				else
+					ps->count++;
+			}
+		}
+	}
+}
+
+rs_status rs__exact_step(rs_trainer *tr, float inv, float **dp, double *loss, rs_err *err)
+{
+	int32_t n = tr->batch.size, mb = (int32_t)tr->cfg->train.micro_batch, nc = n / mb, W = tr->emb_width;
+	size_t np = rs_dense_nparams(tr->dense), nq = np + 1;
+	float *grads = rs_dense_grads(tr->dense);
+	int ndp = 0;
+	for (int i = 0; i < tr->nshards; i++)
+		if (rs__is_dp(tr, i)) {
+			ndp++;
+			nq += (size_t)(tr->shards[i].emb.nrows * (tr->shards[i].emb.dim + 1));
+		}
+	int nsums = 2 + ndp;
+	float *keep = malloc(sizeof(float) * (np * (size_t)nc + 1));
+	double *closs = malloc(sizeof(double) * ((size_t)nc + 1));
+	part_stats *ps = calloc((size_t)nsums * ((size_t)tr->world + 1), sizeof(part_stats));
+	grid *shift = malloc(sizeof(grid) * (size_t)nsums);
+	int64_t *q = calloc(nq, sizeof(int64_t));
+	rs_status st = RS_OK;
+	if (!keep || !closs || !ps || !shift || !q)
+		RSFAILGOTO(st, rs__said(RS_ENOMEM, "the deterministic sums", err), out);
+
+	/* each micro-batch on its own: its dense gradient and its loss */
+	for (int32_t k = 0; k < nc; k++) {
+		size_t s0 = (size_t)k * (size_t)mb;
+		memset(grads, 0, sizeof(float) * np);
+		RSCHECKGOTO(rs__said(rs_dense_forward_backward(tr->dense, tr->batch.dense + s0 * RS_NUM_DENSE,
+							       tr->pooled + s0 * (size_t)W, tr->batch.labels + s0, mb,
+							       tr->dpooled + s0 * (size_t)W, &closs[k]),
+				     "the dense network", err),
+			    st, out);
+		memcpy(keep + (size_t)k * np, grads, sizeof(float) * np);
+		take(&ps[0], absmax(grads, np));
+		take(&ps[1], closs[k]);
+	}
+	ps[0].count = ps[1].count = nc;
+	/* gradients of the mean loss over the global batch */
+	for (size_t k = 0; k < (size_t)n * (size_t)W; k++)
+		tr->dpooled[k] *= inv;
+	for (int i = 0, d = 2; i < tr->nshards; i++)
+		if (rs__is_dp(tr, i))
+			dp_parts(tr, i, &ps[d++], NULL, NULL);
+
+	/* the grids: every rank's stats (rank order), then the same shifts everywhere */
+	part_stats *all = ps + nsums;
+	RSCHECKGOTO(rs__said_transport(tr, rs_transport_allgather(tr->t, ps, sizeof(part_stats) * (size_t)nsums, all),
+				       "the deterministic sums' ranges (all-gather)", err),
+		    st, out);
+	for (int s = 0; s < nsums; s++) {
+		part_stats g = {0, 0};
+		for (int32_t p = 0; p < tr->world; p++) {
+			take(&g, all[(size_t)p * (size_t)nsums + (size_t)s].max);
+			g.count += all[(size_t)p * (size_t)nsums + (size_t)s].count;
+		}
+		shift[s] = grid_of(grid_shift(g));
+	}
+
+	/* onto the grids, summed exactly, and back */
+	for (int32_t k = 0; k < nc; k++) {
+		for (size_t x = 0; x < np; x++)
+			q[x] += on_grid((double)keep[(size_t)k * np + x], &shift[0]);
+		q[np] += on_grid(closs[k], &shift[1]);
+	}
+	size_t at = np + 1;
+	for (int i = 0, d = 2; i < tr->nshards; i++)
+		if (rs__is_dp(tr, i)) {
+			dp_parts(tr, i, NULL, q + at, &shift[d++]);
+			at += (size_t)(tr->shards[i].emb.nrows * (tr->shards[i].emb.dim + 1));
+		}
+	RSCHECKGOTO(rs__said_transport(tr, rs_transport_allreduce_i64(tr->t, q, nq), "the deterministic sums (all-reduce)",
+				       err),
+		    st, out);
+	for (size_t x = 0; x < np; x++)
+		grads[x] = (float)off_grid(q[x], &shift[0]);
+	*loss = off_grid(q[np], &shift[1]);
+	at = np + 1;
+	for (int i = 0, d = 2; i < tr->nshards; i++) {
+		if (!rs__is_dp(tr, i))
+			continue;
+		int64_t rows = tr->shards[i].emb.nrows, cells = rows * tr->shards[i].emb.dim;
+		float *buf = malloc(sizeof(float) * (size_t)(cells + rows) + 1);
+		if (!buf)
+			RSFAILGOTO(st, rs__said(RS_ENOMEM, "the data-parallel gradients", err), out);
+		for (int64_t x = 0; x < cells; x++)
+			buf[x] = (float)off_grid(q[at + (size_t)x], &shift[d]);
+		for (int64_t r = 0; r < rows; r++)
+			buf[cells + r] = (float)q[at + (size_t)(cells + r)];
+		dp[i] = buf;
+		at += (size_t)(cells + rows);
+		d++;
+	}
+out:
+	free(q);
+	free(shift);
+	free(ps);
+	free(closs);
+	free(keep);
+	return st;
+}

@@ -1,0 +1,327 @@
+/*
+ * train_lookup.c - the lookup of a step (see rs__lookup in
+ * train_internal.h): requests to the rows' owners, their answers, the
+ * pooled sums.
+ *
+ * Requests travel as int64 records [feature, block, sample, n, id_1..id_n],
+ * packed per owner in the batch's order (sample, then feature, then column
+ * block), so that an owner meets the ids of its rows in the order of the
+ * global batch whatever the world size: its ZCH buckets give slots, and
+ * its fused updates add a row's gradients, in one order for every world.
+ * Answers and gradients travel as `cols` floats per record (deterministic:
+ * per id), in the same order, so neither side needs to send sizes twice.
+ */
+#include "worker/train_internal.h"
+#include "common/grow.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- growable arrays ---------------------------------------------------------- */
+
+static rs_status i64_push(i64vec *a, int64_t x)
+{
+	RSCHECK(rs_grow(&a->v, &a->cap, a->n + 1, sizeof(*a->v)));
+	a->v[a->n++] = x;
+	return RS_OK;
+}
+
+static rs_status i32_push(i32vec *a, int32_t x)
+{
+	RSCHECK(rs_grow(&a->v, &a->cap, a->n + 1, sizeof(*a->v)));
+	a->v[a->n++] = x;
+	return RS_OK;
+}
+
+static rs_status sent_push(sentvec *a, sent x)
+{
+	RSCHECK(rs_grow(&a->v, &a->cap, a->n + 1, sizeof(*a->v)));
+	a->v[a->n++] = x;
+	return RS_OK;
+}
+
+/*
+ * The owner's side of a lookup, one pass over the requests received:
+ * check each record [feature, block, sample, n, ids...] (whole, inside its
+ * sender's part), resolve its ids to rows and sort them into bags of the
+ * local shards holding those rows (lshard.boff/bids/bdst, in request
+ * order). tr->scount[p] gets the bytes of the answers for peer p; *floats
+ * the length of all the answers. A malformed record is RS_EPEER, naming
+ * the sender. Deterministic, every id is a bag of its own with an answer
+ * of its own (zeros for an id without a row).
+ */
+static rs_status gather_bags(rs_trainer *tr, int64_t step, int training, size_t *floats, rs_err *err)
+{
+	int det = tr->cfg->train.deterministic;
+	for (int i = 0; i < tr->nshards; i++) {
+		lshard *ls = &tr->shards[i];
+		ls->boff.n = ls->bids.n = ls->bdst.n = 0;
+		RSCHECK(i32_push(&ls->boff, 0));
+	}
+	size_t o = 0;
+	for (int32_t p = 0; p < tr->world; p++) {
+		size_t first = o;
+		for (size_t q = tr->in_off[p], end = tr->in_off[p + 1]; q < end;) {
+			int64_t f = -1, c = -1, cnt = -1;
+			if (end - q >= 4)
+				f = tr->in.v[q], c = tr->in.v[q + 1], cnt = tr->in.v[q + 3];
+			if (f < 0 || f >= tr->nfeat || c < 0 || c >= tr->tables[tr->feat_table[f]].nblocks || cnt < 0 ||
+			    (uint64_t)cnt > end - q - 4)
+				return rs_err_set(err, RS_EPEER, "rank %d sent a malformed request (feature %lld, block %lld, %lld ids)",
+						  p, (long long)f, (long long)c, (long long)cnt);
+			int t = tr->feat_table[f];
+			const block *bl = &tr->tables[t].blocks[c];
+			for (int64_t j = 0; j < cnt; j++) {
+				/* training in 2D, ZCH ids were resolved already (rs__replica_resolve) */
+				int64_t row = training && tr->replicas > 1 && tr->tables[t].zch
+						      ? tr->in_row.v[q + 4 + j]
+						      : rs__resolve(tr, t, tr->in.v[q + 4 + j], step, training);
+				tr->in_row.v[q + 4 + j] = row;
+				if (row < 0) {
+					o += det ? (size_t)bl->cols : 0; /* its answer stays zeros */
+					continue;
+				}
+				int32_t li = bl->local[rs__range_of(bl, row)];
+				lshard *ls = li >= 0 ? &tr->shards[li] : NULL;
+				if (!ls || row < ls->s.row_offset || row >= ls->s.row_offset + ls->s.rows)
+					return rs_err_set(err, RS_EPEER, "table '%s': rank %d asked for row %lld, which is not held here",
+							  tr->cfg->tables[t].name, p, (long long)row);
+				if (!ls->bdst.n || ls->bdst.v[ls->bdst.n - 1] != (int64_t)o) {
+					/* this request's first id in this shard: a new bag */
+					RSCHECK(i64_push(&ls->bdst, (int64_t)o));
+					RSCHECK(i32_push(&ls->boff, ls->boff.v[ls->boff.n - 1]));
+				}
+				RSCHECK(i64_push(&ls->bids, row - ls->s.row_offset));
+				ls->boff.v[ls->boff.n - 1]++;
+				o += det ? (size_t)bl->cols : 0; /* one answer per id: each id a bag of its own */
+			}
+			o += det ? 0 : (size_t)bl->cols;
+			q += 4 + (size_t)cnt;
+		}
+		tr->scount[p] = sizeof(float) * (o - first);
+	}
+	*floats = o;
+	return RS_OK;
+}
+
+/* Pool every local shard's bags on the engine and add the sums into the answers (floats of out). */
+static rs_status pool_bags(rs_trainer *tr, float *out, size_t floats, rs_err *err)
+{
+	memset(out, 0, sizeof(float) * floats);
+	for (int i = 0; i < tr->nshards; i++) {
+		lshard *ls = &tr->shards[i];
+		size_t nb = ls->bdst.n, cols = (size_t)ls->s.cols;
+		rs_err e = {0};
+		if (!nb)
+			continue;
+		RSCHECK(rs_grow(&ls->bval.v, &ls->bval.cap, nb * cols, sizeof(float)));
+		RSCHECK(rs__engine_said(tr, ls->table,
+				    tr->engine->ops->forward(tr->engine, &ls->emb, ls->boff.v, (int32_t)nb, ls->bids.v,
+							     RS_POOL_SUM, ls->bval.v, (int64_t)cols, &e),
+				    &e, err));
+		for (size_t k = 0; k < nb; k++) {
+			float *dst = out + ls->bdst.v[k];
+			const float *src = ls->bval.v + k * cols;
+			for (size_t c = 0; c < cols; c++)
+				dst[c] += src[c];
+		}
+	}
+	return RS_OK;
+}
+
+/* Open a request record [f, c, i, 0 ids] to peer p (its ids follow). */
+static rs_status open_request(rs_trainer *tr, int32_t p, int32_t f, int32_t c, int32_t i)
+{
+	RSCHECK(i64_push(&tr->req[p], f));
+	RSCHECK(i64_push(&tr->req[p], c));
+	RSCHECK(i64_push(&tr->req[p], i));
+	return i64_push(&tr->req[p], 0);
+}
+
+/*
+ * This step's requests, per owner (tr->req), one record per (sample,
+ * feature, block, owner), and where their answers go (tr->sent: one entry
+ * per record; deterministic, one per id, and tr->idsrc).
+ */
+static rs_status make_requests(rs_trainer *tr)
+{
+	const rs_batch *b = &tr->batch;
+	int32_t n = b->size, w = tr->world;
+	int det = tr->cfg->train.deterministic;
+	int32_t *open = malloc(sizeof(int32_t) * (size_t)w);
+	int32_t *touched = malloc(sizeof(int32_t) * (size_t)w);
+	int64_t *aoff = calloc((size_t)w, sizeof(int64_t)); /* deterministic: floats of answers so far, per peer */
+	rs_status st = RS_OK;
+	if (!open || !touched || !aoff)
+		RSFAILGOTO(st, RS_ENOMEM, out);
+	for (int32_t p = 0; p < w; p++) {
+		tr->req[p].n = 0;
+		tr->sent[p].n = 0;
+		open[p] = -1;
+	}
+	tr->idsrc.n = 0;
+	for (int32_t i = 0; i < n; i++)
+		for (int32_t f = 0; f < tr->nfeat; f++) {
+			const tinfo *ti = &tr->tables[tr->feat_table[f]];
+			const int32_t *off = b->offsets[f];
+			const int64_t *ids = b->ids[f];
+			for (int c = 0; c < ti->nblocks; c++) {
+				const block *bl = &ti->blocks[c];
+				int nt = 0;
+				for (int32_t j = off[i]; j < off[i + 1]; j++) {
+					int64_t route = ti->zch ? (int64_t)rs_zch_bucket_of((uint64_t)ids[j], rs_zch_buckets(ti->zch)) * ti->spb
+								: ids[j];
+					int32_t p = bl->owner[rs__range_of(bl, route)];
+					if (open[p] < 0) {
+						open[p] = (int32_t)tr->req[p].n;
+						touched[nt++] = p;
+						RSCHECKGOTO(open_request(tr, p, f, c, i), st, out);
+						if (!det)
+							RSCHECKGOTO(sent_push(&tr->sent[p], (sent){f, c, i, bl->cols}), st, out);
+					}
+					if (det) {
+						RSCHECKGOTO(sent_push(&tr->sent[p], (sent){f, c, i, bl->cols}), st, out);
+						RSCHECKGOTO(i64_push(&tr->idsrc, p), st, out);
+						RSCHECKGOTO(i64_push(&tr->idsrc, aoff[p]), st, out);
+						aoff[p] += bl->cols;
+					}
+					RSCHECKGOTO(i64_push(&tr->req[p], ids[j]), st, out);
+					tr->req[p].v[open[p] + 3]++;
+				}
+				for (int k = 0; k < nt; k++)
+					open[touched[k]] = -1;
+			}
+		}
+out:
+	free(aoff);
+	free(touched);
+	free(open);
+	return st;
+}
+
+/* Deterministic: each bag's rows, answered one by one, added into tr->pooled in the bag's order. */
+static rs_status pool_in_bag_order(rs_trainer *tr, const float *in)
+{
+	const rs_batch *b = &tr->batch;
+	int32_t w = tr->world;
+	size_t *base = malloc(sizeof(size_t) * (size_t)w);
+	if (!base)
+		return RS_ENOMEM;
+	for (int32_t p = 0, o = 0; p < w; o += (int32_t)(tr->rcount[p] / sizeof(float)), p++)
+		base[p] = (size_t)o;
+	const int64_t *src = tr->idsrc.v;
+	for (int32_t i = 0; i < b->size; i++)
+		for (int32_t f = 0; f < tr->nfeat; f++) {
+			const tinfo *ti = &tr->tables[tr->feat_table[f]];
+			int32_t len = b->offsets[f][i + 1] - b->offsets[f][i];
+			for (int c = 0; c < ti->nblocks; c++) {
+				const block *bl = &ti->blocks[c];
+				float *dst = tr->pooled + (size_t)i * (size_t)tr->emb_width + (size_t)(tr->feat_off[f] + bl->col_offset);
+				for (int32_t j = 0; j < len; j++, src += 2) {
+					const float *row = in + base[src[0]] + (size_t)src[1];
+					for (int32_t k = 0; k < bl->cols; k++)
+						dst[k] += row[k];
+				}
+			}
+		}
+	free(base);
+	return RS_OK;
+}
+
+rs_status rs__lookup(rs_trainer *tr, int64_t step, int training, rs_err *err)
+{
+	const rs_batch *b = &tr->batch;
+	int32_t n = b->size, w = tr->world;
+	i64vec packed = {0};
+	rs_status st = RS_OK;
+	if (n > tr->pooled_cap) {
+		float *p = realloc(tr->pooled, sizeof(float) * (size_t)n * (size_t)tr->emb_width);
+		RSALLOCGOTO(p, st, out);
+		tr->pooled = p;
+		p = realloc(tr->dpooled, sizeof(float) * (size_t)n * (size_t)tr->emb_width);
+		RSALLOCGOTO(p, st, out);
+		tr->dpooled = p;
+		tr->pooled_cap = n;
+	}
+	memset(tr->pooled, 0, sizeof(float) * (size_t)n * (size_t)tr->emb_width);
+	RSCHECKGOTO(make_requests(tr), st, out);
+	for (int32_t p = 0; p < w; p++)
+		tr->scount[p] = tr->req[p].n * sizeof(int64_t);
+	RSCHECKGOTO(rs__said_transport(tr, rs_transport_alltoall_counts(tr->t, tr->scount, tr->rcount),
+				   "the lookup's request sizes (all-to-all)", err),
+		    st, out);
+	size_t total = 0;
+	for (int32_t p = 0; p < w; p++) {
+		tr->in_off[p] = total;
+		total += tr->rcount[p] / sizeof(int64_t);
+	}
+	tr->in_off[w] = total;
+	RSCHECKGOTO(rs_grow(&tr->in.v, &tr->in.cap, total + 1, sizeof(int64_t)), st, out);
+	RSCHECKGOTO(rs_grow(&tr->in_row.v, &tr->in_row.cap, total + 1, sizeof(int64_t)), st, out);
+	/* pack the requests contiguously, in rank order */
+	size_t all = 0;
+	for (int32_t p = 0; p < w; p++)
+		all += tr->req[p].n;
+	RSCHECKGOTO(rs_grow(&packed.v, &packed.cap, all + 1, sizeof(int64_t)), st, out);
+	for (int32_t p = 0, o = 0; p < w; o += (int32_t)tr->req[p].n, p++)
+		if (tr->req[p].n) /* none for a peer (another replica group's, in 2D): maybe never allocated */
+			memcpy(packed.v + o, tr->req[p].v, sizeof(int64_t) * tr->req[p].n);
+	RSCHECKGOTO(rs__said_transport(tr, rs_transport_alltoallv(tr->t, packed.v, tr->scount, tr->in.v, tr->rcount),
+				   "the lookup's requests (all-to-all)", err),
+		    st, out);
+	if (training && tr->replicas > 1)
+		RSCHECKGOTO(rs__replica_resolve(tr, step, err), st, out);
+	/* answer: the partial pooled sum of each record over the rows held here, in rank order */
+	size_t floats = 0;
+	RSCHECKGOTO(gather_bags(tr, step, training, &floats, err), st, out);
+	RSCHECKGOTO(rs_grow(&tr->out.v, &tr->out.cap, floats + 1, sizeof(float)), st, out);
+	RSCHECKGOTO(pool_bags(tr, tr->out.v, floats, err), st, out);
+	for (int32_t p = 0; p < w; p++)
+		tr->rcount[p] = 0;
+	for (int32_t p = 0; p < w; p++)
+		for (size_t k = 0; k < tr->sent[p].n; k++)
+			tr->rcount[p] += sizeof(float) * (size_t)tr->sent[p].v[k].cols;
+	size_t back = 0;
+	for (int32_t p = 0; p < w; p++)
+		back += tr->rcount[p] / sizeof(float);
+	RSCHECKGOTO(rs_grow(&tr->back.v, &tr->back.cap, back + 1, sizeof(float)), st, out);
+	RSCHECKGOTO(rs__said_transport(tr, rs_transport_alltoallv(tr->t, tr->out.v, tr->scount, tr->back.v, tr->rcount),
+				   "the lookup's answers (all-to-all)", err),
+		    st, out);
+	/* add the partials into pooled, in rank order (deterministic: the rows, in each bag's order) */
+	const float *in = tr->back.v;
+	if (tr->cfg->train.deterministic)
+		RSCHECKGOTO(pool_in_bag_order(tr, in), st, out);
+	for (int32_t p = 0; !tr->cfg->train.deterministic && p < w; p++)
+		for (size_t k = 0; k < tr->sent[p].n; k++) {
+			const sent *s = &tr->sent[p].v[k];
+			const block *bl = &tr->tables[tr->feat_table[s->f]].blocks[s->c];
+			float *dst = tr->pooled + (size_t)s->i * (size_t)tr->emb_width + (size_t)(tr->feat_off[s->f] + bl->col_offset);
+			for (int32_t c = 0; c < s->cols; c++)
+				dst[c] += in[c];
+			in += s->cols;
+		}
+	/* mean pooling; data-parallel tables locally */
+	for (int32_t f = 0; f < tr->nfeat; f++) {
+		const rs_table_config *tc = &tr->cfg->tables[tr->feat_table[f]];
+		const tinfo *ti = &tr->tables[tr->feat_table[f]];
+		float *base = tr->pooled + tr->feat_off[f];
+		if (ti->dp_shard >= 0) {
+			rs_err e = {0};
+			RSCHECKGOTO(rs__engine_said(tr, tr->feat_table[f],
+						tr->engine->ops->forward(tr->engine, &tr->shards[ti->dp_shard].emb, b->offsets[f],
+									 n, b->ids[f], tc->pooling, base, tr->emb_width, &e),
+						&e, err),
+				    st, out);
+		} else if (tc->pooling == RS_POOL_MEAN) {
+			for (int32_t i = 0; i < n; i++) {
+				int32_t len = b->offsets[f][i + 1] - b->offsets[f][i];
+				for (int32_t c = 0; len > 1 && c < tc->dim; c++)
+					base[(size_t)i * (size_t)tr->emb_width + (size_t)c] /= (float)len;
+			}
+		}
+	}
+out:
+	free(packed.v);
+	return rs__said(st, "the lookup", err);
+}
