@@ -39,13 +39,13 @@ void rs_batch_free(rs_batch *b)
 
 rs_status rs_batch_reserve(rs_batch *b, int32_t size)
 {
-	if (size <= b->cap)
+	if (b->labels && size <= b->cap) /* labels: allocated once, even for an empty slice (offsets[f][0] is written) */
 		return RS_OK;
-	float *d = realloc(b->dense, sizeof(float) * (size_t)size * RS_NUM_DENSE);
+	float *d = realloc(b->dense, sizeof(float) * ((size_t)size + 1) * RS_NUM_DENSE);
 	if (!d)
 		return RS_ENOMEM;
 	b->dense = d;
-	float *l = realloc(b->labels, sizeof(float) * (size_t)size);
+	float *l = realloc(b->labels, sizeof(float) * ((size_t)size + 1));
 	if (!l)
 		return RS_ENOMEM;
 	b->labels = l;

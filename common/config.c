@@ -496,7 +496,7 @@ static rs_status parse_train(const json_t *root, rs_config *cfg, rs_err *err)
 	json_t *j;
 	int64_t v;
 
-	*t = (rs_train_config){.global_batch = 1024, .steps = 200, .seed = 42, .micro_batch = 32}; /* without a train section: 1024 / 32 */
+	*t = (rs_train_config){.global_batch = 1024, .steps = 200, .seed = 42, .deterministic = 1, .micro_batch = 32}; /* without a train section */
 	RSCHECK(get_object(root, "train", &j, &w, err));
 	if (!j)
 		return RS_OK;
@@ -509,7 +509,7 @@ static rs_status parse_train(const json_t *root, rs_config *cfg, rs_err *err)
 	json_t *d = json_object_get(j, "deterministic");
 	if (d && !json_is_boolean(d))
 		return bad(err, &w, "deterministic", "must be true or false");
-	t->deterministic = d && json_is_true(d);
+	t->deterministic = !d || json_is_true(d);
 	t->micro_batch = 0;
 	for (int64_t m = 32; m >= 1 && !t->micro_batch; m--)
 		if (t->global_batch % m == 0)

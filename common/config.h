@@ -84,7 +84,8 @@ typedef struct rs_train_config {
 	 * the global batch is cut into micro-batches of micro_batch samples
 	 * (default: the largest divisor of global_batch up to 32), each rank
 	 * trains whole micro-batches, and every sum feeding the model is exact.
-	 * At most global_batch / micro_batch workers. Default off.
+	 * Ranks beyond global_batch / micro_batch train no samples. Default on
+	 * ("deterministic": false for the plain sums).
 	 */
 	int deterministic;
 	int64_t micro_batch;

@@ -11,10 +11,10 @@
  * same in any order. The grid is chosen per step from the largest part
  * anywhere (an all-gather of each rank's largest, exact) and the number of
  * parts, so that no sum can overflow: 2^-shift with
- *     shift = 62 - ceil(log2 max) - ceil(log2 parts),
- * which keeps about 62 - log2(parts) bits of the largest value (a float
- * has 24): parts below max * 2^-(62 - log2 parts) are rounded to the grid,
- * identically on every world. The same holds for the data-parallel tables'
+ *     shift = min(51, 62 - ceil(log2 parts)) - ceil(log2 max),
+ * which keeps 51 bits of the largest value (a float has 24; fewer only
+ * beyond 2048 parts): smaller parts are rounded to the grid, identically
+ * on every world. The same holds for the data-parallel tables'
  * gradients, whose parts are each (sample, id)'s contribution.
  *
  * The embedding rows need none of this: their pooled sums are added in each
@@ -46,7 +46,11 @@ typedef struct part_stats {
 	int64_t count;
 } part_stats;
 
-/* The grid's exponent for a sum of `count` parts of at most `max`; INT32_MIN: not finite (NaN results). */
+/*
+ * The grid's exponent for a sum of `count` parts of at most `max`, such
+ * that every part is below 2^51 on the grid (rounded exactly by on_grid)
+ * and their sum below 2^62; INT32_MIN: not finite (the results are NaN).
+ */
 static int grid_shift(part_stats s)
 {
 	if (!isfinite(s.max))
@@ -57,7 +61,7 @@ static int grid_shift(part_stats s)
 	frexp(s.max, &e); /* max < 2^e */
 	while (lg < 62 && ((int64_t)1 << lg) < s.count)
 		lg++;
-	return 62 - e - lg;
+	return (lg > 11 ? 62 - lg : 51) - e;
 }
 
 /* A grid: 2^shift as a double (exact while shift is in a double's normal range), or ldexp beyond. */
@@ -74,11 +78,18 @@ static grid grid_of(int shift)
 	return g;
 }
 
+/*
+ * x on the grid, rounded to nearest (ties to even): |x| * 2^shift < 2^51,
+ * so adding and taking away 1.5 * 2^52 leaves exactly the rounded integer
+ * (no libm call; the compiler keeps the two operations, as C requires).
+ */
 static inline int64_t on_grid(double x, const grid *g)
 {
+	const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
 	if (g->shift == INT32_MIN)
 		return 0;
-	return llrint(g->up != 0 ? x * g->up : ldexp(x, g->shift));
+	double y = g->up != 0 ? x * g->up : ldexp(x, g->shift);
+	return (int64_t)((y + magic) - magic);
 }
 
 static inline double off_grid(int64_t q, const grid *g)
@@ -95,6 +106,19 @@ static void take(part_stats *s, double x)
 		s->max = NAN; /* sticks: the results are NaN, as without the grid */
 	else if (a > s->max)
 		s->max = a;
+}
+
+/* q[i] += v[i] on grid g */
+static void add_on_grid(int64_t *restrict q, const float *restrict v, size_t n, const grid *g)
+{
+	if (g->shift == INT32_MIN || g->up == 0) {
+		for (size_t i = 0; i < n; i++)
+			q[i] += on_grid((double)v[i], g);
+		return;
+	}
+	const double magic = 6755399441055744.0, up = g->up;
+	for (size_t i = 0; i < n; i++)
+		q[i] += (int64_t)(((double)v[i] * up + magic) - magic);
 }
 
 /* The largest |v[i]|, NaN if any is (a loop the compiler vectorizes). */
@@ -202,8 +226,7 @@ rs_status rs__exact_step(rs_trainer *tr, float inv, float **dp, double *loss, rs
 
 	/* onto the grids, summed exactly, and back */
 	for (int32_t k = 0; k < nc; k++) {
-		for (size_t x = 0; x < np; x++)
-			q[x] += on_grid((double)keep[(size_t)k * np + x], &shift[0]);
+		add_on_grid(q, keep + (size_t)k * np, np, &shift[0]);
 		q[np] += on_grid(closs[k], &shift[1]);
 	}
 	size_t at = np + 1;

@@ -134,7 +134,7 @@ struct rs_trainer {
 	i64vec in;          /* requests received, all peers, rank order */
 	i64vec in_row;      /* per received id: the row it resolved to (a ZCH slot), -1 for none */
 	size_t *in_off;     /* per peer: start of its requests in `in` (in int64 words) */
-	i64vec idsrc;       /* deterministic: per id asked for, in the batch's order, [peer, float offset in its answers] */
+	i64vec idsrc;       /* deterministic: per bag, in the batch's order, its answers' count and [peer, float offset] each */
 	fvec out;           /* answers or gradients to send */
 	fvec back;          /* answers or gradients received */
 };
@@ -185,9 +185,10 @@ rs_status rs__engine_said(const rs_trainer *tr, int table, rs_status st, const r
  * This step's lookup (train_lookup.c): the batch's bags sent to their
  * owners, pooled, and the sums gathered into tr->pooled (mean pooling
  * divided; data-parallel tables pooled here). Training, ZCH ids get slots.
- * Deterministic (train.deterministic), owners answer each id's row apart
- * and the requester adds them in the bag's own order, so that a pooled sum
- * does not depend on how a table's rows are spread over ranks.
+ * Deterministic (train.deterministic), a bag spread over several shards
+ * is answered id by id and the requester adds the rows in the bag's own
+ * order, as one shard's owner does: a pooled sum does not depend on how a
+ * table's rows are spread over ranks.
  */
 rs_status rs__lookup(rs_trainer *tr, int64_t step, int training, rs_err *err);
 

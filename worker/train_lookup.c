@@ -8,14 +8,22 @@
  * block), so that an owner meets the ids of its rows in the order of the
  * global batch whatever the world size: its ZCH buckets give slots, and
  * its fused updates add a row's gradients, in one order for every world.
- * Answers and gradients travel as `cols` floats per record (deterministic:
- * per id), in the same order, so neither side needs to send sizes twice.
+ * Answers and gradients travel as `cols` floats per record (per id for a
+ * record sent with a negative sample, see make_requests), in the same
+ * order, so neither side needs to send sizes twice.
  */
 #include "worker/train_internal.h"
 #include "common/grow.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* d += s (they never overlap: the compiler may vectorize) */
+static inline void add_row(float *restrict d, const float *restrict s, int32_t n)
+{
+	for (int32_t k = 0; k < n; k++)
+		d[k] += s[k];
+}
 
 /* ---- growable arrays ---------------------------------------------------------- */
 
@@ -47,12 +55,12 @@ static rs_status sent_push(sentvec *a, sent x)
  * local shards holding those rows (lshard.boff/bids/bdst, in request
  * order). tr->scount[p] gets the bytes of the answers for peer p; *floats
  * the length of all the answers. A malformed record is RS_EPEER, naming
- * the sender. Deterministic, every id is a bag of its own with an answer
- * of its own (zeros for an id without a row).
+ * the sender. A record sent with a negative sample (deterministic mode)
+ * is answered id by id: each id a bag of its own with an answer of its own
+ * (zeros for an id without a row).
  */
 static rs_status gather_bags(rs_trainer *tr, int64_t step, int training, size_t *floats, rs_err *err)
 {
-	int det = tr->cfg->train.deterministic;
 	for (int i = 0; i < tr->nshards; i++) {
 		lshard *ls = &tr->shards[i];
 		ls->boff.n = ls->bids.n = ls->bdst.n = 0;
@@ -71,6 +79,7 @@ static rs_status gather_bags(rs_trainer *tr, int64_t step, int training, size_t 
 						  p, (long long)f, (long long)c, (long long)cnt);
 			int t = tr->feat_table[f];
 			const block *bl = &tr->tables[t].blocks[c];
+			int per_id = tr->in.v[q + 2] < 0; /* deterministic: its ids answered one by one */
 			for (int64_t j = 0; j < cnt; j++) {
 				/* training in 2D, ZCH ids were resolved already (rs__replica_resolve) */
 				int64_t row = training && tr->replicas > 1 && tr->tables[t].zch
@@ -78,7 +87,7 @@ static rs_status gather_bags(rs_trainer *tr, int64_t step, int training, size_t 
 						      : rs__resolve(tr, t, tr->in.v[q + 4 + j], step, training);
 				tr->in_row.v[q + 4 + j] = row;
 				if (row < 0) {
-					o += det ? (size_t)bl->cols : 0; /* its answer stays zeros */
+					o += per_id ? (size_t)bl->cols : 0; /* its answer stays zeros */
 					continue;
 				}
 				int32_t li = bl->local[rs__range_of(bl, row)];
@@ -93,9 +102,9 @@ static rs_status gather_bags(rs_trainer *tr, int64_t step, int training, size_t 
 				}
 				RSCHECK(i64_push(&ls->bids, row - ls->s.row_offset));
 				ls->boff.v[ls->boff.n - 1]++;
-				o += det ? (size_t)bl->cols : 0; /* one answer per id: each id a bag of its own */
+				o += per_id ? (size_t)bl->cols : 0; /* one answer per id: each id a bag of its own */
 			}
-			o += det ? 0 : (size_t)bl->cols;
+			o += per_id ? 0 : (size_t)bl->cols;
 			q += 4 + (size_t)cnt;
 		}
 		tr->scount[p] = sizeof(float) * (o - first);
@@ -119,12 +128,8 @@ static rs_status pool_bags(rs_trainer *tr, float *out, size_t floats, rs_err *er
 				    tr->engine->ops->forward(tr->engine, &ls->emb, ls->boff.v, (int32_t)nb, ls->bids.v,
 							     RS_POOL_SUM, ls->bval.v, (int64_t)cols, &e),
 				    &e, err));
-		for (size_t k = 0; k < nb; k++) {
-			float *dst = out + ls->bdst.v[k];
-			const float *src = ls->bval.v + k * cols;
-			for (size_t c = 0; c < cols; c++)
-				dst[c] += src[c];
-		}
+		for (size_t k = 0; k < nb; k++)
+			add_row(out + ls->bdst.v[k], ls->bval.v + k * cols, (int32_t)cols);
 	}
 	return RS_OK;
 }
@@ -138,10 +143,29 @@ static rs_status open_request(rs_trainer *tr, int32_t p, int32_t f, int32_t c, i
 	return i64_push(&tr->req[p], 0);
 }
 
+/* Whether all of a bag's ids fall in one row range of block bl (one shard: its owner pools them in the bag's order). */
+static int one_range(const tinfo *ti, const block *bl, const int64_t *ids, int32_t lo, int32_t hi)
+{
+	int first = -1;
+	for (int32_t j = lo; j < hi; j++) {
+		int64_t route = ti->zch ? (int64_t)rs_zch_bucket_of((uint64_t)ids[j], rs_zch_buckets(ti->zch)) * ti->spb : ids[j];
+		int r = rs__range_of(bl, route);
+		if (first >= 0 && r != first)
+			return 0;
+		first = r;
+	}
+	return 1;
+}
+
 /*
  * This step's requests, per owner (tr->req), one record per (sample,
- * feature, block, owner), and where their answers go (tr->sent: one entry
- * per record; deterministic, one per id, and tr->idsrc).
+ * feature, block, owner), and where their answers go: tr->sent, one entry
+ * per answer. Deterministic, a bag whose ids fall in more than one shard
+ * is answered id by id (its records carry the sample as -1 - sample), and
+ * tr->idsrc lists, per bag in the batch's order, its number of answers and
+ * each one's [peer, float offset in that peer's answers]: summed in that
+ * order, a pooled sum is the same whether one shard held the bag (its
+ * owner added the rows in the bag's order, from zero) or several did.
  */
 static rs_status make_requests(rs_trainer *tr)
 {
@@ -165,9 +189,11 @@ static rs_status make_requests(rs_trainer *tr)
 			const tinfo *ti = &tr->tables[tr->feat_table[f]];
 			const int32_t *off = b->offsets[f];
 			const int64_t *ids = b->ids[f];
-			for (int c = 0; c < ti->nblocks; c++) {
+			for (int c = 0; c < ti->nblocks && off[i + 1] > off[i]; c++) {
 				const block *bl = &ti->blocks[c];
-				int nt = 0;
+				int per_id = det && !one_range(ti, bl, ids, off[i], off[i + 1]), nt = 0;
+				if (det)
+					RSCHECKGOTO(i64_push(&tr->idsrc, per_id ? off[i + 1] - off[i] : 1), st, out);
 				for (int32_t j = off[i]; j < off[i + 1]; j++) {
 					int64_t route = ti->zch ? (int64_t)rs_zch_bucket_of((uint64_t)ids[j], rs_zch_buckets(ti->zch)) * ti->spb
 								: ids[j];
@@ -175,15 +201,15 @@ static rs_status make_requests(rs_trainer *tr)
 					if (open[p] < 0) {
 						open[p] = (int32_t)tr->req[p].n;
 						touched[nt++] = p;
-						RSCHECKGOTO(open_request(tr, p, f, c, i), st, out);
-						if (!det)
-							RSCHECKGOTO(sent_push(&tr->sent[p], (sent){f, c, i, bl->cols}), st, out);
+						RSCHECKGOTO(open_request(tr, p, f, c, per_id ? -1 - i : i), st, out);
 					}
-					if (det) {
+					if (open[p] == (int32_t)tr->req[p].n - 4 || per_id) { /* a new answer */
 						RSCHECKGOTO(sent_push(&tr->sent[p], (sent){f, c, i, bl->cols}), st, out);
-						RSCHECKGOTO(i64_push(&tr->idsrc, p), st, out);
-						RSCHECKGOTO(i64_push(&tr->idsrc, aoff[p]), st, out);
-						aoff[p] += bl->cols;
+						if (det) {
+							RSCHECKGOTO(i64_push(&tr->idsrc, p), st, out);
+							RSCHECKGOTO(i64_push(&tr->idsrc, aoff[p]), st, out);
+							aoff[p] += bl->cols;
+						}
 					}
 					RSCHECKGOTO(i64_push(&tr->req[p], ids[j]), st, out);
 					tr->req[p].v[open[p] + 3]++;
@@ -199,7 +225,7 @@ out:
 	return st;
 }
 
-/* Deterministic: each bag's rows, answered one by one, added into tr->pooled in the bag's order. */
+/* Deterministic: each bag's answers (tr->idsrc) added into tr->pooled, in the bag's order. */
 static rs_status pool_in_bag_order(rs_trainer *tr, const float *in)
 {
 	const rs_batch *b = &tr->batch;
@@ -217,11 +243,10 @@ static rs_status pool_in_bag_order(rs_trainer *tr, const float *in)
 			for (int c = 0; c < ti->nblocks; c++) {
 				const block *bl = &ti->blocks[c];
 				float *dst = tr->pooled + (size_t)i * (size_t)tr->emb_width + (size_t)(tr->feat_off[f] + bl->col_offset);
-				for (int32_t j = 0; j < len; j++, src += 2) {
-					const float *row = in + base[src[0]] + (size_t)src[1];
-					for (int32_t k = 0; k < bl->cols; k++)
-						dst[k] += row[k];
-				}
+				if (len == 0)
+					continue;
+				for (int64_t k = *src++; k > 0; k--, src += 2)
+					add_row(dst, in + base[src[0]] + (size_t)src[1], bl->cols);
 			}
 		}
 	free(base);
@@ -297,8 +322,7 @@ rs_status rs__lookup(rs_trainer *tr, int64_t step, int training, rs_err *err)
 			const sent *s = &tr->sent[p].v[k];
 			const block *bl = &tr->tables[tr->feat_table[s->f]].blocks[s->c];
 			float *dst = tr->pooled + (size_t)s->i * (size_t)tr->emb_width + (size_t)(tr->feat_off[s->f] + bl->col_offset);
-			for (int32_t c = 0; c < s->cols; c++)
-				dst[c] += in[c];
+			add_row(dst, in, s->cols);
 			in += s->cols;
 		}
 	/* mean pooling; data-parallel tables locally */

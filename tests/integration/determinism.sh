@@ -9,6 +9,7 @@
 #      step 200, bit for bit
 #   3. a worker SIGKILLed after the checkpoint of step 100: the world rolls
 #      back and finishes with the static run's bits
+#   4. 2 replica groups of 2 (2D, exact sync), 200 steps: the same bits
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
@@ -18,6 +19,7 @@ import json, sys
 c = json.load(open("examples/dlrm-small.json"))
 c["train"]["deterministic"] = True
 c["data"]["eval_every"] = 100
+c["data"]["eval_samples"] = 2048
 json.dump(c, open(sys.argv[1], "w"))
 PY
 job() { # job NAME WORKERS STEPS FLAGS...: a local job, saved to $tmp/NAME, in the background
@@ -60,8 +62,9 @@ done
 check "the reports hold losses and AUCs (the comparison saw some)" \
 	bash -c "[ \$(grep -c ' None\$' $tmp/w1.reports) -ge 30 ] && [ \$(grep -vc ' None\$' $tmp/w1.reports) -ge 4 ]"
 
-# 2. elastic 2 -> 4 -> 3, and 3. a lost worker (rollback to the checkpoint of step 100)
+# 2. elastic 2 -> 4 -> 3, 3. a lost worker (rollback to the checkpoint of step 100), 4. 2D
 job elastic 2 200 --schedule 60:4,130:3
+job twod 4 200 --sharding-group 2
 job lost 3 200 --checkpoint-dir "$tmp/ck-lost" --checkpoint-every 100
 coord=$!
 wait_for "$tmp/lost.out" "checkpoint of step 100 complete" 120
@@ -71,5 +74,7 @@ check "the elastic run went 2 -> 4 -> 3" bash -c "grep -q '2 -> 4 workers' $tmp/
 identical "2 -> 4 -> 3 ends with the static run's bits at step 200" "$tmp/ck1/step-000000200" "$tmp/elastic"
 check "the lost worker's world rolled back to step 100" grep -q "rolling back to .*(step 100)" "$tmp/lost.out"
 identical "after the rollback, the static run's bits at step 200" "$tmp/ck1/step-000000200" "$tmp/lost"
+check "the 2D run trained in 2 replica groups of 2" grep -q "4 workers in 2 replica groups of 2" "$tmp/twod.err"
+identical "2 replica groups of 2 end with 1 worker's bits at step 200" "$tmp/ck1/step-000000200" "$tmp/twod"
 
 finish_checks determinism

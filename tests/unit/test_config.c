@@ -52,7 +52,7 @@ static void test_minimal_gets_defaults(void **state)
 	assert_int_equal(cfg->train.global_batch, 1024);
 	assert_int_equal(cfg->train.steps, 200);
 	assert_int_equal(cfg->train.micro_batch, 32);
-	assert_int_equal(cfg->train.deterministic, 0);
+	assert_int_equal(cfg->train.deterministic, 1);
 	assert_int_equal(cfg->cluster.ranks_per_node, 8);
 	assert_true(cfg->cluster.memory_per_rank == 16ull << 30);
 	assert_int_equal(rs_table_row_bytes(cfg, t), 8 * 4 + 4);
@@ -72,7 +72,7 @@ static void test_every_field(void **state)
 		"\"dense\": {\"bottom_mlp\": [8, 32], \"top_mlp\": [16], \"interaction\": \"dot\", \"lr\": 0.2},"
 		"\"data\": {\"source\": \"criteo\", \"paths\": [\"day_0.tsv\"], \"seed\": 9, \"zipf_alpha\": 1.2,"
 		" \"eval_samples\": 5, \"eval_every\": 3},"
-		"\"train\": {\"global_batch\": 64, \"steps\": 11, \"seed\": 12},"
+		"\"train\": {\"global_batch\": 64, \"steps\": 11, \"seed\": 12, \"deterministic\": false},"
 		"\"cluster\": {\"ranks_per_node\": 2, \"memory_per_rank\": \"512MiB\", \"sharding_group\": 4,"
 		" \"replica_sync\": {\"every\": 6}, \"recovery\": \"partial\"}}");
 	const rs_table_config *a = &cfg->tables[0], *b = &cfg->tables[1];

@@ -196,6 +196,7 @@ static void test_deterministic_is_bitwise(void **state)
 	(void)state;
 	static const rs_optimizer opts[] = {RS_OPT_SGD, RS_OPT_ROWWISE_ADAGRAD, RS_OPT_ADAM, RS_OPT_ROWWISE_ADAGRAD};
 	rs_optimizer saved = cfg->optimizer.kind;
+	int saved_det = cfg->train.deterministic;
 	steps = 60;
 	for (size_t o = 0; o < sizeof(opts) / sizeof(opts[0]); o++) {
 		int det = o + 1 < sizeof(opts) / sizeof(opts[0]);
@@ -219,7 +220,27 @@ static void test_deterministic_is_bitwise(void **state)
 		dumps_free(cfg, ref);
 	}
 	cfg->optimizer.kind = saved;
-	cfg->train.deterministic = 0;
+	cfg->train.deterministic = saved_det;
+}
+
+/* More ranks than micro-batches: the ranks beyond train no samples (an empty slice) and the bits stay 1 worker's. */
+static void test_deterministic_idle_ranks(void **state)
+{
+	(void)state;
+	int64_t saved_mb = cfg->train.micro_batch;
+	int saved_det = cfg->train.deterministic;
+	size_t nd = 0;
+	cfg->train.deterministic = 1;
+	cfg->train.micro_batch = cfg->train.global_batch / 2; /* 2 micro-batches for 3 ranks */
+	steps = 20;
+	run(1);
+	float **ref = dumps_assemble(cfg, dir, "w1", 1, &nd);
+	run(3);
+	int same = bitwise_equal_to_w1(3, nd, ref);
+	dumps_free(cfg, ref);
+	cfg->train.micro_batch = saved_mb;
+	cfg->train.deterministic = saved_det;
+	assert_true(same);
 }
 
 static double learned_auc;
@@ -453,6 +474,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_world_size_invariance),
 		cmocka_unit_test(test_deterministic_is_bitwise),
+		cmocka_unit_test(test_deterministic_idle_ranks),
 		cmocka_unit_test(test_learns_toward_the_teacher),
 		cmocka_unit_test(test_killed_worker_stops_the_others),
 		cmocka_unit_test(test_malformed_request_is_refused),
