@@ -11,6 +11,7 @@ rs_status rs_batch_init(rs_batch *b, int32_t nfeatures)
 {
 	memset(b, 0, sizeof(*b));
 	b->nfeatures = nfeatures;
+	b->cap = -1; /* nothing allocated yet, not even for 0 samples */
 	b->offsets = calloc((size_t)nfeatures + 1, sizeof(int32_t *));
 	b->ids = calloc((size_t)nfeatures + 1, sizeof(int64_t *));
 	b->ids_cap = calloc((size_t)nfeatures + 1, sizeof(int64_t));
@@ -39,7 +40,7 @@ void rs_batch_free(rs_batch *b)
 
 rs_status rs_batch_reserve(rs_batch *b, int32_t size)
 {
-	if (b->labels && size <= b->cap) /* labels: allocated once, even for an empty slice (offsets[f][0] is written) */
+	if (size <= b->cap) /* cap starts at -1: even an empty slice allocates (offsets[f][0] is written) */
 		return RS_OK;
 	float *d = realloc(b->dense, sizeof(float) * ((size_t)size + 1) * RS_NUM_DENSE);
 	if (!d)

@@ -28,7 +28,7 @@ typedef struct rs_batch {
 	int32_t **offsets;      /* nfeatures arrays of size + 1 entries, offsets[f][0] == 0 */
 	int64_t **ids;          /* nfeatures arrays of offsets[f][size] entries */
 	int64_t *ids_cap;       /* allocated capacity of ids[f] (owner's bookkeeping) */
-	int32_t cap;            /* allocated samples */
+	int32_t cap;            /* allocated samples; -1 before the first rs_batch_reserve */
 } rs_batch;
 
 /* An empty batch for nfeatures features; rs_batch_free releases it. */

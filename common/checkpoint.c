@@ -246,64 +246,115 @@ static double element(const void *buf, rs_st_dtype dt, size_t i)
 	}
 }
 
-/*
- * Assemble tensor `name` of table t into a rows x width array of doubles
- * (width = dim for per-element tensors, 1 for per-row ones, which need
- * whole-width shards). Returns RS_ENOTFOUND when the tensor is absent or the
- * layout does not allow it. The index was validated: the shards tile the
- * table and name plain files in dir.
- */
-static rs_status assemble(const char *dir, const rs_ckpt_table *t, const char *name, int per_row, double **out,
-			  rs_st_dtype *dtype, rs_err *err)
+/* The exact bits of element i: an integer's own, a float's as a double (every float has its own double). */
+static uint64_t element_bits(const void *buf, rs_st_dtype dt, size_t i)
 {
-	int64_t width = per_row ? 1 : t->dim;
+	uint64_t u;
+	if (dt == RS_ST_I64)
+		return (uint64_t)((const int64_t *)buf)[i];
+	double d = element(buf, dt, i);
+	memcpy(&u, &d, sizeof(u));
+	return u;
+}
+
+/* What a tensor holds per row: the table's cells, one value per column block, or `width` values of whole rows. */
+enum { CELLS = 0, PER_BLOCK = -1 };
+
+/* The distinct column offsets of t's shards, ascending, into offs (t->dim + 1 entries); returns how many. */
+static int col_blocks(const rs_ckpt_table *t, int32_t *offs)
+{
+	int n = 0;
+	for (int i = 0; i < t->nshards; i++) {
+		int32_t c = t->shards[i].col_offset;
+		int k = 0;
+		while (k < n && offs[k] < c)
+			k++;
+		if (k < n && offs[k] == c)
+			continue;
+		memmove(offs + k + 1, offs + k, sizeof(int32_t) * (size_t)(n - k));
+		offs[k] = c;
+		n++;
+	}
+	return n;
+}
+
+/*
+ * Assemble tensor `name` of table t into a rows x width array of doubles,
+ * and their exact bits: width = dim for the cells (per = CELLS), the
+ * number of column blocks for per-row state kept per block (PER_BLOCK),
+ * or `per` values of whole-width rows. Returns RS_ENOTFOUND when the tensor
+ * is absent or a whole-width tensor meets column blocks. The index was
+ * validated: the shards tile the table and name plain files in dir.
+ */
+static rs_status assemble(const char *dir, const rs_ckpt_table *t, const char *name, int per, double **out,
+			  uint64_t **bits_out, size_t *n_out, rs_st_dtype *dtype, rs_err *err)
+{
+	int32_t *offs = malloc(sizeof(int32_t) * ((size_t)t->dim + 1));
+	int nb = offs ? col_blocks(t, offs) : 0;
+	int64_t width = per == CELLS ? t->dim : per == PER_BLOCK ? nb : per;
 	double *a = calloc((size_t)(t->rows * width + 1), sizeof(double));
+	uint64_t *bits = calloc((size_t)(t->rows * width + 1), sizeof(uint64_t));
 	rs_status st = RS_OK;
 	*out = NULL;
-	if (!a)
+	*bits_out = NULL;
+	if (!a || !bits || !offs) {
+		free(a);
+		free(bits);
+		free(offs);
 		return rs_err_set(err, RS_ENOMEM, "%s: table '%s': out of memory", dir, t->name);
+	}
 	for (int i = 0; i < t->nshards && st == RS_OK; i++) {
 		const rs_ckpt_shard *s = &t->shards[i];
 		char path[4096];
 		rs_st_file *f = NULL;
 		void *buf = NULL;
-		if (per_row && s->cols != t->dim) {
-			st = RS_ENOTFOUND; /* per-row state of column blocks: not comparable across layouts */
+		if (per > 0 && s->cols != t->dim) {
+			st = RS_ENOTFOUND; /* whole-row values of column blocks */
 			break;
 		}
+		int blk = 0;
+		while (blk < nb && offs[blk] != s->col_offset)
+			blk++;
 		snprintf(path, sizeof(path), "%s/%s", dir, s->file);
 		RSCHECKGOTO(rs_st_open(path, &f, err), st, next);
 		int k = rs_st_find(f, name);
 		if (k < 0)
 			RSFAILGOTO(st, RS_ENOTFOUND, next);
 		rs_st_tensor *ts = &f->tensors[k];
-		int64_t want_cols = per_row ? 1 : s->cols;
-		if (!(ts->ndim == (per_row ? 1 : 2) && ts->shape[0] == s->rows && (per_row || ts->shape[1] == want_cols)))
+		int64_t want_cols = per == CELLS ? s->cols : per == PER_BLOCK ? 1 : per;
+		int want_ndim = per == PER_BLOCK || per == 1 ? 1 : 2;
+		if (!(ts->ndim == want_ndim && ts->shape[0] == s->rows && (want_ndim == 1 || ts->shape[1] == want_cols)))
 			RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "%s: tensor '%s' has the wrong shape for its shard", path, name),
 				   next);
 		RSALLOCGOTO(buf = malloc((size_t)(ts->end - ts->begin) + 1), st, next);
 		RSCHECKGOTO(rs_st_read(f, k, buf, err), st, next);
 		*dtype = ts->dtype;
 		for (int64_t r = 0; r < s->rows; r++)
-			for (int64_t c = 0; c < want_cols; c++)
-				a[(s->row_offset + r) * width + (per_row ? 0 : s->col_offset + c)] =
-					element(buf, ts->dtype, (size_t)(r * want_cols + c));
+			for (int64_t c = 0; c < want_cols; c++) {
+				int64_t at = (s->row_offset + r) * width + (per == CELLS ? s->col_offset + c : per == PER_BLOCK ? blk : c);
+				a[at] = element(buf, ts->dtype, (size_t)(r * want_cols + c));
+				bits[at] = element_bits(buf, ts->dtype, (size_t)(r * want_cols + c));
+			}
 next:
 		if (st == RS_ENOMEM)
 			rs_err_set(err, st, "%s: out of memory", path);
 		free(buf);
 		rs_st_close(f);
 	}
+	free(offs);
 	if (st != RS_OK) {
 		free(a);
+		free(bits);
 		return st;
 	}
 	*out = a;
+	*bits_out = bits;
+	*n_out = (size_t)(t->rows * width);
 	return RS_OK;
 }
 
-/* The largest differences; returns whether the two are bit for bit equal (a float's double keeps its bits). */
-static int compare(const double *a, const double *b, size_t n, double *max_abs, double *max_rel)
+/* The largest differences between a and b (n values each). */
+static void compare(const double *a, const double *b, size_t n, double *max_abs, double *max_rel)
 {
 	double d = 0, m = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -314,20 +365,35 @@ static int compare(const double *a, const double *b, size_t n, double *max_abs, 
 	}
 	*max_abs = d;
 	*max_rel = m > 0 ? d / m : (d > 0 ? INFINITY : 0);
-	return n == 0 || memcmp(a, b, sizeof(double) * n) == 0;
+}
+
+/* Whether per-block state of ta and tb can be compared: the same column blocks. */
+static int same_blocks(const rs_ckpt_table *ta, const rs_ckpt_table *tb)
+{
+	int32_t *oa = malloc(sizeof(int32_t) * ((size_t)ta->dim + 1)), *ob = malloc(sizeof(int32_t) * ((size_t)tb->dim + 1));
+	int same = oa && ob;
+	if (same) {
+		int na = col_blocks(ta, oa), nb = col_blocks(tb, ob);
+		same = na == nb && !memcmp(oa, ob, sizeof(int32_t) * (size_t)na);
+	}
+	free(oa);
+	free(ob);
+	return same;
 }
 
 rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out, rs_err *err)
 {
 	static const struct {
 		const char *name;
-		int per_row;
-	} tensors[] = {{"weight", 0}, {"momentum1", 1}, {"exp_avg", 0}, {"exp_avg_sq", 0}, {"zch_ids", 1}};
+		int per; /* CELLS, PER_BLOCK or values per whole row */
+	} tensors[] = {{"weight", CELLS},	   {"momentum1", PER_BLOCK}, {"exp_avg", CELLS},
+		       {"exp_avg_sq", CELLS}, {"zch_ids", 1},		  {"zch_meta", 3}};
 	rs_ckpt_index ia, ib;
 	json_t *res = json_object(), *tables = json_object();
 	rs_status st = RS_OK;
 	double all_abs = 0, all_rel = 0;
 	int identical = 1; /* every tensor bit for bit */
+	json_t *left_out = json_array(); /* tensors that could not be compared */
 
 	*out = NULL;
 	memset(&ib, 0, sizeof(ib));
@@ -349,35 +415,51 @@ rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out,
 						  dir_a, dir_b), out);
 		json_t *per = json_object();
 		double t_abs = 0, t_rel = 0;
-		size_t n = (size_t)ta->rows;
 		for (size_t k = 0; k < sizeof(tensors) / sizeof(tensors[0]); k++) {
 			double *a = NULL, *b = NULL, ma, mr;
+			uint64_t *ba = NULL, *bb = NULL;
+			size_t na = 0, nb = 0;
 			rs_st_dtype da = RS_ST_F32, db = RS_ST_F32;
-			rs_status sa = assemble(dir_a, ta, tensors[k].name, tensors[k].per_row, &a, &da, err);
-			rs_status sb = sa == RS_OK || sa == RS_ENOTFOUND ? assemble(dir_b, tb, tensors[k].name, tensors[k].per_row, &b, &db, err)
-									 : sa;
-			if ((sa != RS_OK && sa != RS_ENOTFOUND) || (sb != RS_OK && sb != RS_ENOTFOUND)) {
+			if (tensors[k].per == PER_BLOCK && !same_blocks(ta, tb)) {
+				/* per-block state of column blocks that differ: not comparable, so not known to be identical */
+				identical = 0;
+				json_array_append_new(left_out, json_sprintf("%s.%s", name, tensors[k].name));
+				continue;
+			}
+			rs_status sa = assemble(dir_a, ta, tensors[k].name, tensors[k].per, &a, &ba, &na, &da, err);
+			rs_status sb = sa == RS_OK || sa == RS_ENOTFOUND
+					       ? assemble(dir_b, tb, tensors[k].name, tensors[k].per, &b, &bb, &nb, &db, err)
+					       : sa;
+			rs_status bad = sa != RS_OK && sa != RS_ENOTFOUND ? sa : sb != RS_OK && sb != RS_ENOTFOUND ? sb : RS_OK;
+			if (bad == RS_OK && !strcmp(tensors[k].name, "weight") && (sa != RS_OK || sb != RS_OK))
+				bad = rs_err_set(err, RS_EINVAL, "table '%s': weights missing", name);
+			if (bad != RS_OK) {
 				free(a);
 				free(b);
+				free(ba);
+				free(bb);
 				json_decref(per);
-				RSFAILGOTO(st, sa != RS_OK && sa != RS_ENOTFOUND ? sa : sb, out);
+				RSFAILGOTO(st, bad, out);
 			}
-			if (!strcmp(tensors[k].name, "weight") && (sa != RS_OK || sb != RS_OK)) {
-				free(a);
-				free(b);
-				json_decref(per);
-				RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "table '%s': weights missing", name), out);
-			}
-			identical &= (sa == RS_OK) == (sb == RS_OK) && da == db;
+			/* in one and not the other (or whole-row values of column blocks): not known to be identical */
+			identical &= sa == sb && da == db;
+			if (sa != sb)
+				json_array_append_new(left_out, json_sprintf("%s.%s", name, tensors[k].name));
 			if (sa == RS_OK && sb == RS_OK) {
-				size_t cnt = n * (tensors[k].per_row ? 1 : (size_t)ta->dim);
-				identical &= compare(a, b, cnt, &ma, &mr);
-				json_object_set_new(per, tensors[k].name, json_pack("{s:f, s:f}", "max_abs", ma, "max_rel", mr));
-				t_abs = fmax(t_abs, ma);
-				t_rel = fmax(t_rel, mr);
+				if (na != nb)
+					identical = 0;
+				compare(a, b, na < nb ? na : nb, &ma, &mr);
+				identical &= na == nb && !memcmp(ba, bb, sizeof(uint64_t) * na);
+				if (strcmp(tensors[k].name, "zch_meta") != 0) { /* counters and steps: in `identical` only */
+					json_object_set_new(per, tensors[k].name, json_pack("{s:f, s:f}", "max_abs", ma, "max_rel", mr));
+					t_abs = fmax(t_abs, ma);
+					t_rel = fmax(t_rel, mr);
+				}
 			}
 			free(a);
 			free(b);
+			free(ba);
+			free(bb);
 		}
 		json_object_set_new(tables, name, json_pack("{s:f, s:f, s:o}", "max_abs", t_abs, "max_rel", t_rel, "tensors", per));
 		all_abs = fmax(all_abs, t_abs);
@@ -411,7 +493,8 @@ rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out,
 			RSFAILGOTO(st, rs_err_set(err, RS_EINVAL, "the dense parameters of %s and %s are missing or differ in size",
 						  dir_a, dir_b), out);
 		}
-		identical &= compare(d[0], d[1], cnt[0], &ma, &mr);
+		compare(d[0], d[1], cnt[0], &ma, &mr);
+		identical &= !memcmp(d[0], d[1], sizeof(double) * cnt[0]); /* floats: a double each keeps its bits */
 		free(d[0]);
 		free(d[1]);
 		json_object_set_new(tables, "(dense)", json_pack("{s:f, s:f}", "max_abs", ma, "max_rel", mr));
@@ -421,6 +504,8 @@ rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out,
 	json_object_set_new(res, "max_abs", json_real(all_abs));
 	json_object_set_new(res, "max_rel", json_real(all_rel));
 	json_object_set_new(res, "identical", json_boolean(identical));
+	json_object_set_new(res, "not_compared", left_out);
+	left_out = NULL;
 	json_object_set(res, "tables", tables);
 	*out = res;
 	res = NULL;
@@ -430,6 +515,7 @@ out:
 out_a:
 	if (st == RS_ENOMEM)
 		rs_err_set(err, st, "checkpoint diff: out of memory");
+	json_decref(left_out);
 	json_decref(tables);
 	json_decref(res);
 	return st;

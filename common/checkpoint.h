@@ -143,9 +143,13 @@ const rs_ckpt_table *rs_checkpoint_index_table(const rs_ckpt_index *ix, const ch
  * per table and overall, the largest of those. The checkpoints may shard
  * tables differently. RS_EINVAL, naming the table, when they hold different
  * tables, shapes or dtypes. A NaN on one side only counts as an infinite
- * difference. *out: {"max_abs", "max_rel", "identical" (every tensor bit
- * for bit, and present in both or neither), "tables": {name: {"max_abs",
- * "max_rel", "tensors": {tensor: {"max_abs", "max_rel"}}}}}.
+ * difference. Per-row optimizer state is compared per column block when
+ * both have the same blocks. *out: {"max_abs", "max_rel", "identical"
+ * (every tensor, ZCH identities and eviction metadata included, equal bit
+ * for bit, and present in both or neither), "not_compared" (["table.tensor"]
+ * that could not be: in one only, or column blocks that differ), "tables":
+ * {name: {"max_abs", "max_rel", "tensors": {tensor: {"max_abs",
+ * "max_rel"}}}}}.
  */
 rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out, rs_err *err);
 

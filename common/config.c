@@ -514,10 +514,17 @@ static rs_status parse_train(const json_t *root, rs_config *cfg, rs_err *err)
 	for (int64_t m = 32; m >= 1 && !t->micro_batch; m--)
 		if (t->global_batch % m == 0)
 			t->micro_batch = m;
+	int given = json_object_get(j, "micro_batch") != NULL;
 	RSCHECK(get_int(j, "micro_batch", 1, t->global_batch, &t->micro_batch, 0, &w, err));
+	if (!t->deterministic)
+		return RS_OK;
 	if (t->global_batch % t->micro_batch)
 		return bad(err, &w, "micro_batch", "must divide global_batch (%lld), got %lld", (long long)t->global_batch,
 			   (long long)t->micro_batch);
+	if (!given && t->micro_batch < 8 && t->micro_batch < t->global_batch)
+		/* micro-batches of 1-7 samples: a dense pass each, and as many kept gradients */
+		return bad(err, &w, "micro_batch", "global_batch %lld has no divisor from 8 to 32 for deterministic training's "
+			   "micro-batches: set train.micro_batch, or \"deterministic\": false", (long long)t->global_batch);
 	return RS_OK;
 }
 

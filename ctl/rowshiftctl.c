@@ -290,6 +290,11 @@ static int cmd_checkpoint(int argc, char **argv)
 			printf("%-24s %14.6g %14.6g\n", name, json_real_value(json_object_get(t, "max_abs")),
 			       json_real_value(json_object_get(t, "max_rel")));
 		printf("%-24s %14.6g %14.6g\n", "overall", json_real_value(json_object_get(res, "max_abs")), max_rel);
+		size_t k;
+		json_t *v;
+		json_array_foreach(json_object_get(res, "not_compared"), k, v)
+			printf("not compared: %s (in one checkpoint only, or kept per column block on different blocks)\n",
+			       json_string_value(v));
 		if (json_is_true(json_object_get(res, "identical")))
 			printf("identical\n"); /* every tensor bit for bit */
 	}

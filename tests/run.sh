@@ -80,11 +80,15 @@ run_one() {
 # time, their lines recorded in the order given. Everything else, one by one.
 jobs_max=1
 [ "$kind" = fuzz ] && jobs_max=${RS_FUZZ_JOBS:-2}
+case $jobs_max in
+'' | *[!0-9]*) echo "run.sh: RS_FUZZ_JOBS must be a number, got '$jobs_max'" >&2; exit 2 ;;
+esac
 if [ "$jobs_max" -le 1 ]; then
 	for prog in "$@"; do run_one "$prog"; done
 	exit 0
 fi
 parts=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$parts"' EXIT INT TERM
 i=0
 for prog in "$@"; do
 	while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
@@ -93,5 +97,4 @@ for prog in "$@"; do
 done
 wait
 cat "$parts"/* >>"$results"
-rm -rf "$parts"
 exit 0

@@ -272,7 +272,14 @@ rs_status rs__trainer_alloc(const rs_config *cfg, const rs_plan *plan, rs_transp
 		tr->owns_data = 1;
 	}
 	RSCHECKGOTO(rs_dense_create(cfg, cfg->train.seed, &tr->dense, err), st, fail);
-	if (tr->engine->ops->gemm)
+	/*
+	 * The dense products on the engine (cuBLAS), except in deterministic
+	 * mode: there the host's loops compute them on every engine, so that
+	 * CPU and GPU workers reach the same bits (cuBLAS sums in its own
+	 * order); the dense network is small, and a micro-batch's products are
+	 * too small to repay their copies to the device and back.
+	 */
+	if (tr->engine->ops->gemm && !cfg->train.deterministic)
 		rs_dense_set_gemm(tr->dense, tr->engine->ops->gemm, tr->engine);
 	RSCHECKGOTO(rs_batch_init(&tr->batch, tr->nfeat), st, fail);
 	*out = tr;
@@ -319,6 +326,8 @@ void rs_trainer_destroy(rs_trainer *tr)
 	free(tr->in.v);
 	free(tr->in_row.v);
 	free(tr->idsrc.v);
+	free(tr->exact.keep.v);
+	free(tr->exact.q.v);
 	free(tr->out.v);
 	free(tr->back.v);
 	free(tr->tables);

@@ -17,11 +17,16 @@
  * on every world. The same holds for the data-parallel tables'
  * gradients, whose parts are each (sample, id)'s contribution.
  *
+ * A rank keeps its micro-batches' dense gradients until the grid is known,
+ * up to RS_EXACT_KEEP_BYTES; beyond, it computes each micro-batch twice
+ * (the same floats both times) instead of keeping them.
+ *
  * The embedding rows need none of this: their pooled sums are added in each
  * bag's order (train_lookup.c), and an owner meets a row's gradients in the
  * global batch's order.
  */
 #include "worker/train_internal.h"
+#include "common/grow.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -116,9 +121,20 @@ static void add_on_grid(int64_t *restrict q, const float *restrict v, size_t n, 
 			q[i] += on_grid((double)v[i], g);
 		return;
 	}
+	/*
+	 * y + magic lies in [2^52, 2^53), where consecutive doubles are 1 apart:
+	 * its bits minus magic's are the rounded integer, and integer
+	 * subtraction vectorizes where a conversion would not.
+	 */
 	const double magic = 6755399441055744.0, up = g->up;
-	for (size_t i = 0; i < n; i++)
-		q[i] += (int64_t)(((double)v[i] * up + magic) - magic);
+	int64_t mbits;
+	memcpy(&mbits, &magic, sizeof(mbits));
+	for (size_t i = 0; i < n; i++) {
+		double y = (double)v[i] * up + magic;
+		int64_t b;
+		memcpy(&b, &y, sizeof(b));
+		q[i] += b - mbits;
+	}
 }
 
 /* The largest |v[i]|, NaN if any is (a loop the compiler vectorizes). */
@@ -168,6 +184,17 @@ static void dp_parts(const rs_trainer *tr, int si, part_stats *ps, int64_t *q, c
 	}
 }
 
+/* Micro-batch k of this rank's slice through the dense network: its gradient into the network's, dpooled's rows, its loss. */
+static rs_status micro_batch(rs_trainer *tr, int32_t k, float *dpooled, double *loss, rs_err *err)
+{
+	size_t mb = (size_t)tr->cfg->train.micro_batch, s0 = (size_t)k * mb;
+	memset(rs_dense_grads(tr->dense), 0, sizeof(float) * rs_dense_nparams(tr->dense));
+	return rs__said(rs_dense_forward_backward(tr->dense, tr->batch.dense + s0 * RS_NUM_DENSE,
+						  tr->pooled + s0 * (size_t)tr->emb_width, tr->batch.labels + s0, (int32_t)mb,
+						  dpooled, loss),
+			"the dense network", err);
+}
+
 rs_status rs__exact_step(rs_trainer *tr, float inv, float **dp, double *loss, rs_err *err)
 {
 	int32_t n = tr->batch.size, mb = (int32_t)tr->cfg->train.micro_batch, nc = n / mb, W = tr->emb_width;
@@ -180,25 +207,26 @@ rs_status rs__exact_step(rs_trainer *tr, float inv, float **dp, double *loss, rs
 			nq += (size_t)(tr->shards[i].emb.nrows * (tr->shards[i].emb.dim + 1));
 		}
 	int nsums = 2 + ndp;
-	float *keep = malloc(sizeof(float) * (np * (size_t)nc + 1));
+	/* the micro-batches' gradients kept until the grid is known, or computed again after (beyond the cap) */
+	int keep_all = (size_t)nc * np * sizeof(float) <= RS_EXACT_KEEP_BYTES;
 	double *closs = malloc(sizeof(double) * ((size_t)nc + 1));
 	part_stats *ps = calloc((size_t)nsums * ((size_t)tr->world + 1), sizeof(part_stats));
 	grid *shift = malloc(sizeof(grid) * (size_t)nsums);
-	int64_t *q = calloc(nq, sizeof(int64_t));
 	rs_status st = RS_OK;
-	if (!keep || !closs || !ps || !shift || !q)
+	if (!closs || !ps || !shift ||
+	    rs_grow(&tr->exact.keep.v, &tr->exact.keep.cap, keep_all ? np * (size_t)nc + 1 : (size_t)mb * (size_t)W + 1,
+		    sizeof(float)) != RS_OK ||
+	    rs_grow(&tr->exact.q.v, &tr->exact.q.cap, nq, sizeof(int64_t)) != RS_OK)
 		RSFAILGOTO(st, rs__said(RS_ENOMEM, "the deterministic sums", err), out);
+	float *keep = tr->exact.keep.v;
+	int64_t *q = tr->exact.q.v;
+	memset(q, 0, sizeof(int64_t) * nq);
 
 	/* each micro-batch on its own: its dense gradient and its loss */
 	for (int32_t k = 0; k < nc; k++) {
-		size_t s0 = (size_t)k * (size_t)mb;
-		memset(grads, 0, sizeof(float) * np);
-		RSCHECKGOTO(rs__said(rs_dense_forward_backward(tr->dense, tr->batch.dense + s0 * RS_NUM_DENSE,
-							       tr->pooled + s0 * (size_t)W, tr->batch.labels + s0, mb,
-							       tr->dpooled + s0 * (size_t)W, &closs[k]),
-				     "the dense network", err),
-			    st, out);
-		memcpy(keep + (size_t)k * np, grads, sizeof(float) * np);
+		RSCHECKGOTO(micro_batch(tr, k, tr->dpooled + (size_t)k * (size_t)mb * (size_t)W, &closs[k], err), st, out);
+		if (keep_all)
+			memcpy(keep + (size_t)k * np, grads, sizeof(float) * np);
 		take(&ps[0], absmax(grads, np));
 		take(&ps[1], closs[k]);
 	}
@@ -226,7 +254,10 @@ rs_status rs__exact_step(rs_trainer *tr, float inv, float **dp, double *loss, rs
 
 	/* onto the grids, summed exactly, and back */
 	for (int32_t k = 0; k < nc; k++) {
-		add_on_grid(q, keep + (size_t)k * np, np, &shift[0]);
+		double again;
+		if (!keep_all) /* the same floats again (its input gradient into scratch: tr->dpooled is scaled already) */
+			RSCHECKGOTO(micro_batch(tr, k, keep, &again, err), st, out);
+		add_on_grid(q, keep_all ? keep + (size_t)k * np : grads, np, &shift[0]);
 		q[np] += on_grid(closs[k], &shift[1]);
 	}
 	size_t at = np + 1;
@@ -258,10 +289,8 @@ rs_status rs__exact_step(rs_trainer *tr, float inv, float **dp, double *loss, rs
 		d++;
 	}
 out:
-	free(q);
 	free(shift);
 	free(ps);
 	free(closs);
-	free(keep);
 	return st;
 }

@@ -135,6 +135,10 @@ struct rs_trainer {
 	i64vec in_row;      /* per received id: the row it resolved to (a ZCH slot), -1 for none */
 	size_t *in_off;     /* per peer: start of its requests in `in` (in int64 words) */
 	i64vec idsrc;       /* deterministic: per bag, in the batch's order, its answers' count and [peer, float offset] each */
+	struct {            /* a deterministic step's buffers (train_exact.c), kept from step to step */
+		fvec keep;  /* the micro-batches' dense gradients (or one micro-batch's input gradient) */
+		i64vec q;   /* the sums on their grids */
+	} exact;
 	fvec out;           /* answers or gradients to send */
 	fvec back;          /* answers or gradients received */
 };
@@ -203,6 +207,9 @@ void rs__step_samples(const rs_trainer *tr, int64_t *lo, int64_t *hi);
  * dp_reduce leaves them). A collective.
  */
 rs_status rs__exact_step(rs_trainer *tr, float inv, float **dp, double *loss, rs_err *err);
+
+/* The most a deterministic step keeps of its micro-batches' dense gradients; beyond, it computes them twice. */
+#define RS_EXACT_KEEP_BYTES ((size_t)256 << 20)
 
 /* The row of a requested id at its owner (ZCH: its slot; see train.c). */
 int64_t rs__resolve(rs_trainer *tr, int t, int64_t id, int64_t step, int training);

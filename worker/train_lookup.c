@@ -80,6 +80,10 @@ static rs_status gather_bags(rs_trainer *tr, int64_t step, int training, size_t 
 			int t = tr->feat_table[f];
 			const block *bl = &tr->tables[t].blocks[c];
 			int per_id = tr->in.v[q + 2] < 0; /* deterministic: its ids answered one by one */
+			if (per_id && !tr->cfg->train.deterministic)
+				return rs_err_set(err, RS_EPEER,
+						  "rank %d asks for answers id by id (deterministic training) and this worker's "
+						  "config has \"deterministic\": false: the workers' configs differ", p);
 			for (int64_t j = 0; j < cnt; j++) {
 				/* training in 2D, ZCH ids were resolved already (rs__replica_resolve) */
 				int64_t row = training && tr->replicas > 1 && tr->tables[t].zch
@@ -233,8 +237,9 @@ static rs_status pool_in_bag_order(rs_trainer *tr, const float *in)
 	size_t *base = malloc(sizeof(size_t) * (size_t)w);
 	if (!base)
 		return RS_ENOMEM;
-	for (int32_t p = 0, o = 0; p < w; o += (int32_t)(tr->rcount[p] / sizeof(float)), p++)
-		base[p] = (size_t)o;
+	size_t o = 0;
+	for (int32_t p = 0; p < w; o += tr->rcount[p] / sizeof(float), p++)
+		base[p] = o;
 	const int64_t *src = tr->idsrc.v;
 	for (int32_t i = 0; i < b->size; i++)
 		for (int32_t f = 0; f < tr->nfeat; f++) {
@@ -259,11 +264,11 @@ rs_status rs__lookup(rs_trainer *tr, int64_t step, int training, rs_err *err)
 	int32_t n = b->size, w = tr->world;
 	i64vec packed = {0};
 	rs_status st = RS_OK;
-	if (n > tr->pooled_cap) {
-		float *p = realloc(tr->pooled, sizeof(float) * (size_t)n * (size_t)tr->emb_width);
+	if (n > tr->pooled_cap || !tr->pooled) { /* a rank without samples too: pointers into them stay valid */
+		float *p = realloc(tr->pooled, sizeof(float) * ((size_t)n + 1) * (size_t)tr->emb_width);
 		RSALLOCGOTO(p, st, out);
 		tr->pooled = p;
-		p = realloc(tr->dpooled, sizeof(float) * (size_t)n * (size_t)tr->emb_width);
+		p = realloc(tr->dpooled, sizeof(float) * ((size_t)n + 1) * (size_t)tr->emb_width);
 		RSALLOCGOTO(p, st, out);
 		tr->dpooled = p;
 		tr->pooled_cap = n;
@@ -288,7 +293,7 @@ rs_status rs__lookup(rs_trainer *tr, int64_t step, int training, rs_err *err)
 	for (int32_t p = 0; p < w; p++)
 		all += tr->req[p].n;
 	RSCHECKGOTO(rs_grow(&packed.v, &packed.cap, all + 1, sizeof(int64_t)), st, out);
-	for (int32_t p = 0, o = 0; p < w; o += (int32_t)tr->req[p].n, p++)
+	for (size_t p = 0, o = 0; p < (size_t)w; o += tr->req[p].n, p++)
 		if (tr->req[p].n) /* none for a peer (another replica group's, in 2D): maybe never allocated */
 			memcpy(packed.v + o, tr->req[p].v, sizeof(int64_t) * tr->req[p].n);
 	RSCHECKGOTO(rs__said_transport(tr, rs_transport_alltoallv(tr->t, packed.v, tr->scount, tr->in.v, tr->rcount),

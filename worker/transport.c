@@ -54,15 +54,24 @@ static void chunk(size_t n, int32_t w, int32_t c, size_t *lo, size_t *hi)
 	*hi = n * (size_t)(c + 1) / (size_t)w;
 }
 
-/* How an all-reduce adds one element of another rank's copy into the sum. */
-typedef void (*add_fn)(void *sum, const void *part, size_t i);
+/* How an all-reduce adds n elements of another rank's copy into the sum. */
+typedef void (*add_fn)(void *sum, const void *part, size_t n);
 
-static void add_f32(void *sum, const void *part, size_t i) { ((float *)sum)[i] += ((const float *)part)[i]; }
+static void add_f32(void *sum, const void *part, size_t n)
+{
+	float *restrict s = sum;
+	const float *restrict p = part;
+	for (size_t i = 0; i < n; i++)
+		s[i] += p[i];
+}
 
-static void add_i64(void *sum, const void *part, size_t i)
+static void add_i64(void *sum, const void *part, size_t n)
 {
 	/* wrapping, as unsigned: a sum the caller keeps in range is exact whatever the order */
-	((int64_t *)sum)[i] = (int64_t)((uint64_t)((int64_t *)sum)[i] + (uint64_t)((const int64_t *)part)[i]);
+	uint64_t *restrict s = sum;
+	const uint64_t *restrict p = part;
+	for (size_t i = 0; i < n; i++)
+		s[i] += p[i];
 }
 
 /* In-place sum of n elements of `size` bytes over all ranks, in rank order (see rs_transport_allreduce_sum). */
@@ -89,8 +98,7 @@ static rs_status allreduce(rs_transport *t, void *buf, size_t n, size_t size, ad
 	}
 	RSCHECKGOTO(rs_transport_exchange(t, x, w, x + w, w), st, out);
 	for (int32_t p = 1; p < w; p++)
-		for (size_t i = 0; i < hi - lo; i++)
-			add(parts, parts + len * (size_t)p, i);
+		add(parts, parts + len * (size_t)p, hi - lo);
 	memcpy(b + lo * size, parts, len);
 	/* all-gather the reduced chunks */
 	for (int32_t p = 0; p < w; p++) {
