@@ -16,14 +16,13 @@ coord --workers 4 --sharding-group 2 --config examples/dlrm-small.json --steps 4
 check "a 2 x 2 run finishes" test $? = 0
 check "it says it trains in 2 replica groups of 2" grep -q "generation 1: 4 workers in 2 replica groups of 2" "$tmp/twod.err"
 coord --workers 4 --config examples/dlrm-small.json --steps 40 --save "$tmp/oned" >/dev/null 2>&1
-check "2 groups of 2 end with 1 x 4's weights, ZCH table included (max_rel <= 1e-5)" \
-	"$bin/rowshiftctl" checkpoint diff "$tmp/oned" "$tmp/twod" --max-rel 1e-5
+check "2 groups of 2 end with 1 x 4's bits, ZCH table included" bash -c \
+	"'$bin/rowshiftctl' checkpoint diff '$tmp/oned' '$tmp/twod' | tail -n 1 | grep -qx identical"
 
-# 2. elastic 2D: 2 x 2 -> 3 groups -> 2 x 2. The data-parallel table is left out: its all-reduce
-# adds in an order that depends on the world size (issue 18), which no layout change can fix.
+# 2. elastic 2D: 2 x 2 -> 3 groups -> 2 x 2, every table of the demo model (deterministic training, the
+# default, makes even the data-parallel table's all-reduce independent of the world size)
 python3 -c "
 import json; c = json.load(open('examples/dlrm-small.json'))
-c['tables'] = [t for t in c['tables'] if t.get('sharding') != 'data_parallel']
 c['cluster'].update({'ranks_per_node': 6, 'sharding_group': 2})
 json.dump(c, open('$tmp/groups.json', 'w'))"
 coord --workers 4 --config "$tmp/groups.json" --steps 45 --schedule 15:6,30:4 --save "$tmp/elastic" \
@@ -45,8 +44,8 @@ PY
 check "removing a group moves nothing" grep -q \
 	"generation 3: 6 -> 4 workers in 2 replica groups of 2 at step 30; the plan moves 0.00 MiB" "$tmp/elastic.out"
 coord --workers 4 --config "$tmp/groups.json" --steps 45 --save "$tmp/static" >/dev/null 2>&1
-check "the elastic 2D run ends with the static run's weights (max_rel <= 1e-5)" \
-	"$bin/rowshiftctl" checkpoint diff "$tmp/static" "$tmp/elastic" --max-rel 1e-5
+check "the elastic 2D run ends with the static run's bits" bash -c \
+	"'$bin/rowshiftctl' checkpoint diff '$tmp/static' '$tmp/elastic' | tail -n 1 | grep -qx identical"
 
 # 3. local SGD: replicas averaged every K steps trains to the end
 python3 -c "
@@ -88,8 +87,9 @@ check "the survivors kept their models and the new worker-1 got its copy" bash -
 check "recovered with no step lost" grep -q "recovered: generation 2 (4 workers) made step .*(healed from replicas, no step lost)" "$tmp/heal1.out"
 check "rowshiftctl status shows it" grep -q "last recovery from replicas at step [0-9]*, no step lost: worker-1" "$tmp/heal.status"
 check "/metrics counts it as a replica recovery" grep -q 'rowshift_recoveries_total{kind="replica"} 1' "$tmp/heal.metrics"
-check "its final weights equal the undisturbed run's (max_rel <= 1e-5)" \
-	"$bin/rowshiftctl" checkpoint diff "$tmp/hbase.final" "$tmp/heal1.final" --max-rel 1e-5
+# Healed from replicas, the step the loss interrupted is trained again, and its ZCH lookups count twice
+# in the LFU use counts (the eviction metadata): the values are compared, not those counts.
+check "its final weights equal the undisturbed run's (every value)" same_values "$tmp/hbase.final" "$tmp/heal1.final"
 # two workers of different groups and roles at once: every row still has a copy
 heal_run heal2
 wait_for "$tmp/heal2.out" "^step    40" 60
@@ -97,8 +97,7 @@ kill_workers 0 3
 wait $job
 check "two workers in different groups lost at once: the world heals" bash -c \
 	"grep -q 'rebuilding its rows from their replicas' $tmp/heal2.out && ! grep -q 'rolling back' $tmp/heal2.out"
-check "and ends with the undisturbed run's weights (max_rel <= 1e-5)" \
-	"$bin/rowshiftctl" checkpoint diff "$tmp/hbase.final" "$tmp/heal2.final" --max-rel 1e-5
+check "and ends with the undisturbed run's weights (every value)" same_values "$tmp/hbase.final" "$tmp/heal2.final"
 # the last rank, back under its own name: the world looks the same but must still heal
 heal_run heal3
 wait_for "$tmp/heal3.out" "^step    40" 60
@@ -106,15 +105,13 @@ kill_workers 3
 wait $job
 check "the last rank lost: the world heals" bash -c \
 	"grep -q 'recovered: .*(healed from replicas' $tmp/heal3.out && ! grep -q 'rolling back' $tmp/heal3.out"
-check "and ends with the undisturbed run's weights (max_rel <= 1e-5)" \
-	"$bin/rowshiftctl" checkpoint diff "$tmp/hbase.final" "$tmp/heal3.final" --max-rel 1e-5
+check "and ends with the undisturbed run's weights (every value)" same_values "$tmp/hbase.final" "$tmp/heal3.final"
 # both copies of one role lost: rows are gone, the world rolls back to its checkpoint
 heal_run both --checkpoint-dir "$tmp/ck" --checkpoint-every 20
 wait_for "$tmp/both.out" "checkpoint of step 40 complete" 60
 kill_workers 0 1
 wait $job
 check "both copies of some rows lost: the world rolls back to a checkpoint" grep -q "rolling back to .*step-[0-9]* (step [1-9][0-9]*)" "$tmp/both.out"
-check "and ends with the undisturbed run's weights (max_rel <= 1e-5)" \
-	"$bin/rowshiftctl" checkpoint diff "$tmp/hbase.final" "$tmp/both.final" --max-rel 1e-5
+check "and ends with the undisturbed run's weights, bit for bit" same_bits "$tmp/hbase.final" "$tmp/both.final"
 
 finish_checks replica_groups

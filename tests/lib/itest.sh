@@ -20,6 +20,18 @@ wait_for() {
 	for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
 	return 1
 }
+# same_bits A B: the checkpoints are equal bit for bit (deterministic training, the default); the diff goes to stdout when not
+same_bits() {
+	local out
+	out=$("$bin/rowshiftctl" checkpoint diff "$1" "$2" 2>&1)
+	[ "$(printf '%s\n' "$out" | tail -n 1)" = identical ] || { printf '%s\n' "$out"; return 1; }
+}
+# same_values A B: every weight and optimizer value equal (max_abs 0), bits of ZCH eviction metadata aside
+same_values() {
+	local out
+	out=$("$bin/rowshiftctl" checkpoint diff "$1" "$2" 2>&1)
+	printf '%s\n' "$out" | grep -Eq '^overall +0 +0$' || { printf '%s\n' "$out"; return 1; }
+}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 moved_is_plan_diff() {
 	python3 - "$1" "$2" <<'PY'
