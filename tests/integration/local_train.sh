@@ -53,7 +53,7 @@ timeout 60 "$bin/rowshift-coordinator" --local --workers 2 --config examples/dlr
 	>"$tmp/load_bad.out" 2>&1
 check "a damaged checkpoint index is refused, naming the file" bash -c "grep -q 'ck40/index.json:' $tmp/load_bad.out"
 
-# live rescaling: 2 -> 4 at step 50 -> 3 at step 120 reaches the same model as a static run
+# live rescaling: 2 -> 4 at step 50 -> 3 at step 120, as make demo does
 timeout 120 "$bin/rowshift-coordinator" --local --workers 2 --config examples/dlrm-small.json --steps 150 \
 	--schedule 50:4,120:3 --save "$tmp/elastic" >"$tmp/elastic.out" 2>"$tmp/elastic.err"
 check "a 2 -> 4 -> 3 run finishes" test $? = 0
@@ -62,10 +62,7 @@ check "it resharded twice, moving what the plan says" bash -c \
 check "the bytes moved at each reshard are the plan diff's" moved_is_plan_diff "$tmp/elastic.out" 2
 check "training resumed at the same steps" bash -c \
 	"grep -q 'generation 2 resumed at step 50' $tmp/elastic.out && grep -q 'generation 3 resumed at step 120' $tmp/elastic.out"
-timeout 120 "$bin/rowshift-coordinator" --local --workers 2 --config examples/dlrm-small.json --steps 150 \
-	--save "$tmp/static" >/dev/null 2>&1
-check "elastic and static runs end with the same bits" bash -c \
-	"'$bin/rowshiftctl' checkpoint diff '$tmp/static' '$tmp/elastic' | tail -n 1 | grep -qx identical"
+# (that it ends with a static run's bits: tests/integration/determinism.sh)
 
 # rowshiftctl scale: live, at the next step boundary, while the job runs
 "$bin/rowshift-coordinator" --local --workers 2 --config examples/dlrm-small.json --steps 200 \

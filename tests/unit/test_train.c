@@ -197,7 +197,7 @@ static void test_deterministic_is_bitwise(void **state)
 	static const rs_optimizer opts[] = {RS_OPT_SGD, RS_OPT_ROWWISE_ADAGRAD, RS_OPT_ADAM, RS_OPT_ROWWISE_ADAGRAD};
 	rs_optimizer saved = cfg->optimizer.kind;
 	int saved_det = cfg->train.deterministic;
-	steps = 60;
+	steps = 40;
 	for (size_t o = 0; o < sizeof(opts) / sizeof(opts[0]); o++) {
 		int det = o + 1 < sizeof(opts) / sizeof(opts[0]);
 		size_t nd = 0;
