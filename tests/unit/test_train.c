@@ -346,6 +346,8 @@ static int64_t plain_feature(void)
 static int64_t bad_request[5]; /* what rank 1 sends rank 0 in place of its requests */
 
 /* Rank 0 trains a step; rank 1 answers the request all-to-all with bad_request. */
+static const char *hostile_says; /* what rank 0's refusal must say, or NULL */
+
 static int hostile_body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
 {
 	(void)msg;
@@ -356,8 +358,12 @@ static int hostile_body(int32_t rank, rs_transport *t, rs_status st, const char 
 		rs_err err = {0};
 		if (rs_trainer_create(cfg, plan, t, NULL, &tr, &err) != RS_OK)
 			return 101;
-		rs_status r = rs_trainer_step(tr, 0, NULL, NULL);
+		rs_status r = rs_trainer_step(tr, 0, NULL, &err);
 		rs_trainer_destroy(tr);
+		if (r == RS_EPEER && hostile_says && !strstr(err.msg, hostile_says)) {
+			fprintf(stderr, "refused, but saying '%s' (wanted '%s')\n", err.msg, hostile_says);
+			return 61;
+		}
 		return r == RS_EPEER ? 0 : 60;
 	}
 	size_t sc[2] = {sizeof(bad_request), 0}, rc[2];
@@ -384,15 +390,22 @@ static void test_malformed_request_is_refused(void **state)
 		{f, 0, 0, 1000, 5},             /* more ids than the message holds */
 		{f, 0, 0, -3, 5},               /* a negative count */
 		{f, 0, 0, 1, 1000000000},       /* a row no shard here holds */
+		{f, 0, -1, 1, 5},               /* answers id by id, to a worker in plain mode (the last case) */
 	};
+	int saved_det = cfg->train.deterministic;
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
 		memcpy(bad_request, cases[k], sizeof(bad_request));
+		int last = k + 1 == sizeof(cases) / sizeof(cases[0]);
+		cfg->train.deterministic = last ? 0 : saved_det;
+		hostile_says = last ? "\"deterministic\": false" : NULL;
 		world wo = {.n = 2, .timeout_ms = 20000, .absent = -1, .bad_token = -1, .bad_generation = -1,
 			    .reap_last = -1, .body = hostile_body};
 		world_run(&wo);
 		if (wo.exit_code[0] != 0 || wo.exit_code[1] != 0)
 			fail_msg("case %zu: rank 0 exited %d, rank 1 %d", k, wo.exit_code[0], wo.exit_code[1]);
 	}
+	cfg->train.deterministic = saved_det;
+	hostile_says = NULL;
 	rs_plan_free(plan);
 	plan = NULL;
 }
