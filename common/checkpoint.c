@@ -446,8 +446,6 @@ rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out,
 			if (sa != sb)
 				json_array_append_new(left_out, json_sprintf("%s.%s", name, tensors[k].name));
 			if (sa == RS_OK && sb == RS_OK) {
-				if (na != nb)
-					identical = 0;
 				compare(a, b, na < nb ? na : nb, &ma, &mr);
 				identical &= na == nb && !memcmp(ba, bb, sizeof(uint64_t) * na);
 				if (strcmp(tensors[k].name, "zch_meta") != 0) { /* counters and steps: in `identical` only */

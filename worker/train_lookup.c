@@ -147,18 +147,10 @@ static rs_status open_request(rs_trainer *tr, int32_t p, int32_t f, int32_t c, i
 	return i64_push(&tr->req[p], 0);
 }
 
-/* Whether all of a bag's ids fall in one row range of block bl (one shard: its owner pools them in the bag's order). */
-static int one_range(const tinfo *ti, const block *bl, const int64_t *ids, int32_t lo, int32_t hi)
+/* The row range of block bl that id is routed to (a ZCH id: its bucket's first slot). */
+static inline int range_of_id(const tinfo *ti, const block *bl, int64_t id)
 {
-	int first = -1;
-	for (int32_t j = lo; j < hi; j++) {
-		int64_t route = ti->zch ? (int64_t)rs_zch_bucket_of((uint64_t)ids[j], rs_zch_buckets(ti->zch)) * ti->spb : ids[j];
-		int r = rs__range_of(bl, route);
-		if (first >= 0 && r != first)
-			return 0;
-		first = r;
-	}
-	return 1;
+	return rs__range_of(bl, ti->zch ? (int64_t)rs_zch_bucket_of((uint64_t)id, rs_zch_buckets(ti->zch)) * ti->spb : id);
 }
 
 /*
@@ -179,6 +171,7 @@ static rs_status make_requests(rs_trainer *tr)
 	int32_t *open = malloc(sizeof(int32_t) * (size_t)w);
 	int32_t *touched = malloc(sizeof(int32_t) * (size_t)w);
 	int64_t *aoff = calloc((size_t)w, sizeof(int64_t)); /* deterministic: floats of answers so far, per peer */
+	i32vec range = {0};                                  /* the current bag's ids' row ranges */
 	rs_status st = RS_OK;
 	if (!open || !touched || !aoff)
 		RSFAILGOTO(st, RS_ENOMEM, out);
@@ -195,13 +188,17 @@ static rs_status make_requests(rs_trainer *tr)
 			const int64_t *ids = b->ids[f];
 			for (int c = 0; c < ti->nblocks && off[i + 1] > off[i]; c++) {
 				const block *bl = &ti->blocks[c];
-				int per_id = det && !one_range(ti, bl, ids, off[i], off[i + 1]), nt = 0;
+				int32_t len = off[i + 1] - off[i], nt = 0, spread = 0;
+				RSCHECKGOTO(rs_grow(&range.v, &range.cap, (size_t)len, sizeof(int32_t)), st, out);
+				for (int32_t j = 0; j < len; j++) {
+					range.v[j] = range_of_id(ti, bl, ids[off[i] + j]);
+					spread |= range.v[j] != range.v[0];
+				}
+				int per_id = det && spread; /* more than one shard: its owners answer id by id */
 				if (det)
-					RSCHECKGOTO(i64_push(&tr->idsrc, per_id ? off[i + 1] - off[i] : 1), st, out);
+					RSCHECKGOTO(i64_push(&tr->idsrc, per_id ? len : 1), st, out);
 				for (int32_t j = off[i]; j < off[i + 1]; j++) {
-					int64_t route = ti->zch ? (int64_t)rs_zch_bucket_of((uint64_t)ids[j], rs_zch_buckets(ti->zch)) * ti->spb
-								: ids[j];
-					int32_t p = bl->owner[rs__range_of(bl, route)];
+					int32_t p = bl->owner[range.v[j - off[i]]];
 					if (open[p] < 0) {
 						open[p] = (int32_t)tr->req[p].n;
 						touched[nt++] = p;
@@ -223,6 +220,7 @@ static rs_status make_requests(rs_trainer *tr)
 			}
 		}
 out:
+	free(range.v);
 	free(aoff);
 	free(touched);
 	free(open);
