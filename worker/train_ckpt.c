@@ -58,11 +58,14 @@ static rs_st_dtype st_dtype(rs_dtype d)
 }
 
 /* One file of a snapshot: its tensors, copied out of the trainer, and what writing it gave. */
+/* The most tensors one file holds: an Adam ZCH shard's weight, exp_avg, exp_avg_sq, zch_ids and zch_meta. */
+#define SNAP_TENSORS 5
+
 typedef struct snap_file {
 	char name[512];
-	rs_st_tensor_in t[4];
+	rs_st_tensor_in t[SNAP_TENSORS];
 	int n;
-	void *own[4];           /* the copies the tensors point at */
+	void *own[SNAP_TENSORS]; /* the copies the tensors point at */
 	json_t *meta;
 } snap_file;
 
@@ -100,6 +103,7 @@ void rs_snapshot_free(rs_snapshot *s)
 static void *snap_tensor(rs_snapshot *s, snap_file *f, const char *name, rs_st_dtype dtype, int ndim, int64_t d0,
 			 int64_t d1, const void *src, size_t bytes)
 {
+	RS_ASSERT(f->n < SNAP_TENSORS);
 	void *p = src && s->borrow ? (void *)src : malloc(bytes ? bytes : 1);
 	if (!p)
 		return NULL;
