@@ -448,7 +448,7 @@ rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out,
 			if (sa == RS_OK && sb == RS_OK) {
 				compare(a, b, na < nb ? na : nb, &ma, &mr);
 				identical &= na == nb && !memcmp(ba, bb, sizeof(uint64_t) * na);
-				if (strcmp(tensors[k].name, "zch_meta") != 0) { /* counters and steps: in `identical` only */
+				if (tensors[k].per != 1 && tensors[k].per != 3) { /* ZCH ids and metadata: in `identical` only */
 					json_object_set_new(per, tensors[k].name, json_pack("{s:f, s:f}", "max_abs", ma, "max_rel", mr));
 					t_abs = fmax(t_abs, ma);
 					t_rel = fmax(t_rel, mr);
@@ -502,6 +502,7 @@ rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out,
 	json_object_set_new(res, "max_abs", json_real(all_abs));
 	json_object_set_new(res, "max_rel", json_real(all_rel));
 	json_object_set_new(res, "identical", json_boolean(identical));
+	json_object_set_new(res, "steps", json_pack("[I, I]", (json_int_t)ia.step, (json_int_t)ib.step));
 	json_object_set_new(res, "not_compared", left_out);
 	left_out = NULL;
 	json_object_set(res, "tables", tables);

@@ -516,7 +516,7 @@ static rs_status parse_train(const json_t *root, rs_config *cfg, rs_err *err)
 			t->micro_batch = m;
 	int given = json_object_get(j, "micro_batch") != NULL;
 	RSCHECK(get_int(j, "micro_batch", 1, t->global_batch, &t->micro_batch, 0, &w, err));
-	if (!t->deterministic)
+	if (!t->deterministic && !given)
 		return RS_OK;
 	if (t->global_batch % t->micro_batch)
 		return bad(err, &w, "micro_batch", "must divide global_batch (%lld), got %lld", (long long)t->global_batch,

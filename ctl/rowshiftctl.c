@@ -295,8 +295,14 @@ static int cmd_checkpoint(int argc, char **argv)
 		json_array_foreach(json_object_get(res, "not_compared"), k, v)
 			printf("not compared: %s (in one checkpoint only, or kept per column block on different blocks)\n",
 			       json_string_value(v));
+		json_t *steps = json_object_get(res, "steps");
+		json_int_t sa = json_integer_value(json_array_get(steps, 0)), sb = json_integer_value(json_array_get(steps, 1));
+		if (sa != sb)
+			printf("note: the checkpoints are of different steps (%lld and %lld)\n", (long long)sa, (long long)sb);
 		if (json_is_true(json_object_get(res, "identical")))
 			printf("identical\n"); /* every tensor bit for bit */
+		else
+			printf("differ (max_rel %.3g)\n", max_rel);
 	}
 	json_decref(res);
 	if (max_rel_s) {

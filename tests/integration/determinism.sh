@@ -60,6 +60,9 @@ for w in 2 3 4; do
 	reports "w$w" >"$tmp/w$w.reports"
 	check "$w workers report 1 worker's losses and AUCs, digit for digit" cmp "$tmp/w1.reports" "$tmp/w$w.reports"
 done
+"$bin/rowshiftctl" checkpoint diff "$tmp/ck1/step-000000120" "$tmp/w1" >"$tmp/diff-steps.out" 2>&1
+check "checkpoints that differ: diff says so, and that their steps differ" bash -c \
+	"tail -n 1 $tmp/diff-steps.out | grep -q '^differ (max_rel ' && grep -q 'different steps (120 and 400)' $tmp/diff-steps.out"
 check "the reports hold losses and AUCs (the comparison saw some)" \
 	bash -c "[ \$(grep -c ' None\$' $tmp/w1.reports) -ge 30 ] && [ \$(grep -vc ' None\$' $tmp/w1.reports) -ge 4 ]"
 

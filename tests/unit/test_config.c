@@ -164,6 +164,7 @@ static const struct bad_case {
 	{"batch", "{\"tables\": [" T1 "}], \"train\": {\"global_batch\": 0}}", {"train.global_batch"}},
 	{"deterministic", "{\"tables\": [" T1 "}], \"train\": {\"deterministic\": \"yes\"}}", {"train.deterministic", "true or false"}},
 	{"micro batch", "{\"tables\": [" T1 "}], \"train\": {\"global_batch\": 100, \"micro_batch\": 30}}", {"train.micro_batch", "divide", "100"}},
+	{"micro batch plain", "{\"tables\": [" T1 "}], \"train\": {\"global_batch\": 100, \"micro_batch\": 30, \"deterministic\": false}}", {"train.micro_batch", "divide"}},
 	{"micro batch default", "{\"tables\": [" T1 "}], \"train\": {\"global_batch\": 1031}}", {"train.micro_batch", "1031", "deterministic"}},
 	{"micro batch big", "{\"tables\": [" T1 "}], \"train\": {\"global_batch\": 100, \"micro_batch\": 101}}", {"train.micro_batch"}},
 	{"memory", "{\"tables\": [" T1 "}], \"cluster\": {\"memory_per_rank\": \"lots\"}}", {"cluster.memory_per_rank"}},
