@@ -447,8 +447,11 @@ rs_status rs_checkpoint_diff(const char *dir_a, const char *dir_b, json_t **out,
 				json_array_append_new(left_out, json_sprintf("%s.%s", name, tensors[k].name));
 			if (sa == RS_OK && sb == RS_OK) {
 				compare(a, b, na < nb ? na : nb, &ma, &mr);
-				identical &= na == nb && !memcmp(ba, bb, sizeof(uint64_t) * na);
-				if (tensors[k].per != 1 && tensors[k].per != 3) { /* ZCH ids and metadata: in `identical` only */
+				int same = na == nb && !memcmp(ba, bb, sizeof(uint64_t) * na);
+				identical &= same;
+				if (tensors[k].per == 1 || tensors[k].per == 3) { /* ZCH ids and metadata: equal or not, no figures */
+					json_object_set_new(per, tensors[k].name, json_pack("{s:b}", "identical", same));
+				} else {
 					json_object_set_new(per, tensors[k].name, json_pack("{s:f, s:f}", "max_abs", ma, "max_rel", mr));
 					t_abs = fmax(t_abs, ma);
 					t_rel = fmax(t_rel, mr);

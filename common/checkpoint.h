@@ -148,7 +148,7 @@ const rs_ckpt_table *rs_checkpoint_index_table(const rs_ckpt_index *ix, const ch
  * (every tensor, ZCH identities and eviction metadata included, equal bit
  * for bit, and present in both or neither), "not_compared" (["table.tensor"]
  * that could not be: in one only, or column blocks that differ), "steps"
- * ([A's, B's]), "tables" (ZCH ids and metadata count in "identical" only):
+ * ([A's, B's]), "tables" (ZCH ids and metadata: {"identical"} only):
  * {name: {"max_abs", "max_rel", "tensors": {tensor: {"max_abs",
  * "max_rel"}}}}}.
  */
