@@ -25,7 +25,9 @@
  * Eviction, when a bucket is full and a new ID arrives: the victim is the
  * slot with the smallest last step (LRU) or the smallest decayed count (LFU,
  * ties by smallest last step), ties then by lowest slot. LFU counts halve
- * every lfu_decay_steps steps. A slot seen in the current step is never a
+ * every lfu_decay_steps steps. The CPU table finds that victim in
+ * O(log S) with a heap (zch.c); the CUDA one scans the bucket; both pick
+ * the same slot. A slot seen in the current step is never a
  * victim; when every slot of a bucket was seen this step, the new ID gets
  * slot -1 for this step (the lookup kernel reads -1 as a zero row and skips
  * its update) and the table's `overflows` counter grows.

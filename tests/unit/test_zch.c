@@ -2,8 +2,10 @@
  * test_zch.c - tests kernels/zch.c: zero collisions on adversarial ID sets,
  * stable slots, even spread over buckets, eviction order (LRU, LFU with
  * decay, pinning within a step), resharding N -> M through bucket
- * serialization with the values of every live ID preserved, and corrupted
- * buckets rejected without touching the table.
+ * serialization with the values of every live ID preserved, corrupted
+ * buckets rejected without touching the table, and the table's O(log S)
+ * eviction choosing, call by call, what zch.h's rule (a scan of every slot,
+ * as the CUDA version does) chooses, across saves, loads and restores.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -424,6 +426,183 @@ static void test_restore_from_checkpoint(void **state)
 	rs_zch_destroy(r);
 }
 
+/* ---- eviction against the rule itself -------------------------------------------- */
+
+/* zch.h's rule written as plainly as possible: every bucket a list of slots, every victim a scan. */
+typedef struct ref_zch {
+	uint32_t nb, spb, decay;
+	int lfu;
+	uint64_t *id;
+	uint32_t *last, *count, *nused, *epoch;
+} ref_zch;
+
+static ref_zch ref_make(uint32_t nb, uint32_t spb, int lfu, uint32_t decay)
+{
+	ref_zch r = {.nb = nb, .spb = spb, .decay = decay, .lfu = lfu};
+	r.id = calloc((size_t)nb * spb, sizeof(uint64_t));
+	r.last = calloc((size_t)nb * spb, sizeof(uint32_t));
+	r.count = calloc((size_t)nb * spb, sizeof(uint32_t));
+	r.nused = calloc(nb, sizeof(uint32_t));
+	r.epoch = calloc(nb, sizeof(uint32_t));
+	assert_true(r.id && r.last && r.count && r.nused && r.epoch);
+	return r;
+}
+
+static void ref_free(ref_zch *r)
+{
+	free(r->id);
+	free(r->last);
+	free(r->count);
+	free(r->nused);
+	free(r->epoch);
+}
+
+/* The slot of id at step (-1: every slot pinned); *fresh says whether it was given to id now. */
+static int64_t ref_find_or_insert(ref_zch *r, uint64_t id, uint32_t step, int *fresh)
+{
+	uint32_t b = rs_zch_bucket_of(id, r->nb), S = r->spb;
+	uint64_t *ids = r->id + (size_t)b * S;
+	uint32_t *last = r->last + (size_t)b * S, *count = r->count + (size_t)b * S;
+	if (r->lfu && step / r->decay > r->epoch[b]) {
+		uint32_t shift = step / r->decay - r->epoch[b];
+		for (uint32_t s = 0; s < r->nused[b]; s++)
+			count[s] = shift >= 32 ? 0 : count[s] >> shift;
+		r->epoch[b] = step / r->decay;
+	}
+	*fresh = 0;
+	for (uint32_t s = 0; s < r->nused[b]; s++)
+		if (ids[s] == id) {
+			last[s] = step + 1;
+			count[s] += count[s] != UINT32_MAX;
+			return (int64_t)b * S + s;
+		}
+	int64_t v = -1;
+	if (r->nused[b] < S) {
+		v = r->nused[b]++;
+	} else {
+		for (uint32_t s = 0; s < S; s++) {
+			if (last[s] == step + 1)
+				continue;
+			if (v < 0 || (r->lfu ? count[s] < count[v] || (count[s] == count[v] && last[s] < last[v]) :
+					       last[s] < last[v]))
+				v = s;
+		}
+		if (v < 0)
+			return -1;
+	}
+	ids[v] = id;
+	last[v] = step + 1;
+	count[v] = 1;
+	*fresh = 1;
+	return (int64_t)b * S + v;
+}
+
+static uint64_t rnd(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* A copy of z through one of the ways a bucket travels: saved and loaded, or restored from a checkpoint's slots. */
+static rs_zch_table *travel(rs_zch_table *z, const rs_zch_config *cfg, int how)
+{
+	uint32_t nb = cfg->buckets, S = (uint32_t)(cfg->slots / nb);
+	rs_zch_table *t = NULL;
+	rs_err err = {0};
+	assert_int_equal(rs_zch_create(cfg, &t, &err), RS_OK);
+	size_t cap = rs_zch_bucket_bytes(z, 0), len;
+	unsigned char *buf = malloc(cap), row = 0;
+	int64_t *ids = malloc(sizeof(int64_t) * S);
+	uint32_t *meta = malloc(sizeof(uint32_t) * 3 * S), got;
+	assert_true(buf && ids && meta);
+	for (uint32_t k = 0; k < nb; k++) {
+		uint32_t b = nb - 1 - k; /* the other order: other blocks */
+		if (how == 0) {
+			assert_int_equal(rs_zch_bucket_save(z, b, &row, 0, buf, cap, &len), RS_OK);
+			assert_int_equal(rs_zch_bucket_load(t, buf, len, &row, 0, &got, &err), RS_OK);
+			continue;
+		}
+		for (uint32_t s = 0; s < S; s++) {
+			int live;
+			uint64_t id = rs_zch_slot_id(z, (int64_t)b * S + s, &live);
+			ids[s] = live ? (int64_t)id : -1;
+			rs_zch_slot_meta(z, (int64_t)b * S + s, meta + 3 * s);
+		}
+		assert_int_equal(rs_zch_bucket_restore(t, b, ids, meta, &err), RS_OK);
+	}
+	/* and a bucket given up and taken back, which moves the last block into the hole */
+	assert_int_equal(rs_zch_bucket_save(t, 0, &row, 0, buf, cap, &len), RS_OK);
+	assert_int_equal(rs_zch_drop_bucket(t, nb - 1), RS_OK);
+	assert_int_equal(rs_zch_drop_bucket(t, 0), RS_OK);
+	assert_int_equal(rs_zch_bucket_load(t, buf, len, &row, 0, &got, &err), RS_OK);
+	assert_int_equal(rs_zch_bucket_save(z, nb - 1, &row, 0, buf, cap, &len), RS_OK);
+	assert_int_equal(rs_zch_bucket_load(t, buf, len, &row, 0, &got, &err), RS_OK);
+	free(meta);
+	free(ids);
+	free(buf);
+	rs_zch_destroy(z);
+	return t;
+}
+
+static void test_eviction_matches_rule(void **state)
+{
+	(void)state;
+	const uint32_t spbs[] = {1, 5, 37, 64};
+	uint64_t x = 0x9E3779B97F4A7C15ull;
+	for (int lfu = 0; lfu < 2; lfu++)
+		for (size_t g = 0; g < sizeof(spbs) / sizeof(spbs[0]); g++) {
+			uint32_t nb = 3, S = spbs[g];
+			rs_zch_config cfg = {.buckets = nb, .slots = (uint64_t)nb * S,
+					     .eviction = lfu ? RS_EVICT_LFU : RS_EVICT_LRU, .lfu_decay_steps = 4};
+			rs_zch_table *z = NULL;
+			rs_err err = {0};
+			assert_int_equal(rs_zch_create(&cfg, &z, &err), RS_OK);
+			for (uint32_t b = 0; b < nb; b++)
+				assert_int_equal(rs_zch_add_bucket(z, b), RS_OK);
+			ref_zch r = ref_make(nb, S, lfu, 4);
+			uint64_t universe = 4 * (uint64_t)nb * S, evictions = 0, overflows = 0;
+			uint32_t step = 0;
+			uint64_t ids[256];
+			int64_t got[256], fresh[256];
+			for (int call = 0; call < 600; call++) {
+				step += (uint32_t)(rnd(&x) % 3); /* 0: more IDs in the same step */
+				size_t n = 1 + rnd(&x) % (3 * nb * S < 256 ? 3 * nb * S : 256), nfresh, k = 0;
+				for (size_t i = 0; i < n; i++) {
+					/* skewed: a few hot IDs and a long tail */
+					uint64_t u = rnd(&x) % universe;
+					ids[i] = 1000 + (rnd(&x) % 2 ? u % (S + 1) : u);
+				}
+				rs_zch_stats before = rs_zch_get_stats(z);
+				assert_int_equal(rs_zch_find_or_insert(z, ids, n, step, got, fresh, &nfresh), RS_OK);
+				for (size_t i = 0; i < n; i++) {
+					int isfresh;
+					int64_t want = ref_find_or_insert(&r, ids[i], step, &isfresh);
+					if (got[i] != want)
+						fail_msg("%s S=%u call %d step %u id %zu: slot %lld, the rule says %lld",
+							 lfu ? "LFU" : "LRU", S, call, step, i, (long long)got[i], (long long)want);
+					if (isfresh) {
+						assert_true(k < nfresh);
+						assert_int_equal(fresh[k++], want);
+					}
+				}
+				assert_int_equal(k, nfresh);
+				rs_zch_stats after = rs_zch_get_stats(z);
+				evictions += after.evictions - before.evictions;
+				overflows += after.overflows - before.overflows;
+				if (call % 97 == 96)
+					z = travel(z, &cfg, call / 97 % 2);
+			}
+			/* the run must have exercised what it checks */
+			assert_true(evictions > 100);
+			if (S > 1)
+				assert_true(overflows > 0);
+			ref_free(&r);
+			rs_zch_destroy(z);
+		}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -435,6 +614,7 @@ int main(void)
 		cmocka_unit_test(test_bad_geometry),
 		cmocka_unit_test(test_corrupt_bucket_rejected),
 		cmocka_unit_test(test_restore_from_checkpoint),
+		cmocka_unit_test(test_eviction_matches_rule),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
