@@ -63,13 +63,16 @@ int64_t rs_emb_state_floats(rs_optimizer kind, int32_t dim)
 /* Lookups are random rows of big tables: ask for rows a few ids ahead. */
 #define PREFETCH_AHEAD 12
 
-static inline void prefetch_row(const rs_emb_shard *s, const int64_t *ids, int32_t j, int32_t end)
+/*
+ * The row ids[j] names, to prefetch, or NULL. (The prefetch is in the
+ * caller's loop: GCC takes a function holding nothing but __builtin_prefetch
+ * for one without effect and drops its calls.)
+ */
+static inline const char *row_ahead(const rs_emb_shard *s, const int64_t *ids, int32_t j, int32_t end)
 {
-	if (j < end && ids[j] >= 0 && ids[j] < s->nrows) {
-		const char *p = (const char *)s->weights + ids[j] * (int64_t)s->dim * rs_dtype_size(s->dtype);
-		__builtin_prefetch(p);
-		__builtin_prefetch(p + 64);
-	}
+	if (j < end && ids[j] >= 0 && ids[j] < s->nrows)
+		return (const char *)s->weights + ids[j] * (int64_t)s->dim * rs_dtype_size(s->dtype);
+	return NULL;
 }
 
 /* acc += row r of s */
@@ -95,7 +98,11 @@ rs_status rs_emb_forward(const rs_emb_shard *s, const int32_t *offsets, int32_t 
 		memset(acc, 0, sizeof(float) * (size_t)s->dim);
 		for (int32_t j = b; j < e; j++) {
 			int64_t r = ids[j];
-			prefetch_row(s, ids, j + PREFETCH_AHEAD, offsets[nbags]);
+			const char *ahead = row_ahead(s, ids, j + PREFETCH_AHEAD, offsets[nbags]);
+			if (ahead) {
+				__builtin_prefetch(ahead);
+				__builtin_prefetch(ahead + 64);
+			}
 			if (r < 0) {
 				if (r != -1)
 					return RS_EINVAL;
