@@ -2,8 +2,11 @@
  * bench_transport.c - the TCP transport's throughput beside raw loopback
  * TCP measured in the same run (two processes, one socket, large writes):
  * point-to-point (what migration uses; target >= 80% of raw), a 2-rank
- * all-to-all and the all-reduce. Received data is checked; a mismatch fails
- * the benchmark.
+ * all-to-all and the all-reduce (target >= 50% of raw: each rank sends and
+ * receives half the buffer twice, and on loopback both directions of a
+ * copy take the same cores, so about half of one direction's rate is the
+ * ceiling on 2 cores). Received data is checked; a mismatch fails the
+ * benchmark.
  */
 #include "common/rng.h"
 #include "worker/transport_tcp.h"
@@ -107,14 +110,16 @@ static void run_rank(int32_t rank, int lfd, const char **addrs, size_t total, in
 	/* all-reduce of 16 MiB: algorithm bandwidth = bytes reduced per second */
 	size_t nf = (size_t)4 << 20;
 	float *f = malloc(sizeof(float) * nf);
-	t0 = now();
 	int reps = 8;
+	double in_calls = 0;
 	for (int k = 0; k < reps; k++) {
 		for (size_t i = 0; i < nf; i++)
 			f[i] = (float)(i % 100);
+		t0 = now(); /* the call alone: filling the buffer is not the all-reduce's time */
 		rs_transport_allreduce_sum(t, f, nf);
+		in_calls += now() - t0;
 	}
-	r.ar_gbs = (double)reps * (double)nf * 4 / (now() - t0) / 1e9;
+	r.ar_gbs = (double)reps * (double)nf * 4 / in_calls / 1e9;
 	for (size_t i = 0; i < nf; i += 997)
 		r.wrong += f[i] != 2.0f * (float)(i % 100);
 	if (write(fd_out, &r, sizeof(r)) != sizeof(r))
@@ -163,8 +168,9 @@ int main(int argc, char **argv)
 	       res[1].p2p_gbs, raw, res[1].p2p_gbs / raw, res[1].p2p_gbs >= 0.8 * raw ? "MET" : "MISSED");
 	printf("bench transport_alltoall_2: %.2f GB/s per rank sent | raw loopback TCP %.2f GB/s | ratio %.2f\n",
 	       res[0].a2a_gbs, raw, res[0].a2a_gbs / raw);
-	printf("bench transport_allreduce_2x16MiB: %.2f GB/s reduced | raw loopback TCP %.2f GB/s | ratio %.2f\n",
-	       res[0].ar_gbs, raw, res[0].ar_gbs / raw);
+	printf("bench transport_allreduce_2x16MiB: %.2f GB/s reduced | raw loopback TCP %.2f GB/s | ratio %.2f | "
+	       "target >= 0.50 %s\n", res[0].ar_gbs, raw, res[0].ar_gbs / raw,
+	       res[0].ar_gbs >= 0.5 * raw ? "MET" : "MISSED");
 	if (wrong)
 		fprintf(stderr, "bench transport: %d wrong results\n", wrong);
 	return wrong ? 1 : 0;
