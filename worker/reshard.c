@@ -19,9 +19,10 @@
  *      The receiver checks every chunk's CRC before the round ends;
  *   4. joining members receive the dense network from old rank 0.
  * Every member computes the same diff, chunks and rounds, so each receive is
- * posted with exactly the length its sender sends.
+ * posted with exactly the length its sender sends. The steps are phases of
+ * a stager (reshard_internal.h) that pre-copy (precopy.c) runs apart.
  */
-#include "worker/train_internal.h"
+#include "worker/reshard_internal.h"
 #include "common/clock.h"
 #include "common/cost.h"
 #include "common/crc32c.h"
@@ -36,39 +37,7 @@
 
 int rs_reshard_fault_for_tests;
 
-/* A piece of one move: rows [first, first + count) of it, or for a ZCH table buckets. */
-typedef struct chunk {
-	int move;
-	int64_t first, count;
-	size_t bytes;     /* on the wire, without its CRC */
-	uint64_t payload; /* rows with optimizer state and ZCH metadata, as the plan diff counts them */
-} chunk;
-
-typedef struct chunkq {
-	chunk *c;
-	size_t n, cap;
-} chunkq;
-
-typedef struct stager {
-	const rs_config *cfg;
-	const rs_trainer *old;
-	rs_trainer *nt;
-	const rs_reshard_spec *spec;
-	int32_t me, nunion;
-	rs_move *moves;
-	int nmoves;
-	chunkq *sendq, *recvq;      /* per union peer: the chunks of the pair (me, peer) / (peer, me) */
-	unsigned char **sbuf, **rbuf; /* per peer: ZCH chunks, serialized */
-	size_t *scap, *rcap;
-	uint32_t *scrc, *rcrc;      /* per peer: this round's CRC out / in */
-	uint64_t *sent, *total;     /* per peer: payload bytes sent so far, and in all */
-	rs_xfer *sx, *rx;
-	rs_reshard_stats *stats;
-	rs_err *err;
-} stager;
-
-/* Bytes of one packed row of move m's columns: weights, then optimizer state. */
-static size_t packed_row_bytes(const rs_config *cfg, const rs_move *m)
+size_t rs__packed_row_bytes(const rs_config *cfg, const rs_move *m)
 {
 	rs_emb_shard s = {.dtype = cfg->tables[m->table].dtype, .dim = m->cols};
 	return rs_emb_packed_row_bytes(&s, cfg->optimizer.kind);
@@ -97,26 +66,39 @@ static int cmp_pair(const void *a, const void *b)
 	return (x->dst > y->dst) - (x->dst < y->dst);
 }
 
+/* Whether the moves of table t are among those `which` names. */
+static int moves_of(const stager *g, rs__moves which, int t)
+{
+	int zch = any_trainer(g)->tables[t].zch != NULL;
+	return which == RS__MOVES_ALL || (which == RS__MOVES_ZCH) == zch;
+}
+
 /*
- * Cut every move into chunks; queue per pair those this member sends or
- * receives. *rounds gets the most chunks any pair has: every member runs
- * that many rounds (the transport counts exchanges, and every member must
- * make the same ones), idle in the rounds it has nothing for.
+ * Cut the moves `which` names into chunks; queue per pair those this
+ * member sends or receives (replacing what was queued). *rounds gets the
+ * most chunks any pair has: every member runs that many rounds (the
+ * transport counts exchanges, and every member must make the same ones),
+ * idle in the rounds it has nothing for.
  */
-static rs_status plan_chunks(stager *g, size_t chunk_bytes, int64_t *rounds)
+rs_status rs__stage_chunks(stager *g, rs__moves which, int64_t *rounds)
 {
 	const tinfo *tables = any_trainer(g)->tables;
+	size_t chunk_bytes = g->spec->chunk_bytes ? g->spec->chunk_bytes : RS_RESHARD_CHUNK_BYTES;
 	pair_count *pc = calloc((size_t)g->nmoves + 1, sizeof(*pc));
 	if (!pc)
 		return RS_ENOMEM;
+	for (int32_t p = 0; p < g->nunion; p++) {
+		g->sendq[p].n = g->recvq[p].n = 0;
+		g->sent[p] = g->total[p] = 0;
+	}
 	rs_status st = RS_OK;
 	for (int i = 0; st == RS_OK && i < g->nmoves; i++) {
 		const rs_move *m = &g->moves[i];
-		if (m->src == RS_MOVE_RESTORE)
-			continue; /* from the checkpoint: restore_rows */
+		if (m->src == RS_MOVE_RESTORE || !moves_of(g, which, m->table))
+			continue; /* from the checkpoint (rs__stage_restore), or another phase's */
 		int32_t src = g->spec->union_of_old[m->src], dst = m->dst;
 		const tinfo *ti = &tables[m->table];
-		size_t rb = packed_row_bytes(g->cfg, m);
+		size_t rb = rs__packed_row_bytes(g->cfg, m);
 		size_t unit = ti->zch ? rs_zch_bucket_bytes(ti->zch, rb) : rb; /* a bucket or a row */
 		uint64_t unit_payload = ti->zch ? (uint64_t)ti->spb * (rb + RS_ZCH_SLOT_META_BYTES) : rb;
 		int64_t units = ti->zch ? (int64_t)m->buckets : m->rows;
@@ -144,11 +126,13 @@ static rs_status plan_chunks(stager *g, size_t chunk_bytes, int64_t *rounds)
 		i = j;
 	}
 	free(pc);
+	for (int32_t p = 0; st == RS_OK && p < g->nunion; p++)
+		for (size_t q = 0; q < g->sendq[p].n; q++)
+			g->total[p] += g->sendq[p].c[q].payload;
 	return st;
 }
 
-/* The shard of trainer tr holding the whole rectangle of move m, or NULL. */
-static lshard *move_shard(const rs_trainer *tr, const rs_move *m)
+lshard *rs__move_shard(const rs_trainer *tr, const rs_move *m)
 {
 	lshard *ls = rs__local_shard(tr, m->table, m->row_offset, m->col_offset);
 	if (!ls || ls->s.col_offset != m->col_offset || ls->s.cols != m->cols ||
@@ -161,9 +145,9 @@ static lshard *move_shard(const rs_trainer *tr, const rs_move *m)
 static rs_status zch_pack(const rs_config *cfg, const rs_trainer *tr, const rs_move *m, int64_t first, int64_t count,
 			  unsigned char *buf)
 {
-	const lshard *ls = move_shard(tr, m);
+	const lshard *ls = rs__move_shard(tr, m);
 	const tinfo *ti = &tr->tables[m->table];
-	size_t rb = packed_row_bytes(cfg, m), bb = rs_zch_bucket_bytes(ti->zch, rb), len;
+	size_t rb = rs__packed_row_bytes(cfg, m), bb = rs_zch_bucket_bytes(ti->zch, rb), len;
 	unsigned char *rows = malloc(rb * (size_t)ti->spb);
 	int64_t *idx = malloc(sizeof(int64_t) * (size_t)ti->spb);
 	rs_status st = ls && rows && idx ? RS_OK : ls ? RS_ENOMEM : RS_EINVAL;
@@ -184,9 +168,9 @@ static rs_status zch_pack(const rs_config *cfg, const rs_trainer *tr, const rs_m
 static rs_status zch_unpack(const rs_config *cfg, rs_trainer *tr, const rs_move *m, int64_t count,
 			    const unsigned char *buf, rs_err *err)
 {
-	lshard *ls = move_shard(tr, m);
+	lshard *ls = rs__move_shard(tr, m);
 	tinfo *ti = &tr->tables[m->table];
-	size_t rb = packed_row_bytes(cfg, m), bb = rs_zch_bucket_bytes(ti->zch, rb);
+	size_t rb = rs__packed_row_bytes(cfg, m), bb = rs_zch_bucket_bytes(ti->zch, rb);
 	unsigned char *rows = malloc(rb * (size_t)ti->spb);
 	int64_t *idx = malloc(sizeof(int64_t) * (size_t)ti->spb);
 	rs_status st = ls && rows && idx ? RS_OK : ls ? RS_ENOMEM : RS_EINVAL;
@@ -206,8 +190,19 @@ static rs_status zch_unpack(const rs_config *cfg, rs_trainer *tr, const rs_move 
 	return st;
 }
 
-/* Copy into the new trainer every rectangle it shares with the old one (the rows this member keeps). */
-static rs_status copy_kept(stager *g)
+int rs__kept_rows(const lshard *os, const lshard *ns, int64_t *r0, int64_t *r1)
+{
+	*r0 = os->s.row_offset > ns->s.row_offset ? os->s.row_offset : ns->s.row_offset;
+	*r1 = os->s.row_offset + os->s.rows < ns->s.row_offset + ns->s.rows ? os->s.row_offset + os->s.rows :
+									      ns->s.row_offset + ns->s.rows;
+	return os->table == ns->table && os->s.col_offset == ns->s.col_offset && *r0 < *r1;
+}
+
+/*
+ * Copy into the new trainer every rectangle it shares with the old one (the
+ * rows this member keeps) of the tables `which` names.
+ */
+rs_status rs__stage_kept(stager *g, rs__moves which)
 {
 	const rs_config *cfg = g->cfg;
 	const rs_trainer *old = g->old;
@@ -216,10 +211,8 @@ static rs_status copy_kept(stager *g)
 		lshard *ns = &nt->shards[i];
 		for (int k = 0; k < old->nshards; k++) {
 			const lshard *os = &old->shards[k];
-			int64_t r0 = os->s.row_offset > ns->s.row_offset ? os->s.row_offset : ns->s.row_offset;
-			int64_t r1 = os->s.row_offset + os->s.rows < ns->s.row_offset + ns->s.rows ?
-				     os->s.row_offset + os->s.rows : ns->s.row_offset + ns->s.rows;
-			if (os->table != ns->table || os->s.col_offset != ns->s.col_offset || r0 >= r1)
+			int64_t r0, r1;
+			if (!rs__kept_rows(os, ns, &r0, &r1) || !moves_of(g, which, os->table))
 				continue;
 			const tinfo *ti = &old->tables[os->table];
 			if (!ti->zch && r0 == ns->s.row_offset && r1 == ns->s.row_offset + ns->s.rows) {
@@ -253,7 +246,7 @@ static rs_status copy_kept(stager *g)
 			rs_move keep = {.table = os->table, .src = g->me, .dst = g->me, .row_offset = r0, .rows = r1 - r0,
 					.col_offset = os->s.col_offset, .cols = os->s.cols,
 					.bucket_offset = (uint32_t)(r0 / ti->spb), .buckets = (uint32_t)((r1 - r0) / ti->spb)};
-			size_t bb = rs_zch_bucket_bytes(ti->zch, packed_row_bytes(cfg, &keep));
+			size_t bb = rs_zch_bucket_bytes(ti->zch, rs__packed_row_bytes(cfg, &keep));
 			unsigned char *buf = malloc(bb);
 			rs_status st = buf ? RS_OK : RS_ENOMEM;
 			for (uint32_t b = 0; st == RS_OK && b < keep.buckets; b++) {
@@ -316,7 +309,7 @@ static rs_status verify_restore_files(const stager *g, const rs_ckpt_index *ix)
  * peer waits on this member meanwhile); the counted ones' checksum into
  * spec->restored.
  */
-static rs_status restore_rows(stager *g)
+rs_status rs__stage_restore(stager *g)
 {
 	rs_ckpt_index ix;
 	int have = 0;
@@ -325,7 +318,7 @@ static rs_status restore_rows(stager *g)
 		const rs_move *m = &g->moves[i];
 		if (m->src != RS_MOVE_RESTORE || m->dst != g->me)
 			continue;
-		const lshard *ls = move_shard(g->nt, m);
+		const lshard *ls = rs__move_shard(g->nt, m);
 		if (!ls) {
 			st = rs_err_set(g->err, RS_EINVAL, "reshard: table '%s': rows %lld..%lld to restore are not one shard's",
 					g->cfg->tables[m->table].name, (long long)m->row_offset,
@@ -360,7 +353,7 @@ static rs_status chunk_blocks(const stager *g, const rs_trainer *tr, const chunk
 			      size_t *sl)
 {
 	const rs_move *m = &g->moves[c->move];
-	const lshard *ls = move_shard(tr, m);
+	const lshard *ls = rs__move_shard(tr, m);
 	if (!ls)
 		return rs_err_set(g->err, RS_EINVAL, "reshard: rank %d holds no %s shard for rows %lld.. of table '%s'", g->me,
 				  tr == g->old ? "old" : "new", (long long)m->row_offset, g->cfg->tables[m->table].name);
@@ -388,6 +381,10 @@ static rs_status post_sends(stager *g, int64_t k, int *ns)
 			void *w, *s;
 			size_t wl, sl;
 			RSCHECK(chunk_blocks(g, g->old, c, &w, &wl, &s, &sl));
+			if (g->precopy) { /* sent as they are now: a later update marks them again */
+				lshard *ls = rs__move_shard(g->old, m);
+				rs__dirty_clear(ls, m->row_offset - ls->s.row_offset + c->first, c->count);
+			}
 			crc = rs_crc32c(0, w, wl);
 			g->sx[(*ns)++] = (rs_xfer){d, w, wl};
 			if (sl) {
@@ -471,7 +468,7 @@ static rs_status verify_recvs(stager *g, int64_t k)
  * rows (a damaged copy fails the staging, so the attempt aborts); the
  * others take part in the (empty) exchange.
  */
-static rs_status send_dense(stager *g)
+rs_status rs__stage_dense(stager *g)
 {
 	int32_t nold = g->spec->old_plan->world.ranks, from = -1;
 	for (int32_t r = 0; r < nold && from < 0; r++) /* the first old member alive: every one has the network */
@@ -568,119 +565,136 @@ static rs_status check_spec(const rs_reshard_spec *sp, int have_old, rs_err *err
 	return RS_OK;
 }
 
-rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs_reshard_spec *spec,
-			   rs_trainer **out, rs_reshard_stats *stats, rs_err *err)
+rs_status rs__stage_open(stager *g, const rs_config *cfg, rs_trainer *old, const rs_reshard_spec *spec,
+			 rs_reshard_stats *stats, rs_err *err)
 {
-	rs_reshard_stats dummy;
-	stager g = {.cfg = cfg, .old = old, .spec = spec, .stats = stats ? stats : &dummy, .err = err};
+	*g = (stager){.cfg = cfg, .old = old, .spec = spec, .err = err};
+	g->stats = stats ? stats : &g->own_stats;
 	int32_t nold = spec->old_plan->world.ranks;
-	int32_t *old_to_new = NULL;
-	rs_status st = RS_OK;
-
-	*out = NULL;
-	memset(g.stats, 0, sizeof(*g.stats));
+	memset(g->stats, 0, sizeof(*g->stats));
 	RSCHECK(check_spec(spec, old != NULL, err));
-	g.me = spec->uni->rank;
-	g.nunion = spec->uni->world;
-	size_t nu = (size_t)g.nunion;
-	old_to_new = malloc(sizeof(int32_t) * (size_t)nold);
-	g.sendq = calloc(nu, sizeof(chunkq));
-	g.recvq = calloc(nu, sizeof(chunkq));
-	g.sbuf = calloc(nu, sizeof(*g.sbuf));
-	g.rbuf = calloc(nu, sizeof(*g.rbuf));
-	g.scap = calloc(nu, sizeof(size_t));
-	g.rcap = calloc(nu, sizeof(size_t));
-	g.scrc = calloc(nu, sizeof(uint32_t));
-	g.rcrc = calloc(nu, sizeof(uint32_t));
-	g.sent = calloc(nu, sizeof(uint64_t));
-	g.total = calloc(nu, sizeof(uint64_t));
-	g.sx = calloc(3 * nu + 1, sizeof(rs_xfer));
-	g.rx = calloc(3 * nu + 1, sizeof(rs_xfer));
-	if (!old_to_new || !g.sendq || !g.recvq || !g.sbuf || !g.rbuf || !g.scap || !g.rcap || !g.scrc || !g.rcrc ||
-	    !g.sent || !g.total || !g.sx || !g.rx)
-		RSFAILGOTO(st, RS_ENOMEM, out);
+	g->me = spec->uni->rank;
+	g->nunion = spec->uni->world;
+	size_t nu = (size_t)g->nunion;
+	g->old_to_new = malloc(sizeof(int32_t) * (size_t)nold);
+	g->sendq = calloc(nu, sizeof(chunkq));
+	g->recvq = calloc(nu, sizeof(chunkq));
+	g->sbuf = calloc(nu, sizeof(*g->sbuf));
+	g->rbuf = calloc(nu, sizeof(*g->rbuf));
+	g->scap = calloc(nu, sizeof(size_t));
+	g->rcap = calloc(nu, sizeof(size_t));
+	g->scrc = calloc(nu, sizeof(uint32_t));
+	g->rcrc = calloc(nu, sizeof(uint32_t));
+	g->sent = calloc(nu, sizeof(uint64_t));
+	g->total = calloc(nu, sizeof(uint64_t));
+	g->sx = calloc(3 * nu + 1, sizeof(rs_xfer));
+	g->rx = calloc(3 * nu + 1, sizeof(rs_xfer));
+	if (!g->old_to_new || !g->sendq || !g->recvq || !g->sbuf || !g->rbuf || !g->scap || !g->rcap || !g->scrc ||
+	    !g->rcrc || !g->sent || !g->total || !g->sx || !g->rx)
+		return RS_ENOMEM;
 	for (int32_t r = 0; r < nold; r++) {
 		int32_t u = spec->union_of_old[r];
-		old_to_new[r] = u == -1 ? RS_PLAN_LOST : u < spec->new_plan->world.ranks ? u : -1;
+		g->old_to_new[r] = u == -1 ? RS_PLAN_LOST : u < spec->new_plan->world.ranks ? u : -1;
 	}
-	RSCHECKGOTO(rs_plan_diff_restoring(cfg, spec->old_plan, spec->new_plan, old_to_new, spec->restore != NULL, &g.moves,
-					   &g.nmoves, err),
-		    st, out);
+	RSCHECK(rs_plan_diff_restoring(cfg, spec->old_plan, spec->new_plan, g->old_to_new, spec->restore != NULL,
+				       &g->moves, &g->nmoves, err));
 	if (spec->restored)
 		memset(spec->restored, 0, sizeof(uint64_t) * (size_t)cfg->ntables);
 	/* the new shards need no initial values: every row is kept or received */
 	if (spec->train_t)
-		RSCHECKGOTO(rs__trainer_alloc(cfg, spec->new_plan, spec->train_t,
-					      spec->engine ? spec->engine : old ? old->engine : NULL, old ? old->data : NULL, 0,
-					      &g.nt, err),
-			    st, out);
-	double t0 = rs_now();
-	if (old && g.nt)
-		RSCHECKGOTO(copy_kept(&g), st, out);
+		RSCHECK(rs__trainer_alloc(cfg, spec->new_plan, spec->train_t,
+					  spec->engine ? spec->engine : old ? old->engine : NULL, old ? old->data : NULL, 0,
+					  &g->nt, err));
+	return RS_OK;
+}
+
+void rs__stage_populate(stager *g)
+{
 	/* the shards that receive rows: their pages in at once, not one fault at a time inside recv */
-	for (int i = 0; g.nt && i < g.nt->nshards; i++) {
-		lshard *ls = &g.nt->shards[i];
+	for (int i = 0; g->nt && i < g->nt->nshards; i++) {
+		lshard *ls = &g->nt->shards[i];
 		if (ls->wmem->refs == 1 && ls->emb.weights == ls->wmem->base) {
 			rs__mem_populate(ls->wmem);
 			if (ls->smem)
 				rs__mem_populate(ls->smem);
 		}
 	}
+}
+
+rs_status rs__stage_round(stager *g, int64_t k, int64_t rounds)
+{
+	int ns = 0, nr = 0;
+	rs_status st;
+	RSCHECK(post_sends(g, k, &ns));
+	RSCHECK(post_recvs(g, k, &nr));
+	if ((st = rs_transport_exchange(g->spec->uni, g->sx, ns, g->rx, nr)) != RS_OK)
+		return rs_err_set(g->err, st, "reshard: moving rows (round %lld of %lld): %s", (long long)k + 1,
+				  (long long)rounds, rs_transport_error(g->spec->uni));
+	RSCHECK(verify_recvs(g, k));
+	if (g->spec->progress)
+		g->spec->progress(g->spec->progress_ctx, g->sent, g->total, g->nunion);
+	return RS_OK;
+}
+
+void rs__stage_close(stager *g)
+{
+	for (int32_t p = 0; p < g->nunion; p++) {
+		if (g->sendq)
+			free(g->sendq[p].c);
+		if (g->recvq)
+			free(g->recvq[p].c);
+		if (g->sbuf)
+			free(g->sbuf[p]);
+		if (g->rbuf)
+			free(g->rbuf[p]);
+	}
+	free(g->sendq);
+	free(g->recvq);
+	free(g->sbuf);
+	free(g->rbuf);
+	free(g->scap);
+	free(g->rcap);
+	free(g->scrc);
+	free(g->rcrc);
+	free(g->sent);
+	free(g->total);
+	free(g->sx);
+	free(g->rx);
+	free(g->moves);
+	free(g->old_to_new);
+	rs_trainer_destroy(g->nt);
+	g->nt = NULL;
+}
+
+rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs_reshard_spec *spec,
+			   rs_trainer **out, rs_reshard_stats *stats, rs_err *err)
+{
+	stager g;
+	int64_t rounds = 0;
+	rs_status st;
+	*out = NULL;
+	/* old is only read: the dirty marks pre-copy clears are off here (g.precopy == 0) */
+	RSCHECKGOTO(rs__stage_open(&g, cfg, (rs_trainer *)old, spec, stats, err), st, out);
+	double t0 = rs_now();
+	if (old && g.nt)
+		RSCHECKGOTO(rs__stage_kept(&g, RS__MOVES_ALL), st, out);
+	rs__stage_populate(&g);
 	double t1 = rs_now();
 	g.stats->copy_s = t1 - t0;
-	int64_t rounds;
-	RSCHECKGOTO(plan_chunks(&g, spec->chunk_bytes ? spec->chunk_bytes : RS_RESHARD_CHUNK_BYTES, &rounds), st, out);
-	for (size_t p = 0; p < nu; p++)
-		for (size_t q = 0; q < g.sendq[p].n; q++)
-			g.total[p] += g.sendq[p].c[q].payload;
-	for (int64_t k = 0; k < rounds; k++) {
-		int ns = 0, nr = 0;
-		RSCHECKGOTO(post_sends(&g, k, &ns), st, out);
-		RSCHECKGOTO(post_recvs(&g, k, &nr), st, out);
-		if ((st = rs_transport_exchange(spec->uni, g.sx, ns, g.rx, nr)) != RS_OK) {
-			rs_err_set(err, st, "reshard: moving rows (round %lld of %lld): %s", (long long)k + 1,
-				   (long long)rounds, rs_transport_error(spec->uni));
-			goto out;
-		}
-		RSCHECKGOTO(verify_recvs(&g, k), st, out);
-		if (spec->progress)
-			spec->progress(spec->progress_ctx, g.sent, g.total, g.nunion);
-	}
+	RSCHECKGOTO(rs__stage_chunks(&g, RS__MOVES_ALL, &rounds), st, out);
+	for (int64_t k = 0; k < rounds; k++)
+		RSCHECKGOTO(rs__stage_round(&g, k, rounds), st, out);
 	g.stats->rounds = (int)rounds;
-	RSCHECKGOTO(send_dense(&g), st, out);
+	RSCHECKGOTO(rs__stage_dense(&g), st, out);
 	if (g.nt && spec->restore)
-		RSCHECKGOTO(restore_rows(&g), st, out);
+		RSCHECKGOTO(rs__stage_restore(&g), st, out);
 	g.stats->move_s = rs_now() - t1;
 	*out = g.nt;
 	g.nt = NULL;
 out:
 	if (st != RS_OK && err && !err->msg[0])
 		rs_err_set(err, st, "reshard: %s", rs_status_str(st));
-	for (size_t p = 0; p < nu; p++) {
-		if (g.sendq)
-			free(g.sendq[p].c);
-		if (g.recvq)
-			free(g.recvq[p].c);
-		if (g.sbuf)
-			free(g.sbuf[p]);
-		if (g.rbuf)
-			free(g.rbuf[p]);
-	}
-	free(g.sendq);
-	free(g.recvq);
-	free(g.sbuf);
-	free(g.rbuf);
-	free(g.scap);
-	free(g.rcap);
-	free(g.scrc);
-	free(g.rcrc);
-	free(g.sent);
-	free(g.total);
-	free(g.sx);
-	free(g.rx);
-	free(g.moves);
-	free(old_to_new);
-	rs_trainer_destroy(g.nt);
+	rs__stage_close(&g);
 	return st;
 }
 

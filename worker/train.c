@@ -291,6 +291,39 @@ fail:
 	return st;
 }
 
+rs_status rs__dirty_start(rs_trainer *tr)
+{
+	for (int i = 0; i < tr->nshards; i++) {
+		lshard *ls = &tr->shards[i];
+		free(ls->dirty);
+		if (!(ls->dirty = calloc((size_t)(ls->s.rows + 63) / 64 + 1, sizeof(uint64_t)))) {
+			rs__dirty_stop(tr);
+			return RS_ENOMEM;
+		}
+	}
+	return RS_OK;
+}
+
+void rs__dirty_stop(rs_trainer *tr)
+{
+	for (int i = 0; tr && i < tr->nshards; i++) {
+		free(tr->shards[i].dirty);
+		tr->shards[i].dirty = NULL;
+	}
+}
+
+void rs__dirty_clear(lshard *ls, int64_t row, int64_t n)
+{
+	for (int64_t r = row; ls->dirty && r < row + n; r++) {
+		if ((r & 63) == 0 && r + 64 <= row + n) {
+			ls->dirty[r >> 6] = 0;
+			r += 63;
+			continue;
+		}
+		ls->dirty[r >> 6] &= ~((uint64_t)1 << (r & 63));
+	}
+}
+
 void rs_trainer_destroy(rs_trainer *tr)
 {
 	if (!tr)
@@ -304,6 +337,7 @@ void rs_trainer_destroy(rs_trainer *tr)
 		free(tr->shards[i].bids.v);
 		free(tr->shards[i].bdst.v);
 		free(tr->shards[i].bval.v);
+		free(tr->shards[i].dirty);
 	}
 	for (int t = 0; tr->tables && t < tr->cfg->ntables; t++) {
 		for (int b = 0; b < tr->tables[t].nblocks; b++) {
@@ -424,6 +458,8 @@ static rs_status update_bags(rs_trainer *tr, const float *grad, rs_err *err)
 							      (int32_t)nb, ls->bids.v, RS_POOL_SUM, ls->bval.v,
 							      (int64_t)cols, &tr->cfg->optimizer, tr->updates, &e),
 				    &e, err));
+		for (int32_t k = 0; ls->dirty && k < ls->boff.v[nb]; k++)
+			rs__dirty_mark(ls, ls->bids.v[k]);
 	}
 	return RS_OK;
 }
@@ -470,6 +506,8 @@ static rs_status dp_apply(rs_trainer *tr, lshard *ls, float *buf, rs_err *err)
 		}
 	st = rs__engine_said(tr, ls->table, tr->engine->ops->apply(tr->engine, &ls->emb, &all, &tr->cfg->optimizer, tr->updates, &e),
 			 &e, err);
+	for (int64_t k = 0; ls->dirty && k < all.n; k++)
+		rs__dirty_mark(ls, all.rows[k]);
 out:
 	free(all.rows);
 	free(buf);

@@ -188,6 +188,9 @@ typedef struct rs_reshard_stats {
 	int rounds;
 	double copy_s;                   /* preparing the new shards: kept rows shared or copied, pages faulted in */
 	double move_s;                   /* the chunk rounds (send, receive, verify) and the dense network */
+	/* pre-copy (rs_precopy_*): what moved while training went on, and what was sent again at the pause */
+	int background_rounds;           /* rounds run before rs_precopy_finish */
+	uint64_t dirty_rows, dirty_bytes; /* rows sent again (updated after they were sent), and their bytes */
 } rs_reshard_stats;
 
 /*
@@ -210,6 +213,36 @@ typedef struct rs_reshard_stats {
  */
 rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs_reshard_spec *spec,
 			   rs_trainer **out, rs_reshard_stats *stats, rs_err *err);
+
+/*
+ * Pre-copy: phase one while the old world trains on. rs_precopy_begin sets
+ * up what rs_trainer_stage does (the new trainer, the rows kept, the
+ * chunks) for the plain tables' moves and starts marking the old shards'
+ * rows as they are updated; then every member of the union runs
+ * rs_precopy_round until rs_precopy_pending is 0 (an old member once or a
+ * few times between steps, a joiner back to back: each round is an
+ * exchange over the union, so every member runs the same rounds in the
+ * same order). At the pause, rs_precopy_finish runs the rounds left, sends
+ * again every row updated after it was sent (with its row numbers and one
+ * CRC-32C per peer), copies again the kept rows that were copied and
+ * updated since, then moves the ZCH tables (their identities change with
+ * every lookup) and the dense network as rs_trainer_stage does: *out is
+ * then what rs_trainer_stage would have built at that moment, to commit or
+ * destroy. `old` is never modified but for the marks (the training step
+ * sets them): on any failure rs_precopy_free leaves it as it was, training.
+ * Not for partial recovery (spec->restore), 2D worlds or a GPU engine:
+ * RS_EINVAL, and those reshard with rs_trainer_stage at the pause. The
+ * spec is copied; what it points to (plans, union_of_old, transports,
+ * progress_ctx) must outlive the rs_precopy.
+ */
+typedef struct rs_precopy rs_precopy;
+
+rs_status rs_precopy_begin(const rs_config *cfg, rs_trainer *old, const rs_reshard_spec *spec, rs_precopy **out,
+			   rs_err *err);
+int64_t rs_precopy_pending(const rs_precopy *pc);
+rs_status rs_precopy_round(rs_precopy *pc, rs_err *err);
+rs_status rs_precopy_finish(rs_precopy *pc, rs_trainer **out, rs_reshard_stats *stats, rs_err *err);
+void rs_precopy_free(rs_precopy *pc);
 
 /*
  * Phase two: `staged` (from rs_trainer_stage) takes over what it borrowed

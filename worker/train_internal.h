@@ -75,6 +75,7 @@ typedef struct lshard {
 	i32vec boff;
 	i64vec bids, bdst;
 	fvec bval;              /* the bags' pooled sums, then their gradients */
+	uint64_t *dirty;        /* pre-copy: a bit per row updated since it was sent; NULL when not tracked */
 } lshard;
 
 /* One column block of a table: its row ranges, who owns each, which are here. */
@@ -243,5 +244,20 @@ rs_status rs__said_transport(const rs_trainer *tr, rs_status st, const char *wha
 
 /* The local shard of table t holding (row, col), or NULL. */
 lshard *rs__local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col);
+
+/*
+ * Dirty rows, for pre-copy (precopy.c): once started, every update of a
+ * row of a shard (the owners' fused update, the data-parallel update) sets
+ * its bit; sending a row clears it. Stopping frees the bits.
+ */
+rs_status rs__dirty_start(rs_trainer *tr);
+void rs__dirty_stop(rs_trainer *tr);
+void rs__dirty_clear(lshard *ls, int64_t row, int64_t n);
+static inline void rs__dirty_mark(lshard *ls, int64_t row)
+{
+	if (ls->dirty && row >= 0)
+		ls->dirty[row >> 6] |= (uint64_t)1 << (row & 63);
+}
+static inline int rs__dirty_test(const lshard *ls, int64_t row) { return (ls->dirty[row >> 6] >> (row & 63)) & 1; }
 
 #endif

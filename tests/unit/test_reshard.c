@@ -13,6 +13,15 @@
  * members sent and received equal the plan diff's; and that a chunk
  * corrupted in flight makes every member abort, the old members carrying on
  * with their old model as if nothing had happened.
+ *
+ * The same run with pre-copy: the old members start each reshard PRE steps
+ * early and move rows two rounds per step while they train; at the switch
+ * the rows updated since they were sent go again. The result must still
+ * equal the static run's, every row the receivers hold must be the
+ * senders' at the switch (the checksums), some rows must have been sent
+ * again (the test exercises what it checks), and a corrupted chunk during
+ * the background rounds or a corrupted delta at the switch must abort with
+ * the old model intact.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -150,6 +159,43 @@ static int vote(int g, int m, int32_t members, int ok)
 	return all;
 }
 
+/* Member m's transports of generation g: the union's, and the new world's when it is in it. */
+static int connect_union(int g, int m, rs_transport **uni, rs_transport **t)
+{
+	int32_t u = union_rank(g, m);
+	rs_err err = {0};
+	for (int32_t o = 0; o < union_size(g); o++)
+		if (o != u)
+			close(lfd[g][o]);
+	rs_tcp_config tc = {.rank = u, .world = union_size(g), .addrs = addrs[g], .listen_fd = lfd[g][u],
+			    .token = "s3cret", .generation = (uint64_t)g + 1, .timeout_ms = 20000};
+	*uni = *t = NULL;
+	if (rs_tcp_transport_create(&tc, uni, &err) != RS_OK) {
+		fprintf(stderr, "member %d gen %d: %s\n", m, g, err.msg);
+		return 100;
+	}
+	if (u < world_of[g] && rs_transport_subset(*uni, world_of[g], t) != RS_OK)
+		return 101;
+	return 0;
+}
+
+/* After an aborted reshard into generation g: old member u trains 10 more steps on its old model, dumps it. */
+static int roll_back(int g, int32_t u, rs_trainer *tr, rs_transport *t, rs_transport *uni)
+{
+	char path[128];
+	int rc = 0;
+	for (int64_t s = first_step[g]; rc == 0 && s < first_step[g] + 10; s++)
+		if (rs_trainer_step(tr, s, NULL, NULL) != RS_OK)
+			rc = 105;
+	snprintf(path, sizeof(path), "%s/rollback-r%d", dir, u);
+	if (rc == 0 && rs_trainer_dump(tr, path) != RS_OK)
+		rc = 104;
+	rs_trainer_destroy(tr);
+	rs_transport_destroy(t);
+	rs_transport_destroy(uni);
+	return rc;
+}
+
 /* One member through every generation it belongs to. */
 static int elastic_member(int m)
 {
@@ -158,23 +204,14 @@ static int elastic_member(int m)
 	rs_err err = {0};
 	uint64_t sums[64];
 	for (int g = 0; g < GENS; g++) {
-		int32_t u = union_rank(g, m);
-		if (u < 0)
+		if (union_rank(g, m) < 0)
 			continue; /* not a member yet */
-		for (int32_t o = 0; o < union_size(g); o++)
-			if (o != u)
-				close(lfd[g][o]);
-		rs_tcp_config tc = {.rank = u, .world = union_size(g), .addrs = addrs[g], .listen_fd = lfd[g][u],
-				    .token = "s3cret", .generation = (uint64_t)g + 1, .timeout_ms = 20000};
 		rs_transport *nuni = NULL, *nt_t = NULL;
 		rs_trainer *ntr = NULL;
 		rs_reshard_stats rst;
-		if (rs_tcp_transport_create(&tc, &nuni, &err) != RS_OK) {
-			fprintf(stderr, "member %d gen %d: %s\n", m, g, err.msg);
-			return 100;
-		}
-		if (u < world_of[g] && rs_transport_subset(nuni, world_of[g], &nt_t) != RS_OK)
-			return 101;
+		int rc = connect_union(g, m, &nuni, &nt_t);
+		if (rc)
+			return rc;
 		rs_status st;
 		if (g == 0) {
 			st = rs_trainer_create(cfg, plans[0], nt_t, NULL, &ntr, &err);
@@ -199,18 +236,7 @@ static int elastic_member(int m)
 				rs_trainer_destroy(ntr);
 				rs_transport_destroy(nt_t);
 				rs_transport_destroy(nuni);
-				if (!tr)
-					return 42;
-				for (int64_t s = first_step[g]; s < first_step[g] + 10; s++)
-					if (rs_trainer_step(tr, s, NULL, NULL) != RS_OK)
-						return 105;
-				char path[128];
-				snprintf(path, sizeof(path), "%s/rollback-r%d", dir, u);
-				int rc = rs_trainer_dump(tr, path) == RS_OK ? 0 : 104;
-				rs_trainer_destroy(tr);
-				rs_transport_destroy(t);
-				rs_transport_destroy(uni);
-				return rc;
+				return tr ? roll_back(g, union_rank(g, m), tr, t, uni) : 42;
 			}
 			uint64_t moved[2] = {rst.sent_bytes, rst.recv_bytes};
 			record(m, "moved", g, moved, 2);
@@ -241,6 +267,133 @@ static int elastic_member(int m)
 	if (tr) {
 		char path[128];
 		snprintf(path, sizeof(path), "%s/elastic-r%d", dir, union_rank(GENS - 1, m));
+		rc = rs_trainer_dump(tr, path) == RS_OK ? 0 : 104;
+	}
+	rs_trainer_destroy(tr);
+	rs_transport_destroy(t);
+	rs_transport_destroy(uni);
+	return rc;
+}
+
+#define PRE 12 /* pre-copy starts this many steps before each switch */
+
+/* A member whose part failed closes its connections: the others fail at once (RS_EPEER), not at a timeout. */
+static void drop_union(rs_transport **nuni, rs_transport **nt_t)
+{
+	rs_transport_destroy(*nt_t);
+	rs_transport_destroy(*nuni);
+	*nuni = *nt_t = NULL;
+}
+
+/*
+ * Pre-copy, for old member m: its part of generation g starts: the union's
+ * transports, and the background copy (*pc NULL and 1 returned if either
+ * failed: the member votes no at the switch).
+ */
+static int precopy_start(int g, int m, rs_trainer *tr, rs_transport **nuni, rs_transport **nt_t, rs_precopy **pc)
+{
+	rs_err err = {0};
+	int rc = connect_union(g, m, nuni, nt_t);
+	if (rc)
+		return rc;
+	rs_reshard_spec spec = {.old_plan = plans[g - 1], .new_plan = plans[g], .union_of_old = union_of_old[g],
+				.uni = *nuni, .train_t = *nt_t, .chunk_bytes = CHUNK_BYTES};
+	if (rs_precopy_begin(cfg, tr, &spec, pc, &err) != RS_OK) {
+		fprintf(stderr, "member %d gen %d: %s\n", m, g, err.msg);
+		drop_union(nuni, nt_t);
+		return -1;
+	}
+	return 0;
+}
+
+/* n background rounds (all that are left when n < 0); on a failure, the copy stops and the others are told. */
+static void precopy_rounds(int m, rs_precopy **pc, rs_transport **nuni, rs_transport **nt_t, int n)
+{
+	rs_err err = {0};
+	for (int r = 0; *pc && rs_precopy_pending(*pc) > 0 && (n < 0 || r < n); r++)
+		if (rs_precopy_round(*pc, &err) != RS_OK) {
+			fprintf(stderr, "member %d: background round: %s\n", m, err.msg);
+			rs_precopy_free(*pc);
+			*pc = NULL;
+			drop_union(nuni, nt_t);
+		}
+}
+
+/* One member through every generation it belongs to, each reshard pre-copied over the last PRE steps before it. */
+static int precopy_member(int m)
+{
+	rs_trainer *tr = NULL;
+	rs_transport *uni = NULL, *t = NULL;
+	rs_err err = {0};
+	uint64_t sums[64];
+	int rc = 0;
+	if (union_rank(0, m) >= 0) {
+		if ((rc = connect_union(0, m, &uni, &t)) != 0)
+			return rc;
+		if (rs_trainer_create(cfg, plans[0], t, NULL, &tr, &err) != RS_OK)
+			return 102;
+	}
+	for (int g = 1; g < GENS; g++) {
+		rs_transport *nuni = NULL, *nt_t = NULL;
+		rs_precopy *pc = NULL;
+		rs_trainer *ntr = NULL;
+		rs_reshard_stats rst = {0};
+		if (!tr) { /* joining: the rounds back to back, each as soon as the old members send it */
+			if ((rc = precopy_start(g, m, NULL, &nuni, &nt_t, &pc)) > 0)
+				return rc;
+			precopy_rounds(m, &pc, &nuni, &nt_t, -1);
+		}
+		for (int64_t s = first_step[g - 1]; tr && s < first_step[g]; s++) {
+			if (s == first_step[g] - PRE && (rc = precopy_start(g, m, tr, &nuni, &nt_t, &pc)) > 0)
+				return rc;
+			if (rs_trainer_step(tr, s, NULL, &err) != RS_OK) {
+				fprintf(stderr, "member %d step %lld: %s\n", m, (long long)s, err.msg);
+				return 103;
+			}
+			precopy_rounds(m, &pc, &nuni, &nt_t, 2);
+		}
+		/* the switch: the pause of a real job */
+		if (tr) {
+			rs_trainer_checksum(tr, sums);
+			record(m, "before", g, sums, cfg->ntables);
+		}
+		int staged = pc && rs_precopy_finish(pc, &ntr, &rst, &err) == RS_OK;
+		int copying = pc != NULL;
+		rs_precopy_free(pc);
+		if (!staged && copying) {
+			fprintf(stderr, "member %d gen %d: %s\n", m, g, err.msg);
+			drop_union(&nuni, &nt_t);
+		}
+		int ok = vote(g, m, union_size(g), staged);
+		if (ok < 0)
+			return 106;
+		if (!ok) {
+			rs_trainer_destroy(ntr);
+			rs_transport_destroy(nt_t);
+			rs_transport_destroy(nuni);
+			return tr ? roll_back(g, union_rank(g, m), tr, t, uni) : 42;
+		}
+		uint64_t moved[2] = {rst.sent_bytes, rst.recv_bytes}, again[2] = {rst.dirty_rows,
+										   (uint64_t)rst.background_rounds};
+		record(m, "moved", g, moved, 2);
+		record(m, "again", g, again, 2);
+		if (ntr) {
+			rs_trainer_checksum(ntr, sums);
+			record(m, "after", g, sums, cfg->ntables);
+		}
+		rs_trainer_commit(ntr, tr);
+		rs_transport_destroy(t);
+		rs_transport_destroy(uni);
+		tr = ntr, t = nt_t, uni = nuni;
+		if (!tr)
+			break; /* this member left the world */
+	}
+	for (int64_t s = first_step[GENS - 1]; tr && rc == 0 && s < first_step[GENS]; s++)
+		if (rs_trainer_step(tr, s, NULL, &err) != RS_OK)
+			rc = 103;
+	if (tr && rc == 0) {
+		char path[128];
+		snprintf(path, sizeof(path), "%s/precopy-r%d", dir, union_rank(GENS - 1, m));
 		rc = rs_trainer_dump(tr, path) == RS_OK ? 0 : 104;
 	}
 	rs_trainer_destroy(tr);
@@ -298,8 +451,8 @@ static void compare(const char *tag_a, int ranks_a, const char *tag_b, int ranks
 	dumps_free(cfg, b);
 }
 
-/* Start members 0..3 on elastic_member and collect their exit codes. */
-static void run_elastic(int *codes)
+/* Start members 0..3 on `member` and collect their exit codes. */
+static void run_members(int (*member)(int), int *codes)
 {
 	char cmd[200];
 	snprintf(cmd, sizeof(cmd), "rm -f %s/record-m* %s/vote-*", dir, dir);
@@ -317,7 +470,7 @@ static void run_elastic(int *codes)
 		pid[m] = fork();
 		assert_true(pid[m] >= 0);
 		if (pid[m] == 0)
-			_exit(elastic_member(m));
+			_exit(member(m));
 	}
 	for (int g = 0; g < GENS; g++)
 		for (int32_t u = 0; u < union_size(g); u++)
@@ -362,16 +515,18 @@ static int sum_records(const char *tag, int g, uint64_t *sum, int n)
 	return found;
 }
 
-static void test_elastic_equals_static(void **state)
+/* Run `member` for 2 -> 4 -> 3; the result is the static run's, and every reshard moved what it had to. */
+static void check_elastic(int (*member)(int), const char *tag)
 {
-	(void)state;
 	int codes[MEMBERS];
+	char what[64];
 	run_static(first_step[GENS]);
-	run_elastic(codes);
+	run_members(member, codes);
 	for (int m = 0; m < MEMBERS; m++)
 		if (codes[m] != 0)
-			fail_msg("member %d failed (%d)", m, codes[m]);
-	compare("static200", 2, "elastic", world_of[GENS - 1], "2 -> 4 -> 3 vs static 2");
+			fail_msg("%s: member %d failed (%d)", tag, m, codes[m]);
+	snprintf(what, sizeof(what), "%s 2 -> 4 -> 3 vs static 2", tag);
+	compare("static200", 2, tag, world_of[GENS - 1], what);
 	for (int g = 1; g < GENS; g++) {
 		/* nothing lost or duplicated: the checksum of every table is what it was */
 		uint64_t before[64], after[64];
@@ -404,13 +559,40 @@ static void test_elastic_equals_static(void **state)
 	}
 }
 
+static void test_elastic_equals_static(void **state)
+{
+	(void)state;
+	check_elastic(elastic_member, "elastic");
+}
+
+/*
+ * Pre-copy: the same result, the same bytes in the chunks (the plan diff),
+ * and rows sent again: some rows were updated after they were sent (else
+ * nothing here checks that they are sent again).
+ */
+static void test_precopy_equals_static(void **state)
+{
+	(void)state;
+	check_elastic(precopy_member, "precopy");
+	uint64_t again[2], rows = 0, rounds = 0;
+	for (int g = 1; g < GENS; g++) {
+		assert_int_equal(sum_records("again", g, again, 2), union_size(g));
+		print_message("generation %d: %" PRIu64 " rows sent again at the switch, %" PRIu64
+			      " member-rounds in the background\n", g, again[0], again[1]);
+		rows += again[0];
+		rounds += again[1];
+	}
+	assert_true(rows > 0);
+	assert_true(rounds > 0);
+}
+
 /* With fault hook `fault` planted, every member aborts generation 2; members 0 and 1 go on with the old plan. */
-static void assert_fault_rolls_back(int fault)
+static void assert_fault_rolls_back(int (*member)(int), int fault)
 {
 	int codes[MEMBERS];
 	run_static(first_step[1] + 10);
 	rs_reshard_fault_for_tests = fault;
-	run_elastic(codes);
+	run_members(member, codes);
 	rs_reshard_fault_for_tests = 0;
 	for (int m = 0; m < MEMBERS; m++)
 		if (codes[m] != (m < 2 ? 0 : 42))
@@ -422,14 +604,22 @@ static void assert_fault_rolls_back(int fault)
 static void test_corrupt_chunk_aborts_and_rolls_back(void **state)
 {
 	(void)state;
-	assert_fault_rolls_back(1);
+	assert_fault_rolls_back(elastic_member, 1);
 }
 
 /* A damaged copy of the dense network at a joiner: caught by its CRC, the attempt aborts as for a chunk. */
 static void test_corrupt_dense_network_aborts(void **state)
 {
 	(void)state;
-	assert_fault_rolls_back(2);
+	assert_fault_rolls_back(elastic_member, 2);
+}
+
+/* Pre-copy: a chunk corrupted in a background round, and the rows sent again damaged at the switch. */
+static void test_precopy_faults_roll_back(void **state)
+{
+	(void)state;
+	assert_fault_rolls_back(precopy_member, 1);
+	assert_fault_rolls_back(precopy_member, 3);
 }
 
 int main(void)
@@ -438,6 +628,8 @@ int main(void)
 		cmocka_unit_test(test_elastic_equals_static),
 		cmocka_unit_test(test_corrupt_chunk_aborts_and_rolls_back),
 		cmocka_unit_test(test_corrupt_dense_network_aborts),
+		cmocka_unit_test(test_precopy_equals_static),
+		cmocka_unit_test(test_precopy_faults_roll_back),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,303 @@
+/*
+ * precopy.c - pre-copy resharding (see train.h): the plain tables' rows
+ * move in rounds while the old world trains on, the pause sends only what
+ * changed since, as live migration of virtual machines does.
+ *
+ * The rows a member keeps but had to copy (a new shard not wholly inside
+ * one old shard) are copied at the start and the dirty ones again at the
+ * pause; kept rows that share the old shard's memory are current anyway.
+ *
+ * The pause's delta, per (sender, receiver) pair: the sizes first (one
+ * all-to-all of counts), then one message per pair that has rows:
+ *   per move of the pair with dirty rows, in diff order:
+ *     u32 move index, u32 0, i64 n, n x i64 row (within the move, rising),
+ *     the n rows packed (rs_emb_pack_rows: their weights, then their state);
+ *   a CRC-32C of all of it.
+ * The receiver checks the CRC and that every move is one it receives from
+ * that sender and every row inside it, before unpacking anything of it.
+ */
+#include "worker/reshard_internal.h"
+#include "common/clock.h"
+#include "common/crc32c.h"
+#include "common/grow.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct rs_precopy {
+	stager g;
+	rs_reshard_spec spec;   /* the caller's, copied: g points here */
+	rs_reshard_stats stats;
+	int64_t rounds, next;   /* the plain tables' rounds, and the next to run */
+};
+
+rs_status rs_precopy_begin(const rs_config *cfg, rs_trainer *old, const rs_reshard_spec *spec, rs_precopy **out,
+			   rs_err *err)
+{
+	*out = NULL;
+	if (spec->restore)
+		return rs_err_set(err, RS_EINVAL, "pre-copy: not with rows restored from a checkpoint");
+	if (old && (old->engine != rs_engine_cpu() || rs_trainer_can_heal(old)))
+		return rs_err_set(err, RS_EINVAL, "pre-copy: only 1D worlds on the CPU engine (this one: %s%s)",
+				  old->engine->name, rs_trainer_can_heal(old) ? ", 2D" : "");
+	rs_precopy *pc = calloc(1, sizeof(*pc));
+	if (!pc)
+		return rs_err_set(err, RS_ENOMEM, "pre-copy: out of memory");
+	stager *g = &pc->g;
+	pc->spec = *spec;
+	rs_status st = rs__stage_open(g, cfg, old, &pc->spec, &pc->stats, err);
+	g->precopy = 1;
+	/* marks first: a kept row copied now and updated later is copied again */
+	if (st == RS_OK && old && (st = rs__dirty_start(old)) != RS_OK)
+		rs_err_set(err, st, "pre-copy: out of memory for the dirty rows' marks");
+	double t0 = rs_now();
+	if (st == RS_OK && old && g->nt)
+		st = rs__stage_kept(g, RS__MOVES_PLAIN);
+	if (st == RS_OK)
+		rs__stage_populate(g);
+	pc->stats.copy_s = rs_now() - t0;
+	if (st == RS_OK)
+		st = rs__stage_chunks(g, RS__MOVES_PLAIN, &pc->rounds);
+	if (st != RS_OK) {
+		if (!err->msg[0])
+			rs_err_set(err, st, "pre-copy: %s", rs_status_str(st));
+		rs_precopy_free(pc);
+		return st;
+	}
+	*out = pc;
+	return RS_OK;
+}
+
+int64_t rs_precopy_pending(const rs_precopy *pc) { return pc->rounds - pc->next; }
+
+rs_status rs_precopy_round(rs_precopy *pc, rs_err *err)
+{
+	if (pc->next >= pc->rounds)
+		return RS_OK;
+	pc->g.err = err;
+	RSCHECK(rs__stage_round(&pc->g, pc->next, pc->rounds));
+	pc->next++;
+	pc->stats.background_rounds++;
+	return RS_OK;
+}
+
+/* The dirty rows of plain move m in old shard os: their offsets in the move into rows[], how many. */
+static int64_t dirty_of(const lshard *os, const rs_move *m, int64_t *rows)
+{
+	int64_t n = 0, base = m->row_offset - os->s.row_offset;
+	for (int64_t o = 0; o < m->rows; o++)
+		if (rs__dirty_test(os, base + o))
+			rows[n++] = o;
+	return n;
+}
+
+/* This member's delta message to union rank d (see the top of the file); *len 0 when nothing is dirty. */
+static rs_status pack_delta(stager *g, int32_t d, unsigned char **buf, size_t *len, int64_t *scratch)
+{
+	const rs_config *cfg = g->cfg;
+	size_t cap = 0;
+	*buf = NULL;
+	*len = 0;
+	for (int i = 0; i < g->nmoves; i++) {
+		const rs_move *m = &g->moves[i];
+		if (m->src == RS_MOVE_RESTORE || m->dst != d || g->spec->union_of_old[m->src] != g->me ||
+		    g->old->tables[m->table].zch)
+			continue;
+		lshard *os = rs__move_shard(g->old, m);
+		if (!os)
+			return rs_err_set(g->err, RS_EINVAL, "pre-copy: no old shard holds rows %lld.. of table '%s'",
+					  (long long)m->row_offset, cfg->tables[m->table].name);
+		int64_t n = dirty_of(os, m, scratch);
+		if (n == 0)
+			continue;
+		size_t rb = rs__packed_row_bytes(cfg, m), add = 16 + 8 * (size_t)n + rb * (size_t)n;
+		if (rs_grow(buf, &cap, *len + add + 4, 1) != RS_OK)
+			return rs_err_set(g->err, RS_ENOMEM, "pre-copy: out of memory for %lld dirty rows", (long long)n);
+		unsigned char *p = *buf + *len;
+		uint32_t mi = (uint32_t)i, zero = 0;
+		memcpy(p, &mi, 4);
+		memcpy(p + 4, &zero, 4);
+		memcpy(p + 8, &n, 8);
+		memcpy(p + 16, scratch, 8 * (size_t)n);
+		for (int64_t k = 0; k < n; k++) /* as shard rows, to pack */
+			scratch[k] += m->row_offset - os->s.row_offset;
+		RSCHECK(rs_emb_pack_rows(&os->emb, cfg->optimizer.kind, scratch, n, p + 16 + 8 * (size_t)n, rb * (size_t)n));
+		*len += add;
+		g->stats->dirty_rows += (uint64_t)n;
+		g->stats->dirty_bytes += rb * (uint64_t)n;
+	}
+	if (*len) {
+		uint32_t crc = rs_crc32c(0, *buf, *len);
+		memcpy(*buf + *len, &crc, 4);
+		*len += 4;
+	}
+	return RS_OK;
+}
+
+/* Check the delta message from union rank s whole, then unpack its rows into the new shards. */
+static rs_status unpack_delta(stager *g, int32_t s, unsigned char *buf, size_t len, int64_t *scratch)
+{
+	const rs_config *cfg = g->cfg;
+	uint32_t crc;
+	if (rs_reshard_fault_for_tests == 3 && len > 4) {
+		rs_reshard_fault_for_tests = 0; /* once per process: the next attempt goes through */
+		buf[len / 2] ^= 0x40;
+	}
+	if (len >= 4 + 16)
+		memcpy(&crc, buf + len - 4, 4);
+	if (len < 4 + 16 || crc != rs_crc32c(0, buf, len - 4))
+		return rs_err_set(g->err, RS_ECORRUPT, "pre-copy: the rows updated since sent, from rank %d: checksum "
+				  "mismatch (%zu bytes)", s, len);
+	for (int pass = 0; pass < 2; pass++) { /* check everything, then unpack */
+		size_t at = 0, end = len - 4;
+		while (at < end) {
+			uint32_t mi;
+			int64_t n;
+			if (end - at < 16)
+				return rs_err_set(g->err, RS_ECORRUPT, "pre-copy: rank %d's updated rows: a truncated entry", s);
+			memcpy(&mi, buf + at, 4);
+			memcpy(&n, buf + at + 8, 8);
+			const rs_move *m = mi < (uint32_t)g->nmoves ? &g->moves[mi] : NULL;
+			if (!m || m->src == RS_MOVE_RESTORE || m->dst != g->me || g->spec->union_of_old[m->src] != s ||
+			    g->nt->tables[m->table].zch)
+				return rs_err_set(g->err, RS_ECORRUPT, "pre-copy: rank %d sent rows of move %u, not one it sends here",
+						  s, mi);
+			size_t rb = rs__packed_row_bytes(cfg, m);
+			if (n < 1 || n > m->rows || (end - at - 16) / (8 + rb) < (size_t)n)
+				return rs_err_set(g->err, RS_ECORRUPT, "pre-copy: rank %d's updated rows of table '%s': %lld rows "
+						  "do not fit", s, cfg->tables[m->table].name, (long long)n);
+			lshard *ns = rs__move_shard(g->nt, m);
+			if (!ns)
+				return rs_err_set(g->err, RS_EINVAL, "pre-copy: no new shard holds rows %lld.. of table '%s'",
+						  (long long)m->row_offset, cfg->tables[m->table].name);
+			memcpy(scratch, buf + at + 16, 8 * (size_t)n);
+			for (int64_t k = 0; k < n; k++) {
+				if (scratch[k] < 0 || scratch[k] >= m->rows || (k > 0 && scratch[k] <= scratch[k - 1]))
+					return rs_err_set(g->err, RS_ECORRUPT, "pre-copy: rank %d's updated rows of table '%s': "
+							  "row %lld out of the move or out of order", s,
+							  cfg->tables[m->table].name, (long long)scratch[k]);
+				scratch[k] += m->row_offset - ns->s.row_offset;
+			}
+			if (pass == 1)
+				RSCHECK(rs_emb_unpack_rows(&ns->emb, cfg->optimizer.kind, scratch, n, buf + at + 16 + 8 * (size_t)n,
+							   rb * (size_t)n));
+			at += 16 + (8 + rb) * (size_t)n;
+		}
+	}
+	return RS_OK;
+}
+
+/* The largest plain move this member sends or receives, in rows (the scratch for row numbers). */
+static int64_t largest_move(const stager *g)
+{
+	int64_t most = 1;
+	for (int i = 0; i < g->nmoves; i++)
+		most = g->moves[i].rows > most ? g->moves[i].rows : most;
+	return most;
+}
+
+/* Every pair's rows updated since they were sent: sizes, then the messages. */
+static rs_status send_delta(stager *g)
+{
+	size_t nu = (size_t)g->nunion;
+	size_t *slen = calloc(nu, sizeof(size_t)), *rlen = calloc(nu, sizeof(size_t));
+	unsigned char **sb = calloc(nu, sizeof(*sb)), **rb = calloc(nu, sizeof(*rb));
+	int64_t *scratch = malloc(sizeof(int64_t) * (size_t)largest_move(g));
+	rs_status st = slen && rlen && sb && rb && scratch ? RS_OK : RS_ENOMEM;
+	int ns = 0, nr = 0;
+	for (int32_t d = 0; st == RS_OK && g->old && d < g->nunion; d++)
+		st = pack_delta(g, d, &sb[d], &slen[d], scratch);
+	if (st == RS_OK && (st = rs_transport_alltoall_counts(g->spec->uni, slen, rlen)) != RS_OK)
+		rs_err_set(g->err, st, "pre-copy: the sizes of the updated rows: %s", rs_transport_error(g->spec->uni));
+	for (int32_t p = 0; st == RS_OK && p < g->nunion; p++) {
+		if (slen[p])
+			g->sx[ns++] = (rs_xfer){p, sb[p], slen[p]};
+		if (rlen[p] && !g->nt)
+			st = rs_err_set(g->err, RS_ECORRUPT, "pre-copy: rank %d sends %zu bytes of rows to a member that leaves",
+					p, rlen[p]);
+		else if (rlen[p] && !(rb[p] = malloc(rlen[p])))
+			st = rs_err_set(g->err, RS_ENOMEM, "pre-copy: out of memory for %zu bytes of rows", rlen[p]);
+		else if (rlen[p])
+			g->rx[nr++] = (rs_xfer){p, rb[p], rlen[p]};
+	}
+	if (st == RS_OK && (st = rs_transport_exchange(g->spec->uni, g->sx, ns, g->rx, nr)) != RS_OK)
+		rs_err_set(g->err, st, "pre-copy: sending the updated rows: %s", rs_transport_error(g->spec->uni));
+	for (int32_t p = 0; st == RS_OK && p < g->nunion; p++)
+		if (rlen[p])
+			st = unpack_delta(g, p, rb[p], rlen[p], scratch);
+	for (size_t p = 0; p < nu && sb && rb; p++) {
+		free(sb[p]);
+		free(rb[p]);
+	}
+	if (st == RS_ENOMEM && !g->err->msg[0])
+		rs_err_set(g->err, st, "pre-copy: out of memory sending the updated rows");
+	free(scratch);
+	free(sb);
+	free(rb);
+	free(slen);
+	free(rlen);
+	return st;
+}
+
+/* Kept rows that were copied (not shared) and updated since: copied again. */
+static void recopy_kept(stager *g)
+{
+	for (int i = 0; i < g->nt->nshards; i++) {
+		lshard *ns = &g->nt->shards[i];
+		for (int k = 0; k < g->old->nshards; k++) {
+			const lshard *os = &g->old->shards[k];
+			int64_t r0, r1;
+			if (ns->wmem == os->wmem || g->old->tables[os->table].zch || !rs__kept_rows(os, ns, &r0, &r1))
+				continue;
+			for (int64_t r = r0; r < r1; r++) {
+				if (!rs__dirty_test(os, r - os->s.row_offset))
+					continue;
+				void *wo, *so, *wn, *sn;
+				size_t wl, sl;
+				rs__row_blocks(g->cfg, os, r - os->s.row_offset, 1, &wo, &wl, &so, &sl);
+				rs__row_blocks(g->cfg, ns, r - ns->s.row_offset, 1, &wn, &wl, &sn, &sl);
+				memcpy(wn, wo, wl);
+				if (sl)
+					memcpy(sn, so, sl);
+			}
+		}
+	}
+}
+
+rs_status rs_precopy_finish(rs_precopy *pc, rs_trainer **out, rs_reshard_stats *stats, rs_err *err)
+{
+	stager *g = &pc->g;
+	int64_t zrounds = 0;
+	double t0 = rs_now();
+	*out = NULL;
+	g->err = err;
+	for (; pc->next < pc->rounds; pc->next++)
+		RSCHECK(rs__stage_round(g, pc->next, pc->rounds));
+	RSCHECK(send_delta(g));
+	if (g->old && g->nt) {
+		recopy_kept(g);
+		RSCHECK(rs__stage_kept(g, RS__MOVES_ZCH));
+	}
+	RSCHECK(rs__stage_chunks(g, RS__MOVES_ZCH, &zrounds));
+	for (int64_t k = 0; k < zrounds; k++)
+		RSCHECK(rs__stage_round(g, k, zrounds));
+	RSCHECK(rs__stage_dense(g));
+	pc->stats.rounds = (int)(pc->rounds + zrounds);
+	pc->stats.move_s = rs_now() - t0;
+	if (stats)
+		*stats = pc->stats;
+	*out = g->nt;
+	g->nt = NULL;
+	rs__dirty_stop(g->old); /* the old trainer may be committed away before pc is freed */
+	g->old = NULL;
+	return RS_OK;
+}
+
+void rs_precopy_free(rs_precopy *pc)
+{
+	if (!pc)
+		return;
+	rs__dirty_stop(pc->g.old);
+	rs__stage_close(&pc->g);
+	free(pc);
+}
