@@ -20,7 +20,7 @@ static const char *const type_names[RS_MSG_TYPE_COUNT] = {
 	[RS_MSG_START] = "start",       [RS_MSG_COMMIT] = "commit",     [RS_MSG_ABORT] = "abort",
 	[RS_MSG_RESUME] = "resume",     [RS_MSG_PAUSE] = "pause",       [RS_MSG_STOP] = "stop",
 	[RS_MSG_SCALING] = "scaling",   [RS_MSG_ERROR] = "error",       [RS_MSG_CHALLENGE] = "challenge",
-	[RS_MSG_CHECKPOINTED] = "checkpointed",
+	[RS_MSG_CHECKPOINTED] = "checkpointed", [RS_MSG_PRECOPIED] = "precopied", [RS_MSG_FINISH] = "finish",
 };
 
 /*
@@ -137,7 +137,7 @@ rs_status rs_proto_start(json_t *msg, rs_msg_start *s, rs_err *err)
 	json_error_t jerr;
 	const char *type;
 	json_int_t v[10] = {0};
-	int last = 1;
+	int last = 1, precopy = 0;
 	s->save = NULL;
 	s->load = NULL;
 	s->restore = NULL;
@@ -146,14 +146,15 @@ rs_status rs_proto_start(json_t *msg, rs_msg_start *s, rs_err *err)
 	s->union_of_old = NULL;
 	v[7] = -1;
 	if (json_unpack_ex(msg, &jerr, JSON_STRICT,
-			   "{s:s, s:I, s:I, s:I, s:o, s:o, s:I, s:I, s:I, s:I, s?s, s?s, s?s, s?I, s?o, s?o, s?b, s?s, s?I, s?I}",
+			   "{s:s, s:I, s:I, s:I, s:o, s:o, s:I, s:I, s:I, s:I, s?s, s?s, s?s, s?I, s?o, s?o, s?b, s?s, s?I, s?I, s?b}",
 			   "type", &type,
 			   "generation", &v[0], "rank", &v[1], "world", &v[2], "peers", &s->peers, "plan", &s->plan,
 			   "first_step", &v[3], "steps", &v[4], "eval_every", &v[5], "eval_samples", &v[6], "save",
 			   &s->save, "load", &s->load, "restore", &s->restore, "union_world", &v[7], "previous_plan", &s->previous_plan, "union_of_old",
 			   &s->union_of_old, "last", &last, "checkpoint_dir", &s->checkpoint_dir, "checkpoint_every", &v[8],
-			   "checkpoint_interval", &v[9]) != 0)
+			   "checkpoint_interval", &v[9], "precopy", &precopy) != 0)
 		return rs_err_set(err, RS_EINVAL, "start: %s", jerr.text);
+	s->precopy = precopy;
 	s->generation = v[0], s->rank = v[1], s->world = v[2], s->first_step = v[3], s->steps = v[4];
 	s->eval_every = v[5], s->eval_samples = v[6], s->union_world = v[7] < 0 ? v[2] : v[7];
 	s->last = last;
@@ -168,7 +169,7 @@ rs_status rs_proto_start(json_t *msg, rs_msg_start *s, rs_err *err)
 	    s->first_step < 0 || s->steps < s->first_step || !json_is_object(s->plan) ||
 	    (s->previous_plan && !json_is_object(s->previous_plan)) || (!s->previous_plan) != (!s->union_of_old) ||
 	    (!s->previous_plan && s->union_world != s->world) || (s->load && s->previous_plan) ||
-	    (s->restore && !s->previous_plan))
+	    (s->restore && !s->previous_plan) || (s->precopy && (!s->previous_plan || s->restore)))
 		return rs_err_set(err, RS_EINVAL, "start: inconsistent fields (rank %lld of %lld)", (long long)s->rank,
 				  (long long)s->world);
 	for (size_t i = 0; i < json_array_size(s->peers); i++)
@@ -279,11 +280,13 @@ rs_status rs_proto_generation(json_t *msg, int64_t *generation, int64_t *step, c
 	if (!strcmp(type, "leave"))
 		rc = json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s?s}", "type", &type, "reason", &why);
 	else if (!strcmp(type, "training"))
-		rc = json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I}", "type", &type, "generation", &gen, "step", &st);
+		rc = json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s?s}", "type", &type, "generation", &gen, "step",
+				    &st, "addr", &why);
 	else if (!strcmp(type, "abort"))
 		rc = json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s?s}", "type", &type, "generation", &gen, "reason",
 				    &why);
-	else if (!strcmp(type, "commit") || !strcmp(type, "committed") || !strcmp(type, "staging"))
+	else if (!strcmp(type, "commit") || !strcmp(type, "committed") || !strcmp(type, "staging") ||
+		 !strcmp(type, "precopied"))
 		rc = json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I}", "type", &type, "generation", &gen);
 	else
 		return rs_err_set(err, RS_EINVAL, "'%s' does not carry a generation", type);
@@ -524,6 +527,7 @@ json_t *rs_proto_make_start(const rs_msg_start *m)
 	j = opt_set(j, "checkpoint_every", json_integer(m->checkpoint_every), m->checkpoint_every > 0);
 	j = opt_set(j, "checkpoint_interval", json_integer(m->checkpoint_interval), m->checkpoint_interval > 0);
 	j = opt_set(j, "restore", m->restore ? json_string(m->restore) : NULL, m->restore != NULL);
+	j = opt_set(j, "precopy", json_true(), m->precopy);
 	return opt_set(j, "load", m->load ? json_string(m->load) : NULL, m->load != NULL);
 }
 
@@ -548,6 +552,33 @@ json_t *rs_proto_make_staged(const rs_msg_staged *m)
 	j = opt_set(j, "restored", json_incref(m->restored), m->restored != NULL);
 	j = opt_set(j, "restored_rows", json_integer(m->restored_rows), m->restored_rows > 0);
 	return opt_set(j, "checksum", json_incref(m->checksum), m->checksum != NULL);
+}
+
+json_t *rs_proto_make_training(int64_t generation, int64_t step, const char *addr)
+{
+	json_t *j = rs_proto_make_generation(RS_MSG_TRAINING, generation, step, NULL);
+	return opt_set(j, "addr", addr ? json_string(addr) : NULL, addr != NULL);
+}
+
+rs_status rs_proto_finish(json_t *msg, rs_msg_finish *f, rs_err *err)
+{
+	json_error_t jerr;
+	const char *type;
+	json_int_t gen, first, steps;
+	int last;
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:I, s:b}", "type", &type, "generation", &gen,
+			   "first_step", &first, "steps", &steps, "last", &last) != 0)
+		return rs_err_set(err, RS_EINVAL, "finish: %s", jerr.text);
+	if (gen < 1 || first < 0 || steps < first)
+		return rs_err_set(err, RS_EINVAL, "finish: a bad generation or step");
+	*f = (rs_msg_finish){gen, first, steps, last};
+	return RS_OK;
+}
+
+json_t *rs_proto_make_finish(const rs_msg_finish *m)
+{
+	return json_pack("{s:s, s:I, s:I, s:I, s:b}", "type", "finish", "generation", (json_int_t)m->generation,
+			 "first_step", (json_int_t)m->first_step, "steps", (json_int_t)m->steps, "last", m->last);
 }
 
 json_t *rs_proto_make_resume(const rs_msg_resume *m)
@@ -621,6 +652,7 @@ json_t *rs_proto_make_generation(rs_msg_type type, int64_t generation, int64_t s
 	case RS_MSG_COMMIT:
 	case RS_MSG_COMMITTED:
 	case RS_MSG_STAGING:
+	case RS_MSG_PRECOPIED:
 		return json_pack("{s:s, s:I}", "type", name, "generation", (json_int_t)generation);
 	case RS_MSG_ABORT:
 		return json_pack("{s:s, s:I, s:s}", "type", name, "generation", (json_int_t)generation, "reason",

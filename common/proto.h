@@ -37,6 +37,7 @@ typedef enum rs_msg_type {
 	RS_MSG_LEAVE,
 	RS_MSG_SCALE,
 	RS_MSG_CHECKPOINTED,
+	RS_MSG_PRECOPIED,
 	/* coordinator -> worker (or rowshiftctl) */
 	RS_MSG_WELCOME,
 	RS_MSG_REFUSED,
@@ -49,6 +50,7 @@ typedef enum rs_msg_type {
 	RS_MSG_SCALING,
 	RS_MSG_ERROR,
 	RS_MSG_CHALLENGE,
+	RS_MSG_FINISH,
 	RS_MSG_TYPE_COUNT
 } rs_msg_type;
 
@@ -101,6 +103,15 @@ typedef struct rs_msg_start {
 	int64_t checkpoint_every;   /* ... at every step that is a multiple of it (0: none) */
 	int64_t checkpoint_interval; /* ... and at the first step after this many seconds since the last (0: none) */
 	int last;             /* training ends at `steps` (else the worker pauses there) */
+	/*
+	 * A reshard pre-copied (worker/precopy.c): the old members start moving
+	 * rows while they train (at a step they agree on), the joiners at once;
+	 * each says "precopied" when its background rounds are done, and the
+	 * rest happens on "finish", which names the step the new generation
+	 * starts at (first_step and steps here are only the coordinator's view
+	 * when it began).
+	 */
+	int precopy;
 } rs_msg_start;
 
 /* A worker stopped at a step boundary, listening for the next generation on addr. */
@@ -122,6 +133,16 @@ typedef struct rs_msg_staged {
 	int64_t sent_bytes, recv_bytes, wire_bytes, kept_bytes;
 	double connect_s, copy_s, move_s;
 } rs_msg_staged;
+
+/*
+ * {"type":"finish","generation","first_step","steps","last"}: the world
+ * paused at first_step; finish the pre-copied reshard of this generation,
+ * which trains from there to steps.
+ */
+typedef struct rs_msg_finish {
+	int64_t generation, first_step, steps;
+	int last;
+} rs_msg_finish;
 
 /* {"type":"resume","generation","steps","last"}: go on training this generation from where it paused. */
 typedef struct rs_msg_resume {
@@ -153,9 +174,11 @@ rs_status rs_proto_idle(json_t *msg, const char **addr, rs_err *err);
 
 /*
  * The messages that carry a generation and little else: "commit", "abort"
- * (+ "reason"), "committed", "staging", "training" (+ "step"), "leave"
- * (+ "reason", no generation). *reason and *step are optional outputs
- * (NULL, -1 when absent). RS_EINVAL when msg is not such a message of its type.
+ * (+ "reason"), "committed", "staging", "precopied", "training" (+ "step",
+ * and "addr": where it listens for the next generation, returned in
+ * *reason), "leave" (+ "reason", no generation). *reason and *step are
+ * optional outputs (NULL, -1 when absent). RS_EINVAL when msg is not such a
+ * message of its type.
  */
 rs_status rs_proto_generation(json_t *msg, int64_t *generation, int64_t *step, const char **reason, rs_err *err);
 
@@ -256,6 +279,9 @@ json_t *rs_proto_migrating_sent(const uint64_t *sent, const uint64_t *total, int
  * step), leave (reason only). reason may be NULL where it is optional.
  */
 json_t *rs_proto_make_generation(rs_msg_type type, int64_t generation, int64_t step, const char *reason);
+json_t *rs_proto_make_training(int64_t generation, int64_t step, const char *addr);
+rs_status rs_proto_finish(json_t *msg, rs_msg_finish *out, rs_err *err);
+json_t *rs_proto_make_finish(const rs_msg_finish *m);
 
 /* pause and stop carry nothing; error carries a reason. */
 json_t *rs_proto_make_plain(rs_msg_type type);

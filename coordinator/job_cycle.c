@@ -130,6 +130,7 @@ void rs__cycle_free_attempt(rs_job *j)
 	j->att.plan = NULL, j->att.uni = NULL, j->att.union_of_old = NULL, j->att.before = NULL, j->att.pairs = NULL;
 	j->att.nuni = j->att.nworld = j->att.npairs = 0;
 	j->att.generation = 0;
+	j->att.precopy = 0;
 }
 
 /*
@@ -161,7 +162,12 @@ static void place_members(const rs_job *j, const int32_t *c, int32_t n, int32_t 
 }
 
 /* Plan the next generation over the candidates and send every member of the union its part. */
-static void begin_attempt(rs_job *j, const int32_t *cand, int32_t n)
+/*
+ * The attempt for the candidates cand (n): the union, the old rows'
+ * checksums (from the last pause), the plan and its diff, a generation
+ * number. 0 when the job failed or gave up.
+ */
+static int plan_attempt(rs_job *j, const int32_t *cand, int32_t n)
 {
 	rs_err err = {0};
 	int32_t map[RS_MAX_WORKERS], c[RS_MAX_WORKERS];
@@ -172,7 +178,7 @@ static void begin_attempt(rs_job *j, const int32_t *cand, int32_t n)
 	j->att.before = calloc((size_t)j->ntables + 1, sizeof(uint64_t));
 	if (!j->att.uni || !j->att.union_of_old || !j->att.before) {
 		rs__job_fail(j, "out of memory");
-		return;
+		return 0;
 	}
 	/* the union: the new world in rank order, then the members that leave; not the lost (healing) */
 	memcpy(j->att.uni, c, sizeof(int32_t) * (size_t)n);
@@ -201,46 +207,61 @@ static void begin_attempt(rs_job *j, const int32_t *cand, int32_t n)
 			j->att.before[t] += j->mem.v[j->cur.world[r]].paused_sum[t];
 	if (healing && !rs__heal_sums(j, j->att.before)) {
 		rs__heal_give_up(j, "the surviving copies of the lost rows disagree (their checksums differ)");
-		return;
+		return 0;
 	}
 	if (healing && j->rec.partial && !rs__restore_newest(j)) {
 		rs__heal_give_up(j, "no complete checkpoint to restore the lost rows from");
-		return;
+		return 0;
 	}
 	double t0 = rs__job_now(j);
 	rs_world w = rs_world_make(j->cfg, n, 0, 0, 0);
 	if (rs_planner_plan(j->cfg, &w, j->cur.plan, map, &j->att.plan, &err) != RS_OK) {
 		rs__job_fail(j, "replanning %d -> %d workers: %s", j->cur.nworld, n, err.msg);
-		return;
+		return 0;
 	}
 	j->t.plan_s = rs__job_now(j) - t0;
 	if (rs__cycle_pairs_reset(j) != RS_OK) {
 		rs__job_fail(j, "replanning %d -> %d workers: the plan diff: out of memory", j->cur.nworld, n);
-		return;
+		return 0;
 	}
 	j->att.generation = ++j->att.last_generation;
 	j->att.bound = rs__cycle_bound_after(j, j->cur.step);
-	if (!rs__persist(j, RS_STATE_MIGRATING))
-		return;
+	return 1;
+}
+
+/* Send every member of the union its start of the attempt (pre-copied or not); 0 when the job failed. */
+static int send_starts(rs_job *j)
+{
 	json_t *jp = rs_plan_to_json(j->att.plan), *jprev = rs_plan_to_json(j->cur.plan);
 	if (!jp || !jprev) {
 		json_decref(jp);
 		json_decref(jprev);
 		rs__job_fail(j, "out of memory sending the plan of generation %lld", (long long)j->att.generation);
-		return;
+		return 0;
 	}
 	for (int32_t u = 0; u < j->att.nuni; u++) {
 		member *m = &j->mem.v[j->att.uni[u]];
 		if (!m->conn)
-			break; /* tick_migrating aborts: it is gone */
-		rs__job_send(j, m, start_msg(j, j->att.generation, u, n, j->att.uni, j->att.nuni, jp, jprev, NULL,
-					      j->cur.step, j->att.bound));
+			break; /* the tick aborts: it is gone */
+		json_t *msg = start_msg(j, j->att.generation, u, j->att.nworld, j->att.uni, j->att.nuni, jp, jprev, NULL,
+					j->cur.step, j->att.bound);
+		if (msg && j->att.precopy && json_object_set_new(msg, "precopy", json_true()) != 0)
+			json_decref(msg), msg = NULL;
+		rs__job_send(j, m, msg);
 		m->staged_ok = 0;
-		m->st = M_STAGING;
-		m->gen = j->att.generation;
+		m->precopied = 0;
+		if (!j->att.precopy || !rs__member_in_world(j, j->att.uni[u]))
+			m->st = M_STAGING, m->gen = j->att.generation; /* the old world trains on while it pre-copies */
 	}
 	json_decref(jp);
 	json_decref(jprev);
+	return 1;
+}
+
+static void begin_attempt(rs_job *j, const int32_t *cand, int32_t n)
+{
+	if (!plan_attempt(j, cand, n) || !rs__persist(j, RS_STATE_MIGRATING) || !send_starts(j))
+		return;
 	j->t.attempt = rs__job_now(j);
 	rs__emit(j, &(job_event){.kind = EV_ATTEMPT});
 	rs__job_set_phase(j, P_MIGRATING);
@@ -471,6 +492,165 @@ static void tick_starting(rs_job *j)
 		rs__job_fail(j, "waiting for the workers to join: %d of %d after %d ms", nc, nc + pending, j->o.timeout_ms);
 }
 
+/* ---- pre-copy: a reshard while the old world trains --------------------------------- */
+
+/*
+ * Whether the change to the candidates c (n) can be pre-copied: on in the
+ * config, a 1D world, not healing, not after an aborted attempt (which
+ * retries at the pause), every member connected and listening, the old
+ * ones training this generation. 1: yes; 0: no, reshard at the pause;
+ * -1: not yet (an old member has not said where it listens in this
+ * generation: it is still starting), wait a little.
+ */
+static int can_precopy(const rs_job *j, const int32_t *c, int32_t n)
+{
+	if (!j->cfg->cluster.precopy || j->att.failures > 0 || j->rec.healing || j->cfg->cluster.sharding_group > 0)
+		return 0;
+	int wait = 0;
+	for (int32_t r = 0; r < j->cur.nworld; r++) {
+		const member *m = &j->mem.v[j->cur.world[r]];
+		if (m->lost || !m->conn || m->st != M_TRAINING || m->gen != j->cur.generation)
+			return 0;
+		wait |= m->addr_gen != j->cur.generation; /* its own word that it trains this generation, listening at addr */
+	}
+	for (int32_t k = 0; k < n; k++)
+		if (!j->mem.v[c[k]].conn || !j->mem.v[c[k]].addr[0])
+			return 0;
+	return wait && rs__job_now(j) - j->ph_at < j->o.timeout_ms / 1000.0 ? -1 : !wait;
+}
+
+static void begin_precopy(rs_job *j, const int32_t *c, int32_t n)
+{
+	if (!plan_attempt(j, c, n))
+		return;
+	j->att.precopy = 1;
+	if (!send_starts(j))
+		return;
+	j->t.attempt = rs__job_now(j);
+	RS_INFO("membership change: %d -> %d workers; generation %lld pre-copies while generation %lld trains",
+		j->cur.nworld, n, (long long)j->att.generation, (long long)j->cur.generation);
+	rs__emit(j, &(job_event){.kind = EV_ATTEMPT});
+}
+
+/* The pre-copy in flight is called off: the union drops it, the old world trains on, the change waits. */
+static void call_off_precopy(rs_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void call_off_precopy(rs_job *j, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(j->att.last_abort, sizeof(j->att.last_abort), fmt, ap);
+	va_end(ap);
+	rs__emit(j, &(job_event){.kind = EV_ABORTED, .reason = j->att.last_abort});
+	send_union(j, rs_proto_make_generation(RS_MSG_ABORT, j->att.generation, 0, j->att.last_abort));
+	j->att.failures++;
+	j->rep.aborts++;
+	rs__cycle_free_attempt(j);
+	rs__members_changed(j);
+}
+
+void rs__cycle_precopy_failed(rs_job *j, const member *m, const char *why)
+{
+	if (j->ph == P_TRAINING && j->att.precopy && j->att.generation)
+		call_off_precopy(j, "%s: %s", m->name, why);
+}
+
+/* Whether the next world should no longer be the attempt's: a new joiner, or one of its members leaving or gone. */
+static int precopy_outdated(const rs_job *j)
+{
+	int32_t c[RS_MAX_WORKERS];
+	int pending;
+	int32_t nc = rs__members_candidates(j, c, &pending);
+	for (int32_t k = 0; k < nc; k++) {
+		int in = 0;
+		for (int32_t u = 0; u < j->att.nworld && !in; u++)
+			in = j->att.uni[u] == c[k];
+		if (!in)
+			return 1;
+	}
+	for (int32_t u = 0; u < j->att.nworld; u++)
+		if (j->mem.v[j->att.uni[u]].leaving || rs__member_gone(j, &j->mem.v[j->att.uni[u]]))
+			return 1;
+	return 0;
+}
+
+/*
+ * Pre-copy in flight: the world pauses once every member's background
+ * rounds are done (or the copy took too long: the pause finishes it),
+ * unless the run stops at a scheduled step anyway.
+ */
+static void tick_precopy(rs_job *j)
+{
+	int all = 1;
+	for (int32_t u = 0; u < j->att.nuni; u++) {
+		const member *m = &j->mem.v[j->att.uni[u]];
+		if (rs__member_gone(j, m) && !rs__member_in_world(j, j->att.uni[u])) {
+			call_off_precopy(j, "%s (joining) was lost during the pre-copy", m->name);
+			return;
+		}
+		all &= m->precopied == j->att.generation;
+	}
+	if (precopy_outdated(j)) {
+		call_off_precopy(j, "the membership changed during the pre-copy");
+		return;
+	}
+	int scheduled = j->cur.sched_asked == j->cur.next_sched + 1;
+	int late = rs__job_now(j) - j->t.attempt > phase_timeout(j);
+	if ((all || late) && !scheduled && !j->cur.pause_sent) {
+		RS_INFO("generation %lld: %s; pausing at the next step boundary", (long long)j->att.generation,
+			all ? "every member pre-copied" : "the pre-copy takes long: the pause finishes it");
+		send_world(j, rs_proto_make_plain(RS_MSG_PAUSE));
+		j->cur.pause_sent = 1;
+	}
+}
+
+/* The old world paused with a pre-copy in flight: every member finishes it, then stages as at any reshard. */
+static void finish_precopy(rs_job *j)
+{
+	memset(j->att.before, 0, sizeof(uint64_t) * (size_t)j->ntables);
+	for (int32_t r = 0; r < j->cur.nworld; r++)
+		for (int t = 0; t < j->ntables; t++)
+			j->att.before[t] += j->mem.v[j->cur.world[r]].paused_sum[t];
+	if (j->cur.next_sched < j->o.nsched && j->o.sched_step[j->cur.next_sched] == j->cur.step)
+		j->cur.next_sched++; /* the scheduled change is this one */
+	j->att.bound = rs__cycle_bound_after(j, j->cur.step);
+	j->t.plan_s = 0; /* planned long before the pause */
+	if (!rs__persist(j, RS_STATE_MIGRATING))
+		return;
+	rs_msg_finish f = {j->att.generation, j->cur.step, j->att.bound, j->att.bound >= j->o.steps};
+	send_union(j, rs_proto_make_finish(&f));
+	for (int32_t u = 0; u < j->att.nuni; u++) {
+		member *m = &j->mem.v[j->att.uni[u]];
+		m->st = M_STAGING, m->gen = j->att.generation, m->staged_ok = 0;
+	}
+	j->t.attempt = rs__job_now(j);
+	RS_INFO("generation %lld: the world paused at step %lld; finishing the pre-copy", (long long)j->att.generation,
+		(long long)j->cur.step);
+	rs__job_set_phase(j, P_MIGRATING);
+}
+
+/*
+ * With pre-copy, a schedule's workers are asked for as the run toward its
+ * step starts: the reshard pre-copies while the world trains to that step,
+ * where the run pauses anyway.
+ */
+static void ask_schedule_ahead(rs_job *j)
+{
+	int k = j->cur.next_sched;
+	if (!j->cfg->cluster.precopy || k >= j->o.nsched || j->cur.sched_asked == k + 1 || !j->src.scale ||
+	    j->o.sched_step[k] != j->cur.bound || j->att.failures > 0)
+		return;
+	rs_err err = {0};
+	int32_t n = j->o.sched_workers[k];
+	j->cur.sched_asked = k + 1;
+	rs__emit(j, &(job_event){.kind = EV_SCHEDULE, .step = j->o.sched_step[k], .workers = n});
+	if (j->src.scale(j->src.ctx, n, &err) != RS_OK) {
+		rs__job_fail(j, "schedule: %s", err.msg);
+		return;
+	}
+	j->mem.scale_at = rs__job_now(j);
+	rs__members_changed(j);
+}
+
 static void tick_training(rs_job *j)
 {
 	int32_t c[RS_MAX_WORKERS], nc;
@@ -480,6 +660,8 @@ static void tick_training(rs_job *j)
 		all_done &= m->st == M_DONE;
 		all_paused &= m->st == M_PAUSED && m->gen == j->cur.generation;
 	}
+	if (all_done && j->att.precopy)
+		call_off_precopy(j, "training ended first");
 	if (all_done) {
 		if (j->src.ending)
 			j->src.ending(j->src.ctx);
@@ -492,10 +674,25 @@ static void tick_training(rs_job *j)
 	if (all_paused) {
 		j->t.paused = rs__job_now(j);
 		j->cur.step = j->mem.v[j->cur.world[0]].step;
-		rs__job_set_phase(j, P_PAUSED);
+		if (j->att.precopy)
+			finish_precopy(j);
+		else
+			rs__job_set_phase(j, P_PAUSED);
 		return;
 	}
-	if (!j->cur.pause_sent && rs__members_change_ready(j, c, &nc)) {
+	if (j->att.precopy) {
+		tick_precopy(j);
+		return;
+	}
+	ask_schedule_ahead(j);
+	int ready = !j->cur.pause_sent && rs__members_change_ready(j, c, &nc), pre = ready ? can_precopy(j, c, nc) : 0;
+	if (pre < 0)
+		return; /* the old world is still starting its run: pre-copy once it says where it listens */
+	if (pre > 0) {
+		begin_precopy(j, c, nc);
+		return;
+	}
+	if (ready) {
 		RS_INFO("membership change: %d -> %d workers; pausing at the next step boundary", j->cur.nworld, nc);
 		send_world(j, rs_proto_make_plain(RS_MSG_PAUSE));
 		j->cur.pause_sent = 1;

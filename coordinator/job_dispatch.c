@@ -165,6 +165,11 @@ static rs_status on_staged(rs_job *j, member *m, json_t *msg, rs_err *err)
 		free(r);
 		RSCHECK(st);
 	}
+	if (s.generation == j->att.generation && j->att.precopy && j->ph == P_TRAINING) {
+		if (!s.ok) /* its copy failed while the world trained (an old member trains on) */
+			rs__cycle_precopy_failed(j, m, s.reason);
+		return RS_OK;
+	}
 	m->st = M_STAGED, m->gen = s.generation, m->staged_ok = s.ok;
 	snprintf(m->staged_why, sizeof(m->staged_why), "%s", s.reason ? s.reason : "");
 	m->staged = s;
@@ -182,8 +187,17 @@ static rs_status on_staged(rs_job *j, member *m, json_t *msg, rs_err *err)
 static rs_status on_generation(rs_job *j, member *m, rs_msg_type type, json_t *msg, rs_err *err)
 {
 	int64_t gen, step;
+	const char *addr;
 	(void)j;
-	RSCHECK(rs_proto_generation(msg, &gen, &step, NULL, err));
+	RSCHECK(rs_proto_generation(msg, &gen, &step, &addr, err));
+	if (type == RS_MSG_PRECOPIED) {
+		m->precopied = gen;
+		return RS_OK;
+	}
+	if (type == RS_MSG_TRAINING && addr) { /* where it listens meanwhile: a pre-copy connects there */
+		snprintf(m->addr, sizeof(m->addr), "%s", addr);
+		m->addr_gen = gen;
+	}
 	m->st = type == RS_MSG_STAGING ? M_STAGING : type == RS_MSG_COMMITTED ? M_COMMITTED : M_TRAINING;
 	m->gen = gen;
 	if (step >= 0)
@@ -279,6 +293,7 @@ void rs__dispatch_message(void *ctx, rs_conn *c, json_t *msg)
 	case RS_MSG_STAGING:
 	case RS_MSG_COMMITTED:
 	case RS_MSG_TRAINING:
+	case RS_MSG_PRECOPIED:
 		st = on_generation(j, m, type, msg, &err);
 		break;
 	case RS_MSG_MIGRATING:

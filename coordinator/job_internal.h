@@ -70,6 +70,8 @@ typedef struct member {
 	int staged_ok;
 	char staged_why[256];
 	uint64_t *staged_sum;     /* per table, its staged rows' checksum; NULL when it holds none */
+	int64_t precopied;        /* the generation whose background rounds it finished (pre-copy) */
+	int64_t addr_gen;         /* the generation whose training it last said addr in: current, it listens there */
 	rs_msg_staged staged;     /* the numbers of its last "staged" (strings and JSON not kept) */
 	double samples_per_s;     /* from its last progress report */
 } member;
@@ -129,6 +131,7 @@ struct rs_job {
 		int pause_sent;
 		int pausing;          /* a world member reported paused since training last (re)started */
 		int64_t resume_step;  /* after a commit: the step training resumes at, -1 once it did */
+		int sched_asked;      /* pre-copy: 1 + the schedule entry whose workers were asked for ahead, 0: none */
 	} cur;
 
 	/* the reshard attempt in flight (generation 0: none) */
@@ -147,6 +150,7 @@ struct rs_job {
 		int npairs;
 		uint64_t restored_bytes; /* partial recovery: what the plan diff reads from the checkpoint instead */
 		int64_t restored_rows;   /* ... and how many distinct table rows that is (ZCH tables: slots) */
+		int precopy;          /* pre-copied: the old world trains on until it pauses, then "finish" */
 	} att;
 
 	/*
@@ -283,6 +287,8 @@ void rs__cycle_free_attempt(rs_job *j);
 void rs__cycle_progress(rs_job *j, int64_t step);
 /* The attempt's sender -> receiver pairs from its plan diff, their progress at 0 (RS_ENOMEM). */
 rs_status rs__cycle_pairs_reset(rs_job *j);
+/* A member's pre-copy of the attempt in flight failed: the attempt is called off, the world trains on. */
+void rs__cycle_precopy_failed(rs_job *j, const member *m, const char *why);
 
 /* ---- job_dispatch.c ------------------------------------------------------------------- */
 

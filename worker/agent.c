@@ -4,7 +4,7 @@
  * or a resume leads to training (train), which polls the link between
  * steps for "pause" and "stop".
  */
-#include "worker/agent.h"
+#include "worker/agent_internal.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/plan.h"
@@ -19,46 +19,11 @@
 #include <string.h>
 #include <unistd.h>
 
-/* A generation as the coordinator started it, and where training stands in it. */
-typedef struct run {
-	int64_t generation, rank, step, steps, eval_every, eval_samples;
-	int last;
-	char save[4096];        /* "" for no checkpoint at the end */
-	char ckpt_dir[4096];    /* periodic checkpoints: under this directory ("": none) */
-	int64_t ckpt_every;     /* ... at every multiple of this step (0: none) */
-	int64_t ckpt_interval;  /* ... and once this many seconds passed since the last (0: none) */
-} run;
-
-struct rs_agent {
-	rs_agent_config c;
-	rs_engine *engine;      /* c.engine, or the CPU */
-	rs_link link;
-	int lfd;                /* listening for the next generation's transport, or -1 */
-	char addr[300];         /* where lfd listens, announced in every join, "paused" and "idle" */
-	/* the model, its generation and where training stands */
-	rs_trainer *tr;
-	rs_transport *t, *uni;
-	rs_plan *plan;
-	run cur;                /* the generation this worker trains */
-	/* a staged reshard waiting for commit or abort */
-	int64_t st_gen;         /* 0: none */
-	int st_ok;
-	rs_trainer *st_tr;
-	rs_transport *st_t, *st_uni;
-	rs_plan *st_plan;
-	run staged;
-	rs_checkpointer *ckpt;  /* periodic checkpoints, written off the training thread */
-	double ckpt_at;         /* when this worker last took one (or its generation started) */
-	int64_t ckpt_gen;       /* the generation ckpt_at is of */
-	int dropped;            /* the coordinator ended the generation in training: no healing, drop the model */
-	int ready;              /* c.ready_file exists */
-	int stalled;            /* its step failed and the model was kept (stall): the transport is stopped */
-};
 
 static int leave_requested(const rs_agent *a) { return a->c.leave && *a->c.leave; }
 
 /* Listen for the next generation's transport (a fresh socket: the last one went to a transport). */
-static rs_status relisten(rs_agent *a, rs_err *err)
+rs_status rs__agent_relisten(rs_agent *a, rs_err *err)
 {
 	int port;
 	if (a->lfd >= 0)
@@ -72,7 +37,7 @@ static rs_status relisten(rs_agent *a, rs_err *err)
  * The model's per-table checksums as JSON (new references; NULL without
  * memory), and with held those of every copy this rank holds (2D healing).
  */
-static json_t *checksum_json(const rs_agent *a, const rs_trainer *tr, json_t **held)
+json_t *rs__agent_checksums(const rs_agent *a, const rs_trainer *tr, json_t **held)
 {
 	size_t n = (size_t)a->c.cfg->ntables;
 	uint64_t *v = calloc(2 * n + 1, sizeof(uint64_t));
@@ -88,12 +53,12 @@ static json_t *checksum_json(const rs_agent *a, const rs_trainer *tr, json_t **h
 }
 
 /* Paused at a->cur.step, listening for the next generation: tell the coordinator, with the model's checksum. */
-static rs_status report_paused(rs_agent *a, rs_err *err)
+rs_status rs__agent_report_paused(rs_agent *a, rs_err *err)
 {
-	RSCHECK(relisten(a, err));
+	RSCHECK(rs__agent_relisten(a, err));
 	int heals = rs_trainer_can_heal(a->tr);
 	rs_msg_paused m = {.rank = a->cur.rank, .generation = a->cur.generation, .step = a->cur.step, .addr = a->addr};
-	m.checksum = checksum_json(a, a->tr, heals ? &m.held : NULL);
+	m.checksum = rs__agent_checksums(a, a->tr, heals ? &m.held : NULL);
 	/* never a pause without the model's checksums */
 	json_t *j = m.checksum && (m.held || !heals) ? rs_proto_make_paused(&m) : NULL;
 	json_decref(m.checksum);
@@ -101,8 +66,13 @@ static rs_status report_paused(rs_agent *a, rs_err *err)
 	return rs_link_status(&a->link, j, err);
 }
 
-static void drop_staged(rs_agent *a)
+void rs__agent_drop_staged(rs_agent *a)
 {
+	rs_precopy_free(a->pc); /* first: it points at the plans and transports below */
+	rs_plan_free(a->pc_prev);
+	free(a->pc_uoo);
+	json_decref(a->pc_start);
+	a->pc = NULL, a->pc_prev = NULL, a->pc_uoo = NULL, a->pc_start = NULL, a->pc_said = 0;
 	rs_trainer_destroy(a->st_tr);
 	rs_transport_destroy(a->st_t);
 	rs_transport_destroy(a->st_uni);
@@ -126,7 +96,7 @@ static void ckpt_collect(rs_agent *a, int wait)
 }
 
 /* Create or remove c.ready_file (the readiness probe's), when that changes it. */
-static void set_ready(rs_agent *a, int on)
+void rs__agent_set_ready(rs_agent *a, int on)
 {
 	if (!a->c.ready_file || a->ready == on)
 		return;
@@ -143,10 +113,10 @@ static void set_ready(rs_agent *a, int on)
 /* Forget the generation this worker trains: its model, transports and plan (the rows go with them). */
 static void drop_model(rs_agent *a)
 {
-	set_ready(a, 0);
+	rs__agent_set_ready(a, 0);
 	rs_checkpointer_cancel(a->ckpt); /* a periodic write in flight stops at its next file ... */
 	ckpt_collect(a, 1);              /* ... and ends first: no file of the lost world lands later */
-	drop_staged(a);
+	rs__agent_drop_staged(a);
 	if (a->t)
 		rs_transport_abort(a->t); /* the other ranks must not wait for this one */
 	rs_trainer_destroy(a->tr);
@@ -168,7 +138,7 @@ static rs_status lose_generation(rs_agent *a, const char *why, rs_err *err)
 	RS_WARN("generation %lld lost at step %lld: %s; waiting for the coordinator to recover",
 		(long long)a->cur.generation, (long long)a->cur.step, why);
 	drop_model(a);
-	RSCHECK(relisten(a, err));
+	RSCHECK(rs__agent_relisten(a, err));
 	return rs_link_status(&a->link, rs_proto_make_idle(a->addr), err);
 }
 
@@ -191,11 +161,11 @@ static rs_status stall(rs_agent *a, const char *why, rs_err *err)
 		rs_transport_abort(a->t);
 	a->stalled = 1;
 	ckpt_collect(a, 0);
-	return report_paused(a, err);
+	return rs__agent_report_paused(a, err);
 }
 
 /* A transport over the start message's peers (one per union rank), on the listening socket. */
-static rs_status connect_peers(rs_agent *a, const rs_msg_start *s, rs_transport **out, rs_err *err)
+rs_status rs__agent_connect_peers(rs_agent *a, const rs_msg_start *s, rs_transport **out, rs_err *err)
 {
 	const char **addrs = malloc(sizeof(char *) * (size_t)s->union_world);
 	if (!addrs)
@@ -211,7 +181,7 @@ static rs_status connect_peers(rs_agent *a, const rs_msg_start *s, rs_transport 
 	return st;
 }
 
-static void take_run(run *r, const rs_msg_start *s)
+void rs__agent_take_run(run *r, const rs_msg_start *s)
 {
 	r->rank = s->rank, r->generation = s->generation, r->step = s->first_step, r->steps = s->steps;
 	r->last = s->last, r->eval_every = s->eval_every, r->eval_samples = s->eval_samples;
@@ -249,165 +219,19 @@ static rs_status start_fresh(rs_agent *a, const rs_msg_start *s, rs_plan *plan, 
 			(long long)s->first_step, (long long)a->cur.generation);
 		drop_model(a);
 	}
-	RSCHECKGOTO(relisten(a, err), st, fail);
-	RSCHECKGOTO(connect_peers(a, s, &a->t, err), st, fail);
+	RSCHECKGOTO(rs__agent_relisten(a, err), st, fail);
+	RSCHECKGOTO(rs__agent_connect_peers(a, s, &a->t, err), st, fail);
 	RSCHECKGOTO((s->load ? rs_trainer_create_for_load : rs_trainer_create)(a->c.cfg, plan, a->t, a->engine, &a->tr, err),
 		    st, fail);
 	if (s->load)
 		RSCHECKGOTO(load_checkpoint(a, s, err), st, fail);
 	a->plan = plan;
-	take_run(&a->cur, s);
+	rs__agent_take_run(&a->cur, s);
 	return RS_OK;
 fail:
 	drop_model(a); /* what it built so far; the others must not wait for it */
 	rs_plan_free(plan);
 	return st;
-}
-
-typedef struct progress_ctx {
-	rs_agent *a;
-	int64_t generation;
-	double last;
-} progress_ctx;
-
-/* Between rounds of a reshard: tell the coordinator (at most ten times a second) how far the sends are. */
-static void on_progress(void *ctx, const uint64_t *sent, const uint64_t *total, int32_t npeers)
-{
-	progress_ctx *p = ctx;
-	double now = rs_now();
-	if (now - p->last < 0.1 || !p->a->link.up)
-		return;
-	p->last = now;
-	json_t *pairs = rs_proto_migrating_sent(sent, total, npeers);
-	rs_link_post(&p->a->link, pairs ? rs_proto_make_migrating(p->generation, pairs) : NULL);
-	json_decref(pairs);
-}
-
-/* The start message's union_of_old, checked against the previous plan; *out is the caller's to free. */
-static rs_status union_of_old(const rs_msg_start *s, const rs_plan *prev, int32_t **out, rs_err *err)
-{
-	size_t nold = json_array_size(s->union_of_old);
-	if ((int64_t)nold != prev->world.ranks)
-		return rs_err_set(err, RS_EINVAL, "start: union_of_old has %zu ranks, the previous plan %d", nold,
-				  prev->world.ranks);
-	if (!(*out = malloc(sizeof(int32_t) * nold)))
-		return RS_ENOMEM;
-	for (size_t i = 0; i < nold; i++)
-		(*out)[i] = (int32_t)json_integer_value(json_array_get(s->union_of_old, i));
-	return RS_OK;
-}
-
-/*
- * The work of phase one: a transport over the union, the new plan's
- * trainer staged over it (a->st_uni, a->st_t, a->st_tr). *connect_s gets
- * the time from t0 until the transport was up (or failed).
- */
-static rs_status stage_rows(rs_agent *a, const rs_msg_start *s, double t0, rs_reshard_stats *rst, double *connect_s,
-			    uint64_t *restored, rs_err *err)
-{
-	rs_plan *prev = NULL;
-	int32_t *uoo = NULL;
-	rs_status st = RS_OK;
-	RSCHECKGOTO(rs_plan_from_json(s->previous_plan, a->c.cfg, "start message previous plan", &prev, err), st, out);
-	RSCHECKGOTO(union_of_old(s, prev, &uoo, err), st, out);
-	if (a->c.stall_connect_ms > 0)
-		rs_sleep(a->c.stall_connect_ms / 1000.0); /* test hook: a window to act on the listeners */
-	rs_status cst = connect_peers(a, s, &a->st_uni, err);
-	*connect_s = rs_now() - t0;
-	RSCHECKGOTO(cst, st, out);
-	if (s->rank < s->world)
-		RSCHECKGOTO(rs_transport_subset(a->st_uni, (int32_t)s->world, &a->st_t), st, out);
-	if (a->c.stall_ms > 0)
-		rs_sleep(a->c.stall_ms / 1000.0); /* test hook: a window to kill someone during MIGRATE */
-	progress_ctx pc = {a, s->generation, 0};
-	rs_reshard_spec spec = {.old_plan = prev, .new_plan = a->st_plan, .union_of_old = uoo, .uni = a->st_uni,
-				.train_t = a->st_t, .engine = a->engine, .progress = on_progress, .progress_ctx = &pc,
-				.restore = s->restore, .restored = restored};
-	st = rs_trainer_stage(a->c.cfg, a->tr, &spec, &a->st_tr, rst, err);
-out:
-	free(uoo);
-	rs_plan_free(prev);
-	return st;
-}
-
-/* Phase one of a reshard: stage the new plan's trainer (takes plan), then report how it went. */
-static rs_status stage(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_err *err)
-{
-	rs_reshard_stats rst = {0};
-	rs_err why = {0};
-	double t0 = rs_now(), connect_s = 0;
-	drop_staged(a);
-	a->st_gen = s->generation;
-	a->st_plan = plan;
-	RSCHECK(relisten(a, err));
-	RSCHECK(rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_STAGING, s->generation, 0, NULL), err));
-	uint64_t *restored = calloc((size_t)a->c.cfg->ntables + 1, sizeof(uint64_t));
-	rs_status st = restored ? stage_rows(a, s, t0, &rst, &connect_s, restored, &why) : RS_ENOMEM;
-	a->st_ok = st == RS_OK;
-	take_run(&a->staged, s);
-	rs_msg_staged m = {.generation = s->generation, .ok = a->st_ok};
-	if (a->st_ok) {
-		RS_INFO("generation %lld staged in %.3f s: sent %.1f MiB, received %.1f MiB in %d rounds, kept %.1f MiB",
-			(long long)s->generation, rs_now() - t0, rst.sent_bytes / 1048576.0, rst.recv_bytes / 1048576.0,
-			rst.rounds, rst.kept_bytes / 1048576.0);
-		m.sent_bytes = (int64_t)rst.sent_bytes, m.recv_bytes = (int64_t)rst.recv_bytes;
-		m.wire_bytes = (int64_t)rst.wire_bytes, m.kept_bytes = (int64_t)rst.kept_bytes;
-		m.connect_s = connect_s, m.copy_s = rst.copy_s, m.move_s = rst.move_s;
-		m.checksum = a->st_tr ? checksum_json(a, a->st_tr, NULL) : NULL;
-		if (rst.restored_rows > 0) {
-			RS_INFO("generation %lld: %lld rows lost with every copy restored from %s", (long long)s->generation,
-				(long long)rst.restored_rows, s->restore);
-			m.restored_rows = rst.restored_rows;
-			m.restored = rs_proto_checksums_to_json(restored, a->c.cfg->ntables);
-		}
-		if ((a->st_tr && !m.checksum) || (rst.restored_rows > 0 && !m.restored))
-			/* unverifiable: the coordinator must abort, not count it as holding nothing */
-			a->st_ok = m.ok = 0, m.reason = "out of memory computing the staged rows' checksum";
-	} else {
-		m.reason = why.msg[0] ? why.msg : rs_status_str(st);
-		RS_WARN("generation %lld: staging failed: %s", (long long)s->generation, m.reason);
-		if (a->st_uni)
-			rs_transport_abort(a->st_uni); /* the others must not wait for this member's chunks */
-	}
-	json_t *j = rs_proto_make_staged(&m);
-	json_decref(m.checksum);
-	json_decref(m.restored);
-	free(restored);
-	return rs_link_status(&a->link, j, err);
-}
-
-/* Phase two: the coordinator committed the staged generation. *left when this worker handed its rows over. */
-static rs_status commit(rs_agent *a, int64_t gen, int *left, rs_err *err)
-{
-	*left = 0;
-	if (gen != a->st_gen || !a->st_ok)
-		return rs_err_set(err, RS_EINVAL, "commit of generation %lld, which is not staged here", (long long)gen);
-	rs_trainer_commit(a->st_tr, a->tr);
-	rs_transport_destroy(a->t);
-	rs_transport_destroy(a->uni);
-	rs_plan_free(a->plan);
-	a->tr = a->st_tr, a->t = a->st_t, a->uni = a->st_uni, a->plan = a->st_plan;
-	a->st_tr = NULL, a->st_t = a->st_uni = NULL, a->st_plan = NULL, a->st_gen = 0;
-	a->cur = a->staged;
-	a->stalled = 0; /* a new transport */
-	*left = a->tr == NULL;
-	set_ready(a, !*left);
-	return rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_COMMITTED, gen, 0, NULL), err);
-}
-
-/* The coordinator aborted the staged generation: back to the old model, paused where it was. */
-static rs_status abort_staged(rs_agent *a, int64_t gen, const char *why, rs_err *err)
-{
-	if (gen != a->st_gen)
-		return RS_OK; /* already dropped */
-	RS_WARN("generation %lld aborted by the coordinator (%s); the old model stands", (long long)gen,
-		why ? why : "no reason given");
-	drop_staged(a);
-	if (!a->tr) { /* a joiner: nothing to go back to; it waits for the next start, listening anew */
-		RSCHECK(relisten(a, err));
-		return rs_link_status(&a->link, rs_proto_make_idle(a->addr), err);
-	}
-	return report_paused(a, err);
 }
 
 /*
@@ -426,7 +250,15 @@ static void between_steps(rs_agent *a, json_t *m, int *stop, rs_err *dropped)
 	case RS_MSG_STOP:
 		*stop = 1;
 		break;
+	case RS_MSG_START: /* the next generation, pre-copied: the world agrees on the step to begin at */
+		if (json_is_true(json_object_get(m, "precopy")))
+			rs__precopy_offer(a, m);
+		else
+			RS_WARN("ignoring a start message during training");
+		break;
 	case RS_MSG_ABORT:
+		if (rs_proto_generation(m, &gen, NULL, &why, NULL) == RS_OK && rs__precopy_call_off(a, gen))
+			break;
 		if (rs_proto_generation(m, &gen, NULL, &why, NULL) == RS_OK && gen == a->cur.generation) {
 			a->dropped = 1;
 			rs_err_set(dropped, RS_EABORTED, "the coordinator dropped generation %lld (%s)", (long long)gen,
@@ -533,8 +365,10 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 	int64_t since = r->step, first = r->step;
 	rs_status st;
 	*done = *stop = 0;
-	set_ready(a, 1); /* before it says so: a probe never lags the coordinator's view */
-	RSCHECK(rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_TRAINING, r->generation, r->step, NULL), err));
+	rs__agent_set_ready(a, 1); /* before it says so: a probe never lags the coordinator's view */
+	/* listening meanwhile, and saying where: a pre-copied reshard connects while the world trains */
+	RSCHECK(rs__agent_relisten(a, err));
+	RSCHECK(rs_link_status(&a->link, rs_proto_make_training(r->generation, r->step, a->addr), err));
 	if (r->generation != a->ckpt_gen) /* a new generation: its interval counts from its start */
 		a->ckpt_at = rs_now(), a->ckpt_gen = r->generation;
 	RS_INFO("rank %lld, generation %lld: training steps %lld..%lld", (long long)r->rank, (long long)r->generation,
@@ -550,6 +384,7 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 			return RS_OK;
 		}
 		r->step = step + 1;
+		RSCHECK(rs__precopy_step(a, &stats, err)); /* at the same boundary on every rank */
 		int end = r->step == r->steps;
 		int eval = r->eval_every > 0 && (r->step % r->eval_every == 0 || (end && r->last));
 		double auc = -1, ll;
@@ -592,7 +427,7 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 		*done = 1;
 		return finish(a, err);
 	}
-	return report_paused(a, err);
+	return rs__agent_report_paused(a, err);
 }
 
 /* A start: a fresh one trains at once (*train), a reshard's is staged. */
@@ -603,7 +438,7 @@ static rs_status on_start(rs_agent *a, json_t *msg, int *train_next, rs_err *err
 	RSCHECK(rs_proto_start(msg, &s, err));
 	RSCHECK(rs_plan_from_json(s.plan, a->c.cfg, "start message plan", &plan, err));
 	if (s.previous_plan)
-		return stage(a, &s, plan, err);
+		return (s.precopy ? rs__precopy_now : rs__agent_stage)(a, &s, plan, err);
 	/* after a generation it trained, a later one's fresh start is a rollback: its failure is not this worker's end */
 	int recovering = a->cur.generation > 0 && s.generation > a->cur.generation;
 	rs_err why = {0};
@@ -626,7 +461,7 @@ static rs_status on_commit(rs_agent *a, json_t *msg, int *train_next, int *over,
 	RSCHECK(rs_proto_generation(msg, &gen, NULL, NULL, err));
 	if (gen == a->cur.generation && gen != a->st_gen)
 		return RS_OK; /* committed already: a restarted coordinator repeating itself */
-	RSCHECK(commit(a, gen, &left, err));
+	RSCHECK(rs__agent_commit(a, gen, &left, err));
 	if (left) {
 		RS_INFO("handed my rows over in generation %lld; leaving", (long long)gen);
 		*over = 1, *end = RS_AGENT_LEFT;
@@ -678,12 +513,14 @@ static rs_status handle(rs_agent *a, json_t *msg, int *over, rs_agent_end *end, 
 			snprintf(what, sizeof(what), "the coordinator dropped it (%s)", why ? why : "no reason given");
 			return lose_generation(a, what, err);
 		}
-		return abort_staged(a, gen, why, err);
+		return rs__agent_abort_staged(a, gen, why, err);
 	case RS_MSG_RESUME:
 		RSCHECK(on_resume(a, msg, &train_next, err));
 		break;
 	case RS_MSG_PAUSE:
 		return RS_OK; /* a pause that came after the step boundary it asked for */
+	case RS_MSG_FINISH:
+		return rs__precopy_finish(a, msg, err);
 	default:
 		RS_WARN("ignoring a '%s' message", rs_proto_type(msg));
 		return RS_OK;
@@ -700,7 +537,7 @@ static rs_status handle(rs_agent *a, json_t *msg, int *over, rs_agent_end *end, 
 		RS_INFO("stopped by the coordinator at step %lld", (long long)a->cur.step);
 	if (done || stop)
 		*over = 1, *end = done ? RS_AGENT_DONE : RS_AGENT_STOPPED;
-	return RS_OK;
+	return *over ? RS_OK : rs__precopy_paused(a, err);
 }
 
 rs_status rs_agent_create(const rs_agent_config *c, rs_agent **out, rs_err *err)
@@ -713,11 +550,11 @@ rs_status rs_agent_create(const rs_agent_config *c, rs_agent **out, rs_err *err)
 	a->engine = rs_engine_or_cpu(c->engine);
 	a->lfd = -1;
 	a->ready = 1;
-	set_ready(a, 0); /* one a crashed process left (an emptyDir outlives a container restart) */
+	rs__agent_set_ready(a, 0); /* one a crashed process left (an emptyDir outlives a container restart) */
 	rs_link_init(&a->link, c->conn, a->addr, c->timeout_ms, c->grace_ms, c->leave);
 	rs_status st = rs_checkpointer_create(&a->ckpt, err);
 	if (st == RS_OK)
-		st = relisten(a, err);
+		st = rs__agent_relisten(a, err);
 	if (st != RS_OK) {
 		rs_checkpointer_destroy(a->ckpt);
 		free(a);
@@ -765,10 +602,10 @@ void rs_agent_destroy(rs_agent *a)
 {
 	if (!a)
 		return;
-	set_ready(a, 0);
+	rs__agent_set_ready(a, 0);
 	rs_checkpointer_destroy(a->ckpt); /* waits for a write in flight: its files stay whole */
 	rs_link_close(&a->link);
-	drop_staged(a);
+	rs__agent_drop_staged(a);
 	rs_trainer_destroy(a->tr);
 	rs_transport_destroy(a->t);
 	rs_transport_destroy(a->uni);

@@ -274,10 +274,12 @@ rs_status rs_precopy_finish(rs_precopy *pc, rs_trainer **out, rs_reshard_stats *
 	for (; pc->next < pc->rounds; pc->next++)
 		RSCHECK(rs__stage_round(g, pc->next, pc->rounds));
 	RSCHECK(send_delta(g));
+	double k0 = rs_now();
 	if (g->old && g->nt) {
 		recopy_kept(g);
 		RSCHECK(rs__stage_kept(g, RS__MOVES_ZCH));
 	}
+	pc->stats.copy_s = rs_now() - k0; /* in the pause: the kept rows copied again, the ZCH tables kept */
 	RSCHECK(rs__stage_chunks(g, RS__MOVES_ZCH, &zrounds));
 	for (int64_t k = 0; k < zrounds; k++)
 		RSCHECK(rs__stage_round(g, k, zrounds));

@@ -588,8 +588,10 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 			    st, out);
 	}
 	/* the loss, and votes to pause and to checkpoint after this step (any rank asking decides for all, at the same step) */
-	float lp[3] = {det ? 0.0f : (float)loss, tr->pause_requested ? 1.0f : 0.0f, tr->checkpoint_requested ? 1.0f : 0.0f};
-	RSCHECKGOTO(rs__said_transport(tr, rs_transport_allreduce_sum(tr->t, lp, 3), "the loss (all-reduce)", err), st, out);
+	float lp[4] = {det ? 0.0f : (float)loss, tr->pause_requested ? 1.0f : 0.0f, tr->checkpoint_requested ? 1.0f : 0.0f,
+		       tr->precopy_ready ? 1.0f : 0.0f};
+	RSCHECKGOTO(rs__said_transport(tr, rs_transport_allreduce_sum(tr->t, lp, 4), "the loss (all-reduce)", err), st, out);
+	int precopy = lp[3] == (float)tr->world; /* every rank: small integers, exact in a float */
 	double l = det ? loss : (double)lp[0];
 
 	/* embedding gradients back along the requests */
@@ -631,6 +633,8 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 		if (rs__is_dp(tr, i))
 			RSCHECKGOTO(dp_reduce(tr, &tr->shards[i], &dp[i], err), st, out);
 	tr->pause_requested = tr->checkpoint_requested = 0;
+	if (precopy)
+		tr->precopy_ready = 0;
 	RSCHECKGOTO(apply_step(tr, inv, &rg, dp, err), st, out);
 	/* local SGD's sync comes after the updates it averages: a loss during it spoils the step */
 	if (tr->replicas > 1 && every && (step + 1) % every == 0 && (st = rs__replica_average(tr, err)) != RS_OK) {
@@ -639,7 +643,7 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 	}
 	if (stats)
 		*stats = (rs_step_stats){.step = step, .loss = l / (double)g, .auc = -1, .pause = lp[1] > 0,
-					 .checkpoint = lp[2] > 0};
+					 .checkpoint = lp[2] > 0, .precopy = precopy};
 out:
 	for (int i = 0; dp && i < tr->nshards; i++)
 		free(dp[i]);
@@ -657,3 +661,5 @@ int rs_trainer_can_heal(const rs_trainer *tr)
 void rs_trainer_request_pause(rs_trainer *tr) { tr->pause_requested = 1; }
 
 void rs_trainer_request_checkpoint(rs_trainer *tr) { tr->checkpoint_requested = 1; }
+
+void rs_trainer_ready_to_precopy(rs_trainer *tr, int ready) { tr->precopy_ready = ready; }

@@ -38,6 +38,7 @@ typedef struct rs_step_stats {
 	double auc;             /* on the evaluation samples, or -1 when not evaluated */
 	int pause;              /* some rank asked to pause: every rank stops after this step */
 	int checkpoint;         /* some rank asked for a checkpoint: every rank takes it after this step */
+	int precopy;            /* every rank is ready to pre-copy (rs_trainer_ready_to_precopy): they start after this step */
 } rs_step_stats;
 
 /*
@@ -49,6 +50,15 @@ void rs_trainer_request_pause(rs_trainer *tr);
 
 /* Ask for a checkpoint after the next step: agreed on the same way (stats.checkpoint). */
 void rs_trainer_request_checkpoint(rs_trainer *tr);
+
+/*
+ * Say this rank is ready to start a pre-copy: the vote rides on the same
+ * all-reduce, and stats.precopy is set on every rank at the first step
+ * after which all of them are (unanimous: a rank that has not heard of the
+ * pre-copy yet must not be waited for in its connect). The vote stands
+ * until that step, or until withdrawn (ready 0: the pre-copy was called off).
+ */
+void rs_trainer_ready_to_precopy(rs_trainer *tr, int ready);
 
 /*
  * A trainer for `rank` of plan's world, talking over t (borrowed; its world

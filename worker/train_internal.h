@@ -129,6 +129,7 @@ struct rs_trainer {
 	int64_t updates;
 	int pause_requested;
 	int checkpoint_requested;
+	int precopy_ready;
 	i64vec *req;
 	sentvec *sent;
 	size_t *scount, *rcount;

@@ -1,0 +1,323 @@
+/*
+ * agent_reshard.c - a reshard as one member of the union lives it (see
+ * agent_internal.h): staging at the pause (phase one), commit or abort
+ * (phase two), and pre-copy, which does most of phase one while the old
+ * world trains.
+ */
+#include "worker/agent_internal.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/plan.h"
+
+#include <stdlib.h>
+
+typedef struct progress_ctx {
+	rs_agent *a;
+	int64_t generation;
+	double last;
+} progress_ctx;
+
+/* Between rounds of a reshard: tell the coordinator (at most ten times a second) how far the sends are. */
+static void on_progress(void *ctx, const uint64_t *sent, const uint64_t *total, int32_t npeers)
+{
+	progress_ctx *p = ctx;
+	double now = rs_now();
+	if (now - p->last < 0.1 || !p->a->link.up)
+		return;
+	p->last = now;
+	json_t *pairs = rs_proto_migrating_sent(sent, total, npeers);
+	rs_link_post(&p->a->link, pairs ? rs_proto_make_migrating(p->generation, pairs) : NULL);
+	json_decref(pairs);
+}
+
+/* The start message's union_of_old, checked against the previous plan; *out is the caller's to free. */
+static rs_status union_of_old(const rs_msg_start *s, const rs_plan *prev, int32_t **out, rs_err *err)
+{
+	size_t nold = json_array_size(s->union_of_old);
+	if ((int64_t)nold != prev->world.ranks)
+		return rs_err_set(err, RS_EINVAL, "start: union_of_old has %zu ranks, the previous plan %d", nold,
+				  prev->world.ranks);
+	if (!(*out = malloc(sizeof(int32_t) * nold)))
+		return RS_ENOMEM;
+	for (size_t i = 0; i < nold; i++)
+		(*out)[i] = (int32_t)json_integer_value(json_array_get(s->union_of_old, i));
+	return RS_OK;
+}
+
+/*
+ * The work of phase one: a transport over the union, the new plan's
+ * trainer staged over it (a->st_uni, a->st_t, a->st_tr). *connect_s gets
+ * the time from t0 until the transport was up (or failed).
+ */
+static rs_status stage_rows(rs_agent *a, const rs_msg_start *s, double t0, rs_reshard_stats *rst, double *connect_s,
+			    uint64_t *restored, rs_err *err)
+{
+	rs_plan *prev = NULL;
+	int32_t *uoo = NULL;
+	rs_status st = RS_OK;
+	RSCHECKGOTO(rs_plan_from_json(s->previous_plan, a->c.cfg, "start message previous plan", &prev, err), st, out);
+	RSCHECKGOTO(union_of_old(s, prev, &uoo, err), st, out);
+	if (a->c.stall_connect_ms > 0)
+		rs_sleep(a->c.stall_connect_ms / 1000.0); /* test hook: a window to act on the listeners */
+	rs_status cst = rs__agent_connect_peers(a, s, &a->st_uni, err);
+	*connect_s = rs_now() - t0;
+	RSCHECKGOTO(cst, st, out);
+	if (s->rank < s->world)
+		RSCHECKGOTO(rs_transport_subset(a->st_uni, (int32_t)s->world, &a->st_t), st, out);
+	if (a->c.stall_ms > 0)
+		rs_sleep(a->c.stall_ms / 1000.0); /* test hook: a window to kill someone during MIGRATE */
+	progress_ctx pc = {a, s->generation, 0};
+	rs_reshard_spec spec = {.old_plan = prev, .new_plan = a->st_plan, .union_of_old = uoo, .uni = a->st_uni,
+				.train_t = a->st_t, .engine = a->engine, .progress = on_progress, .progress_ctx = &pc,
+				.restore = s->restore, .restored = restored};
+	st = rs_trainer_stage(a->c.cfg, a->tr, &spec, &a->st_tr, rst, err);
+out:
+	free(uoo);
+	rs_plan_free(prev);
+	return st;
+}
+
+/*
+ * Report how phase one of generation gen went (st, and why when it
+ * failed): with the staged rows' checksums, what moved and what it took.
+ * restored: partial recovery's checksums of the rows it restored, or NULL.
+ */
+static rs_status report_staged(rs_agent *a, int64_t gen, rs_status st, const rs_reshard_stats *rst, double connect_s,
+			       const uint64_t *restored, const char *restore, const rs_err *why, double t0, rs_err *err)
+{
+	a->st_ok = st == RS_OK;
+	rs_msg_staged m = {.generation = gen, .ok = a->st_ok};
+	if (a->st_ok) {
+		RS_INFO("generation %lld staged in %.3f s: sent %.1f MiB, received %.1f MiB in %d rounds, kept %.1f MiB",
+			(long long)gen, rs_now() - t0, rst->sent_bytes / 1048576.0, rst->recv_bytes / 1048576.0, rst->rounds,
+			rst->kept_bytes / 1048576.0);
+		if (rst->background_rounds > 0 || rst->dirty_rows > 0)
+			RS_INFO("generation %lld: pre-copied in %d rounds while training; %llu rows (%.1f MiB) updated since "
+				"they were sent went again", (long long)gen, rst->background_rounds,
+				(unsigned long long)rst->dirty_rows, rst->dirty_bytes / 1048576.0);
+		m.sent_bytes = (int64_t)rst->sent_bytes, m.recv_bytes = (int64_t)rst->recv_bytes;
+		m.wire_bytes = (int64_t)rst->wire_bytes, m.kept_bytes = (int64_t)rst->kept_bytes;
+		m.connect_s = connect_s, m.copy_s = rst->copy_s, m.move_s = rst->move_s;
+		m.checksum = a->st_tr ? rs__agent_checksums(a, a->st_tr, NULL) : NULL;
+		if (rst->restored_rows > 0) {
+			RS_INFO("generation %lld: %lld rows lost with every copy restored from %s", (long long)gen,
+				(long long)rst->restored_rows, restore);
+			m.restored_rows = rst->restored_rows;
+			m.restored = rs_proto_checksums_to_json(restored, a->c.cfg->ntables);
+		}
+		if ((a->st_tr && !m.checksum) || (rst->restored_rows > 0 && !m.restored))
+			/* unverifiable: the coordinator must abort, not count it as holding nothing */
+			a->st_ok = m.ok = 0, m.reason = "out of memory computing the staged rows' checksum";
+	} else {
+		m.reason = why->msg[0] ? why->msg : rs_status_str(st);
+		RS_WARN("generation %lld: staging failed: %s", (long long)gen, m.reason);
+		if (a->st_uni)
+			rs_transport_abort(a->st_uni); /* the others must not wait for this member's chunks */
+	}
+	json_t *j = rs_proto_make_staged(&m);
+	json_decref(m.checksum);
+	json_decref(m.restored);
+	return rs_link_status(&a->link, j, err);
+}
+
+/* Phase one of a reshard: stage the new plan's trainer (takes plan), then report how it went. */
+rs_status rs__agent_stage(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_err *err)
+{
+	rs_reshard_stats rst = {0};
+	rs_err why = {0};
+	double t0 = rs_now(), connect_s = 0;
+	rs__agent_drop_staged(a);
+	a->st_gen = s->generation;
+	a->st_plan = plan;
+	RSCHECK(rs__agent_relisten(a, err));
+	RSCHECK(rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_STAGING, s->generation, 0, NULL), err));
+	uint64_t *restored = calloc((size_t)a->c.cfg->ntables + 1, sizeof(uint64_t));
+	rs_status st = restored ? stage_rows(a, s, t0, &rst, &connect_s, restored, &why) : RS_ENOMEM;
+	rs__agent_take_run(&a->staged, s);
+	st = report_staged(a, s->generation, st, &rst, connect_s, restored, s->restore, &why, t0, err);
+	free(restored);
+	return st;
+}
+
+/* Phase two: the coordinator committed the staged generation. *left when this worker handed its rows over. */
+rs_status rs__agent_commit(rs_agent *a, int64_t gen, int *left, rs_err *err)
+{
+	*left = 0;
+	if (gen != a->st_gen || !a->st_ok)
+		return rs_err_set(err, RS_EINVAL, "commit of generation %lld, which is not staged here", (long long)gen);
+	rs_trainer_commit(a->st_tr, a->tr);
+	rs_transport_destroy(a->t);
+	rs_transport_destroy(a->uni);
+	rs_plan_free(a->plan);
+	a->tr = a->st_tr, a->t = a->st_t, a->uni = a->st_uni, a->plan = a->st_plan;
+	a->st_tr = NULL, a->st_t = a->st_uni = NULL, a->st_plan = NULL, a->st_gen = 0;
+	a->cur = a->staged;
+	a->stalled = 0; /* a new transport */
+	*left = a->tr == NULL;
+	rs__agent_set_ready(a, !*left);
+	return rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_COMMITTED, gen, 0, NULL), err);
+}
+
+/* The coordinator aborted the staged generation: back to the old model, paused where it was. */
+rs_status rs__agent_abort_staged(rs_agent *a, int64_t gen, const char *why, rs_err *err)
+{
+	if (gen != a->st_gen)
+		return RS_OK; /* already dropped */
+	RS_WARN("generation %lld aborted by the coordinator (%s); the old model stands", (long long)gen,
+		why ? why : "no reason given");
+	rs__agent_drop_staged(a);
+	if (!a->tr) { /* a joiner: nothing to go back to; it waits for the next start, listening anew */
+		RSCHECK(rs__agent_relisten(a, err));
+		return rs_link_status(&a->link, rs_proto_make_idle(a->addr), err);
+	}
+	return rs__agent_report_paused(a, err);
+}
+
+/* ---- pre-copy ----------------------------------------------------------------------- */
+
+/* Background rounds an old member runs between two steps (each at most one chunk per peer). */
+#define PRECOPY_ROUNDS_PER_STEP 2
+
+/* The generation a start message names (0 when it names none). */
+static int64_t start_generation(const json_t *start)
+{
+	return json_integer_value(json_object_get(start, "generation"));
+}
+
+/*
+ * Begin the copy of start s (takes plan): the union's transports, then the
+ * copy set up (rs_precopy_begin), into st_uni / st_t / st_plan / pc.
+ */
+static rs_status precopy_begin(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_err *why)
+{
+	rs__agent_drop_staged(a);
+	a->st_gen = s->generation;
+	a->st_plan = plan;
+	a->st_ok = 0;
+	rs__agent_take_run(&a->staged, s);
+	RSCHECK(rs_plan_from_json(s->previous_plan, a->c.cfg, "start message previous plan", &a->pc_prev, why));
+	RSCHECK(union_of_old(s, a->pc_prev, &a->pc_uoo, why));
+	RSCHECK(rs__agent_connect_peers(a, s, &a->st_uni, why));
+	if (s->rank < s->world)
+		RSCHECK(rs_transport_subset(a->st_uni, (int32_t)s->world, &a->st_t));
+	rs_reshard_spec spec = {.old_plan = a->pc_prev, .new_plan = plan, .union_of_old = a->pc_uoo, .uni = a->st_uni,
+				.train_t = a->st_t, .engine = a->engine};
+	RSCHECK(rs_precopy_begin(a->c.cfg, a->tr, &spec, &a->pc, why));
+	RS_INFO("generation %lld: pre-copy began (%lld rounds)", (long long)s->generation,
+		(long long)rs_precopy_pending(a->pc));
+	return RS_OK;
+}
+
+/*
+ * The copy failed: drop it, closing its connections (the others fail at
+ * once, not at a timeout), and tell the coordinator, which aborts the attempt.
+ */
+static rs_status precopy_failed(rs_agent *a, int64_t gen, const char *why, rs_err *err)
+{
+	RS_WARN("generation %lld: pre-copy failed: %s%s", (long long)gen, why, a->tr ? "; the model in training stands" : "");
+	rs__agent_drop_staged(a);
+	a->st_gen = gen, a->st_ok = 0; /* its abort is answered as any failed staging's: paused, or idle */
+	rs_msg_staged m = {.generation = gen, .ok = 0, .reason = why};
+	return rs_link_status(&a->link, rs_proto_make_staged(&m), err);
+}
+
+/* Once every background round is done: say so, once. */
+static rs_status precopy_said(rs_agent *a, rs_err *err)
+{
+	if (!a->pc || a->pc_said || rs_precopy_pending(a->pc) > 0)
+		return RS_OK;
+	a->pc_said = 1;
+	return rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_PRECOPIED, a->st_gen, 0, NULL), err);
+}
+
+void rs__precopy_offer(rs_agent *a, json_t *start)
+{
+	json_decref(a->pc_start);
+	a->pc_start = json_incref(start);
+	rs_trainer_ready_to_precopy(a->tr, 1);
+}
+
+int rs__precopy_call_off(rs_agent *a, int64_t gen)
+{
+	int pending = a->pc_start && start_generation(a->pc_start) == gen;
+	if (!pending && a->st_gen != gen)
+		return 0;
+	RS_WARN("generation %lld: the coordinator called the pre-copy off; training goes on", (long long)gen);
+	if (a->tr)
+		rs_trainer_ready_to_precopy(a->tr, 0);
+	rs__agent_drop_staged(a);
+	return 1;
+}
+
+/*
+ * Begin the kept start message: between steps (its rounds then run between
+ * the next ones), or, paused, now (rs__precopy_now: back to back).
+ */
+static rs_status begin_kept(rs_agent *a, int paused, rs_err *err)
+{
+	json_t *msg = a->pc_start;
+	int64_t gen = start_generation(msg);
+	rs_msg_start s;
+	rs_plan *plan = NULL;
+	rs_err why = {0};
+	a->pc_start = NULL;
+	rs_trainer_ready_to_precopy(a->tr, 0);
+	rs_status st = rs_proto_start(msg, &s, &why);
+	if (st == RS_OK)
+		st = rs_plan_from_json(s.plan, a->c.cfg, "start message plan", &plan, &why);
+	if (st == RS_OK)
+		st = paused ? rs__precopy_now(a, &s, plan, err) : precopy_begin(a, &s, plan, &why);
+	json_decref(msg);
+	if (st == RS_OK || paused)
+		return st;
+	return precopy_failed(a, gen, why.msg[0] ? why.msg : rs_status_str(st), err);
+}
+
+rs_status rs__precopy_paused(rs_agent *a, rs_err *err) { return a->pc_start && a->tr ? begin_kept(a, 1, err) : RS_OK; }
+
+rs_status rs__precopy_step(rs_agent *a, const rs_step_stats *stats, rs_err *err)
+{
+	rs_err why = {0};
+	if (a->pc_start && stats->precopy) /* every rank has the start: they all begin now */
+		RSCHECK(begin_kept(a, 0, err));
+	for (int k = 0; a->pc && k < PRECOPY_ROUNDS_PER_STEP && rs_precopy_pending(a->pc) > 0; k++)
+		if (rs_precopy_round(a->pc, &why) != RS_OK)
+			return precopy_failed(a, a->st_gen, why.msg, err);
+	return precopy_said(a, err);
+}
+
+rs_status rs__precopy_now(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_err *err)
+{
+	rs_err why = {0};
+	RSCHECK(rs__agent_relisten(a, err));
+	RSCHECK(rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_STAGING, s->generation, 0, NULL), err));
+	rs_status st = precopy_begin(a, s, plan, &why);
+	if (st == RS_OK && a->c.stall_ms > 0)
+		rs_sleep(a->c.stall_ms / 1000.0); /* test hook: the others' background rounds wait for this one */
+	while (st == RS_OK && rs_precopy_pending(a->pc) > 0)
+		st = rs_precopy_round(a->pc, &why);
+	if (st != RS_OK)
+		return precopy_failed(a, s->generation, why.msg[0] ? why.msg : rs_status_str(st), err);
+	return precopy_said(a, err);
+}
+
+rs_status rs__precopy_finish(rs_agent *a, json_t *msg, rs_err *err)
+{
+	rs_msg_finish f;
+	rs_reshard_stats rst = {0};
+	rs_err why = {0};
+	double t0 = rs_now();
+	RSCHECK(rs_proto_finish(msg, &f, err));
+	if (f.generation != a->st_gen || !a->pc)
+		return precopy_failed(a, f.generation, "no pre-copy of that generation here", err);
+	rs_status st = rs_precopy_finish(a->pc, &a->st_tr, &rst, &why);
+	rs_precopy_free(a->pc);
+	a->pc = NULL;
+	a->staged.step = f.first_step, a->staged.steps = f.steps, a->staged.last = f.last;
+	if (st != RS_OK) { /* closed now: the others must not wait for this member's rows */
+		rs_transport_destroy(a->st_t);
+		rs_transport_destroy(a->st_uni);
+		a->st_t = a->st_uni = NULL;
+	}
+	return report_staged(a, f.generation, st, &rst, 0, NULL, NULL, &why, t0, err);
+}
