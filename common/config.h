@@ -105,15 +105,15 @@ typedef struct rs_cluster_config {
 	 */
 	int partial_recovery;
 	/*
-	 * "precopy": a reshard moves most rows while the old world trains on
-	 * and pauses only to send what changed since (worker/precopy.c); 1D
-	 * worlds on CPU workers, not while healing. false: every reshard moves
-	 * its rows at the pause.
+	 * "precopy" (default true): a reshard moves most rows while the old
+	 * world trains on and pauses only to send what changed since
+	 * (worker/precopy.c); 1D worlds, not while healing (those reshard at
+	 * the pause anyway). false: every reshard moves its rows at the pause.
 	 */
 	int precopy;
 } rs_cluster_config;
 
-#define RS_PRECOPY_DEFAULT 0
+#define RS_PRECOPY_DEFAULT 1
 
 typedef struct rs_config {
 	char *path;             /* the file it came from (for messages), or "<memory>" */

@@ -498,25 +498,34 @@ static void tick_starting(rs_job *j)
  * Whether the change to the candidates c (n) can be pre-copied: on in the
  * config, a 1D world, not healing, not after an aborted attempt (which
  * retries at the pause), every member connected and listening, the old
- * ones training this generation. 1: yes; 0: no, reshard at the pause;
- * -1: not yet (an old member has not said where it listens in this
- * generation: it is still starting), wait a little.
+ * ones training this generation and saying where they listen meanwhile
+ * (a worker that cannot pre-copy, on a GPU, says no address). 1: yes; 0:
+ * no, reshard at the pause; -1: not yet (an old member has not said it
+ * trains this generation: it is still starting), wait a little.
+ * world_can_precopy: the same for the old world alone.
  */
-static int can_precopy(const rs_job *j, const int32_t *c, int32_t n)
+static int world_can_precopy(const rs_job *j)
 {
 	if (!j->cfg->cluster.precopy || j->att.failures > 0 || j->rec.healing || j->cfg->cluster.sharding_group > 0)
 		return 0;
 	int wait = 0;
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
 		const member *m = &j->mem.v[j->cur.world[r]];
-		if (m->lost || !m->conn || m->st != M_TRAINING || m->gen != j->cur.generation)
+		if (m->lost || !m->conn || m->st != M_TRAINING || m->gen != j->cur.generation ||
+		    (m->said_gen == j->cur.generation && m->addr_gen != j->cur.generation)) /* it cannot (2D, a GPU) */
 			return 0;
-		wait |= m->addr_gen != j->cur.generation; /* its own word that it trains this generation, listening at addr */
+		wait |= m->said_gen != j->cur.generation; /* it has not said it trains this generation yet */
 	}
-	for (int32_t k = 0; k < n; k++)
+	return wait && rs__job_now(j) - j->ph_at < j->o.timeout_ms / 1000.0 ? -1 : !wait;
+}
+
+static int can_precopy(const rs_job *j, const int32_t *c, int32_t n)
+{
+	int world = world_can_precopy(j);
+	for (int32_t k = 0; world && k < n; k++)
 		if (!j->mem.v[c[k]].conn || !j->mem.v[c[k]].addr[0])
 			return 0;
-	return wait && rs__job_now(j) - j->ph_at < j->o.timeout_ms / 1000.0 ? -1 : !wait;
+	return world;
 }
 
 static void begin_precopy(rs_job *j, const int32_t *c, int32_t n)
@@ -527,9 +536,9 @@ static void begin_precopy(rs_job *j, const int32_t *c, int32_t n)
 	if (!send_starts(j))
 		return;
 	j->t.attempt = rs__job_now(j);
-	RS_INFO("membership change: %d -> %d workers; generation %lld pre-copies while generation %lld trains",
-		j->cur.nworld, n, (long long)j->att.generation, (long long)j->cur.generation);
-	rs__emit(j, &(job_event){.kind = EV_ATTEMPT});
+	RS_INFO("membership change: %d -> %d workers; generation %lld pre-copies while generation %lld trains "
+		"(from step %lld; planned in %.1f ms)", j->cur.nworld, n, (long long)j->att.generation,
+		(long long)j->cur.generation, (long long)rs__job_step(j), j->t.plan_s * 1e3);
 }
 
 /* The pre-copy in flight is called off: the union drops it, the old world trains on, the change waits. */
@@ -613,9 +622,10 @@ static void finish_precopy(rs_job *j)
 	if (j->cur.next_sched < j->o.nsched && j->o.sched_step[j->cur.next_sched] == j->cur.step)
 		j->cur.next_sched++; /* the scheduled change is this one */
 	j->att.bound = rs__cycle_bound_after(j, j->cur.step);
-	j->t.plan_s = 0; /* planned long before the pause */
 	if (!rs__persist(j, RS_STATE_MIGRATING))
 		return;
+	rs__emit(j, &(job_event){.kind = EV_ATTEMPT}); /* now that its step is known */
+	j->t.plan_s = 0; /* planned long before the pause: not part of it */
 	rs_msg_finish f = {j->att.generation, j->cur.step, j->att.bound, j->att.bound >= j->o.steps};
 	send_union(j, rs_proto_make_finish(&f));
 	for (int32_t u = 0; u < j->att.nuni; u++) {
@@ -636,8 +646,8 @@ static void finish_precopy(rs_job *j)
 static void ask_schedule_ahead(rs_job *j)
 {
 	int k = j->cur.next_sched;
-	if (!j->cfg->cluster.precopy || k >= j->o.nsched || j->cur.sched_asked == k + 1 || !j->src.scale ||
-	    j->o.sched_step[k] != j->cur.bound || j->att.failures > 0)
+	if (k >= j->o.nsched || j->cur.sched_asked == k + 1 || !j->src.scale || j->o.sched_step[k] != j->cur.bound ||
+	    world_can_precopy(j) != 1)
 		return;
 	rs_err err = {0};
 	int32_t n = j->o.sched_workers[k];
@@ -688,6 +698,8 @@ static void tick_training(rs_job *j)
 	int ready = !j->cur.pause_sent && rs__members_change_ready(j, c, &nc), pre = ready ? can_precopy(j, c, nc) : 0;
 	if (pre < 0)
 		return; /* the old world is still starting its run: pre-copy once it says where it listens */
+	if (ready && pre == 0 && j->cur.sched_asked == j->cur.next_sched + 1)
+		return; /* a scheduled change asked for ahead, that cannot be pre-copied after all: at its step, as planned */
 	if (pre > 0) {
 		begin_precopy(j, c, nc);
 		return;

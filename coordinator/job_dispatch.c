@@ -194,6 +194,8 @@ static rs_status on_generation(rs_job *j, member *m, rs_msg_type type, json_t *m
 		m->precopied = gen;
 		return RS_OK;
 	}
+	if (type == RS_MSG_TRAINING)
+		m->said_gen = gen;
 	if (type == RS_MSG_TRAINING && addr) { /* where it listens meanwhile: a pre-copy connects there */
 		snprintf(m->addr, sizeof(m->addr), "%s", addr);
 		m->addr_gen = gen;

@@ -77,8 +77,7 @@ static void report(rs_job *j, const job_event *ev)
 		fprintf(f, "generation %lld: %d -> %d workers%s at step %lld; the plan moves %.2f MiB%s (lower bound %.2f MiB), "
 			   "planned in %.1f ms\n",
 			(long long)j->att.generation, j->cur.nworld, j->att.nworld, layout(j->att.plan, buf, sizeof(buf)),
-			(long long)(j->att.precopy ? rs__job_step(j) : j->cur.step), /* pre-copy: where training is now */
-			j->att.plan->summary.moved_bytes / 1048576.0, restores,
+			(long long)j->cur.step, j->att.plan->summary.moved_bytes / 1048576.0, restores,
 			j->att.plan->summary.min_moved_bytes / 1048576.0, j->t.plan_s * 1e3);
 		break;
 	}

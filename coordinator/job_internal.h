@@ -71,7 +71,8 @@ typedef struct member {
 	char staged_why[256];
 	uint64_t *staged_sum;     /* per table, its staged rows' checksum; NULL when it holds none */
 	int64_t precopied;        /* the generation whose background rounds it finished (pre-copy) */
-	int64_t addr_gen;         /* the generation whose training it last said addr in: current, it listens there */
+	int64_t said_gen;         /* the generation it last said it trains */
+	int64_t addr_gen;         /* ... and the one it said so with an addr: it listens there and can pre-copy */
 	rs_msg_staged staged;     /* the numbers of its last "staged" (strings and JSON not kept) */
 	double samples_per_s;     /* from its last progress report */
 } member;

@@ -366,9 +366,12 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 	rs_status st;
 	*done = *stop = 0;
 	rs__agent_set_ready(a, 1); /* before it says so: a probe never lags the coordinator's view */
-	/* listening meanwhile, and saying where: a pre-copied reshard connects while the world trains */
-	RSCHECK(rs__agent_relisten(a, err));
-	RSCHECK(rs_link_status(&a->link, rs_proto_make_training(r->generation, r->step, a->addr), err));
+	/* listening meanwhile, and saying where: a pre-copied reshard connects while the world trains (CPU only) */
+	int can_precopy = rs_trainer_can_precopy(a->tr);
+	if (can_precopy)
+		RSCHECK(rs__agent_relisten(a, err));
+	RSCHECK(rs_link_status(&a->link, rs_proto_make_training(r->generation, r->step, can_precopy ? a->addr : NULL),
+			       err));
 	if (r->generation != a->ckpt_gen) /* a new generation: its interval counts from its start */
 		a->ckpt_at = rs_now(), a->ckpt_gen = r->generation;
 	RS_INFO("rank %lld, generation %lld: training steps %lld..%lld", (long long)r->rank, (long long)r->generation,

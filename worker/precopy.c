@@ -37,9 +37,9 @@ rs_status rs_precopy_begin(const rs_config *cfg, rs_trainer *old, const rs_resha
 	*out = NULL;
 	if (spec->restore)
 		return rs_err_set(err, RS_EINVAL, "pre-copy: not with rows restored from a checkpoint");
-	if (old && (old->engine != rs_engine_cpu() || rs_trainer_can_heal(old)))
-		return rs_err_set(err, RS_EINVAL, "pre-copy: only 1D worlds on the CPU engine (this one: %s%s)",
-				  old->engine->name, rs_trainer_can_heal(old) ? ", 2D" : "");
+	if (old && !rs_trainer_can_precopy(old))
+		return rs_err_set(err, RS_EINVAL, "pre-copy: only 1D worlds on the CPU engine (this one: %s, %d replica groups)",
+				  old->engine->name, (int)old->replicas);
 	rs_precopy *pc = calloc(1, sizeof(*pc));
 	if (!pc)
 		return rs_err_set(err, RS_ENOMEM, "pre-copy: out of memory");
@@ -171,12 +171,14 @@ static rs_status unpack_delta(stager *g, int32_t s, unsigned char *buf, size_t l
 				return rs_err_set(g->err, RS_EINVAL, "pre-copy: no new shard holds rows %lld.. of table '%s'",
 						  (long long)m->row_offset, cfg->tables[m->table].name);
 			memcpy(scratch, buf + at + 16, 8 * (size_t)n);
-			for (int64_t k = 0; k < n; k++) {
-				if (scratch[k] < 0 || scratch[k] >= m->rows || (k > 0 && scratch[k] <= scratch[k - 1]))
+			for (int64_t k = 0, prev = -1; k < n; k++) {
+				int64_t o = scratch[k]; /* a row of the move: rising, inside it */
+				if (o <= prev || o >= m->rows)
 					return rs_err_set(g->err, RS_ECORRUPT, "pre-copy: rank %d's updated rows of table '%s': "
 							  "row %lld out of the move or out of order", s,
-							  cfg->tables[m->table].name, (long long)scratch[k]);
-				scratch[k] += m->row_offset - ns->s.row_offset;
+							  cfg->tables[m->table].name, (long long)o);
+				scratch[k] = o + m->row_offset - ns->s.row_offset; /* as a row of the new shard */
+				prev = o;
 			}
 			if (pass == 1)
 				RSCHECK(rs_emb_unpack_rows(&ns->emb, cfg->optimizer.kind, scratch, n, buf + at + 16 + 8 * (size_t)n,

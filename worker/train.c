@@ -652,6 +652,8 @@ out:
 	return st;
 }
 
+int rs_trainer_can_precopy(const rs_trainer *tr) { return tr->engine == rs_engine_cpu() && tr->replicas == 1; }
+
 int rs_trainer_can_heal(const rs_trainer *tr)
 {
 	return tr && !tr->spoiled &&

@@ -247,6 +247,9 @@ rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs
  */
 typedef struct rs_precopy rs_precopy;
 
+/* Whether this trainer's rows can be pre-copied: the CPU engine, a 1D world. */
+int rs_trainer_can_precopy(const rs_trainer *tr);
+
 rs_status rs_precopy_begin(const rs_config *cfg, rs_trainer *old, const rs_reshard_spec *spec, rs_precopy **out,
 			   rs_err *err);
 int64_t rs_precopy_pending(const rs_precopy *pc);

@@ -5,8 +5,8 @@
 #   1. 1, 2, 3 and 4 workers, 400 steps: bitwise-identical checkpoints
 #      (rowshiftctl checkpoint diff says "identical"), and the same loss and
 #      AUC in every report
-#   2. 2 -> 4 -> 3 workers live, 120 steps: the static run's checkpoint of
-#      step 120, bit for bit
+#   2. 2 -> 4 -> 3 workers live, 120 steps, pre-copied (the default): the
+#      static run's checkpoint of step 120, bit for bit
 #   3. a worker SIGKILLed after the checkpoint of step 60: the world rolls
 #      back and finishes with the static run's bits
 #   4. 2 replica groups of 2 (2D, exact sync), 120 steps: the same bits
@@ -75,6 +75,8 @@ wait_for "$tmp/lost.out" "checkpoint of step 60 complete" 120
 pkill -9 -P "$(pgrep -P $coord)" -f -- "--name worker-1 "
 wait
 check "the elastic run went 2 -> 4 -> 3" bash -c "grep -q '2 -> 4 workers' $tmp/elastic.out && grep -q '4 -> 3 workers' $tmp/elastic.out"
+check "both of its reshards were pre-copied while training" bash -c \
+	"grep -q 'generation 2: pre-copied in [1-9]' $tmp/elastic.err && grep -q 'generation 3: pre-copied in [1-9]' $tmp/elastic.err"
 identical "2 -> 4 -> 3 ends with the static run's bits at step 120" "$tmp/ck1/step-000000120" "$tmp/elastic"
 check "the lost worker's world rolled back to step 60" grep -q "rolling back to .*(step 60)" "$tmp/lost.out"
 identical "after the rollback, the static run's bits at step 120" "$tmp/ck1/step-000000120" "$tmp/lost"

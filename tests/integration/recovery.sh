@@ -119,8 +119,10 @@ check "two: one recovery, back to step 60" bash -c \
 	"[ \$(grep -c '^recovery: ' '$tmp/two.out') = 1 ] && grep -q '^recovery: .*(step 60)$' '$tmp/two.out'"
 equal two
 
-# 7. a SIGKILL of an old member while a reshard moves rows (every reshard stalls 2 s first)
-ROWSHIFT_FAULT=stall-ms=2000 run migrate --checkpoint-dir "$tmp/ck7" --checkpoint-every 30 --schedule 45:4
+# 7. a SIGKILL of an old member while a reshard moves rows at the pause (pre-copy off; every reshard stalls 2 s first)
+python3 -c 'import json, sys; c = json.load(open("examples/dlrm-small.json")); c.setdefault("cluster", {})["precopy"] = False
+json.dump(c, open(sys.argv[1], "w"))' "$tmp/stw.json"
+cfg=$tmp/stw.json ROWSHIFT_FAULT=stall-ms=2000 run migrate --checkpoint-dir "$tmp/ck7" --checkpoint-every 30 --schedule 45:4
 wait_for "$tmp/migrate.out" "generation 2: 3 -> 4 workers" 60
 kill_worker 1
 finished migrate

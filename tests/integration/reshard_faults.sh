@@ -13,12 +13,28 @@
 #      (debouncing); SIGTERM to two workers at once: one reshard draining
 #      both (the StatefulSet-like local mode then starts them again);
 #      scale 4 -> 3 while the workers are mid-step: the leaver drains and
-#      exits cleanly after the commit.
+#      exits cleanly after the commit;
+#   5. pre-copy (the rows move while the old world trains, the pause sends
+#      what changed since), 2 -> 4 -> 3: the static run's bits, rows sent
+#      again at the pause (the demo model's hot rows move too);
+#   6. a chunk corrupted during the background copy, and 7. a joiner
+#      SIGKILLed during it: the copy is called off while the old world
+#      trains on, and the next attempt (at the pause) commits.
+# Cases 1-4 reshard at the pause (pre-copy off): their faults act in MIGRATE.
 # ROWSHIFT_FAULT (a worker test hook, inherited from the coordinator)
-# stalls each reshard before rows move, so that a test can act during MIGRATE.
+# stalls each reshard before rows move, so that a test can act during MIGRATE
+# (with pre-copy: a joiner waits before its background rounds).
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
-cfg=examples/dlrm-small.json
+for pc in true false; do
+	python3 - "$pc" "$tmp/precopy-$pc.json" <<'PY'
+import json, sys
+c = json.load(open("examples/dlrm-small.json"))
+c.setdefault("cluster", {})["precopy"] = sys.argv[1] == "true"
+json.dump(c, open(sys.argv[2], "w"))
+PY
+done
+cfg=$tmp/precopy-false.json
 steps=100
 same_as_static() { same_bits "$tmp/static" "$1" >"$1.diff"; } # bit for bit: deterministic training
 # run NAME ARGS...: a local job in the background; its pid in $job, output in $tmp/NAME.{out,err}
@@ -99,6 +115,41 @@ check "4. a job scaled 4 -> 3 mid-training finishes (exit $?)" grep -q "training
 check "4. the leaver got SIGTERM mid-step and asked to be drained" grep -q "worker-3 .*SIGTERM: asking the coordinator to drain" "$tmp/shrink.err"
 check "4. it exited after the commit, its rows handed over" grep -q "worker-3 .*handed my rows over in generation 2; leaving" "$tmp/shrink.err"
 check "4. no worker failed" bash -c "! grep -q 'exited with status [1-9]\|killed by signal' $tmp/shrink.err"
+
+# 5. pre-copy, 6. a corrupted chunk and 7. a lost joiner during the background copy
+cfg=$tmp/precopy-true.json
+run precopy --workers 2 --schedule 40:4,70:3
+finish precopy
+check "5. a pre-copied 2 -> 4 -> 3 run finishes (exit $?)" grep -q "training done: 3 workers" "$tmp/precopy.out"
+check "5. both reshards pre-copied while training, resuming at the scheduled steps" bash -c \
+	"grep -q 'generation 2: .*pre-copied in [1-9][0-9]* rounds while training' $tmp/precopy.err &&
+	 grep -q 'generation 3: .*pre-copied in [1-9][0-9]* rounds while training' $tmp/precopy.err &&
+	 grep -q 'generation 2 resumed at step 40' $tmp/precopy.out && grep -q 'generation 3 resumed at step 70' $tmp/precopy.out"
+check "5. rows updated after they were sent went again at the pause" \
+	grep -q "pre-copied in [0-9]* rounds while training; [1-9][0-9]* rows" "$tmp/precopy.err"
+check "5. the weights equal the static run's" same_as_static "$tmp/precopy"
+
+ROWSHIFT_FAULT=corrupt-chunk run pc_corrupt --workers 2 --schedule 40:4
+finish pc_corrupt
+check "6. a run with a chunk corrupted during the background copy finishes (exit $?)" \
+	grep -q "training done: 4 workers" "$tmp/pc_corrupt.out"
+check "6. the copy was called off, naming the checksum mismatch" \
+	grep -q "generation 2 aborted: .*checksum mismatch" "$tmp/pc_corrupt.out"
+check "6. the old world trained on meanwhile (no member lost its generation)" \
+	bash -c "grep -q 'called the pre-copy off; training goes on\|pre-copy failed: .*the model in training stands' $tmp/pc_corrupt.err && ! grep -q 'lost at step' $tmp/pc_corrupt.err"
+check "6. the next attempt committed" grep -q "generation 3 committed" "$tmp/pc_corrupt.out"
+check "6. the weights equal the static run's" same_as_static "$tmp/pc_corrupt"
+
+ROWSHIFT_FAULT=stall-ms=1500 run pc_kill --workers 2 --schedule 40:4
+wait_for "$tmp/pc_kill.err" "worker-3 generation 2: pre-copy began" 60
+sleep 0.3
+pkill -9 -P $job -f -- "--name worker-3 "
+finish pc_kill
+check "7. a run whose joiner was killed during the background copy finishes (exit $?)" \
+	grep -q "training done: 4 workers" "$tmp/pc_kill.out"
+check "7. the copy was called off" grep -q "generation 2 aborted: " "$tmp/pc_kill.out"
+check "7. the next attempt committed" grep -q "generation 3 committed" "$tmp/pc_kill.out"
+check "7. the weights equal the static run's" same_as_static "$tmp/pc_kill"
 
 [ "$fails" = 0 ] || { for f in "$tmp"/*.out; do echo "--- $f"; tail -20 "$f"; done; tail -40 "$tmp"/coord2.err; }
 echo "reshard_faults: $fails failed"
