@@ -621,6 +621,7 @@ static void finish_precopy(rs_job *j)
 			j->att.before[t] += j->mem.v[j->cur.world[r]].paused_sum[t];
 	if (j->cur.next_sched < j->o.nsched && j->o.sched_step[j->cur.next_sched] == j->cur.step)
 		j->cur.next_sched++; /* the scheduled change is this one */
+	j->cur.sched_asked = 0;
 	j->att.bound = rs__cycle_bound_after(j, j->cur.step);
 	if (!rs__persist(j, RS_STATE_MIGRATING))
 		return;
@@ -698,8 +699,9 @@ static void tick_training(rs_job *j)
 	int ready = !j->cur.pause_sent && rs__members_change_ready(j, c, &nc), pre = ready ? can_precopy(j, c, nc) : 0;
 	if (pre < 0)
 		return; /* the old world is still starting its run: pre-copy once it says where it listens */
-	if (ready && pre == 0 && j->cur.sched_asked == j->cur.next_sched + 1)
-		return; /* a scheduled change asked for ahead, that cannot be pre-copied after all: at its step, as planned */
+	if (ready && pre == 0 && j->cur.sched_asked == j->cur.next_sched + 1 &&
+	    nc == j->o.sched_workers[j->cur.next_sched])
+		return; /* the scheduled change, asked for ahead, that cannot be pre-copied after all: at its step, as planned */
 	if (pre > 0) {
 		begin_precopy(j, c, nc);
 		return;

@@ -170,6 +170,9 @@ static rs_status on_staged(rs_job *j, member *m, json_t *msg, rs_err *err)
 			rs__cycle_precopy_failed(j, m, s.reason);
 		return RS_OK;
 	}
+	if (!s.ok && s.generation != j->att.generation && j->ph == P_TRAINING &&
+	    rs__member_in_world(j, (int)(m - j->mem.v)))
+		return RS_OK; /* a copy called off already, failing late under a member that trains on */
 	m->st = M_STAGED, m->gen = s.generation, m->staged_ok = s.ok;
 	snprintf(m->staged_why, sizeof(m->staged_why), "%s", s.reason ? s.reason : "");
 	m->staged = s;

@@ -9,7 +9,9 @@
 #include "common/log.h"
 #include "common/plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 typedef struct progress_ctx {
 	rs_agent *a;
@@ -217,6 +219,10 @@ static rs_status precopy_failed(rs_agent *a, int64_t gen, const char *why, rs_er
 	RS_WARN("generation %lld: pre-copy failed: %s%s", (long long)gen, why, a->tr ? "; the model in training stands" : "");
 	rs__agent_drop_staged(a);
 	a->st_gen = gen, a->st_ok = 0; /* its abort is answered as any failed staging's: paused, or idle */
+	if (a->lfd >= 0) { /* a peer connecting to it is refused at once, not kept waiting (listening anew on need) */
+		close(a->lfd);
+		a->lfd = -1;
+	}
 	rs_msg_staged m = {.generation = gen, .ok = 0, .reason = why};
 	return rs_link_status(&a->link, rs_proto_make_staged(&m), err);
 }
@@ -265,12 +271,15 @@ static rs_status begin_kept(rs_agent *a, int paused, rs_err *err)
 	rs_status st = rs_proto_start(msg, &s, &why);
 	if (st == RS_OK)
 		st = rs_plan_from_json(s.plan, a->c.cfg, "start message plan", &plan, &why);
-	if (st == RS_OK)
-		st = paused ? rs__precopy_now(a, &s, plan, err) : precopy_begin(a, &s, plan, &why);
-	json_decref(msg);
-	if (st == RS_OK || paused)
+	if (st == RS_OK && paused) {
+		st = rs__precopy_now(a, &s, plan, err); /* reports its own failure; an error here is the link's */
+		json_decref(msg);
 		return st;
-	return precopy_failed(a, gen, why.msg[0] ? why.msg : rs_status_str(st), err);
+	}
+	if (st == RS_OK)
+		st = precopy_begin(a, &s, plan, &why);
+	json_decref(msg);
+	return st == RS_OK ? RS_OK : precopy_failed(a, gen, why.msg[0] ? why.msg : rs_status_str(st), err);
 }
 
 rs_status rs__precopy_paused(rs_agent *a, rs_err *err) { return a->pc_start && a->tr ? begin_kept(a, 1, err) : RS_OK; }
@@ -289,9 +298,15 @@ rs_status rs__precopy_step(rs_agent *a, const rs_step_stats *stats, rs_err *err)
 rs_status rs__precopy_now(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_err *err)
 {
 	rs_err why = {0};
-	RSCHECK(rs__agent_relisten(a, err));
-	RSCHECK(rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_STAGING, s->generation, 0, NULL), err));
-	rs_status st = precopy_begin(a, s, plan, &why);
+	rs_status st = rs__agent_relisten(a, err);
+	/* a joiner says it is staging; an old member stays paused in the coordinator's eyes until "finish" */
+	if (st == RS_OK && !a->tr)
+		st = rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_STAGING, s->generation, 0, NULL), err);
+	if (st != RS_OK) {
+		rs_plan_free(plan);
+		return st;
+	}
+	st = precopy_begin(a, s, plan, &why);
 	if (st == RS_OK && a->c.stall_ms > 0)
 		rs_sleep(a->c.stall_ms / 1000.0); /* test hook: the others' background rounds wait for this one */
 	while (st == RS_OK && rs_precopy_pending(a->pc) > 0)
@@ -308,11 +323,25 @@ rs_status rs__precopy_finish(rs_agent *a, json_t *msg, rs_err *err)
 	rs_err why = {0};
 	double t0 = rs_now();
 	RSCHECK(rs_proto_finish(msg, &f, err));
-	if (f.generation != a->st_gen || !a->pc)
+	if (a->st_gen && f.generation != a->st_gen) { /* not this member's copy: leave that one alone */
+		RS_WARN("a finish of generation %lld, while this worker's pre-copy is of %lld", (long long)f.generation,
+			(long long)a->st_gen);
+		rs_msg_staged m = {.generation = f.generation, .ok = 0, .reason = "no pre-copy of that generation here"};
+		return rs_link_status(&a->link, rs_proto_make_staged(&m), err);
+	}
+	if (!a->pc)
 		return precopy_failed(a, f.generation, "no pre-copy of that generation here", err);
+	if (a->tr && f.first_step != a->cur.step) {
+		char why_step[128];
+		snprintf(why_step, sizeof(why_step), "finish names step %lld; this member paused at step %lld",
+			 (long long)f.first_step, (long long)a->cur.step);
+		return precopy_failed(a, f.generation, why_step, err);
+	}
 	rs_status st = rs_precopy_finish(a->pc, &a->st_tr, &rst, &why);
 	rs_precopy_free(a->pc);
-	a->pc = NULL;
+	rs_plan_free(a->pc_prev); /* what pc pointed to: no longer needed */
+	free(a->pc_uoo);
+	a->pc = NULL, a->pc_prev = NULL, a->pc_uoo = NULL;
 	a->staged.step = f.first_step, a->staged.steps = f.steps, a->staged.last = f.last;
 	if (st != RS_OK) { /* closed now: the others must not wait for this member's rows */
 		rs_transport_destroy(a->st_t);

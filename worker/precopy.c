@@ -3,6 +3,9 @@
  * move in rounds while the old world trains on, the pause sends only what
  * changed since, as live migration of virtual machines does.
  *
+ * ZCH tables (their identities change with every lookup) and data-parallel
+ * tables (one old copy may feed several joiners) move at the pause.
+ *
  * The rows a member keeps but had to copy (a new shard not wholly inside
  * one old shard) are copied at the start and the dirty ones again at the
  * pause; kept rows that share the old shard's memory are current anyway.
@@ -52,12 +55,12 @@ rs_status rs_precopy_begin(const rs_config *cfg, rs_trainer *old, const rs_resha
 		rs_err_set(err, st, "pre-copy: out of memory for the dirty rows' marks");
 	double t0 = rs_now();
 	if (st == RS_OK && old && g->nt)
-		st = rs__stage_kept(g, RS__MOVES_PLAIN);
+		st = rs__stage_kept(g, RS__MOVES_AHEAD);
 	if (st == RS_OK)
 		rs__stage_populate(g);
 	pc->stats.copy_s = rs_now() - t0;
 	if (st == RS_OK)
-		st = rs__stage_chunks(g, RS__MOVES_PLAIN, &pc->rounds);
+		st = rs__stage_chunks(g, RS__MOVES_AHEAD, &pc->rounds);
 	if (st != RS_OK) {
 		if (!err->msg[0])
 			rs_err_set(err, st, "pre-copy: %s", rs_status_str(st));
@@ -101,7 +104,7 @@ static rs_status pack_delta(stager *g, int32_t d, unsigned char **buf, size_t *l
 	for (int i = 0; i < g->nmoves; i++) {
 		const rs_move *m = &g->moves[i];
 		if (m->src == RS_MOVE_RESTORE || m->dst != d || g->spec->union_of_old[m->src] != g->me ||
-		    g->old->tables[m->table].zch)
+		    rs__at_pause(g, m->table))
 			continue;
 		lshard *os = rs__move_shard(g->old, m);
 		if (!os)
@@ -159,7 +162,7 @@ static rs_status unpack_delta(stager *g, int32_t s, unsigned char *buf, size_t l
 			memcpy(&n, buf + at + 8, 8);
 			const rs_move *m = mi < (uint32_t)g->nmoves ? &g->moves[mi] : NULL;
 			if (!m || m->src == RS_MOVE_RESTORE || m->dst != g->me || g->spec->union_of_old[m->src] != s ||
-			    g->nt->tables[m->table].zch)
+			    rs__at_pause(g, m->table))
 				return rs_err_set(g->err, RS_ECORRUPT, "pre-copy: rank %d sent rows of move %u, not one it sends here",
 						  s, mi);
 			size_t rb = rs__packed_row_bytes(cfg, m);
@@ -198,6 +201,19 @@ static int64_t largest_move(const stager *g)
 	return most;
 }
 
+/* The most bytes union rank s can send here in a delta: all the rows of its moves to this member. */
+static size_t delta_cap(const stager *g, int32_t s)
+{
+	size_t cap = 4;
+	for (int i = 0; i < g->nmoves; i++) {
+		const rs_move *m = &g->moves[i];
+		if (m->src != RS_MOVE_RESTORE && m->dst == g->me && g->spec->union_of_old[m->src] == s &&
+		    !rs__at_pause(g, m->table))
+			cap += 16 + (size_t)m->rows * (8 + rs__packed_row_bytes(g->cfg, m));
+	}
+	return cap;
+}
+
 /* Every pair's rows updated since they were sent: sizes, then the messages. */
 static rs_status send_delta(stager *g)
 {
@@ -217,6 +233,9 @@ static rs_status send_delta(stager *g)
 		if (rlen[p] && !g->nt)
 			st = rs_err_set(g->err, RS_ECORRUPT, "pre-copy: rank %d sends %zu bytes of rows to a member that leaves",
 					p, rlen[p]);
+		else if (rlen[p] > delta_cap(g, p))
+			st = rs_err_set(g->err, RS_ECORRUPT, "pre-copy: rank %d announces %zu bytes of updated rows, more than "
+					"all the rows it moves here (%zu)", p, rlen[p], delta_cap(g, p));
 		else if (rlen[p] && !(rb[p] = malloc(rlen[p])))
 			st = rs_err_set(g->err, RS_ENOMEM, "pre-copy: out of memory for %zu bytes of rows", rlen[p]);
 		else if (rlen[p])
@@ -249,7 +268,7 @@ static void recopy_kept(stager *g)
 		for (int k = 0; k < g->old->nshards; k++) {
 			const lshard *os = &g->old->shards[k];
 			int64_t r0, r1;
-			if (ns->wmem == os->wmem || g->old->tables[os->table].zch || !rs__kept_rows(os, ns, &r0, &r1))
+			if (ns->wmem == os->wmem || rs__at_pause(g, os->table) || !rs__kept_rows(os, ns, &r0, &r1))
 				continue;
 			for (int64_t r = r0; r < r1; r++) {
 				if (!rs__dirty_test(os, r - os->s.row_offset))
@@ -279,10 +298,10 @@ rs_status rs_precopy_finish(rs_precopy *pc, rs_trainer **out, rs_reshard_stats *
 	double k0 = rs_now();
 	if (g->old && g->nt) {
 		recopy_kept(g);
-		RSCHECK(rs__stage_kept(g, RS__MOVES_ZCH));
+		RSCHECK(rs__stage_kept(g, RS__MOVES_AT_PAUSE));
 	}
 	pc->stats.copy_s = rs_now() - k0; /* in the pause: the kept rows copied again, the ZCH tables kept */
-	RSCHECK(rs__stage_chunks(g, RS__MOVES_ZCH, &zrounds));
+	RSCHECK(rs__stage_chunks(g, RS__MOVES_AT_PAUSE, &zrounds));
 	for (int64_t k = 0; k < zrounds; k++)
 		RSCHECK(rs__stage_round(g, k, zrounds));
 	RSCHECK(rs__stage_dense(g));

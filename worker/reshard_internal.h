@@ -25,8 +25,14 @@ typedef struct chunkq {
 	size_t n, cap;
 } chunkq;
 
-/* Which moves a phase handles: all of them, those of plain tables, those of ZCH tables. */
-typedef enum { RS__MOVES_ALL, RS__MOVES_PLAIN, RS__MOVES_ZCH } rs__moves;
+/*
+ * Which moves a phase handles: all of them; those pre-copy sends ahead
+ * (plain sharded tables); those it sends at the pause: ZCH tables (their
+ * identities change with every lookup) and data-parallel tables (one old
+ * copy may feed several joiners, and a row's dirty mark is cleared by the
+ * first of their sends).
+ */
+typedef enum { RS__MOVES_ALL, RS__MOVES_AHEAD, RS__MOVES_AT_PAUSE } rs__moves;
 
 typedef struct stager {
 	const rs_config *cfg;
@@ -47,6 +53,9 @@ typedef struct stager {
 	rs_reshard_stats *stats, own_stats;
 	rs_err *err;
 } stager;
+
+/* Whether table t's moves are among RS__MOVES_AT_PAUSE. */
+int rs__at_pause(const stager *g, int t);
 
 /* Set up g for spec (checked): the plan diff and, for a member of the new world, its trainer (unfilled). */
 rs_status rs__stage_open(stager *g, const rs_config *cfg, rs_trainer *old, const rs_reshard_spec *spec,

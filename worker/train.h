@@ -236,7 +236,8 @@ rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs
  * again every row updated after it was sent (with its row numbers and one
  * CRC-32C per peer), copies again the kept rows that were copied and
  * updated since, then moves the ZCH tables (their identities change with
- * every lookup) and the dense network as rs_trainer_stage does: *out is
+ * every lookup), the data-parallel ones (one old copy may feed several
+ * joiners) and the dense network as rs_trainer_stage does: *out is
  * then what rs_trainer_stage would have built at that moment, to commit or
  * destroy. `old` is never modified but for the marks (the training step
  * sets them): on any failure rs_precopy_free leaves it as it was, training.

@@ -133,8 +133,8 @@ ROWSHIFT_FAULT=corrupt-chunk run pc_corrupt --workers 2 --schedule 40:4
 finish pc_corrupt
 check "6. a run with a chunk corrupted during the background copy finishes (exit $?)" \
 	grep -q "training done: 4 workers" "$tmp/pc_corrupt.out"
-check "6. the copy was called off, naming the checksum mismatch" \
-	grep -q "generation 2 aborted: .*checksum mismatch" "$tmp/pc_corrupt.out"
+check "6. the receiver caught the damaged chunk by its checksum, and the copy was called off" bash -c \
+	"grep -q 'generation 2: pre-copy failed: .*checksum mismatch' $tmp/pc_corrupt.err && grep -q 'generation 2 aborted: ' $tmp/pc_corrupt.out"
 check "6. the old world trained on meanwhile (no member lost its generation)" \
 	bash -c "grep -q 'called the pre-copy off; training goes on\|pre-copy failed: .*the model in training stands' $tmp/pc_corrupt.err && ! grep -q 'lost at step' $tmp/pc_corrupt.err"
 check "6. the next attempt committed" grep -q "generation 3 committed" "$tmp/pc_corrupt.out"
