@@ -59,8 +59,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (rs_proto_resume(msg, &re, &e6) != RS_OK && !e6.msg[0])
 		abort();
 	rs_msg_finish fi;
-	rs_err e11 = {0};
-	if (rs_proto_finish(msg, &fi, &e11) != RS_OK && !e11.msg[0])
+	rs_err efin = {0};
+	if (rs_proto_finish(msg, &fi, &efin) != RS_OK && !efin.msg[0])
 		abort();
 	int64_t gen, step;
 	const char *why, *addr;

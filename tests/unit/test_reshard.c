@@ -196,6 +196,20 @@ static int roll_back(int g, int32_t u, rs_trainer *tr, rs_transport *t, rs_trans
 	return rc;
 }
 
+/* Member m's end (rc so far): its final model dumped as TAG-rN (N its last rank), when it has one; the exit code. */
+static int dump_and_end(int m, const char *tag, rs_trainer *tr, rs_transport *t, rs_transport *uni, int rc)
+{
+	if (tr && rc == 0) {
+		char path[128];
+		snprintf(path, sizeof(path), "%s/%s-r%d", dir, tag, union_rank(GENS - 1, m));
+		rc = rs_trainer_dump(tr, path) == RS_OK ? 0 : 104;
+	}
+	rs_trainer_destroy(tr);
+	rs_transport_destroy(t);
+	rs_transport_destroy(uni);
+	return rc;
+}
+
 /* One member through every generation it belongs to. */
 static int elastic_member(int m)
 {
@@ -263,16 +277,7 @@ static int elastic_member(int m)
 				return 103;
 			}
 	}
-	int rc = 0;
-	if (tr) {
-		char path[128];
-		snprintf(path, sizeof(path), "%s/elastic-r%d", dir, union_rank(GENS - 1, m));
-		rc = rs_trainer_dump(tr, path) == RS_OK ? 0 : 104;
-	}
-	rs_trainer_destroy(tr);
-	rs_transport_destroy(t);
-	rs_transport_destroy(uni);
-	return rc;
+	return dump_and_end(m, "elastic", tr, t, uni, 0);
 }
 
 #define PRE 12 /* pre-copy starts this many steps before each switch */
@@ -391,15 +396,7 @@ static int precopy_member(int m)
 	for (int64_t s = first_step[GENS - 1]; tr && rc == 0 && s < first_step[GENS]; s++)
 		if (rs_trainer_step(tr, s, NULL, &err) != RS_OK)
 			rc = 103;
-	if (tr && rc == 0) {
-		char path[128];
-		snprintf(path, sizeof(path), "%s/precopy-r%d", dir, union_rank(GENS - 1, m));
-		rc = rs_trainer_dump(tr, path) == RS_OK ? 0 : 104;
-	}
-	rs_trainer_destroy(tr);
-	rs_transport_destroy(t);
-	rs_transport_destroy(uni);
-	return rc;
+	return dump_and_end(m, "precopy", tr, t, uni, rc);
 }
 
 static int64_t static_steps;
