@@ -49,6 +49,7 @@ struct rs_agent {
 	rs_plan *pc_prev;       /* what pc's spec points to: the previous plan, union_of_old */
 	int32_t *pc_uoo;
 	int pc_said;            /* "precopied" was sent */
+	double pc_reported;     /* when its progress was last reported */
 	rs_checkpointer *ckpt;  /* periodic checkpoints, written off the training thread */
 	double ckpt_at;         /* when this worker last took one (or its generation started) */
 	int64_t ckpt_gen;       /* the generation ckpt_at is of */

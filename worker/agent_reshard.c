@@ -186,6 +186,15 @@ static int64_t start_generation(const json_t *start)
 	return json_integer_value(json_object_get(start, "generation"));
 }
 
+/* Between background rounds: the same progress reports as a reshard's at the pause. */
+static void on_precopy_progress(void *ctx, const uint64_t *sent, const uint64_t *total, int32_t npeers)
+{
+	rs_agent *a = ctx;
+	progress_ctx p = {a, a->st_gen, a->pc_reported};
+	on_progress(&p, sent, total, npeers);
+	a->pc_reported = p.last;
+}
+
 /*
  * Begin the copy of start s (takes plan): the union's transports, then the
  * copy set up (rs_precopy_begin), into st_uni / st_t / st_plan / pc.
@@ -203,7 +212,8 @@ static rs_status precopy_begin(rs_agent *a, const rs_msg_start *s, rs_plan *plan
 	if (s->rank < s->world)
 		RSCHECK(rs_transport_subset(a->st_uni, (int32_t)s->world, &a->st_t));
 	rs_reshard_spec spec = {.old_plan = a->pc_prev, .new_plan = plan, .union_of_old = a->pc_uoo, .uni = a->st_uni,
-				.train_t = a->st_t, .engine = a->engine};
+				.train_t = a->st_t, .engine = a->engine, .progress = on_precopy_progress, .progress_ctx = a};
+	a->pc_reported = 0;
 	RSCHECK(rs_precopy_begin(a->c.cfg, a->tr, &spec, &a->pc, why));
 	RS_INFO("generation %lld: pre-copy began (%lld rounds)", (long long)s->generation,
 		(long long)rs_precopy_pending(a->pc));

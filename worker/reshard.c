@@ -79,7 +79,8 @@ static int moves_of(const stager *g, rs__moves which, int t)
 
 /*
  * Cut the moves `which` names into chunks; queue per pair those this
- * member sends or receives (replacing what was queued). *rounds gets the
+ * member sends or receives (replacing what was queued; their bytes are
+ * added to the pair's total). *rounds gets the
  * most chunks any pair has: every member runs that many rounds (the
  * transport counts exchanges, and every member must make the same ones),
  * idle in the rounds it has nothing for.
@@ -91,10 +92,8 @@ rs_status rs__stage_chunks(stager *g, rs__moves which, int64_t *rounds)
 	pair_count *pc = calloc((size_t)g->nmoves + 1, sizeof(*pc));
 	if (!pc)
 		return RS_ENOMEM;
-	for (int32_t p = 0; p < g->nunion; p++) {
+	for (int32_t p = 0; p < g->nunion; p++) /* sent and total go on counting: progress never goes back */
 		g->sendq[p].n = g->recvq[p].n = 0;
-		g->sent[p] = g->total[p] = 0;
-	}
 	rs_status st = RS_OK;
 	for (int i = 0; st == RS_OK && i < g->nmoves; i++) {
 		const rs_move *m = &g->moves[i];
