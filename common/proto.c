@@ -233,22 +233,24 @@ rs_status rs_proto_staged(json_t *msg, rs_msg_staged *s, rs_err *err)
 {
 	json_error_t jerr;
 	const char *type;
-	json_int_t gen, b[5] = {0};
+	json_int_t gen, b[8] = {0};
 	int ok;
 	memset(s, 0, sizeof(*s));
-	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:b, s?s, s?o, s?o, s?I, s?I, s?I, s?I, s?I, s?F, s?F, s?F}",
-			   "type", &type, "generation", &gen, "ok", &ok, "reason", &s->reason, "checksum", &s->checksum,
-			   "restored", &s->restored, "restored_rows", &b[4], "sent_bytes", &b[0], "recv_bytes", &b[1],
-			   "wire_bytes", &b[2], "kept_bytes", &b[3], "connect_s", &s->connect_s, "copy_s", &s->copy_s,
-			   "move_s", &s->move_s) != 0)
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT,
+			   "{s:s, s:I, s:b, s?s, s?o, s?o, s?I, s?I, s?I, s?I, s?I, s?F, s?F, s?F, s?I, s?I, s?I}", "type",
+			   &type, "generation", &gen, "ok", &ok, "reason", &s->reason, "checksum", &s->checksum, "restored",
+			   &s->restored, "restored_rows", &b[4], "sent_bytes", &b[0], "recv_bytes", &b[1], "wire_bytes", &b[2],
+			   "kept_bytes", &b[3], "connect_s", &s->connect_s, "copy_s", &s->copy_s, "move_s", &s->move_s,
+			   "background_rounds", &b[5], "dirty_rows", &b[6], "dirty_bytes", &b[7]) != 0)
 		return rs_err_set(err, RS_EINVAL, "staged: %s", jerr.text);
-	if (gen < 1 || b[0] < 0 || b[1] < 0 || b[2] < 0 || b[3] < 0 || b[4] < 0 ||
+	if (gen < 1 || b[0] < 0 || b[1] < 0 || b[2] < 0 || b[3] < 0 || b[4] < 0 || b[5] < 0 || b[6] < 0 || b[7] < 0 ||
 	    (s->checksum && !json_is_array(s->checksum)) || (s->restored && !json_is_array(s->restored)) ||
 	    !(s->connect_s >= 0) || !(s->copy_s >= 0) || !(s->move_s >= 0))
 		return rs_err_set(err, RS_EINVAL, "staged: a bad generation, byte count, time or checksum");
 	s->generation = gen;
 	s->ok = ok;
 	s->sent_bytes = b[0], s->recv_bytes = b[1], s->wire_bytes = b[2], s->kept_bytes = b[3], s->restored_rows = b[4];
+	s->background_rounds = b[5], s->dirty_rows = b[6], s->dirty_bytes = b[7];
 	if (!ok && !s->reason)
 		s->reason = "no reason given";
 	return RS_OK;
@@ -551,6 +553,9 @@ json_t *rs_proto_make_staged(const rs_msg_staged *m)
 			      m->move_s);
 	j = opt_set(j, "restored", json_incref(m->restored), m->restored != NULL);
 	j = opt_set(j, "restored_rows", json_integer(m->restored_rows), m->restored_rows > 0);
+	j = opt_set(j, "background_rounds", json_integer(m->background_rounds), m->background_rounds > 0);
+	j = opt_set(j, "dirty_rows", json_integer(m->dirty_rows), m->dirty_rows > 0);
+	j = opt_set(j, "dirty_bytes", json_integer(m->dirty_bytes), m->dirty_bytes > 0);
 	return opt_set(j, "checksum", json_incref(m->checksum), m->checksum != NULL);
 }
 

@@ -132,6 +132,8 @@ typedef struct rs_msg_staged {
 	int64_t restored_rows; /* rows this member loaded from the checkpoint (ZCH: slots) */
 	int64_t sent_bytes, recv_bytes, wire_bytes, kept_bytes;
 	double connect_s, copy_s, move_s;
+	/* pre-copied: rounds it ran while training, and the rows (bytes) it sent again at the pause; 0 otherwise */
+	int64_t background_rounds, dirty_rows, dirty_bytes;
 } rs_msg_staged;
 
 /*

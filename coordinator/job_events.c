@@ -87,11 +87,21 @@ static void report(rs_job *j, const job_event *ev)
 		break;
 	case EV_STAGED: {
 		double mib = ev->moved / 1048576.0, migrate = j->t.staged - j->t.attempt;
+		int64_t rounds = 0, again = 0, again_bytes = 0; /* pre-copy: the most rounds a member ran while training */
+		for (int32_t u = 0; u < j->att.nuni; u++) {
+			const rs_msg_staged *s = &j->mem.v[j->att.uni[u]].staged;
+			rounds = s->background_rounds > rounds ? s->background_rounds : rounds;
+			again += s->dirty_rows, again_bytes += s->dirty_bytes;
+		}
 		fprintf(f, "generation %lld: staged and verified: moved %.2f MiB (%" PRIu64 " B; the plan diff: %" PRIu64
 			   " B) in %.3f s (connect %.3f s, prepare %.3f s, move %.3f s at %.0f MiB/s); every table's "
-			   "checksum matches\n",
+			   "checksum matches",
 			(long long)j->att.generation, mib, ev->moved, ev->diff, migrate, ev->connect_s, ev->prepare_s,
 			ev->move_s, ev->move_s > 0 ? mib / ev->move_s : 0.0);
+		if (j->att.precopy)
+			fprintf(f, "; pre-copied in %lld rounds while training, %lld rows (%.2f MiB) updated since sent again "
+				   "at the pause", (long long)rounds, (long long)again, (double)again_bytes / 1048576.0);
+		fputc('\n', f);
 		break;
 	}
 	case EV_COMMITTED: {

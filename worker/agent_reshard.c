@@ -100,6 +100,8 @@ static rs_status report_staged(rs_agent *a, int64_t gen, rs_status st, const rs_
 		m.sent_bytes = (int64_t)rst->sent_bytes, m.recv_bytes = (int64_t)rst->recv_bytes;
 		m.wire_bytes = (int64_t)rst->wire_bytes, m.kept_bytes = (int64_t)rst->kept_bytes;
 		m.connect_s = connect_s, m.copy_s = rst->copy_s, m.move_s = rst->move_s;
+		m.background_rounds = rst->background_rounds;
+		m.dirty_rows = (int64_t)rst->dirty_rows, m.dirty_bytes = (int64_t)rst->dirty_bytes;
 		m.checksum = a->st_tr ? rs__agent_checksums(a, a->st_tr, NULL) : NULL;
 		if (rst->restored_rows > 0) {
 			RS_INFO("generation %lld: %lld rows lost with every copy restored from %s", (long long)gen,

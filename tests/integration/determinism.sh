@@ -75,8 +75,9 @@ wait_for "$tmp/lost.out" "checkpoint of step 60 complete" 120
 pkill -9 -P "$(pgrep -P $coord)" -f -- "--name worker-1 "
 wait
 check "the elastic run went 2 -> 4 -> 3" bash -c "grep -q '2 -> 4 workers' $tmp/elastic.out && grep -q '4 -> 3 workers' $tmp/elastic.out"
-check "both of its reshards were pre-copied while training" bash -c \
-	"grep -q 'generation 2: pre-copied in [1-9]' $tmp/elastic.err && grep -q 'generation 3: pre-copied in [1-9]' $tmp/elastic.err"
+check "both of its reshards were pre-copied while training, and the report says so" bash -c \
+	"grep -q 'generation 2: pre-copied in [1-9]' $tmp/elastic.err && grep -q 'generation 3: pre-copied in [1-9]' $tmp/elastic.err &&
+	 [ \$(grep -c 'checksum matches; pre-copied in [1-9][0-9]* rounds while training' $tmp/elastic.out) = 2 ]"
 identical "2 -> 4 -> 3 ends with the static run's bits at step 120" "$tmp/ck1/step-000000120" "$tmp/elastic"
 check "the lost worker's world rolled back to step 60" grep -q "rolling back to .*(step 60)" "$tmp/lost.out"
 identical "after the rollback, the static run's bits at step 120" "$tmp/ck1/step-000000120" "$tmp/lost"
