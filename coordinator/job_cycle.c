@@ -641,14 +641,15 @@ static void finish_precopy(rs_job *j)
 
 /*
  * With pre-copy, a schedule's workers are asked for as the run toward its
- * step starts: the reshard pre-copies while the world trains to that step,
- * where the run pauses anyway.
+ * step starts (once the last reshard's report is out: it times from the
+ * scale request): the reshard pre-copies while the world trains to that
+ * step, where the run pauses anyway.
  */
 static void ask_schedule_ahead(rs_job *j)
 {
 	int k = j->cur.next_sched;
 	if (k >= j->o.nsched || j->cur.sched_asked == k + 1 || !j->src.scale || j->o.sched_step[k] != j->cur.bound ||
-	    world_can_precopy(j) != 1)
+	    j->cur.resume_step >= 0 || world_can_precopy(j) != 1)
 		return;
 	rs_err err = {0};
 	int32_t n = j->o.sched_workers[k];
@@ -724,7 +725,8 @@ static void tick_paused(rs_job *j)
 	if (j->cur.next_sched < j->o.nsched && j->o.sched_step[j->cur.next_sched] == j->cur.step) {
 		int32_t n = j->o.sched_workers[j->cur.next_sched++];
 		rs_err err = {0};
-		rs__emit(j, &(job_event){.kind = EV_SCHEDULE, .step = j->cur.step, .workers = n});
+		if (j->cur.sched_asked != j->cur.next_sched) /* not announced ahead already */
+			rs__emit(j, &(job_event){.kind = EV_SCHEDULE, .step = j->cur.step, .workers = n});
 		if (j->src.scale && j->src.scale(j->src.ctx, n, &err) != RS_OK) {
 			rs__job_fail(j, "schedule: %s", err.msg);
 			return;

@@ -94,14 +94,14 @@ static void report(rs_job *j, const job_event *ev)
 			again += s->dirty_rows, again_bytes += s->dirty_bytes;
 		}
 		fprintf(f, "generation %lld: staged and verified: moved %.2f MiB (%" PRIu64 " B; the plan diff: %" PRIu64
-			   " B) in %.3f s (connect %.3f s, prepare %.3f s, move %.3f s at %.0f MiB/s); every table's "
-			   "checksum matches",
-			(long long)j->att.generation, mib, ev->moved, ev->diff, migrate, ev->connect_s, ev->prepare_s,
-			ev->move_s, ev->move_s > 0 ? mib / ev->move_s : 0.0);
-		if (j->att.precopy)
-			fprintf(f, "; pre-copied in %lld rounds while training, %lld rows (%.2f MiB) updated since sent again "
-				   "at the pause", (long long)rounds, (long long)again, (double)again_bytes / 1048576.0);
-		fputc('\n', f);
+			   " B) in %.3f s (connect %.3f s, prepare %.3f s, move %.3f s", (long long)j->att.generation, mib,
+			ev->moved, ev->diff, migrate, ev->connect_s, ev->prepare_s, ev->move_s);
+		if (j->att.precopy) /* most of it moved before the pause: a rate over the pause's move would mean nothing */
+			fprintf(f, " for what was left); every table's checksum matches; pre-copied in %lld rounds while "
+				   "training, %lld rows (%.2f MiB) updated since sent again at the pause\n",
+				(long long)rounds, (long long)again, (double)again_bytes / 1048576.0);
+		else
+			fprintf(f, " at %.0f MiB/s); every table's checksum matches\n", ev->move_s > 0 ? mib / ev->move_s : 0.0);
 		break;
 	}
 	case EV_COMMITTED: {

@@ -373,7 +373,7 @@ static int cmd_scale(int argc, char **argv)
 	rs_status pst = rs_proto_reply(reply, &r, &perr);
 	const char *why = pst == RS_OK ? r.reason : NULL;
 	if (pst == RS_OK && r.type == RS_MSG_SCALING) {
-		printf("scaling to %lld workers: the job pauses at the next step boundary, moves rows and resumes\n",
+		printf("scaling to %lld workers: the job reshards live (pre-copied, by default, while it trains) and resumes\n",
 		       (long long)workers);
 		rc = 0;
 	} else {
