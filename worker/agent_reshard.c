@@ -349,6 +349,8 @@ rs_status rs__precopy_finish(rs_agent *a, json_t *msg, rs_err *err)
 			 (long long)f.first_step, (long long)a->cur.step);
 		return precopy_failed(a, f.generation, why_step, err);
 	}
+	if (!a->tr && a->c.stall_ms > 0)
+		rs_sleep(a->c.stall_ms / 1000.0); /* test hook: a joiner keeps the others waiting at the pause */
 	rs_status st = rs_precopy_finish(a->pc, &a->st_tr, &rst, &why);
 	rs_precopy_free(a->pc);
 	rs_plan_free(a->pc_prev); /* what pc pointed to: no longer needed */

@@ -19,7 +19,9 @@
 #      again at the pause (the demo model's hot rows move too);
 #   6. a chunk corrupted during the background copy, and 7. a joiner
 #      SIGKILLed during it: the copy is called off while the old world
-#      trains on, and the next attempt (at the pause) commits.
+#      trains on, and the next attempt (at the pause) commits; 8. a joiner
+#      SIGKILLed while the paused world finishes the copy: the attempt
+#      aborts with the old model intact, and the next one commits.
 # Cases 1-4 reshard at the pause (pre-copy off): their faults act in MIGRATE.
 # ROWSHIFT_FAULT (a worker test hook, inherited from the coordinator)
 # stalls each reshard before rows move, so that a test can act during MIGRATE
@@ -150,6 +152,17 @@ check "7. a run whose joiner was killed during the background copy finishes (exi
 check "7. the copy was called off" grep -q "generation 2 aborted: " "$tmp/pc_kill.out"
 check "7. the next attempt committed" grep -q "generation 3 committed" "$tmp/pc_kill.out"
 check "7. the weights equal the static run's" same_as_static "$tmp/pc_kill"
+
+ROWSHIFT_FAULT=stall-ms=1500 run pc_pause --workers 2 --schedule 40:4
+wait_for "$tmp/pc_pause.err" "generation 2: the world paused at step 40; finishing the pre-copy" 60
+sleep 0.5
+pkill -9 -P $job -f -- "--name worker-3 "
+finish pc_pause
+check "8. a run whose joiner was killed while the world finished the copy finishes (exit $?)" \
+	grep -q "training done: [34] workers, 100 steps" "$tmp/pc_pause.out" # 3 when the restarted joiner comes too late
+check "8. the attempt aborted at the pause, and the next one committed at the same step" bash -c \
+	"grep -q 'generation 2 aborted: ' $tmp/pc_pause.out && grep -q 'generation 3 resumed at step 40' $tmp/pc_pause.out"
+check "8. the weights equal the static run's" same_as_static "$tmp/pc_pause"
 
 [ "$fails" = 0 ] || { for f in "$tmp"/*.out; do echo "--- $f"; tail -20 "$f"; done; tail -40 "$tmp"/coord2.err; }
 echo "reshard_faults: $fails failed"
