@@ -162,6 +162,15 @@ static void place_members(const rs_job *j, const int32_t *c, int32_t n, int32_t 
 }
 
 /* Plan the next generation over the candidates and send every member of the union its part. */
+/* The old world's checksums per table, from what each member reported at its pause. */
+static void old_sums(rs_job *j)
+{
+	memset(j->att.before, 0, sizeof(uint64_t) * (size_t)j->ntables);
+	for (int32_t r = 0; r < j->cur.nworld; r++)
+		for (int t = 0; t < j->ntables; t++)
+			j->att.before[t] += j->mem.v[j->cur.world[r]].paused_sum[t];
+}
+
 /*
  * The attempt for the candidates cand (n): the union, the old rows'
  * checksums (from the last pause), the plan and its diff, a generation
@@ -202,9 +211,8 @@ static int plan_attempt(rs_job *j, const int32_t *cand, int32_t n)
 		map[r] = u < n ? u : -1;
 	}
 	/* the old rows' checksums: each member's count; healing, the copies the survivors hold of every role */
-	for (int32_t r = 0; !healing && r < j->cur.nworld; r++)
-		for (int t = 0; t < j->ntables; t++)
-			j->att.before[t] += j->mem.v[j->cur.world[r]].paused_sum[t];
+	if (!healing)
+		old_sums(j);
 	if (healing && !rs__heal_sums(j, j->att.before)) {
 		rs__heal_give_up(j, "the surviving copies of the lost rows disagree (their checksums differ)");
 		return 0;
@@ -268,19 +276,26 @@ static void begin_attempt(rs_job *j, const int32_t *cand, int32_t n)
 }
 
 static void abort_attempt(rs_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The attempt in flight is over (why): reported, persisted as training when asked, the union told; 0: the job failed. */
+static int end_attempt(rs_job *j, int persist, const char *fmt, va_list ap)
+{
+	vsnprintf(j->att.last_abort, sizeof(j->att.last_abort), fmt, ap);
+	rs__emit(j, &(job_event){.kind = EV_ABORTED, .reason = j->att.last_abort});
+	if (persist && !rs__persist(j, RS_STATE_TRAINING))
+		return 0;
+	send_union(j, rs_proto_make_generation(RS_MSG_ABORT, j->att.generation, 0, j->att.last_abort));
+	j->att.failures++;
+	j->rep.aborts++;
+	return 1;
+}
+
 static void abort_attempt(rs_job *j, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(j->att.last_abort, sizeof(j->att.last_abort), fmt, ap);
+	if (end_attempt(j, 1, fmt, ap))
+		rs__job_set_phase(j, P_ABORTING);
 	va_end(ap);
-	rs__emit(j, &(job_event){.kind = EV_ABORTED, .reason = j->att.last_abort});
-	if (!rs__persist(j, RS_STATE_TRAINING))
-		return;
-	send_union(j, rs_proto_make_generation(RS_MSG_ABORT, j->att.generation, 0, j->att.last_abort));
-	j->att.failures++;
-	j->rep.aborts++;
-	rs__job_set_phase(j, P_ABORTING);
 }
 
 static int cmp_table_row(const void *a, const void *b)
@@ -495,14 +510,11 @@ static void tick_starting(rs_job *j)
 /* ---- pre-copy: a reshard while the old world trains --------------------------------- */
 
 /*
- * Whether the change to the candidates c (n) can be pre-copied: on in the
- * config, a 1D world, not healing, not after an aborted attempt (which
- * retries at the pause), every member connected and listening, the old
- * ones training this generation and saying where they listen meanwhile
- * (a worker that cannot pre-copy, on a GPU, says no address). 1: yes; 0:
- * no, reshard at the pause; -1: not yet (an old member has not said it
- * trains this generation: it is still starting), wait a little.
- * world_can_precopy: the same for the old world alone.
+ * Whether the old world can pre-copy: on in the config, 1D, not healing,
+ * not after an aborted attempt (the retry is at the pause), every member
+ * training this generation and saying where it listens (a GPU or 2D one
+ * says no address). 1: yes; 0: no; -1: not yet (one is still starting).
+ * can_precopy: and the candidates c (n) connected and listening.
  */
 static int world_can_precopy(const rs_job *j)
 {
@@ -547,12 +559,8 @@ static void call_off_precopy(rs_job *j, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(j->att.last_abort, sizeof(j->att.last_abort), fmt, ap);
+	end_attempt(j, 0, fmt, ap); /* nothing of it was persisted */
 	va_end(ap);
-	rs__emit(j, &(job_event){.kind = EV_ABORTED, .reason = j->att.last_abort});
-	send_union(j, rs_proto_make_generation(RS_MSG_ABORT, j->att.generation, 0, j->att.last_abort));
-	j->att.failures++;
-	j->rep.aborts++;
 	rs__cycle_free_attempt(j);
 	rs__members_changed(j);
 }
@@ -582,11 +590,7 @@ static int precopy_outdated(const rs_job *j)
 	return 0;
 }
 
-/*
- * Pre-copy in flight: the world pauses once every member's background
- * rounds are done (or the copy took too long: the pause finishes it),
- * unless the run stops at a scheduled step anyway.
- */
+/* Pre-copy in flight: pause once every member's rounds are done (or it takes long), unless a scheduled step will. */
 static void tick_precopy(rs_job *j)
 {
 	int all = 1;
@@ -615,10 +619,7 @@ static void tick_precopy(rs_job *j)
 /* The old world paused with a pre-copy in flight: every member finishes it, then stages as at any reshard. */
 static void finish_precopy(rs_job *j)
 {
-	memset(j->att.before, 0, sizeof(uint64_t) * (size_t)j->ntables);
-	for (int32_t r = 0; r < j->cur.nworld; r++)
-		for (int t = 0; t < j->ntables; t++)
-			j->att.before[t] += j->mem.v[j->cur.world[r]].paused_sum[t];
+	old_sums(j); /* at this pause, not the last one before the copy began */
 	if (j->cur.next_sched < j->o.nsched && j->o.sched_step[j->cur.next_sched] == j->cur.step)
 		j->cur.next_sched++; /* the scheduled change is this one */
 	j->cur.sched_asked = 0;
@@ -641,9 +642,8 @@ static void finish_precopy(rs_job *j)
 
 /*
  * With pre-copy, a schedule's workers are asked for as the run toward its
- * step starts (once the last reshard's report is out: it times from the
- * scale request): the reshard pre-copies while the world trains to that
- * step, where the run pauses anyway.
+ * step starts (after the last reshard's report, which times from the
+ * request), so the reshard pre-copies while the world trains to that step.
  */
 static void ask_schedule_ahead(rs_job *j)
 {

@@ -46,6 +46,20 @@ static rs_status union_of_old(const rs_msg_start *s, const rs_plan *prev, int32_
 	return RS_OK;
 }
 
+/* A reshard's start: the plan rows move from and union_of_old (*prev, *uoo: the caller's to free). */
+static rs_status previous_of(const rs_agent *a, const rs_msg_start *s, rs_plan **prev, int32_t **uoo, rs_err *err)
+{
+	RSCHECK(rs_plan_from_json(s->previous_plan, a->c.cfg, "start message previous plan", prev, err));
+	return union_of_old(s, *prev, uoo, err);
+}
+
+/* The transports of the start's union (a->st_uni) and, for a member of the new world, of that world (a->st_t). */
+static rs_status union_transport(rs_agent *a, const rs_msg_start *s, rs_err *err)
+{
+	RSCHECK(rs__agent_connect_peers(a, s, &a->st_uni, err));
+	return s->rank < s->world ? rs_transport_subset(a->st_uni, (int32_t)s->world, &a->st_t) : RS_OK;
+}
+
 /*
  * The work of phase one: a transport over the union, the new plan's
  * trainer staged over it (a->st_uni, a->st_t, a->st_tr). *connect_s gets
@@ -57,15 +71,12 @@ static rs_status stage_rows(rs_agent *a, const rs_msg_start *s, double t0, rs_re
 	rs_plan *prev = NULL;
 	int32_t *uoo = NULL;
 	rs_status st = RS_OK;
-	RSCHECKGOTO(rs_plan_from_json(s->previous_plan, a->c.cfg, "start message previous plan", &prev, err), st, out);
-	RSCHECKGOTO(union_of_old(s, prev, &uoo, err), st, out);
+	RSCHECKGOTO(previous_of(a, s, &prev, &uoo, err), st, out);
 	if (a->c.stall_connect_ms > 0)
 		rs_sleep(a->c.stall_connect_ms / 1000.0); /* test hook: a window to act on the listeners */
-	rs_status cst = rs__agent_connect_peers(a, s, &a->st_uni, err);
+	rs_status cst = union_transport(a, s, err);
 	*connect_s = rs_now() - t0;
 	RSCHECKGOTO(cst, st, out);
-	if (s->rank < s->world)
-		RSCHECKGOTO(rs_transport_subset(a->st_uni, (int32_t)s->world, &a->st_t), st, out);
 	if (a->c.stall_ms > 0)
 		rs_sleep(a->c.stall_ms / 1000.0); /* test hook: a window to kill someone during MIGRATE */
 	progress_ctx pc = {a, s->generation, 0};
@@ -208,11 +219,8 @@ static rs_status precopy_begin(rs_agent *a, const rs_msg_start *s, rs_plan *plan
 	a->st_plan = plan;
 	a->st_ok = 0;
 	rs__agent_take_run(&a->staged, s);
-	RSCHECK(rs_plan_from_json(s->previous_plan, a->c.cfg, "start message previous plan", &a->pc_prev, why));
-	RSCHECK(union_of_old(s, a->pc_prev, &a->pc_uoo, why));
-	RSCHECK(rs__agent_connect_peers(a, s, &a->st_uni, why));
-	if (s->rank < s->world)
-		RSCHECK(rs_transport_subset(a->st_uni, (int32_t)s->world, &a->st_t));
+	RSCHECK(previous_of(a, s, &a->pc_prev, &a->pc_uoo, why));
+	RSCHECK(union_transport(a, s, why));
 	rs_reshard_spec spec = {.old_plan = a->pc_prev, .new_plan = plan, .union_of_old = a->pc_uoo, .uni = a->st_uni,
 				.train_t = a->st_t, .engine = a->engine, .progress = on_precopy_progress, .progress_ctx = a};
 	a->pc_reported = 0;

@@ -84,6 +84,13 @@ rs_status rs_precopy_round(rs_precopy *pc, rs_err *err)
 	return RS_OK;
 }
 
+/* Whether move m goes ahead (not at the pause) from union rank src to union rank dst. */
+static int ahead_move(const stager *g, const rs_move *m, int32_t src, int32_t dst)
+{
+	return m->src != RS_MOVE_RESTORE && m->dst == dst && g->spec->union_of_old[m->src] == src &&
+	       !rs__at_pause(g, m->table);
+}
+
 /* The dirty rows of plain move m in old shard os: their offsets in the move into rows[], how many. */
 static int64_t dirty_of(const lshard *os, const rs_move *m, int64_t *rows)
 {
@@ -103,8 +110,7 @@ static rs_status pack_delta(stager *g, int32_t d, unsigned char **buf, size_t *l
 	*len = 0;
 	for (int i = 0; i < g->nmoves; i++) {
 		const rs_move *m = &g->moves[i];
-		if (m->src == RS_MOVE_RESTORE || m->dst != d || g->spec->union_of_old[m->src] != g->me ||
-		    rs__at_pause(g, m->table))
+		if (!ahead_move(g, m, g->me, d))
 			continue;
 		lshard *os = rs__move_shard(g->old, m);
 		if (!os)
@@ -161,8 +167,7 @@ static rs_status unpack_delta(stager *g, int32_t s, unsigned char *buf, size_t l
 			memcpy(&mi, buf + at, 4);
 			memcpy(&n, buf + at + 8, 8);
 			const rs_move *m = mi < (uint32_t)g->nmoves ? &g->moves[mi] : NULL;
-			if (!m || m->src == RS_MOVE_RESTORE || m->dst != g->me || g->spec->union_of_old[m->src] != s ||
-			    rs__at_pause(g, m->table))
+			if (!m || !ahead_move(g, m, s, g->me))
 				return rs_err_set(g->err, RS_ECORRUPT, "pre-copy: rank %d sent rows of move %u, not one it sends here",
 						  s, mi);
 			size_t rb = rs__packed_row_bytes(cfg, m);
@@ -205,12 +210,9 @@ static int64_t largest_move(const stager *g)
 static size_t delta_cap(const stager *g, int32_t s)
 {
 	size_t cap = 4;
-	for (int i = 0; i < g->nmoves; i++) {
-		const rs_move *m = &g->moves[i];
-		if (m->src != RS_MOVE_RESTORE && m->dst == g->me && g->spec->union_of_old[m->src] == s &&
-		    !rs__at_pause(g, m->table))
-			cap += 16 + (size_t)m->rows * (8 + rs__packed_row_bytes(g->cfg, m));
-	}
+	for (int i = 0; i < g->nmoves; i++)
+		if (ahead_move(g, &g->moves[i], s, g->me))
+			cap += 16 + (size_t)g->moves[i].rows * (8 + rs__packed_row_bytes(g->cfg, &g->moves[i]));
 	return cap;
 }
 

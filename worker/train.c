@@ -506,8 +506,6 @@ static rs_status dp_apply(rs_trainer *tr, lshard *ls, float *buf, rs_err *err)
 		}
 	st = rs__engine_said(tr, ls->table, tr->engine->ops->apply(tr->engine, &ls->emb, &all, &tr->cfg->optimizer, tr->updates, &e),
 			 &e, err);
-	for (int64_t k = 0; ls->dirty && k < all.n; k++)
-		rs__dirty_mark(ls, all.rows[k]);
 out:
 	free(all.rows);
 	free(buf);

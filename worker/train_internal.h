@@ -248,8 +248,9 @@ lshard *rs__local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col);
 
 /*
  * Dirty rows, for pre-copy (precopy.c): once started, every update of a
- * row of a shard (the owners' fused update, the data-parallel update) sets
- * its bit; sending a row clears it. Stopping frees the bits.
+ * row of a shard by its owner (the fused update) sets its bit; sending a
+ * row clears it. (Data-parallel tables move at the pause: no marks.)
+ * Stopping frees the bits.
  */
 rs_status rs__dirty_start(rs_trainer *tr);
 void rs__dirty_stop(rs_trainer *tr);

@@ -120,8 +120,7 @@ check "two: one recovery, back to step 60" bash -c \
 equal two
 
 # 7. a SIGKILL of an old member while a reshard moves rows at the pause (pre-copy off; every reshard stalls 2 s first)
-python3 -c 'import json, sys; c = json.load(open("examples/dlrm-small.json")); c.setdefault("cluster", {})["precopy"] = False
-json.dump(c, open(sys.argv[1], "w"))' "$tmp/stw.json"
+with_precopy examples/dlrm-small.json false "$tmp/stw.json"
 cfg=$tmp/stw.json ROWSHIFT_FAULT=stall-ms=2000 run migrate --checkpoint-dir "$tmp/ck7" --checkpoint-every 30 --schedule 45:4
 wait_for "$tmp/migrate.out" "generation 2: 3 -> 4 workers" 60
 kill_worker 1

@@ -29,12 +29,7 @@
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 for pc in true false; do
-	python3 - "$pc" "$tmp/precopy-$pc.json" <<'PY'
-import json, sys
-c = json.load(open("examples/dlrm-small.json"))
-c.setdefault("cluster", {})["precopy"] = sys.argv[1] == "true"
-json.dump(c, open(sys.argv[2], "w"))
-PY
+	with_precopy examples/dlrm-small.json $pc "$tmp/precopy-$pc.json"
 done
 cfg=$tmp/precopy-false.json
 steps=100
@@ -142,22 +137,21 @@ check "6. the old world trained on meanwhile (no member lost its generation)" \
 check "6. the next attempt committed" grep -q "generation 3 committed" "$tmp/pc_corrupt.out"
 check "6. the weights equal the static run's" same_as_static "$tmp/pc_corrupt"
 
-ROWSHIFT_FAULT=stall-ms=1500 run pc_kill --workers 2 --schedule 40:4
-wait_for "$tmp/pc_kill.err" "worker-3 generation 2: pre-copy began" 60
-sleep 0.3
-pkill -9 -P $job -f -- "--name worker-3 "
-finish pc_kill
+kill_joiner_once() { # kill_joiner_once NAME LOG PATTERN DELAY: a stalled pre-copied job whose worker-3 is SIGKILLed once LOG says PATTERN
+	ROWSHIFT_FAULT=stall-ms=1500 run "$1" --workers 2 --schedule 40:4
+	wait_for "$tmp/$1.$2" "$3" 60
+	sleep "$4"
+	pkill -9 -P $job -f -- "--name worker-3 "
+	finish "$1"
+}
+kill_joiner_once pc_kill err "worker-3 generation 2: pre-copy began" 0.3
 check "7. a run whose joiner was killed during the background copy finishes (exit $?)" \
 	grep -q "training done: 4 workers" "$tmp/pc_kill.out"
 check "7. the copy was called off" grep -q "generation 2 aborted: " "$tmp/pc_kill.out"
 check "7. the next attempt committed" grep -q "generation 3 committed" "$tmp/pc_kill.out"
 check "7. the weights equal the static run's" same_as_static "$tmp/pc_kill"
 
-ROWSHIFT_FAULT=stall-ms=1500 run pc_pause --workers 2 --schedule 40:4
-wait_for "$tmp/pc_pause.err" "generation 2: the world paused at step 40; finishing the pre-copy" 60
-sleep 0.5
-pkill -9 -P $job -f -- "--name worker-3 "
-finish pc_pause
+kill_joiner_once pc_pause err "generation 2: the world paused at step 40; finishing the pre-copy" 0.5
 check "8. a run whose joiner was killed while the world finished the copy finishes (exit $?)" \
 	grep -q "training done: [34] workers, 100 steps" "$tmp/pc_pause.out" # 3 when the restarted joiner comes too late
 check "8. the attempt aborted at the pause, and the next one committed at the same step" bash -c \

@@ -26,8 +26,7 @@ PY
 }
 
 # 1. the stream through two reshards at the pause (pre-copy off: its phases and progress bars are the subject here)
-python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c.setdefault("cluster", {})["precopy"] = False
-json.dump(c, open(sys.argv[2], "w"))' "$cfg" "$tmp/stw.json"
+with_precopy "$cfg" false "$tmp/stw.json"
 port=$(free_port)
 "$bin/rowshift-coordinator" --local --workers 2 --config "$tmp/stw.json" --steps 200 --schedule 60:4,130:3 \
 	--listen 127.0.0.1:$port --admin-file "$tmp/admin.json" >"$tmp/run.out" 2>"$tmp/run.err" &

@@ -41,6 +41,10 @@ print('moved and plan diff, per reshard:', pairs)
 sys.exit(0 if len(pairs) == int(sys.argv[2]) and all(a == b and int(a) > 0 for a, b in pairs) else 1)
 PY
 }
+with_precopy() { # with_precopy CONFIG true|false OUT: CONFIG with "cluster": {"precopy": ...}, written to OUT
+	python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c.setdefault("cluster", {})["precopy"] = sys.argv[2] == "true"
+json.dump(c, open(sys.argv[3], "w"))' "$1" "$2" "$3"
+}
 finish_checks() {
 	echo "$1: $fails failed"
 	[ "$fails" = 0 ]
