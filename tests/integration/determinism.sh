@@ -78,6 +78,10 @@ check "the elastic run went 2 -> 4 -> 3" bash -c "grep -q '2 -> 4 workers' $tmp/
 check "both of its reshards were pre-copied while training, and the report says so" bash -c \
 	"grep -q 'generation 2: pre-copied in [1-9]' $tmp/elastic.err && grep -q 'generation 3: pre-copied in [1-9]' $tmp/elastic.err &&
 	 [ \$(grep -c 'checksum matches; pre-copied in [1-9][0-9]* rounds while training' $tmp/elastic.out) = 2 ]"
+check "the pre-copied reshards resumed at the scheduled steps" bash -c \
+	"grep -q 'generation 2 resumed at step 40' $tmp/elastic.out && grep -q 'generation 3 resumed at step 80' $tmp/elastic.out"
+check "rows updated after they were sent went again at the pause" \
+	grep -q "pre-copied in [0-9]* rounds while training; [1-9][0-9]* rows" "$tmp/elastic.err"
 identical "2 -> 4 -> 3 ends with the static run's bits at step 120" "$tmp/ck1/step-000000120" "$tmp/elastic"
 check "the lost worker's world rolled back to step 60" grep -q "rolling back to .*(step 60)" "$tmp/lost.out"
 identical "after the rollback, the static run's bits at step 120" "$tmp/ck1/step-000000120" "$tmp/lost"

@@ -14,9 +14,7 @@
 #      both (the StatefulSet-like local mode then starts them again);
 #      scale 4 -> 3 while the workers are mid-step: the leaver drains and
 #      exits cleanly after the commit;
-#   5. pre-copy (the rows move while the old world trains, the pause sends
-#      what changed since), 2 -> 4 -> 3: the static run's bits, rows sent
-#      again at the pause (the demo model's hot rows move too);
+#   (5. a pre-copied 2 -> 4 -> 3 run: tests/integration/determinism.sh)
 #   6. a chunk corrupted during the background copy, and 7. a joiner
 #      SIGKILLed during it: the copy is called off while the old world
 #      trains on, and the next attempt (at the pause) commits; 8. a joiner
@@ -113,18 +111,8 @@ check "4. the leaver got SIGTERM mid-step and asked to be drained" grep -q "work
 check "4. it exited after the commit, its rows handed over" grep -q "worker-3 .*handed my rows over in generation 2; leaving" "$tmp/shrink.err"
 check "4. no worker failed" bash -c "! grep -q 'exited with status [1-9]\|killed by signal' $tmp/shrink.err"
 
-# 5. pre-copy, 6. a corrupted chunk and 7. a lost joiner during the background copy
+# 6. a corrupted chunk and 7. a lost joiner during the background copy, 8. a lost joiner at the pause
 cfg=$tmp/precopy-true.json
-run precopy --workers 2 --schedule 40:4,70:3
-finish precopy
-check "5. a pre-copied 2 -> 4 -> 3 run finishes (exit $?)" grep -q "training done: 3 workers" "$tmp/precopy.out"
-check "5. both reshards pre-copied while training, resuming at the scheduled steps" bash -c \
-	"grep -q 'generation 2: .*pre-copied in [1-9][0-9]* rounds while training' $tmp/precopy.err &&
-	 grep -q 'generation 3: .*pre-copied in [1-9][0-9]* rounds while training' $tmp/precopy.err &&
-	 grep -q 'generation 2 resumed at step 40' $tmp/precopy.out && grep -q 'generation 3 resumed at step 70' $tmp/precopy.out"
-check "5. rows updated after they were sent went again at the pause" \
-	grep -q "pre-copied in [0-9]* rounds while training; [1-9][0-9]* rows" "$tmp/precopy.err"
-check "5. the weights equal the static run's" same_as_static "$tmp/precopy"
 
 ROWSHIFT_FAULT=corrupt-chunk run pc_corrupt --workers 2 --schedule 40:4
 finish pc_corrupt
