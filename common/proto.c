@@ -21,6 +21,7 @@ static const char *const type_names[RS_MSG_TYPE_COUNT] = {
 	[RS_MSG_RESUME] = "resume",     [RS_MSG_PAUSE] = "pause",       [RS_MSG_STOP] = "stop",
 	[RS_MSG_SCALING] = "scaling",   [RS_MSG_ERROR] = "error",       [RS_MSG_CHALLENGE] = "challenge",
 	[RS_MSG_CHECKPOINTED] = "checkpointed", [RS_MSG_PRECOPIED] = "precopied", [RS_MSG_FINISH] = "finish",
+	[RS_MSG_CATCH_UP] = "catch_up",
 };
 
 /*
@@ -214,15 +215,19 @@ rs_status rs_proto_paused(json_t *msg, rs_msg_paused *p, rs_err *err)
 {
 	json_error_t jerr;
 	const char *type;
-	json_int_t rank, gen, step;
+	json_int_t rank, gen, step, prepared = 0;
 	p->checksum = p->held = NULL;
-	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:I, s:s, s?o, s?o}", "type", &type, "rank", &rank,
-			   "generation", &gen, "step", &step, "addr", &p->addr, "checksum", &p->checksum, "held",
-			   &p->held) != 0)
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:I, s:s, s?o, s?o, s?I}", "type", &type, "rank",
+			   &rank, "generation", &gen, "step", &step, "addr", &p->addr, "checksum", &p->checksum, "held",
+			   &p->held, "prepared", &prepared) != 0)
 		return rs_err_set(err, RS_EINVAL, "paused: %s", jerr.text);
 	if (rank < 0 || step < 0 || gen < 1 || (p->checksum && !json_is_array(p->checksum)) ||
 	    (p->held && !json_is_array(p->held)))
 		return rs_err_set(err, RS_EINVAL, "paused: a negative rank or step, or a bad checksum");
+	if (prepared && prepared != step + 1)
+		return rs_err_set(err, RS_EINVAL, "paused: prepared %lld is not the step after %lld", (long long)prepared,
+				  (long long)step);
+	p->prepared = prepared;
 	p->rank = rank;
 	p->generation = gen;
 	p->step = step;
@@ -284,6 +289,8 @@ rs_status rs_proto_generation(json_t *msg, int64_t *generation, int64_t *step, c
 	else if (!strcmp(type, "training"))
 		rc = json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s?s}", "type", &type, "generation", &gen, "step",
 				    &st, "addr", &why);
+	else if (!strcmp(type, "catch_up"))
+		rc = json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I}", "type", &type, "generation", &gen, "step", &st);
 	else if (!strcmp(type, "abort"))
 		rc = json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s?s}", "type", &type, "generation", &gen, "reason",
 				    &why);
@@ -294,7 +301,7 @@ rs_status rs_proto_generation(json_t *msg, int64_t *generation, int64_t *step, c
 		return rs_err_set(err, RS_EINVAL, "'%s' does not carry a generation", type);
 	if (rc != 0)
 		return rs_err_set(err, RS_EINVAL, "%s: %s", type, jerr.text);
-	if ((strcmp(type, "leave") != 0 && gen < 1) || (!strcmp(type, "training") && st < 0))
+	if ((strcmp(type, "leave") != 0 && gen < 1) || ((!strcmp(type, "training") || !strcmp(type, "catch_up")) && st < 0))
 		return rs_err_set(err, RS_EINVAL, "%s: a bad generation or step", type);
 	if (generation)
 		*generation = gen;
@@ -538,6 +545,7 @@ json_t *rs_proto_make_paused(const rs_msg_paused *m)
 	json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:s}", "type", "paused", "rank", (json_int_t)m->rank, "generation",
 			      (json_int_t)m->generation, "step", (json_int_t)m->step, "addr", m->addr);
 	j = opt_set(j, "checksum", json_incref(m->checksum), m->checksum != NULL);
+	j = opt_set(j, "prepared", json_integer(m->prepared), m->prepared > 0);
 	return opt_set(j, "held", json_incref(m->held), m->held != NULL);
 }
 
@@ -663,6 +671,7 @@ json_t *rs_proto_make_generation(rs_msg_type type, int64_t generation, int64_t s
 		return json_pack("{s:s, s:I, s:s}", "type", name, "generation", (json_int_t)generation, "reason",
 				 reason ? reason : "no reason given");
 	case RS_MSG_TRAINING:
+	case RS_MSG_CATCH_UP:
 		return json_pack("{s:s, s:I, s:I}", "type", name, "generation", (json_int_t)generation, "step",
 				 (json_int_t)step);
 	case RS_MSG_LEAVE:

@@ -51,6 +51,7 @@ typedef enum rs_msg_type {
 	RS_MSG_ERROR,
 	RS_MSG_CHALLENGE,
 	RS_MSG_FINISH,
+	RS_MSG_CATCH_UP,
 	RS_MSG_TYPE_COUNT
 } rs_msg_type;
 
@@ -120,6 +121,7 @@ typedef struct rs_msg_paused {
 	const char *addr;
 	json_t *checksum;     /* per table, its rows' checksum (rs_proto_checksums), or NULL */
 	json_t *held;         /* 2D: per table, the checksum of every copy it holds (rs_trainer_checksum_held), or NULL */
+	int64_t prepared;     /* the step it can catch up to (rs_trainer_prepared), 0: none */
 } rs_msg_paused;
 
 /* A member of a reshard's union finished staging (phase one), well or not. */
@@ -277,8 +279,8 @@ json_t *rs_proto_migrating_sent(const uint64_t *sent, const uint64_t *total, int
 
 /*
  * The generation family (see rs_proto_generation): commit, committed and
- * staging (generation), abort (generation, reason), training (generation,
- * step), leave (reason only). reason may be NULL where it is optional.
+ * staging (generation), abort (generation, reason), training and catch_up
+ * (generation, step), leave (reason only). reason may be NULL where it is optional.
  */
 json_t *rs_proto_make_generation(rs_msg_type type, int64_t generation, int64_t step, const char *reason);
 json_t *rs_proto_make_training(int64_t generation, int64_t step, const char *addr);

@@ -141,6 +141,7 @@ static rs_status on_paused(rs_job *j, member *m, json_t *msg, rs_err *err)
 		j->cur.pausing = 1;
 	}
 	m->st = M_PAUSED, m->gen = pa.generation, m->step = pa.step;
+	m->prepared = pa.prepared, m->catching = 0;
 	snprintf(m->addr, sizeof(m->addr), "%s", pa.addr);
 	return RS_OK;
 }

@@ -66,6 +66,8 @@ typedef struct member {
 	uint64_t *paused_sum;     /* per table, its rows' checksum at its last pause */
 	uint64_t *held_sum;       /* ... and that of every copy it holds (2D), when has_held */
 	int has_held;
+	int64_t prepared;         /* paused one step short, that step prepared: the step it can catch up to (0: none) */
+	int64_t catching;         /* the step it was asked to catch up to since its last pause report (0: none) */
 	int lost;                 /* of the current world, its rows gone: healing rebuilds them from replicas */
 	int staged_ok;
 	char staged_why[256];

@@ -6,9 +6,11 @@
  * survivors keep their models (a step that fails changes nothing), report
  * paused at the last step done, and a reshard rebuilds the lost members'
  * shards from their copies in the other groups onto the replacements (or
- * the survivors alone), training on from that step. It rolls back after
- * all when the survivors stopped at different steps, their copies
- * disagree, or the healing reshards keep failing.
+ * the survivors alone), training on from that step. Survivors whose
+ * step's last exchange failed after another got through it catch up to
+ * it first. It rolls back after all when the survivors stopped at steps
+ * that leave some rows with no copy, their copies disagree, or the
+ * healing reshards keep failing.
  *
  * Partial recovery (cluster.recovery "partial", CPR) heals the same way
  * when some rows lost every copy (any world, 1D too): the reshard loads
@@ -328,12 +330,90 @@ void rs__heal_give_up(rs_job *j, const char *why)
 }
 
 
+/* How many roles (the shards one rank of a replica group holds) have a survivor that is, or can catch up, at `step`. */
+static int roles_at(const rs_job *j, int64_t step)
+{
+	int32_t r0 = groups(j->cur.plan), n = 0;
+	for (int32_t l = 0; l < j->cur.plan->world.sharding_group; l++) {
+		int held = 0;
+		for (int32_t r = l * r0; r < (l + 1) * r0 && !held; r++) {
+			const member *m = &j->mem.v[j->cur.world[r]];
+			held = !m->lost && (m->step == step || m->prepared == step);
+		}
+		n += held;
+	}
+	return n;
+}
+
+/*
+ * The step the world heals at: the one where the most roles keep a copy,
+ * the furthest of equals. A survivor whose step failed only in its last
+ * exchange (the votes' all-reduce) holds everything the step's updates
+ * need: it counts at that step too, and is asked to catch up to it (it
+ * reports paused again, caught up or not). The step into *at; 0 while a
+ * survivor is asked.
+ */
+static int catch_up(rs_job *j, int64_t *at)
+{
+	int64_t to = -1;
+	int most = -1, waiting = 0;
+	for (int32_t r = 0; r < j->cur.nworld; r++) {
+		const member *m = &j->mem.v[j->cur.world[r]];
+		for (int k = 0; k < 2 && !m->lost; k++) {
+			int64_t step = k ? m->prepared : m->step;
+			int n = k && !step ? -1 : roles_at(j, step);
+			if (n >= 0 && (n > most || (n == most && step > to)))
+				most = n, to = step;
+		}
+	}
+	for (int32_t r = 0; r < j->cur.nworld; r++) {
+		member *m = &j->mem.v[j->cur.world[r]];
+		if (m->lost || m->step == to || m->prepared != to)
+			continue;
+		if (m->catching != to) {
+			RS_INFO("healing: %s stopped at step %lld with step %lld prepared: it catches up", m->name,
+				(long long)m->step, (long long)to);
+			rs__job_send(j, m, rs_proto_make_generation(RS_MSG_CATCH_UP, j->cur.generation, to, NULL));
+			m->catching = to;
+		}
+		waiting = 1;
+	}
+	*at = to;
+	return !waiting;
+}
+
+/*
+ * A survivor at another step than `step` drops its model (an abort of the generation) and takes its
+ * rows again from their copies at `step`, as a replacement would; 0 (healing given up) when some rows are then left with no copy
+ * and no checkpoint.
+ */
+static int drop_apart(rs_job *j, int64_t step)
+{
+	int apart = 0;
+	for (int32_t r = 0; r < j->cur.nworld; r++) {
+		member *m = &j->mem.v[j->cur.world[r]];
+		if (m->lost || m->step == step)
+			continue;
+		RS_WARN("healing: %s stopped at step %lld, another at step %lld: it drops its model and takes its rows "
+			"again from their copies", m->name, (long long)m->step, (long long)step);
+		m->lost = 1;
+		rs__job_send(j, m, rs_proto_make_generation(RS_MSG_ABORT, j->cur.generation, 0, j->rec.why));
+		apart = 1;
+	}
+	int whole = apart ? mark_lost(j) : 1;
+	if (whole < 0 || (!whole && !go_partial(j))) {
+		rs__heal_give_up(j, "the survivors stopped at different steps, and some rows have no copy at either");
+		return 0;
+	}
+	return 1;
+}
+
 /*
  * Healing: wait until every survivor reports paused in the lost generation
- * (its step failed, or it stopped at a boundary), check they stopped at one
- * step with equal copies, wait for the replacements (a quarter of
- * --timeout-ms at most); then the paused phase's reshard rebuilds the
- * world (begin_attempt treats the lost members as sending nothing).
+ * (its step failed, or it stopped at a boundary), bring them to one step
+ * (catch_up, drop_apart), check their copies are equal, wait for
+ * the replacements (a quarter of --timeout-ms at most); then the paused
+ * phase's reshard rebuilds the world (begin_attempt treats the lost members as sending nothing).
  */
 static void heal_tick(rs_job *j)
 {
@@ -348,22 +428,16 @@ static void heal_tick(rs_job *j)
 	}
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
 		const member *m = &j->mem.v[j->cur.world[r]];
-		if (m->lost)
-			continue;
-		if (m->st != M_PAUSED || m->gen != j->cur.generation) {
-			all = 0;
-		} else if (step >= 0 && m->step != step) {
-			rs__heal_give_up(j, "the survivors stopped at different steps");
-			return;
-		} else {
-			step = m->step;
-		}
+		all &= m->lost || (m->st == M_PAUSED && m->gen == j->cur.generation);
 	}
-	if (!all) {
+	int caught_up = all && catch_up(j, &step);
+	if (!caught_up) {
 		if (waited > timeout)
 			rs__heal_give_up(j, "the survivors did not stop within --timeout-ms");
 		return;
 	}
+	if (!drop_apart(j, step))
+		return;
 	uint64_t *sums = calloc((size_t)j->ntables + 1, sizeof(uint64_t));
 	int agree = sums && rs__heal_sums(j, sums);
 	free(sums);

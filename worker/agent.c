@@ -57,7 +57,8 @@ rs_status rs__agent_report_paused(rs_agent *a, rs_err *err)
 {
 	RSCHECK(rs__agent_relisten(a, err));
 	int heals = rs_trainer_can_heal(a->tr);
-	rs_msg_paused m = {.rank = a->cur.rank, .generation = a->cur.generation, .step = a->cur.step, .addr = a->addr};
+	rs_msg_paused m = {.rank = a->cur.rank, .generation = a->cur.generation, .step = a->cur.step, .addr = a->addr,
+			   .prepared = a->tr ? rs_trainer_prepared(a->tr) : 0};
 	m.checksum = rs__agent_checksums(a, a->tr, heals ? &m.held : NULL);
 	/* never a pause without the model's checksums */
 	json_t *j = m.checksum && (m.held || !heals) ? rs_proto_make_paused(&m) : NULL;
@@ -161,6 +162,29 @@ static rs_status stall(rs_agent *a, const char *why, rs_err *err)
 		rs_transport_abort(a->t);
 	a->stalled = 1;
 	ckpt_collect(a, 0);
+	return rs__agent_report_paused(a, err);
+}
+
+/*
+ * Healing: the world goes on from the step this one stopped short of, its
+ * votes failed (rs_trainer_prepared): make the step's updates, and report
+ * paused again, caught up or not (the coordinator then gives it its rows
+ * again).
+ */
+static rs_status catch_up(rs_agent *a, json_t *msg, rs_err *err)
+{
+	int64_t gen, step;
+	rs_err why = {0};
+	RSCHECK(rs_proto_generation(msg, &gen, &step, NULL, err));
+	if (!a->tr || !a->stalled || gen != a->cur.generation)
+		return RS_OK; /* not of this worker's world: nothing to catch up */
+	if (step == a->cur.step + 1 && rs_trainer_prepared(a->tr) == step) {
+		if (rs_trainer_catch_up(a->tr, &why) != RS_OK)
+			return lose_generation(a, why.msg, err);
+		a->cur.step = step;
+		RS_WARN("generation %lld: caught up to step %lld (its votes had failed; its updates are made)",
+			(long long)gen, (long long)step);
+	}
 	return rs__agent_report_paused(a, err);
 }
 
@@ -524,6 +548,8 @@ static rs_status handle(rs_agent *a, json_t *msg, int *over, rs_agent_end *end, 
 		return RS_OK; /* a pause that came after the step boundary it asked for */
 	case RS_MSG_FINISH:
 		return rs__precopy_finish(a, msg, err);
+	case RS_MSG_CATCH_UP:
+		return catch_up(a, msg, err);
 	default:
 		RS_WARN("ignoring a '%s' message", rs_proto_type(msg));
 		return RS_OK;

@@ -324,10 +324,13 @@ void rs__dirty_clear(lshard *ls, int64_t row, int64_t n)
 	}
 }
 
+static void drop_prepared(rs_trainer *tr);
+
 void rs_trainer_destroy(rs_trainer *tr)
 {
 	if (!tr)
 		return;
+	drop_prepared(tr);
 	for (int i = 0; i < tr->nshards; i++) {
 		rs__mem_unref(tr->shards[i].wmem);
 		rs__mem_unref(tr->shards[i].smem);
@@ -536,13 +539,54 @@ static rs_status apply_step(rs_trainer *tr, float inv, rs__replica_grads *rg, fl
 	return st;
 }
 
+/* Keep a step whose votes failed (rg's and dp's contents are taken). */
+static void prepare(rs_trainer *tr, int64_t step, rs__replica_grads *rg, float **dp)
+{
+	rs__replica_grads *keep = malloc(sizeof(*keep));
+	if (!keep) { /* then it cannot catch up: healing gives it the rows again */
+		rs__replica_grads_free(rg);
+		for (int i = 0; i < tr->nshards; i++)
+			free(dp[i]);
+		free(dp);
+		return;
+	}
+	*keep = *rg;
+	*rg = (rs__replica_grads){0};
+	tr->prepared.step = step, tr->prepared.rg = keep, tr->prepared.dp = dp;
+}
+
+static void drop_prepared(rs_trainer *tr)
+{
+	for (int i = 0; tr->prepared.dp && i < tr->nshards; i++)
+		free(tr->prepared.dp[i]);
+	free(tr->prepared.dp);
+	if (tr->prepared.rg)
+		rs__replica_grads_free(tr->prepared.rg);
+	free(tr->prepared.rg);
+	tr->prepared.step = -1, tr->prepared.rg = NULL, tr->prepared.dp = NULL;
+}
+
+int64_t rs_trainer_prepared(const rs_trainer *tr) { return tr->prepared.rg ? tr->prepared.step + 1 : 0; }
+
+rs_status rs_trainer_catch_up(rs_trainer *tr, rs_err *err)
+{
+	if (!tr->prepared.rg)
+		return rs_err_set(err, RS_EINVAL, "no step prepared to catch up");
+	float inv = 1.0f / (float)tr->cfg->train.global_batch;
+	rs_status st = apply_step(tr, inv, tr->prepared.rg, tr->prepared.dp, err);
+	drop_prepared(tr);
+	return st;
+}
+
 /*
  * The step. Every collective comes before the first update (apply_step),
  * so a step that fails on a lost peer leaves the weights, the optimizer
  * state and the dense network as the previous step left them: only ZCH
  * slots given out in its lookup remain, and giving them again is a no-op.
  * A 2D world can then rebuild the lost rows from their replicas and train
- * the step again (rs_trainer_can_heal).
+ * the step again (rs_trainer_can_heal). The last collective is the votes'
+ * all-reduce: a rank whose votes fail keeps the step prepared, and can
+ * catch up to it (rs_trainer_catch_up).
  */
 rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs_err *err)
 {
@@ -558,6 +602,7 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 
 	if (tr->spoiled)
 		return rs_err_set(err, RS_EINVAL, "the trainer's last step failed half-way: its model is part-updated");
+	drop_prepared(tr);
 	if (tr->on_host)
 		rs__trainer_prefetch(tr, 0);
 	rs__step_samples(tr, &lo, &hi);
@@ -585,13 +630,6 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 					       "the dense gradients (all-reduce)", err),
 			    st, out);
 	}
-	/* the loss, and votes to pause and to checkpoint after this step (any rank asking decides for all, at the same step) */
-	float lp[4] = {det ? 0.0f : (float)loss, tr->pause_requested ? 1.0f : 0.0f, tr->checkpoint_requested ? 1.0f : 0.0f,
-		       tr->precopy_ready ? 1.0f : 0.0f};
-	RSCHECKGOTO(rs__said_transport(tr, rs_transport_allreduce_sum(tr->t, lp, 4), "the loss (all-reduce)", err), st, out);
-	int precopy = lp[3] == (float)tr->world; /* every rank: small integers, exact in a float */
-	double l = det ? loss : (double)lp[0];
-
 	/* embedding gradients back along the requests */
 	float *o = tr->back.v; /* reuse: same sizes as the answers, the other way */
 	for (int32_t p = 0; p < tr->world; p++)
@@ -630,6 +668,20 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 	for (int i = 0; !det && i < tr->nshards; i++)
 		if (rs__is_dp(tr, i))
 			RSCHECKGOTO(dp_reduce(tr, &tr->shards[i], &dp[i], err), st, out);
+	/* last: the loss, and votes to pause and to checkpoint after this step (any rank asking decides for all, at
+	 * the same step) and to begin a pre-copy (every rank) */
+	float lp[4] = {det ? 0.0f : (float)loss, tr->pause_requested ? 1.0f : 0.0f, tr->checkpoint_requested ? 1.0f : 0.0f,
+		       tr->precopy_ready ? 1.0f : 0.0f};
+	st = rs__said_transport(tr, rs_transport_allreduce_sum(tr->t, lp, 4), "the votes (all-reduce)", err);
+	if (st == RS_OK && tr->vote_lost == step + 1)
+		st = rs_err_set(err, RS_EIO, "the votes (all-reduce): lost after they came through (a test's)");
+	if (st != RS_OK) {
+		prepare(tr, step, &rg, dp);
+		dp = NULL;
+		goto out;
+	}
+	int precopy = lp[3] == (float)tr->world; /* every rank: small integers, exact in a float */
+	double l = det ? loss : (double)lp[0];
 	tr->pause_requested = tr->checkpoint_requested = 0;
 	if (precopy)
 		tr->precopy_ready = 0;

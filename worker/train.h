@@ -277,6 +277,18 @@ void rs_trainer_commit(rs_trainer *staged, rs_trainer *old);
 int rs_trainer_can_heal(const rs_trainer *tr);
 
 /*
+ * A step's last exchange is its votes' all-reduce: a rank that gets its
+ * result knows every rank came through every other exchange of the step,
+ * and a rank whose votes failed holds everything the step's updates need.
+ * It keeps the step prepared: when the world goes on from that step (a
+ * survivor finished it, or every role can catch up to it),
+ * rs_trainer_catch_up makes its updates. rs_trainer_prepared: the count of
+ * steps done catching up reaches, or 0 when there is nothing to catch up.
+ */
+int64_t rs_trainer_prepared(const rs_trainer *tr);
+rs_status rs_trainer_catch_up(rs_trainer *tr, rs_err *err);
+
+/*
  * "Nothing lost or duplicated": per_table[t] (cfg->ntables entries) gets
  * the wrapping sum, over the rows this rank counts, of a 64-bit hash of
  * (table, global row, column offset, the row's weights and optimizer state

@@ -130,6 +130,12 @@ struct rs_trainer {
 	int pause_requested;
 	int checkpoint_requested;
 	int precopy_ready;
+	struct {            /* a step every exchange of which came through but its last (the votes): see rs_trainer_step */
+		int64_t step;   /* its index */
+		struct rs__replica_grads *rg; /* NULL: none kept */
+		float **dp;
+	} prepared;
+	int64_t vote_lost;  /* tests: the votes of step vote_lost - 1 fail here after they came through (0: none) */
 	i64vec *req;
 	sentvec *sent;
 	size_t *scount, *rcount;

@@ -5,6 +5,10 @@
  * world, rolls the world back (no checkpoints here: to step 0) over the
  * survivors and the replacements; a recovered coordinator tells a
  * replacement from the original; recoveries back to the same step give up.
+ * A 2 x 2 world whose survivors stopped at different steps heals at the
+ * step every role has a copy at: one short of it with the step prepared
+ * catches up, one ahead takes its rows again; it rolls back when no step
+ * has a copy of every row.
  */
 #include "tests/unit/job_harness.h"
 
@@ -137,6 +141,107 @@ static void test_recovered_job_tells_a_replacement_from_the_original(void **stat
 	assert_recovering("worker-1 was lost holding the only copy of rows");
 }
 
+/*
+ * Worker k of a 2 x 2 world (replicas of a role: ranks 0-1, 2-3) pauses at step (the next one prepared, when
+ * prepared), holding copies that checksum a, b.
+ */
+static void paused_holding(int k, int64_t step, int prepared, uint64_t a, uint64_t b)
+{
+	char addr[32];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", 2000 + k);
+	json_t *cs = sums(a, b), *held = sums(a, b);
+	rs_msg_paused p = {.rank = k, .generation = 1, .step = step, .addr = addr, .checksum = cs, .held = held,
+			   .prepared = prepared ? step + 1 : 0};
+	say(k, rs_proto_make_paused(&p));
+	json_decref(cs);
+	json_decref(held);
+}
+
+/* The heal's reshard to generation 2 was sent to workers 0..3, from step. */
+static void healing_from(int64_t step)
+{
+	for (int k = 0; k < 4; k++) {
+		json_t *m = last(k, RS_MSG_START);
+		assert_non_null(m);
+		assert_int_equal(field(m, "generation"), 2);
+		assert_int_equal(field(m, "first_step"), step);
+	}
+}
+
+/* Worker k was asked to catch up to step. */
+static int asked_to_catch_up(int k, int64_t step)
+{
+	json_t *m = last(k, RS_MSG_CATCH_UP);
+	return m && field(m, "generation") == 1 && field(m, "step") == step;
+}
+
+static void test_survivor_a_step_ahead_takes_its_rows_again(void **state)
+{
+	(void)state;
+	H.cfg->cluster.sharding_group = 2;
+	start(4);
+	rs_job_exited(H.job, "worker-3", 0, "killed by signal 9");
+	tick(0.01);
+	assert_phase("recovering");
+	assert_true(reported("rebuilding its rows from their replicas, no rollback"));
+	/* worker-0 finished step 41 before the loss reached it; its replica (worker-1) and worker-2 failed it */
+	paused_holding(0, 41, 0, 7, 8);
+	paused_holding(1, 40, 0, 1, 2);
+	paused_holding(2, 40, 0, 3, 4);
+	tick(0.01);
+	assert_true(aborted(0, 1)); /* it drops its model, a step ahead of its rows' copies */
+	assert_false(aborted(1, 1) || aborted(2, 1));
+	assert_false(reported("rolling back"));
+	say(0, rs_proto_make_idle("127.0.0.1:2000"));
+	rejoin_new(3);
+	tick(0.01);
+	assert_phase("paused");
+	tick(0.01);
+	healing_from(40); /* where both roles have a copy */
+	assert_false(reported("rolling back"));
+}
+
+/* Workers 0 and 1 got through step 41's votes; worker-2's failed, the step prepared: it catches up. */
+static void test_survivor_a_step_short_catches_up(void **state)
+{
+	(void)state;
+	H.cfg->cluster.sharding_group = 2;
+	start(4);
+	rs_job_exited(H.job, "worker-3", 0, "killed by signal 9");
+	tick(0.01);
+	paused_holding(0, 41, 0, 7, 8);
+	paused_holding(1, 41, 0, 7, 8);
+	paused_holding(2, 40, 1, 3, 4);
+	tick(0.01);
+	assert_true(asked_to_catch_up(2, 41));
+	assert_false(asked_to_catch_up(0, 41) || asked_to_catch_up(1, 41) || aborted(2, 1));
+	forget_mail();
+	tick(0.01);
+	assert_null(last(2, RS_MSG_CATCH_UP)); /* asked once */
+	assert_phase("recovering");
+	paused_holding(2, 41, 0, 5, 6); /* caught up */
+	rejoin_new(3);
+	tick(0.01);
+	tick(0.01);
+	healing_from(41);
+	assert_false(reported("rolling back"));
+}
+
+/* Both copies of role 0 finished a step that worker-2 (role 1's last copy) failed: no copy is at one step. */
+static void test_no_copy_at_the_survivors_step_rolls_back(void **state)
+{
+	(void)state;
+	H.cfg->cluster.sharding_group = 2;
+	start(4);
+	rs_job_exited(H.job, "worker-3", 0, "killed by signal 9");
+	tick(0.01);
+	paused_holding(0, 41, 0, 7, 8);
+	paused_holding(1, 41, 0, 7, 8);
+	paused_holding(2, 40, 0, 3, 4);
+	tick(0.01);
+	assert_true(reported("rolling back to the start (step 0)"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -147,6 +252,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_member_lost_while_committing_rolls_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_world_member_lost_while_aborting_rolls_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovered_job_tells_a_replacement_from_the_original, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_survivor_a_step_ahead_takes_its_rows_again, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_survivor_a_step_short_catches_up, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_copy_at_the_survivors_step_rolls_back, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -247,6 +247,8 @@ static void test_reshard_messages(void **state)
 	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":2,\"step\":50,\"addr\":\"h:1\",\"held\":{}}", check_paused,
 	       RS_EINVAL);
 	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":0,\"step\":50,\"addr\":\"h:1\"}", check_paused, RS_EINVAL);
+	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":2,\"step\":50,\"addr\":\"h:1\",\"prepared\":52}",
+	       check_paused, RS_EINVAL); /* only the step after can be prepared */
 	expect("{\"type\":\"staged\",\"generation\":4,\"ok\":true,\"sent_bytes\":10,\"recv_bytes\":0,"
 	       "\"wire_bytes\":14,\"kept_bytes\":7,\"connect_s\":0.1,\"copy_s\":0,\"move_s\":0.2}", check_staged, RS_OK);
 	expect("{\"type\":\"staged\",\"generation\":4,\"ok\":false}", check_staged, RS_OK); /* a reason is filled in */
@@ -333,9 +335,10 @@ static void test_builders_round_trip(void **state)
 	json_decref(m);
 
 	json_t *cs = rs_proto_checksums_to_json(sums, 2);
-	rs_msg_paused pa = {.rank = 1, .generation = 3, .step = 7, .addr = "h:9", .checksum = cs, .held = cs}, pb;
+	rs_msg_paused pa = {.rank = 1, .generation = 3, .step = 7, .addr = "h:9", .checksum = cs, .held = cs, .prepared = 8}, pb;
 	m = wire(rs_proto_make_paused(&pa));
 	assert_int_equal(rs_proto_paused(m, &pb, &err), RS_OK);
+	assert_int_equal(pb.prepared, 8);
 	assert_int_equal(rs_proto_checksums(pb.checksum, back, 2, &err), RS_OK);
 	assert_true(back[1] == UINT64_MAX);
 	assert_non_null(pb.held);
@@ -398,11 +401,13 @@ static void test_builders_round_trip(void **state)
 	json_decref(sent);
 
 	static const rs_msg_type family[] = {RS_MSG_COMMIT, RS_MSG_COMMITTED, RS_MSG_STAGING, RS_MSG_ABORT,
-					     RS_MSG_TRAINING, RS_MSG_LEAVE};
+					     RS_MSG_TRAINING, RS_MSG_LEAVE, RS_MSG_CATCH_UP};
 	for (size_t i = 0; i < sizeof(family) / sizeof(family[0]); i++) {
 		m = wire(rs_proto_make_generation(family[i], 7, 11, "because"));
 		assert_int_equal(rs_proto_generation(m, &g, &step, &why, &err), RS_OK);
 		assert_int_equal(g, family[i] == RS_MSG_LEAVE ? 0 : 7);
+		if (family[i] == RS_MSG_TRAINING || family[i] == RS_MSG_CATCH_UP)
+			assert_int_equal(step, 11);
 		json_decref(m);
 	}
 
