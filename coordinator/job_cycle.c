@@ -542,7 +542,7 @@ static int can_precopy(const rs_job *j, const int32_t *c, int32_t n)
 
 static void begin_precopy(rs_job *j, const int32_t *c, int32_t n)
 {
-	if (!plan_attempt(j, c, n))
+	if (!plan_attempt(j, c, n) || !rs__persist(j, RS_STATE_TRAINING)) /* its generation: never handed out again */
 		return;
 	j->att.precopy = 1;
 	if (!send_starts(j))

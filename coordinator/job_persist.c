@@ -21,6 +21,7 @@ int rs__persist(rs_job *j, rs_state_phase ph)
 	char *world[RS_MAX_WORKERS], *uni[RS_MAX_WORKERS];
 	rs_state s = {.phase = ph, .generation = j->cur.generation, .step = j->cur.step, .bound = j->cur.bound,
 		      .attempts = j->att.failures, .next_schedule = j->cur.next_sched, .steps = j->o.steps,
+		      .last_generation = j->att.last_generation,
 		      .error = ph == RS_STATE_FAILED ? j->why : NULL,
 		      .replicas = j->src.replicas ? j->src.replicas(j->src.ctx) : 0, .nsched = j->o.nsched,
 		      .config = (char *)j->o.config_path, .save = (char *)j->o.save, .url = (char *)j->o.url,
@@ -99,7 +100,9 @@ static rs_status recover_attempt(rs_job *j, const rs_state *s, rs_err *err)
 	memcpy(j->att.before, s->before, sizeof(uint64_t) * (size_t)j->ntables);
 	j->att.nuni = s->nuni;
 	j->att.nworld = s->attempt_world;
-	j->att.generation = j->att.last_generation = s->attempt_generation;
+	j->att.generation = s->attempt_generation;
+	if (j->att.last_generation < s->attempt_generation)
+		j->att.last_generation = s->attempt_generation;
 	j->att.bound = rs__cycle_bound_after(j, j->cur.step);
 	RSCHECKGOTO(rs__cycle_pairs_reset(j), st, out);
 out:
@@ -120,7 +123,8 @@ rs_status rs_job_recover(const rs_job_options *o, const rs_job_source *src, cons
 	RSALLOCGOTO(j->cur.world = malloc(sizeof(int32_t) * (size_t)s->nworld), st, fail);
 	RSCHECKGOTO(add_members(j, s->world, s->nworld, j->cur.world, "world", err), st, fail);
 	j->cur.nworld = s->nworld;
-	j->cur.generation = j->att.last_generation = s->generation;
+	j->cur.generation = s->generation;
+	j->att.last_generation = s->last_generation > s->generation ? s->last_generation : s->generation;
 	j->cur.step = s->step;
 	j->cur.bound = s->bound;
 	j->att.failures = s->attempts;

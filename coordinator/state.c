@@ -99,6 +99,9 @@ json_t *rs_state_to_json(const rs_state *s)
 		json_decref(root), root = NULL;
 	if (root && s->term && json_object_set_new(root, "term", json_integer(s->term)))
 		json_decref(root), root = NULL;
+	if (root && s->last_generation > s->generation &&
+	    json_object_set_new(root, "last_generation", json_integer(s->last_generation)))
+		json_decref(root), root = NULL;
 	return root;
 }
 
@@ -298,7 +301,7 @@ rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state
 	json_error_t jerr;
 	json_t *root, *plan, *world, *attempt, *job, *incs = NULL;
 	const char *format, *phase, *error = NULL;
-	json_int_t version, gen, step, bound, term = 0;
+	json_int_t version, gen, step, bound, term = 0, last = 0;
 	int attempts, next;
 	rs_status st = RS_EINVAL;
 
@@ -308,10 +311,12 @@ rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state
 	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root)
 		return rs_err_set(err, RS_EINVAL, "%s: line %d: %s", name, jerr.line, jerr.text);
-	if (json_unpack_ex(root, &jerr, JSON_STRICT, "{s:s, s:I, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:i, s:i, s:o, s?o, s?s, s?I}",
-			   "format", &format, "version", &version, "phase", &phase, "generation", &gen, "step", &step,
-			   "bound", &bound, "plan", &plan, "world", &world, "attempt", &attempt, "attempts", &attempts,
-			   "next_schedule", &next, "job", &job, "incarnations", &incs, "error", &error, "term", &term) != 0) {
+	if (json_unpack_ex(root, &jerr, JSON_STRICT,
+			   "{s:s, s:I, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:i, s:i, s:o, s?o, s?s, s?I, s?I}", "format",
+			   &format, "version", &version, "phase", &phase, "generation", &gen, "step", &step, "bound", &bound,
+			   "plan", &plan, "world", &world, "attempt", &attempt, "attempts", &attempts, "next_schedule",
+			   &next, "job", &job, "incarnations", &incs, "error", &error, "term", &term, "last_generation",
+			   &last) != 0) {
 		rs_err_set(err, RS_EINVAL, "%s: %s", name, jerr.text);
 		goto out;
 	}
@@ -343,7 +348,12 @@ rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state
 		st = bad(err, name, "term", "must be 0 or more");
 		goto out;
 	}
+	if (last && (last <= gen || last > INT64_MAX / 4)) {
+		st = bad(err, name, "last_generation", "must be past the generation");
+		goto out;
+	}
 	s->term = term;
+	s->last_generation = last;
 	s->generation = gen, s->step = step, s->bound = bound, s->attempts = attempts, s->next_schedule = next;
 	RSCHECKGOTO(get_plan(plan, name, "plan", &s->plan, err), st, out);
 	RSCHECKGOTO(get_names(world, RS_STATE_MAX_MEMBERS, name, "world", &s->world, &s->nworld, err), st, out);

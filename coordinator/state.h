@@ -62,6 +62,7 @@ typedef struct rs_state {
 	rs_state_phase phase;
 	char *error;                /* failed: why */
 	int64_t generation, step, bound;
+	int64_t last_generation;    /* the highest generation handed out (a pre-copy's included): never again; 0: generation */
 	int64_t term;               /* Kubernetes: the term of the coordinator that wrote it (kube_members.h); 0 elsewhere */
 	json_t *plan;               /* owned */
 	char **world;

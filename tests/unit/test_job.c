@@ -410,6 +410,43 @@ static void test_recovery_refuses_more_members_than_a_job_has(void **state)
 	rs_state_free(&st);
 }
 
+/* Both workers of generation 1 say they train, listening for a pre-copy. */
+static void training_with_addr(void)
+{
+	for (int k = 0; k < 2; k++) {
+		char addr[32];
+		snprintf(addr, sizeof(addr), "127.0.0.1:%d", 3000 + k);
+		say(k, rs_proto_make_training(1, 0, addr));
+	}
+}
+
+/* A coordinator restarted during a pre-copy (never persisted as an attempt) does not hand its generation out again. */
+static void test_restart_during_precopy_never_reuses_its_generation(void **state)
+{
+	(void)state;
+	H.cfg->cluster.precopy = 1;
+	start(2);
+	training_with_addr();
+	H.replicas = 3;
+	join(2);
+	tick(0.05);
+	tick(0.2); /* the change is ready */
+	json_t *s = last(2, RS_MSG_START);
+	assert_non_null(s);
+	assert_true(json_is_true(json_object_get(s, "precopy")));
+	assert_int_equal(field(s, "generation"), 2);
+	assert_phase("training");
+	restart_coordinator(); /* from the state saved as the pre-copy began */
+	for (int k = 0; k < 3; k++)
+		join(k);
+	training_with_addr();
+	tick(0.05);
+	tick(0.2);
+	s = last(2, RS_MSG_START);
+	assert_non_null(s);
+	assert_int_equal(field(s, "generation"), 3);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -435,6 +472,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_recovered_undecided_attempt_commits_when_all_staged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovered_job_aborts_what_it_did_not_decide, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovery_refuses_more_members_than_a_job_has, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_restart_during_precopy_never_reuses_its_generation, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -56,7 +56,7 @@ static rs_state *sample(sample_state *x)
 	rs_state_worker *w = x->w;
 	memset(s, 0, sizeof(*s));
 	s->phase = RS_STATE_MIGRATING;
-	s->generation = 4, s->step = 50, s->bound = 120, s->term = 3;
+	s->generation = 4, s->step = 50, s->bound = 120, s->term = 3, s->last_generation = 6;
 	s->plan = json_pack("{s:i}", "world", 2);
 	world[0] = "worker-0", world[1] = "worker-1";
 	s->world = world, s->nworld = 2;
@@ -107,6 +107,7 @@ static void test_round_trip(void **state)
 	assert_int_equal(back.step, 50);
 	assert_int_equal(back.bound, 120);
 	assert_int_equal(back.term, 3);
+	assert_int_equal(back.last_generation, 6);
 	assert_true(json_equal(back.plan, s->plan));
 	assert_true(json_equal(back.attempt_plan, s->attempt_plan));
 	assert_int_equal(back.nworld, 2);
@@ -227,6 +228,7 @@ static void test_refused(void **state)
 	refused("\"next_schedule\":1", "\"next_schedule\":7", "next_schedule");
 	refused("\"version\":2", "\"version\":3", "version");
 	refused("\"term\":3", "\"term\":-1", "term");
+	refused("\"last_generation\":6", "\"last_generation\":4", "last_generation"); /* not past the generation */
 	refused("\"plan\":\"", "\"plan\":\"!", "plan");                          /* not base64 */
 	refused("\"plan\":\"", "\"plan\":\"AAAA", "plan");                       /* base64, not zlib */
 	refused("\"attempts\":1", "\"attempts\":1,\"extra\":true", "extra");        /* unknown keys */
