@@ -531,14 +531,15 @@ static rs_status parse_train(const json_t *root, rs_config *cfg, rs_err *err)
 static rs_status parse_cluster(const json_t *root, rs_config *cfg, rs_err *err)
 {
 	static const char *const keys[] = {"ranks_per_node", "memory_per_rank", "sharding_group", "replica_sync", "recovery",
-					   "precopy", NULL};
+					   "precopy", "precopy_share", NULL};
 	static const char *const sync_keys[] = {"every", NULL};
 	where w = {.file = cfg->path, .index = -1, .section = "cluster"};
 	rs_cluster_config *c = &cfg->cluster;
 	json_t *j, *m, *rs;
 	int64_t v = 8;
 
-	*c = (rs_cluster_config){.ranks_per_node = 8, .memory_per_rank = 16ull << 30, .precopy = RS_PRECOPY_DEFAULT};
+	*c = (rs_cluster_config){.ranks_per_node = 8, .memory_per_rank = 16ull << 30, .precopy = RS_PRECOPY_DEFAULT,
+				 .precopy_share = RS_PRECOPY_SHARE_DEFAULT};
 	RSCHECK(get_object(root, "cluster", &j, &w, err));
 	if (!j)
 		return RS_OK;
@@ -546,6 +547,7 @@ static rs_status parse_cluster(const json_t *root, rs_config *cfg, rs_err *err)
 	if ((m = json_object_get(j, "precopy")) && !json_is_boolean(m))
 		return bad(err, &w, "precopy", "must be true or false");
 	c->precopy = m ? json_is_true(m) : RS_PRECOPY_DEFAULT;
+	RSCHECK(get_num(j, "precopy_share", 0, 1, 1, &c->precopy_share, &w, err));
 	RSCHECK(get_int(j, "ranks_per_node", 1, 65536, &v, 0, &w, err));
 	c->ranks_per_node = (int32_t)v;
 	m = json_object_get(j, "memory_per_rank");

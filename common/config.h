@@ -111,9 +111,17 @@ typedef struct rs_cluster_config {
 	 * the pause anyway). false: every reshard moves its rows at the pause.
 	 */
 	int precopy;
+	/*
+	 * "precopy_share" (default 0.2, in (0, 1]): the most of the old
+	 * members' time the background rounds take while training (0.2:
+	 * training keeps about 80% of its speed during the copy; 1: as fast as
+	 * the rounds go, up to 16 between two steps).
+	 */
+	double precopy_share;
 } rs_cluster_config;
 
 #define RS_PRECOPY_DEFAULT 1
+#define RS_PRECOPY_SHARE_DEFAULT 0.2
 
 typedef struct rs_config {
 	char *path;             /* the file it came from (for messages), or "<memory>" */

@@ -50,6 +50,15 @@ struct rs_agent {
 	int32_t *pc_uoo;
 	int pc_said;            /* "precopied" was sent */
 	double pc_reported;     /* when its progress was last reported */
+	struct {                /* pacing the background rounds (rs__precopy_step) */
+		double mark;    /* when the last step's rounds ended */
+		double step_s;  /* a step's time without rounds, recent (0: not measured yet) */
+		double round_s; /* a round's time, recent (0: not measured yet) */
+		double credit;  /* rounds owed: every rank adds the same mean rate, so all run the same rounds */
+		double before_s; /* a step's time before the copy began */
+		int64_t steps;  /* steps while rounds were left, and their time with their rounds */
+		double busy_s;
+	} pace;
 	rs_checkpointer *ckpt;  /* periodic checkpoints, written off the training thread */
 	double ckpt_at;         /* when this worker last took one (or its generation started) */
 	int64_t ckpt_gen;       /* the generation ckpt_at is of */

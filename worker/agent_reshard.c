@@ -190,8 +190,8 @@ rs_status rs__agent_abort_staged(rs_agent *a, int64_t gen, const char *why, rs_e
 
 /* ---- pre-copy ----------------------------------------------------------------------- */
 
-/* Background rounds an old member runs between two steps (each at most one chunk per peer). */
-#define PRECOPY_ROUNDS_PER_STEP 2
+/* The most background rounds an old member runs between two steps (each at most one chunk per peer). */
+#define PRECOPY_MAX_ROUNDS_PER_STEP 16
 
 /* The generation a start message names (0 when it names none). */
 static int64_t start_generation(const json_t *start)
@@ -224,6 +224,8 @@ static rs_status precopy_begin(rs_agent *a, const rs_msg_start *s, rs_plan *plan
 	rs_reshard_spec spec = {.old_plan = a->pc_prev, .new_plan = plan, .union_of_old = a->pc_uoo, .uni = a->st_uni,
 				.train_t = a->st_t, .engine = a->engine, .progress = on_precopy_progress, .progress_ctx = a};
 	a->pc_reported = 0;
+	a->pace.credit = a->pace.round_s = a->pace.busy_s = 0, a->pace.steps = 0;
+	a->pace.before_s = a->pace.step_s;
 	RSCHECK(rs_precopy_begin(a->c.cfg, a->tr, &spec, &a->pc, why));
 	RS_INFO("generation %lld: pre-copy began (%lld rounds)", (long long)s->generation,
 		(long long)rs_precopy_pending(a->pc));
@@ -304,14 +306,51 @@ static rs_status begin_kept(rs_agent *a, int paused, rs_err *err)
 
 rs_status rs__precopy_paused(rs_agent *a, rs_err *err) { return a->pc_start && a->tr ? begin_kept(a, 1, err) : RS_OK; }
 
+/* A recent-value average. */
+static double recent(double avg, double x) { return avg > 0 ? 0.7 * avg + 0.3 * x : x; }
+
+/*
+ * The rounds per step this member asks for: its share of the time (the
+ * config's precopy_share) over a round's time, in steps; one until both
+ * are measured, none without a copy.
+ */
+static float pace_asked(const rs_agent *a)
+{
+	double share = a->c.cfg->cluster.precopy_share;
+	if (!a->pc || rs_precopy_pending(a->pc) == 0)
+		return 0;
+	if (a->pace.step_s <= 0 || a->pace.round_s <= 0)
+		return 1;
+	double r = share >= 1 ? PRECOPY_MAX_ROUNDS_PER_STEP : share / (1 - share) * a->pace.step_s / a->pace.round_s;
+	return (float)(r < PRECOPY_MAX_ROUNDS_PER_STEP ? r : PRECOPY_MAX_ROUNDS_PER_STEP);
+}
+
 rs_status rs__precopy_step(rs_agent *a, const rs_step_stats *stats, rs_err *err)
 {
 	rs_err why = {0};
+	double t0 = rs_now();
+	int left = a->pc && rs_precopy_pending(a->pc) > 0;
+	if (a->pace.mark > 0)
+		a->pace.step_s = recent(a->pace.step_s, t0 - a->pace.mark);
 	if (a->pc_start && stats->precopy) /* every rank has the start: they all begin now */
 		RSCHECK(begin_kept(a, 0, err));
-	for (int k = 0; a->pc && k < PRECOPY_ROUNDS_PER_STEP && rs_precopy_pending(a->pc) > 0; k++)
+	/* the rounds the world's mean rate owes, the same on every rank */
+	a->pace.credit += a->pc ? stats->precopy_rate : 0;
+	if (a->pace.credit > PRECOPY_MAX_ROUNDS_PER_STEP)
+		a->pace.credit = PRECOPY_MAX_ROUNDS_PER_STEP;
+	int n = (int)a->pace.credit;
+	a->pace.credit -= n;
+	for (int k = 0; a->pc && k < n && rs_precopy_pending(a->pc) > 0; k++) {
+		double r0 = rs_now();
 		if (rs_precopy_round(a->pc, &why) != RS_OK)
 			return precopy_failed(a, a->st_gen, why.msg, err);
+		a->pace.round_s = recent(a->pace.round_s, rs_now() - r0);
+	}
+	double t1 = rs_now();
+	if (left && a->pace.mark > 0)
+		a->pace.steps++, a->pace.busy_s += t1 - a->pace.mark;
+	a->pace.mark = t1;
+	rs_trainer_ask_precopy_rate(a->tr, pace_asked(a));
 	return precopy_said(a, err);
 }
 
@@ -359,6 +398,13 @@ rs_status rs__precopy_finish(rs_agent *a, json_t *msg, rs_err *err)
 	}
 	if (!a->tr && a->c.stall_ms > 0)
 		rs_sleep(a->c.stall_ms / 1000.0); /* test hook: a joiner keeps the others waiting at the pause */
+	if (a->tr && a->pace.steps > 0 && a->pace.busy_s > 0 && a->pace.before_s > 0) {
+		double batch = (double)a->c.cfg->train.global_batch, during = batch * (double)a->pace.steps / a->pace.busy_s;
+		RS_INFO("generation %lld: training ran at %.0f samples/s over the %lld steps of the background copy, "
+			"%.0f before it (%.2fx; precopy_share %.2f)", (long long)f.generation, during,
+			(long long)a->pace.steps, batch / a->pace.before_s, during * a->pace.before_s / batch,
+			a->c.cfg->cluster.precopy_share);
+	}
 	rs_status st = rs_precopy_finish(a->pc, &a->st_tr, &rst, &why);
 	rs_precopy_free(a->pc);
 	rs_plan_free(a->pc_prev); /* what pc pointed to: no longer needed */

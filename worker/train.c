@@ -669,10 +669,10 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 		if (rs__is_dp(tr, i))
 			RSCHECKGOTO(dp_reduce(tr, &tr->shards[i], &dp[i], err), st, out);
 	/* last: the loss, and votes to pause and to checkpoint after this step (any rank asking decides for all, at
-	 * the same step) and to begin a pre-copy (every rank) */
-	float lp[4] = {det ? 0.0f : (float)loss, tr->pause_requested ? 1.0f : 0.0f, tr->checkpoint_requested ? 1.0f : 0.0f,
-		       tr->precopy_ready ? 1.0f : 0.0f};
-	st = rs__said_transport(tr, rs_transport_allreduce_sum(tr->t, lp, 4), "the votes (all-reduce)", err);
+	 * the same step), to begin a pre-copy (every rank) and on its pace (the mean) */
+	float lp[5] = {det ? 0.0f : (float)loss, tr->pause_requested ? 1.0f : 0.0f, tr->checkpoint_requested ? 1.0f : 0.0f,
+		       tr->precopy_ready ? 1.0f : 0.0f, tr->precopy_rate};
+	st = rs__said_transport(tr, rs_transport_allreduce_sum(tr->t, lp, 5), "the votes (all-reduce)", err);
 	if (st == RS_OK && tr->vote_lost == step + 1)
 		st = rs_err_set(err, RS_EIO, "the votes (all-reduce): lost after they came through (a test's)");
 	if (st != RS_OK) {
@@ -693,7 +693,7 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 	}
 	if (stats)
 		*stats = (rs_step_stats){.step = step, .loss = l / (double)g, .auc = -1, .pause = lp[1] > 0,
-					 .checkpoint = lp[2] > 0, .precopy = precopy};
+					 .checkpoint = lp[2] > 0, .precopy = precopy, .precopy_rate = lp[4] / (float)tr->world};
 out:
 	for (int i = 0; dp && i < tr->nshards; i++)
 		free(dp[i]);
@@ -715,3 +715,5 @@ void rs_trainer_request_pause(rs_trainer *tr) { tr->pause_requested = 1; }
 void rs_trainer_request_checkpoint(rs_trainer *tr) { tr->checkpoint_requested = 1; }
 
 void rs_trainer_ready_to_precopy(rs_trainer *tr, int ready) { tr->precopy_ready = ready; }
+
+void rs_trainer_ask_precopy_rate(rs_trainer *tr, float rounds_per_step) { tr->precopy_rate = rounds_per_step; }

@@ -39,6 +39,7 @@ typedef struct rs_step_stats {
 	int pause;              /* some rank asked to pause: every rank stops after this step */
 	int checkpoint;         /* some rank asked for a checkpoint: every rank takes it after this step */
 	int precopy;            /* every rank is ready to pre-copy (rs_trainer_ready_to_precopy): they start after this step */
+	float precopy_rate;     /* the ranks' mean rs_trainer_ask_precopy_rate: the same on every rank */
 } rs_step_stats;
 
 /*
@@ -59,6 +60,13 @@ void rs_trainer_request_checkpoint(rs_trainer *tr);
  * until that step, or until withdrawn (ready 0: the pre-copy was called off).
  */
 void rs_trainer_ready_to_precopy(rs_trainer *tr, int ready);
+
+/*
+ * The background rounds per step this rank asks for, from its own timings:
+ * every rank gets the mean (stats.precopy_rate), so all of them run the
+ * same rounds after the same steps.
+ */
+void rs_trainer_ask_precopy_rate(rs_trainer *tr, float rounds_per_step);
 
 /*
  * A trainer for `rank` of plan's world, talking over t (borrowed; its world

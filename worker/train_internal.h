@@ -130,6 +130,7 @@ struct rs_trainer {
 	int pause_requested;
 	int checkpoint_requested;
 	int precopy_ready;
+	float precopy_rate; /* the background rounds per step this rank asks for (rs_trainer_ask_precopy_rate) */
 	struct {            /* a step every exchange of which came through but its last (the votes): see rs_trainer_step */
 		int64_t step;   /* its index */
 		struct rs__replica_grads *rg; /* NULL: none kept */

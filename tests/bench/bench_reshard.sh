@@ -15,7 +15,8 @@
 #   - the same reshards pre-copied ("cluster": {"precopy": true}, the
 #     default): the pause (target <= 50 ms, and at least 20x shorter than
 #     the restart-based path), what was sent again at the pause (rows
-#     updated after they were sent), and the rounds run while training.
+#     updated after they were sent), the rounds run while training, and
+#     training's speed while they ran beside before the copy began.
 # The lines above those come from a run with pre-copy off (every row moves
 # at the pause), so that both are measured in the same run.
 # Exits non-zero when a run fails or moved bytes differ from the plan diff.
@@ -114,5 +115,14 @@ for i, (gen, a, b, mib, lb, plan_ms) in enumerate(plans):
           f"up to {rounds} rounds while training | target <= 0.050 s {'MET' if ppause <= 0.05 else 'MISSED'}")
     print(f"bench reshard_{a}_to_{b}_precopy_vs_restart: pause {ppause:.3f} s | restart-based {restart:.3f} s | "
           f"{restart / ppause:.1f}x shorter | target >= 20x {'MET' if restart / ppause >= 20 else 'MISSED'}")
+    # training while the rounds ran, per old member, beside its steps before the copy began
+    ran = re.findall(rf"generation {g}: training ran at (\d+) samples/s over the (\d+) steps of the background copy, "
+                     rf"(\d+) before it \([\d.]+x; precopy_share ([\d.]+)\)", perr)
+    if not ran:
+        print(f"bench reshard_{a}_to_{b}_precopy_training: not reported"); wrong += 1; continue
+    during, before = sum(int(r[0]) for r in ran) / len(ran), sum(int(r[2]) for r in ran) / len(ran)
+    print(f"bench reshard_{a}_to_{b}_precopy_training: {during:.0f} samples/s while the rounds ran (up to "
+          f"{max(int(r[1]) for r in ran)} steps; the old members' mean) | {before:.0f} samples/s before the copy began | "
+          f"ratio {during / before:.2f} (precopy_share {ran[0][3]}: about {1 - float(ran[0][3]):.2f} aimed at)")
 sys.exit(1 if wrong else 0)
 PY

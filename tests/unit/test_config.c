@@ -48,6 +48,8 @@ static void test_minimal_gets_defaults(void **state)
 	assert_int_equal(cfg->data.kind, RS_DATA_SYNTHETIC);
 	assert_true(cfg->data.zipf_alpha == 1.05);
 	assert_int_equal(cfg->cluster.partial_recovery, 0);
+	assert_int_equal(cfg->cluster.precopy, 1);
+	assert_true(cfg->cluster.precopy_share == 0.2);
 	assert_int_equal(cfg->data.eval_every, 50);
 	assert_int_equal(cfg->train.global_batch, 1024);
 	assert_int_equal(cfg->train.steps, 200);
@@ -74,7 +76,7 @@ static void test_every_field(void **state)
 		" \"eval_samples\": 5, \"eval_every\": 3},"
 		"\"train\": {\"global_batch\": 64, \"steps\": 11, \"seed\": 12, \"deterministic\": false},"
 		"\"cluster\": {\"ranks_per_node\": 2, \"memory_per_rank\": \"512MiB\", \"sharding_group\": 4,"
-		" \"replica_sync\": {\"every\": 6}, \"recovery\": \"partial\"}}");
+		" \"replica_sync\": {\"every\": 6}, \"recovery\": \"partial\", \"precopy\": false, \"precopy_share\": 0.5}}");
 	const rs_table_config *a = &cfg->tables[0], *b = &cfg->tables[1];
 	assert_int_equal(a->nfeatures, 2);
 	assert_string_equal(a->features[1], "y");
@@ -102,6 +104,8 @@ static void test_every_field(void **state)
 	assert_int_equal(cfg->cluster.sharding_group, 4);
 	assert_int_equal(cfg->cluster.replica_sync_every, 6);
 	assert_int_equal(cfg->cluster.partial_recovery, 1);
+	assert_int_equal(cfg->cluster.precopy, 0);
+	assert_true(cfg->cluster.precopy_share == 0.5);
 	/* bf16 rows with adam: 2 bytes per element plus two fp32 moments */
 	assert_int_equal(rs_table_row_bytes(cfg, a), 32 * 2 + 8 * 32);
 	assert_int_equal(rs_config_find_table(cfg, "b"), 1);
@@ -172,6 +176,9 @@ static const struct bad_case {
 	{"sharding group", "{\"tables\": [" T1 "}], \"cluster\": {\"sharding_group\": 0}}", {"cluster.sharding_group"}},
 	{"replica sync", "{\"tables\": [" T1 "}], \"cluster\": {\"replica_sync\": \"sometimes\"}}", {"cluster.replica_sync", "exact"}},
 	{"recovery", "{\"tables\": [" T1 "}], \"cluster\": {\"recovery\": \"sometimes\"}}", {"cluster.recovery", "partial"}},
+	{"precopy", "{\"tables\": [" T1 "}], \"cluster\": {\"precopy\": 1}}", {"cluster.precopy", "true or false"}},
+	{"precopy share 0", "{\"tables\": [" T1 "}], \"cluster\": {\"precopy_share\": 0}}", {"cluster.precopy_share", "(0, 1]"}},
+	{"precopy share 1.5", "{\"tables\": [" T1 "}], \"cluster\": {\"precopy_share\": 1.5}}", {"precopy_share", "1.5"}},
 	{"recovery type", "{\"tables\": [" T1 "}], \"cluster\": {\"recovery\": 1}}", {"cluster.recovery", "rollback"}},
 	{"replica sync every", "{\"tables\": [" T1 "}], \"cluster\": {\"replica_sync\": {\"every\": 0}}}", {"replica_sync.every"}},
 	{"replica sync key", "{\"tables\": [" T1 "}], \"cluster\": {\"replica_sync\": {\"evry\": 2}}}", {"evry"}},
