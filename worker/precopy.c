@@ -32,7 +32,46 @@ struct rs_precopy {
 	rs_reshard_spec spec;   /* the caller's, copied: g points here */
 	rs_reshard_stats stats;
 	int64_t rounds, next;   /* the plain tables' rounds, and the next to run */
+	int passes;             /* background passes left that send again the rows updated since sent */
+	int hash_shard;         /* the old rows' hashes, a share per round: where the next share begins */
+	int64_t hash_row, hash_per_round;
 };
+
+/* After its chunk rounds, a pre-copy sends again the rows updated since they were sent this many times while
+ * training: the pause then sends only what the last steps updated. */
+#define BACKGROUND_PASSES 2
+
+/*
+ * Cached row hashes (checksum.c) for the plain shards of the old trainer
+ * (marked stale with every update, like the dirty marks) and of the new
+ * one (hashed as received); a new shard sharing old memory shares them.
+ * The old rows are hashed a share per background round.
+ */
+static rs_status start_rowsums(rs_trainer *tr)
+{
+	for (int i = 0; tr && i < tr->nshards; i++) {
+		lshard *ls = &tr->shards[i];
+		if (!tr->tables[ls->table].zch && !rs__is_dp(tr, i) && !ls->rsum) /* ZCH identities change in lookups, */
+			RSCHECK(rs__rowsums_start(ls)); /* data-parallel rows in their own update: neither is marked */
+	}
+	return RS_OK;
+}
+
+/* The next share of the old rows hashed (the stale ones), from where the last share ended. */
+static void hash_ahead(rs_precopy *pc)
+{
+	const rs_trainer *old = pc->g.old;
+	for (int64_t most = pc->hash_per_round; old && most > 0 && pc->hash_shard < old->nshards;) {
+		const lshard *ls = &old->shards[pc->hash_shard];
+		int64_t n = ls->rsum ? ls->s.rows - pc->hash_row : 0;
+		n = n < most ? n : most;
+		rs__rowsums_fill(old, ls, pc->hash_row, n, n);
+		most -= n;
+		pc->hash_row += n;
+		if (pc->hash_row >= ls->s.rows || !ls->rsum)
+			pc->hash_shard++, pc->hash_row = 0;
+	}
+}
 
 rs_status rs_precopy_begin(const rs_config *cfg, rs_trainer *old, const rs_reshard_spec *spec, rs_precopy **out,
 			   rs_err *err)
@@ -50,9 +89,9 @@ rs_status rs_precopy_begin(const rs_config *cfg, rs_trainer *old, const rs_resha
 	pc->spec = *spec;
 	rs_status st = rs__stage_open(g, cfg, old, &pc->spec, &pc->stats, err);
 	g->precopy = 1;
-	/* marks first: a kept row copied now and updated later is copied again */
-	if (st == RS_OK && old && (st = rs__dirty_start(old)) != RS_OK)
-		rs_err_set(err, st, "pre-copy: out of memory for the dirty rows' marks");
+	/* marks first: a kept row copied now and updated later is copied again; hashes before the new shards share them */
+	if (st == RS_OK && old && ((st = rs__dirty_start(old)) != RS_OK || (st = start_rowsums(old)) != RS_OK))
+		rs_err_set(err, st, "pre-copy: out of memory for the dirty rows' marks and hashes");
 	double t0 = rs_now();
 	if (st == RS_OK && old && g->nt)
 		st = rs__stage_kept(g, RS__MOVES_AHEAD);
@@ -61,6 +100,11 @@ rs_status rs_precopy_begin(const rs_config *cfg, rs_trainer *old, const rs_resha
 	pc->stats.copy_s = rs_now() - t0;
 	if (st == RS_OK)
 		st = rs__stage_chunks(g, RS__MOVES_AHEAD, &pc->rounds);
+	pc->passes = pc->rounds > 0 ? BACKGROUND_PASSES : 0;
+	if (st == RS_OK && (st = start_rowsums(g->nt)) != RS_OK)
+		rs_err_set(err, st, "pre-copy: out of memory for the new rows' hashes");
+	for (int i = 0; st == RS_OK && old && pc->rounds > 0 && i < old->nshards; i++)
+		pc->hash_per_round += old->shards[i].rsum ? (old->shards[i].s.rows + pc->rounds - 1) / pc->rounds : 0;
 	if (st != RS_OK) {
 		if (!err->msg[0])
 			rs_err_set(err, st, "pre-copy: %s", rs_status_str(st));
@@ -71,16 +115,34 @@ rs_status rs_precopy_begin(const rs_config *cfg, rs_trainer *old, const rs_resha
 	return RS_OK;
 }
 
-int64_t rs_precopy_pending(const rs_precopy *pc) { return pc->rounds - pc->next; }
+int64_t rs_precopy_pending(const rs_precopy *pc) { return pc->rounds - pc->next + pc->passes; }
+
+static rs_status send_delta(stager *g);
+
+/* One background pass of the rows updated since sent; counted apart from what the pause sends again. */
+static rs_status pass(rs_precopy *pc)
+{
+	uint64_t rows = pc->stats.dirty_rows, bytes = pc->stats.dirty_bytes;
+	RSCHECK(send_delta(&pc->g));
+	pc->stats.resent_rows += pc->stats.dirty_rows - rows, pc->stats.resent_bytes += pc->stats.dirty_bytes - bytes;
+	pc->stats.dirty_rows = rows, pc->stats.dirty_bytes = bytes;
+	pc->passes--;
+	return RS_OK;
+}
 
 rs_status rs_precopy_round(rs_precopy *pc, rs_err *err)
 {
-	if (pc->next >= pc->rounds)
+	if (rs_precopy_pending(pc) == 0)
 		return RS_OK;
 	pc->g.err = err;
-	RSCHECK(rs__stage_round(&pc->g, pc->next, pc->rounds));
-	pc->next++;
+	if (pc->next < pc->rounds) {
+		RSCHECK(rs__stage_round(&pc->g, pc->next, pc->rounds));
+		pc->next++;
+	} else {
+		RSCHECK(pass(pc));
+	}
 	pc->stats.background_rounds++;
+	hash_ahead(pc);
 	return RS_OK;
 }
 
@@ -128,8 +190,10 @@ static rs_status pack_delta(stager *g, int32_t d, unsigned char **buf, size_t *l
 		memcpy(p + 4, &zero, 4);
 		memcpy(p + 8, &n, 8);
 		memcpy(p + 16, scratch, 8 * (size_t)n);
-		for (int64_t k = 0; k < n; k++) /* as shard rows, to pack */
+		for (int64_t k = 0; k < n; k++) { /* as shard rows, to pack; sent as they are now, marked again by an update */
 			scratch[k] += m->row_offset - os->s.row_offset;
+			rs__dirty_clear(os, scratch[k], 1);
+		}
 		RSCHECK(rs_emb_pack_rows(&os->emb, cfg->optimizer.kind, scratch, n, p + 16 + 8 * (size_t)n, rb * (size_t)n));
 		*len += add;
 		g->stats->dirty_rows += (uint64_t)n;
@@ -191,6 +255,8 @@ static rs_status unpack_delta(stager *g, int32_t s, unsigned char *buf, size_t l
 			if (pass == 1)
 				RSCHECK(rs_emb_unpack_rows(&ns->emb, cfg->optimizer.kind, scratch, n, buf + at + 16 + 8 * (size_t)n,
 							   rb * (size_t)n));
+			for (int64_t k = 0; pass == 1 && k < n; k++)
+				rs__rowsums_stale(ns, scratch[k], 1);
 			at += 16 + (8 + rb) * (size_t)n;
 		}
 	}
@@ -282,6 +348,7 @@ static void recopy_kept(stager *g)
 				memcpy(wn, wo, wl);
 				if (sl)
 					memcpy(sn, so, sl);
+				rs__rowsums_stale(ns, r - ns->s.row_offset, 1);
 			}
 		}
 	}
@@ -296,6 +363,8 @@ rs_status rs_precopy_finish(rs_precopy *pc, rs_trainer **out, rs_reshard_stats *
 	g->err = err;
 	for (; pc->next < pc->rounds; pc->next++)
 		RSCHECK(rs__stage_round(g, pc->next, pc->rounds));
+	while (pc->passes > 0) /* the others ran them, or run them now */
+		RSCHECK(pass(pc));
 	RSCHECK(send_delta(g));
 	double k0 = rs_now();
 	if (g->old && g->nt) {

@@ -1,8 +1,8 @@
 /*
  * reshard.c - live resharding of a trainer (see train.h, "live resharding"):
  * phase one builds the new plan's trainer from the old one and the peers,
- * phase two swaps it in; and the whole-model checksum the coordinator
- * compares across a reshard.
+ * phase two swaps it in (the whole-model checksum the coordinator compares
+ * across a reshard is checksum.c's).
  *
  * Staging, on each member of the union:
  *   1. the plan diff (common/plandiff.h) from the old world to the new one,
@@ -231,6 +231,7 @@ rs_status rs__stage_kept(stager *g, rs__moves which)
 					ns->smem->refs++;
 				ns->emb.weights = w;
 				ns->emb.state = st;
+				rs__rowsums_share(ns, os, r0 - os->s.row_offset);
 				g->stats->kept_bytes += wl + sl;
 				continue;
 			}
@@ -242,6 +243,7 @@ rs_status rs__stage_kept(stager *g, rs__moves which)
 				memcpy(wn, wo, wl);
 				if (sl)
 					memcpy(sn, so, sl);
+				rs__rowsums_stale(ns, r0 - ns->s.row_offset, r1 - r0);
 				g->stats->kept_bytes += wl + sl;
 				continue;
 			}
@@ -270,8 +272,6 @@ rs_status rs__stage_kept(stager *g, rs__moves which)
 	}
 	return RS_OK;
 }
-
-static uint64_t rows_sum(const rs_trainer *tr, const lshard *ls, int64_t r0, int64_t n);
 
 /*
  * Each checkpoint file holding rows of this member's restore moves passes
@@ -341,7 +341,7 @@ rs_status rs__stage_restore(stager *g)
 			break;
 		g->stats->restored_rows += m->rows;
 		if (g->spec->restored && rs__counted(g->nt, (int)(ls - g->nt->shards)))
-			g->spec->restored[m->table] += rows_sum(g->nt, ls, m->row_offset - ls->s.row_offset, m->rows);
+			g->spec->restored[m->table] += rs__rows_sum(g->nt, ls, m->row_offset - ls->s.row_offset, m->rows);
 	}
 	if (have)
 		rs_checkpoint_index_free(&ix);
@@ -457,8 +457,16 @@ static rs_status verify_recvs(stager *g, int64_t k)
 					  "reshard: table '%s' rows %lld..%lld from rank %d: checksum mismatch (chunk %lld)",
 					  cfg->tables[m->table].name, (long long)r0, (long long)(r0 + n - 1), s, (long long)k);
 		}
-		if (zch)
+		if (zch) {
 			RSCHECK(zch_unpack(cfg, g->nt, m, c->count, g->rbuf[s], g->err));
+		} else { /* pre-copy: hashed while the rows are at hand */
+			lshard *ns = rs__move_shard(g->nt, m);
+			int64_t r0 = ns ? m->row_offset - ns->s.row_offset + c->first : 0;
+			if (ns && ns->rsum) {
+				rs__rowsums_stale(ns, r0, c->count);
+				rs__rowsums_fill(g->nt, ns, r0, c->count, c->count);
+			}
+		}
 		g->stats->recv_bytes += c->payload;
 		g->stats->chunks_recv++;
 	}
@@ -735,6 +743,7 @@ void rs_trainer_commit(rs_trainer *staged, rs_trainer *old)
 		old->owns_data = 0;
 	}
 	rs_trainer_destroy(old);
+	rs__rowsums_drop(staged); /* training goes on without marking rows: the hashes would go stale unseen */
 	if (staged)
 		staged->on_host = 1; /* the rows were copied and received by the host */
 	/* memory the new shards share with the old ones: the parts that held moved rows go back to the system */
@@ -746,78 +755,3 @@ void rs_trainer_commit(rs_trainer *staged, rs_trainer *old)
 			release_unused(staged, ls->smem);
 	}
 }
-
-/*
- * A 64-bit hash of n bytes, seeded: four multiply-xor lanes over 8-byte
- * words (the rows are a few hundred bytes; a CRC per row would run one
- * dependent chain at a third of the speed), then splitmix's finalizer.
- * It needs to catch lost, duplicated or damaged rows, not adversaries.
- */
-static uint64_t hash_bytes(const void *data, size_t n, uint64_t seed)
-{
-	const unsigned char *p = data;
-	const uint64_t k = 0x9E3779B97F4A7C15ull;
-	uint64_t a = seed, b = seed ^ 0xC2B2AE3D27D4EB4Full, c = seed + k, d = ~seed, w[4];
-	for (; n >= 32; p += 32, n -= 32) {
-		memcpy(w, p, 32);
-		a = (a ^ w[0]) * k;
-		b = (b ^ w[1]) * k;
-		c = (c ^ w[2]) * k;
-		d = (d ^ w[3]) * k;
-	}
-	for (; n >= 8; p += 8, n -= 8) {
-		memcpy(w, p, 8);
-		a = (a ^ w[0]) * k;
-	}
-	for (; n; p++, n--)
-		b = (b ^ *p) * k;
-	return rs_mix64(a ^ rs_mix64(b) ^ (c << 17 | c >> 47) ^ rs_mix64(d + k));
-}
-
-/* The checksum of rows [r0, r0 + n) of local shard ls (shard-relative): a sum over rows, so it adds up across shards. */
-static uint64_t rows_sum(const rs_trainer *tr, const lshard *ls, int64_t r0, int64_t n)
-{
-	const tinfo *ti = &tr->tables[ls->table];
-	uint64_t sum = 0;
-	for (int64_t r = r0; r < r0 + n; r++) {
-		void *w, *s;
-		size_t wl, sl;
-		int live = 0;
-		rs__row_blocks(tr->cfg, ls, r, 1, &w, &wl, &s, &sl);
-		uint64_t id = ti->zch ? rs_zch_slot_id(ti->zch, ls->s.row_offset + r, &live) : 0;
-		if (ti->zch) { /* and eviction's past: copies that disagree there would evict apart */
-			uint32_t meta[3];
-			rs_zch_slot_meta(ti->zch, ls->s.row_offset + r, meta);
-			id = rs_mix64(id ^ ((uint64_t)meta[0] << 32 | meta[1]));
-		}
-		/* where the row is in the table, then what it holds */
-		uint64_t h = rs_mix64((uint64_t)(ls->s.row_offset + r) * 0x9E3779B97F4A7C15ull + (uint64_t)ls->table);
-		h = hash_bytes(w, wl, h ^ ((uint64_t)(uint32_t)ls->s.col_offset << 32));
-		if (sl)
-			h = hash_bytes(s, sl, h);
-		sum += rs_mix64(h ^ rs_mix64(id + (uint64_t)live));
-	}
-	return sum;
-}
-
-void rs_trainer_checksums(const rs_trainer *tr, uint64_t *counted, uint64_t *held)
-{
-	const rs_config *cfg = tr->cfg;
-	if (counted)
-		memset(counted, 0, sizeof(uint64_t) * (size_t)cfg->ntables);
-	if (held)
-		memset(held, 0, sizeof(uint64_t) * (size_t)cfg->ntables);
-	for (int i = 0; i < tr->nshards; i++) {
-		const lshard *ls = &tr->shards[i];
-		int counts = counted && rs__counted(tr, i);
-		if (!counts && !held)
-			continue;
-		uint64_t sum = rows_sum(tr, ls, 0, ls->s.rows);
-		if (counts)
-			counted[ls->table] += sum;
-		if (held)
-			held[ls->table] += sum;
-	}
-}
-
-void rs_trainer_checksum(const rs_trainer *tr, uint64_t *per_table) { rs_trainer_checksums(tr, per_table, NULL); }

@@ -310,6 +310,7 @@ void rs__dirty_stop(rs_trainer *tr)
 		free(tr->shards[i].dirty);
 		tr->shards[i].dirty = NULL;
 	}
+	rs__rowsums_drop(tr); /* unmarked from now on */
 }
 
 void rs__dirty_clear(lshard *ls, int64_t row, int64_t n)
@@ -331,6 +332,7 @@ void rs_trainer_destroy(rs_trainer *tr)
 	if (!tr)
 		return;
 	drop_prepared(tr);
+	rs__rowsums_drop(tr);
 	for (int i = 0; i < tr->nshards; i++) {
 		rs__mem_unref(tr->shards[i].wmem);
 		rs__mem_unref(tr->shards[i].smem);

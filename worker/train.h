@@ -208,7 +208,8 @@ typedef struct rs_reshard_stats {
 	double move_s;                   /* the chunk rounds (send, receive, verify) and the dense network */
 	/* pre-copy (rs_precopy_*): what moved while training went on, and what was sent again at the pause */
 	int background_rounds;           /* rounds run before rs_precopy_finish */
-	uint64_t dirty_rows, dirty_bytes; /* rows sent again (updated after they were sent), and their bytes */
+	uint64_t resent_rows, resent_bytes; /* rows sent again by the passes after the rounds (updated since sent) */
+	uint64_t dirty_rows, dirty_bytes; /* rows sent again at the pause (updated after they were sent), and their bytes */
 } rs_reshard_stats;
 
 /*
@@ -240,8 +241,9 @@ rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs
  * rs_precopy_round until rs_precopy_pending is 0 (an old member once or a
  * few times between steps, a joiner back to back: each round is an
  * exchange over the union, so every member runs the same rounds in the
- * same order). At the pause, rs_precopy_finish runs the rounds left, sends
- * again every row updated after it was sent (with its row numbers and one
+ * same order): the chunk rounds, then two passes that send again the rows
+ * updated since they were sent. At the pause, rs_precopy_finish runs the
+ * rounds left, sends again every row updated after it was sent (with its row numbers and one
  * CRC-32C per peer), copies again the kept rows that were copied and
  * updated since, then moves the ZCH tables (their identities change with
  * every lookup), the data-parallel ones (one old copy may feed several

@@ -58,6 +58,17 @@ typedef struct fvec {
 } fvec;
 
 /* One shard this rank holds: the plan's rectangle and its memory. */
+/*
+ * Pre-copy: a hash per row (its checksum term), valid where its stale bit
+ * is clear, and their sums per block of RS__ROWSUM_BLOCK rows (checksum.c).
+ */
+#define RS__ROWSUM_BLOCK 1024
+typedef struct rs__rowsums {
+	uint64_t *h, *stale, *block;
+	int64_t rows;
+	int refs;               /* a new shard sharing an old shard's memory shares its hashes */
+} rs__rowsums;
+
 typedef struct lshard {
 	int table;
 	rs_shard s;
@@ -76,6 +87,8 @@ typedef struct lshard {
 	i64vec bids, bdst;
 	fvec bval;              /* the bags' pooled sums, then their gradients */
 	uint64_t *dirty;        /* pre-copy: a bit per row updated since it was sent; NULL when not tracked */
+	rs__rowsums *rsum;      /* pre-copy: its rows' hashes from row rsum_off on; NULL when not kept */
+	int64_t rsum_off;
 } lshard;
 
 /* One column block of a table: its row ranges, who owns each, which are here. */
@@ -266,7 +279,27 @@ static inline void rs__dirty_mark(lshard *ls, int64_t row)
 {
 	if (ls->dirty && row >= 0)
 		ls->dirty[row >> 6] |= (uint64_t)1 << (row & 63);
+	if (ls->rsum && row >= 0) { /* and its hash is stale */
+		int64_t k = ls->rsum_off + row;
+		ls->rsum->stale[k >> 6] |= (uint64_t)1 << (k & 63);
+	}
 }
 static inline int rs__dirty_test(const lshard *ls, int64_t row) { return (ls->dirty[row >> 6] >> (row & 63)) & 1; }
+
+/*
+ * The whole-model checksum's parts (checksum.c). rs__rows_sum: the sum of
+ * the terms of rows [r0, r0 + n) of ls. The pre-copy's cached hashes:
+ * rs__rowsums_start gives a shard its own, every row stale; _share makes
+ * new shard ns use old shard os's from os row `row` on (the memory they
+ * share); _stale marks rows written; _fill hashes up to `most` stale rows
+ * of [r0, r0 + n) (the count hashed); _drop lets a trainer's go.
+ */
+uint64_t rs__rows_sum(const rs_trainer *tr, const lshard *ls, int64_t r0, int64_t n);
+rs_status rs__rowsums_start(lshard *ls);
+void rs__rowsums_share(lshard *ns, const lshard *os, int64_t row);
+void rs__rowsums_unref(rs__rowsums *c);
+void rs__rowsums_drop(rs_trainer *tr);
+void rs__rowsums_stale(lshard *ls, int64_t r0, int64_t n);
+int64_t rs__rowsums_fill(const rs_trainer *tr, const lshard *ls, int64_t r0, int64_t n, int64_t most);
 
 #endif

@@ -35,6 +35,7 @@
 #include "tests/unit/dumps.h"
 #include "tests/unit/world_harness.h"
 #include "worker/train.h"
+#include "worker/train_internal.h"
 #include "worker/transport_tcp.h"
 #include "tests/unit/scratch.h"
 
@@ -325,6 +326,22 @@ static void precopy_rounds(int m, rs_precopy **pc, rs_transport **nuni, rs_trans
 }
 
 /* One member through every generation it belongs to, each reshard pre-copied over the last PRE steps before it. */
+/* Whether tr's checksums (from a pre-copy's cached row hashes) equal the ones hashed afresh from every row. */
+static int sums_hold(int m, const char *what, const rs_trainer *tr, const uint64_t *sums)
+{
+	uint64_t fresh[64] = {0};
+	for (int i = 0; i < tr->nshards; i++)
+		if (rs__counted(tr, i))
+			fresh[tr->shards[i].table] += rs__rows_sum(tr, &tr->shards[i], 0, tr->shards[i].s.rows);
+	for (int t = 0; t < cfg->ntables; t++)
+		if (fresh[t] != sums[t]) {
+			fprintf(stderr, "member %d, %s: table '%s': cached hashes sum to %016llx, the rows to %016llx\n", m,
+				what, cfg->tables[t].name, (unsigned long long)sums[t], (unsigned long long)fresh[t]);
+			return 0;
+		}
+	return 1;
+}
+
 static int precopy_member(int m)
 {
 	rs_trainer *tr = NULL;
@@ -360,6 +377,8 @@ static int precopy_member(int m)
 		/* the switch: the pause of a real job */
 		if (tr) {
 			rs_trainer_checksum(tr, sums);
+			if (!sums_hold(m, "at the pause", tr, sums))
+				return 107;
 			record(m, "before", g, sums, cfg->ntables);
 		}
 		int staged = pc && rs_precopy_finish(pc, &ntr, &rst, &err) == RS_OK;
@@ -384,6 +403,8 @@ static int precopy_member(int m)
 		record(m, "again", g, again, 2);
 		if (ntr) {
 			rs_trainer_checksum(ntr, sums);
+			if (!sums_hold(m, "staged", ntr, sums))
+				return 108;
 			record(m, "after", g, sums, cfg->ntables);
 		}
 		rs_trainer_commit(ntr, tr);
