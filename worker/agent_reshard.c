@@ -9,8 +9,11 @@
 #include "common/log.h"
 #include "common/plan.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 typedef struct progress_ctx {
@@ -106,8 +109,10 @@ static rs_status report_staged(rs_agent *a, int64_t gen, rs_status st, const rs_
 			rst->kept_bytes / 1048576.0);
 		if (rst->background_rounds > 0 || rst->dirty_rows > 0)
 			RS_INFO("generation %lld: pre-copied in %d rounds while training; %llu rows (%.1f MiB) updated since "
-				"they were sent went again", (long long)gen, rst->background_rounds,
-				(unsigned long long)rst->dirty_rows, rst->dirty_bytes / 1048576.0);
+				"they were sent went again at the pause, %llu (%.1f MiB) while training",
+				(long long)gen, rst->background_rounds, (unsigned long long)rst->dirty_rows,
+				rst->dirty_bytes / 1048576.0, (unsigned long long)rst->resent_rows,
+				rst->resent_bytes / 1048576.0);
 		m.sent_bytes = (int64_t)rst->sent_bytes, m.recv_bytes = (int64_t)rst->recv_bytes;
 		m.wire_bytes = (int64_t)rst->wire_bytes, m.kept_bytes = (int64_t)rst->kept_bytes;
 		m.connect_s = connect_s, m.copy_s = rst->copy_s, m.move_s = rst->move_s;
@@ -160,6 +165,13 @@ rs_status rs__agent_commit(rs_agent *a, int64_t gen, int *left, rs_err *err)
 	*left = 0;
 	if (gen != a->st_gen || !a->st_ok)
 		return rs_err_set(err, RS_EINVAL, "commit of generation %lld, which is not staged here", (long long)gen);
+	rs_status said = RS_OK;
+	if (!a->st_tr) { /* leaving: say so first, then let the old model go behind the workers that train on */
+		said = rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_COMMITTED, gen, 0, NULL), err);
+		errno = 0;
+		if (setpriority(PRIO_PROCESS, 0, 10) != 0)
+			RS_WARN("leaving: cannot lower this worker's priority: %s", strerror(errno));
+	}
 	rs_trainer_commit(a->st_tr, a->tr);
 	rs_transport_destroy(a->t);
 	rs_transport_destroy(a->uni);
@@ -170,7 +182,7 @@ rs_status rs__agent_commit(rs_agent *a, int64_t gen, int *left, rs_err *err)
 	a->stalled = 0; /* a new transport */
 	*left = a->tr == NULL;
 	rs__agent_set_ready(a, !*left);
-	return rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_COMMITTED, gen, 0, NULL), err);
+	return *left ? said : rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_COMMITTED, gen, 0, NULL), err);
 }
 
 /* The coordinator aborted the staged generation: back to the old model, paused where it was. */

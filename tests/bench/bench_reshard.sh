@@ -42,9 +42,10 @@ raw=$("$BUILD/tests/bench/bench_transport" --raw | sed -n 's/raw loopback TCP \(
 if ! coord --workers 2 --steps 30 --schedule 10:4,20:3 >"$tmp/live.out" 2>"$tmp/live.err"; then
 	echo "bench reshard: the live run failed"; tail -5 "$tmp/live.err"; exit 1
 fi
-# pre-copied: the same reshards, with 25 steps before each for the background rounds (about 2 s here;
-# the workers of a scheduled step are asked for as the run toward it starts)
-if ! coord --config "$tmp/bench-1g-true.json" --workers 2 --steps 60 --schedule 25:4,50:3 >"$tmp/pre.out" 2>"$tmp/pre.err"; then
+# pre-copied: the same reshards, with 150 steps before each for the background rounds (paced to a fifth of
+# the old members' time, the default precopy_share, they take 70-80 of them here; the workers of a
+# scheduled step are asked for as the run toward it starts)
+if ! coord --config "$tmp/bench-1g-true.json" --workers 2 --steps 320 --schedule 150:4,300:3 >"$tmp/pre.out" 2>"$tmp/pre.err"; then
 	echo "bench reshard: the pre-copied run failed"; tail -5 "$tmp/pre.err"; exit 1
 fi
 # restart-based: the old world writes a checkpoint at the reshard step, the new world starts from it
