@@ -224,7 +224,7 @@ rs_status rs_proto_paused(json_t *msg, rs_msg_paused *p, rs_err *err)
 	if (rank < 0 || step < 0 || gen < 1 || (p->checksum && !json_is_array(p->checksum)) ||
 	    (p->held && !json_is_array(p->held)))
 		return rs_err_set(err, RS_EINVAL, "paused: a negative rank or step, or a bad checksum");
-	if (prepared && prepared != step + 1)
+	if (prepared < 0 || (prepared > 0 && prepared - 1 != step))
 		return rs_err_set(err, RS_EINVAL, "paused: prepared %lld is not the step after %lld", (long long)prepared,
 				  (long long)step);
 	p->prepared = prepared;

@@ -559,7 +559,7 @@ static void call_off_precopy(rs_job *j, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	end_attempt(j, 0, fmt, ap); /* nothing of it was persisted */
+	end_attempt(j, 0, fmt, ap); /* no attempt was persisted: only its generation */
 	va_end(ap);
 	rs__cycle_free_attempt(j);
 	rs__members_changed(j);

@@ -68,6 +68,7 @@ typedef struct member {
 	int has_held;
 	int64_t prepared;         /* paused one step short, that step prepared: the step it can catch up to (0: none) */
 	int64_t catching;         /* the step it was asked to catch up to since its last pause report (0: none) */
+	double catching_at;       /* ... when */
 	int lost;                 /* of the current world, its rows gone: healing rebuilds them from replicas */
 	int staged_ok;
 	char staged_why[256];

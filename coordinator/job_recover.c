@@ -330,7 +330,13 @@ void rs__heal_give_up(rs_job *j, const char *why)
 }
 
 
-/* How many roles (the shards one rank of a replica group holds) have a survivor that is, or can catch up, at `step`. */
+/* Whether member m stopped at `step`, or can catch up to it (its step failed only in its votes). */
+static int reaches(const member *m, int64_t step)
+{
+	return m->step == step || (m->prepared > 0 && m->prepared == step);
+}
+
+/* How many roles (the shards one rank of a replica group holds) have a survivor that reaches `step`. */
 static int roles_at(const rs_job *j, int64_t step)
 {
 	int32_t r0 = groups(j->cur.plan), n = 0;
@@ -338,11 +344,18 @@ static int roles_at(const rs_job *j, int64_t step)
 		int held = 0;
 		for (int32_t r = l * r0; r < (l + 1) * r0 && !held; r++) {
 			const member *m = &j->mem.v[j->cur.world[r]];
-			held = !m->lost && (m->step == step || m->prepared == step);
+			held = !m->lost && reaches(m, step);
 		}
 		n += held;
 	}
 	return n;
+}
+
+/* Member m of the world drops its model (an abort of the generation) and takes its rows again, as a replacement. */
+static void drop_model(rs_job *j, member *m)
+{
+	m->lost = 1;
+	rs__job_send(j, m, rs_proto_make_generation(RS_MSG_ABORT, j->cur.generation, 0, j->rec.why));
 }
 
 /*
@@ -350,42 +363,53 @@ static int roles_at(const rs_job *j, int64_t step)
  * the furthest of equals. A survivor whose step failed only in its last
  * exchange (the votes' all-reduce) holds everything the step's updates
  * need: it counts at that step too, and is asked to catch up to it (it
- * reports paused again, caught up or not). The step into *at; 0 while a
- * survivor is asked.
+ * reports paused again, caught up or not). One asked that has not
+ * answered within a quarter of --timeout-ms, or was asked for another
+ * step than the heal now takes, drops its model. The step into *at; 0
+ * while a survivor is asked or was just dropped (the next tick counts
+ * again).
  */
 static int catch_up(rs_job *j, int64_t *at)
 {
+	double now = rs__job_now(j), patience = j->o.timeout_ms / 4000.0;
 	int64_t to = -1;
 	int most = -1, waiting = 0;
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
 		const member *m = &j->mem.v[j->cur.world[r]];
 		for (int k = 0; k < 2 && !m->lost; k++) {
 			int64_t step = k ? m->prepared : m->step;
-			int n = k && !step ? -1 : roles_at(j, step);
+			int n = k && step <= 0 ? -1 : roles_at(j, step);
 			if (n >= 0 && (n > most || (n == most && step > to)))
 				most = n, to = step;
 		}
 	}
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
 		member *m = &j->mem.v[j->cur.world[r]];
-		if (m->lost || m->step == to || m->prepared != to)
+		if (m->lost || m->step == to)
 			continue;
-		if (m->catching != to) {
-			RS_INFO("healing: %s stopped at step %lld with step %lld prepared: it catches up", m->name,
-				(long long)m->step, (long long)to);
-			rs__job_send(j, m, rs_proto_make_generation(RS_MSG_CATCH_UP, j->cur.generation, to, NULL));
-			m->catching = to;
+		if (m->catching && (m->catching != to || now - m->catching_at > patience)) {
+			RS_WARN("healing: %s %s: it drops its model and takes its rows again from their copies", m->name,
+				m->catching != to ? "was asked to catch up to another step" : "did not catch up in time");
+			drop_model(j, m);
+			waiting = 1;
+		} else if (reaches(m, to)) {
+			if (!m->catching) {
+				RS_INFO("healing: %s stopped at step %lld with step %lld prepared: it catches up", m->name,
+					(long long)m->step, (long long)to);
+				rs__job_send(j, m, rs_proto_make_generation(RS_MSG_CATCH_UP, j->cur.generation, to, NULL));
+				m->catching = to, m->catching_at = now;
+			}
+			waiting = 1;
 		}
-		waiting = 1;
 	}
 	*at = to;
 	return !waiting;
 }
 
 /*
- * A survivor at another step than `step` drops its model (an abort of the generation) and takes its
- * rows again from their copies at `step`, as a replacement would; 0 (healing given up) when some rows are then left with no copy
- * and no checkpoint.
+ * A survivor at another step than `step` drops its model and takes its
+ * rows again from their copies at `step`; 0 (healing given up) when some
+ * rows are then left with no copy and no checkpoint.
  */
 static int drop_apart(rs_job *j, int64_t step)
 {
@@ -396,8 +420,7 @@ static int drop_apart(rs_job *j, int64_t step)
 			continue;
 		RS_WARN("healing: %s stopped at step %lld, another at step %lld: it drops its model and takes its rows "
 			"again from their copies", m->name, (long long)m->step, (long long)step);
-		m->lost = 1;
-		rs__job_send(j, m, rs_proto_make_generation(RS_MSG_ABORT, j->cur.generation, 0, j->rec.why));
+		drop_model(j, m);
 		apart = 1;
 	}
 	int whole = apart ? mark_lost(j) : 1;
@@ -411,9 +434,10 @@ static int drop_apart(rs_job *j, int64_t step)
 /*
  * Healing: wait until every survivor reports paused in the lost generation
  * (its step failed, or it stopped at a boundary), bring them to one step
- * (catch_up, drop_apart), check their copies are equal, wait for
- * the replacements (a quarter of --timeout-ms at most); then the paused
- * phase's reshard rebuilds the world (begin_attempt treats the lost members as sending nothing).
+ * (catch_up, drop_apart), check their copies are equal, wait for the
+ * replacements (a quarter of --timeout-ms at most); then the paused
+ * phase's reshard rebuilds the world (begin_attempt treats the lost
+ * members as sending nothing).
  */
 static void heal_tick(rs_job *j)
 {

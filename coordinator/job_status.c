@@ -79,9 +79,13 @@ json_t *rs__job_migration_json(const rs_job *j)
 						       j->mem.v[j->att.uni[p->dst]].name, "bytes", (json_int_t)p->bytes, "total",
 						       (json_int_t)p->total));
 	}
-	return json_pack("{s:I, s:i, s:i, s:I, s:I, s:o}", "generation", (json_int_t)j->att.generation, "from", (int)j->cur.nworld,
-			 "to", (int)j->att.nworld, "moved", (json_int_t)moved, "total", (json_int_t)total, "pairs",
-			 pairs ? pairs : json_array());
+	int done = 0; /* pre-copy: the members whose background rounds are done */
+	for (int32_t u = 0; j->att.precopy && u < j->att.nuni; u++)
+		done += j->mem.v[j->att.uni[u]].precopied == j->att.generation;
+	return json_pack("{s:I, s:i, s:i, s:I, s:I, s:o, s:b, s:i, s:i}", "generation", (json_int_t)j->att.generation,
+			 "from", (int)j->cur.nworld, "to", (int)j->att.nworld, "moved", (json_int_t)moved, "total",
+			 (json_int_t)total, "pairs", pairs ? pairs : json_array(), "precopy", j->att.precopy, "members",
+			 (int)j->att.nuni, "precopied", done);
 }
 
 json_t *rs__job_snapshot(const rs_job *j)

@@ -60,6 +60,16 @@ static void print_snapshot(const json_t *s)
 		       json_is_true(json_object_get(m, "leaving")) ? "  leaving" : "",
 		       json_is_true(json_object_get(m, "connected")) ? "" : "  disconnected");
 	}
+	const json_t *att = json_object_get(s, "attempt");
+	if (json_is_object(att) && json_is_true(json_object_get(att, "precopy")) && !strcmp(str(s, "phase"), "training"))
+		printf("pre-copying generation %lld (%lld -> %lld workers) while training: %.1f of %.1f MiB sent, "
+		       "%lld of %lld members done\n", inum(att, "generation"), inum(att, "from"), inum(att, "to"),
+		       num(att, "moved") / 1048576.0, num(att, "total") / 1048576.0, inum(att, "precopied"),
+		       inum(att, "members"));
+	else if (json_is_object(att))
+		printf("resharding to generation %lld (%lld -> %lld workers): %.1f of %.1f MiB moved\n",
+		       inum(att, "generation"), inum(att, "from"), inum(att, "to"), num(att, "moved") / 1048576.0,
+		       num(att, "total") / 1048576.0);
 	if (json_is_object(plan))
 		printf("plan: %zu tables, imbalance %.3f\n", json_array_size(json_object_get(plan, "tables")),
 		       num(json_object_get(plan, "summary"), "imbalance"));

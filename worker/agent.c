@@ -176,8 +176,10 @@ static rs_status catch_up(rs_agent *a, json_t *msg, rs_err *err)
 	int64_t gen, step;
 	rs_err why = {0};
 	RSCHECK(rs_proto_generation(msg, &gen, &step, NULL, err));
-	if (!a->tr || !a->stalled || gen != a->cur.generation)
-		return RS_OK; /* not of this worker's world: nothing to catch up */
+	if (!a->tr)
+		return RS_OK; /* no model: it said idle */
+	if (!a->stalled || gen != a->cur.generation) /* nothing to catch up: where it is, for the coordinator to count */
+		return rs__agent_report_paused(a, err);
 	if (step == a->cur.step + 1 && rs_trainer_prepared(a->tr) == step) {
 		if (rs_trainer_catch_up(a->tr, &why) != RS_OK)
 			return lose_generation(a, why.msg, err);
@@ -400,6 +402,7 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 		a->ckpt_at = rs_now(), a->ckpt_gen = r->generation;
 	RS_INFO("rank %lld, generation %lld: training steps %lld..%lld", (long long)r->rank, (long long)r->generation,
 		(long long)r->step, (long long)r->steps - 1);
+	a->pace.mark = 0; /* the time since the last step is not a step's */
 	while (r->step < r->steps) {
 		int64_t step = r->step;
 		rs_step_stats stats;

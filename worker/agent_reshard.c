@@ -168,7 +168,7 @@ rs_status rs__agent_commit(rs_agent *a, int64_t gen, int *left, rs_err *err)
 	rs_status said = RS_OK;
 	if (!a->st_tr) { /* leaving: say so first, then let the old model go behind the workers that train on */
 		said = rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_COMMITTED, gen, 0, NULL), err);
-		errno = 0;
+		/* this thread's (the one that frees), for good: the process exits next */
 		if (setpriority(PRIO_PROCESS, 0, 10) != 0)
 			RS_WARN("leaving: cannot lower this worker's priority: %s", strerror(errno));
 	}
@@ -342,8 +342,10 @@ rs_status rs__precopy_step(rs_agent *a, const rs_step_stats *stats, rs_err *err)
 	rs_err why = {0};
 	double t0 = rs_now();
 	int left = a->pc && rs_precopy_pending(a->pc) > 0;
-	if (a->pace.mark > 0)
-		a->pace.step_s = recent(a->pace.step_s, t0 - a->pace.mark);
+	if (a->pace.mark > 0) { /* a step and what came after it (an evaluation, a checkpoint: at most 4 steps' worth) */
+		double s = t0 - a->pace.mark;
+		a->pace.step_s = recent(a->pace.step_s, a->pace.step_s > 0 && s > 4 * a->pace.step_s ? 4 * a->pace.step_s : s);
+	}
 	if (a->pc_start && stats->precopy) /* every rank has the start: they all begin now */
 		RSCHECK(begin_kept(a, 0, err));
 	/* the rounds the world's mean rate owes, the same on every rank */

@@ -190,7 +190,9 @@ static rs_status pack_delta(stager *g, int32_t d, unsigned char **buf, size_t *l
 		memcpy(p + 4, &zero, 4);
 		memcpy(p + 8, &n, 8);
 		memcpy(p + 16, scratch, 8 * (size_t)n);
-		for (int64_t k = 0; k < n; k++) { /* as shard rows, to pack; sent as they are now, marked again by an update */
+		/* as shard rows, to pack; sent as they are now, marked again by an update. A row of an old shard is in one
+		 * move at most (rs__move_shard: whole column blocks, 1D), so no other destination needs its mark */
+		for (int64_t k = 0; k < n; k++) {
 			scratch[k] += m->row_offset - os->s.row_offset;
 			rs__dirty_clear(os, scratch[k], 1);
 		}

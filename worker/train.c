@@ -463,8 +463,8 @@ static rs_status update_bags(rs_trainer *tr, const float *grad, rs_err *err)
 							      (int32_t)nb, ls->bids.v, RS_POOL_SUM, ls->bval.v,
 							      (int64_t)cols, &tr->cfg->optimizer, tr->updates, &e),
 				    &e, err));
-		for (int32_t k = 0; ls->dirty && k < ls->boff.v[nb]; k++)
-			rs__dirty_mark(ls, ls->bids.v[k]);
+		for (int32_t k = 0; (ls->dirty || ls->rsum) && k < ls->boff.v[nb]; k++)
+			rs__dirty_mark(ls, ls->bids.v[k]); /* and its cached hash stale */
 	}
 	return RS_OK;
 }

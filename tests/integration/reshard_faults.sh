@@ -128,6 +128,7 @@ check "6. the weights equal the static run's" same_as_static "$tmp/pc_corrupt"
 kill_joiner_once() { # kill_joiner_once NAME LOG PATTERN DELAY: a stalled pre-copied job whose worker-3 is SIGKILLed once LOG says PATTERN
 	ROWSHIFT_FAULT=stall-ms=1500 run "$1" --workers 2 --schedule 40:4
 	wait_for "$tmp/$1.$2" "$3" 60
+	"$bin/rowshiftctl" status --admin-file "$tmp/$1.admin" >"$tmp/$1.status" 2>&1
 	sleep "$4"
 	pkill -9 -P $job -f -- "--name worker-3 "
 	finish "$1"
@@ -135,6 +136,8 @@ kill_joiner_once() { # kill_joiner_once NAME LOG PATTERN DELAY: a stalled pre-co
 kill_joiner_once pc_kill err "worker-3 generation 2: pre-copy began" 0.3
 check "7. a run whose joiner was killed during the background copy finishes (exit $?)" \
 	grep -q "training done: 4 workers" "$tmp/pc_kill.out"
+check "7. rowshiftctl status showed the copy while the old world trained" \
+	grep -q "pre-copying generation 2 (2 -> 4 workers) while training: .* of 4 members done" "$tmp/pc_kill.status"
 check "7. the copy was called off" grep -q "generation 2 aborted: " "$tmp/pc_kill.out"
 check "7. the next attempt committed" grep -q "generation 3 committed" "$tmp/pc_kill.out"
 check "7. the weights equal the static run's" same_as_static "$tmp/pc_kill"

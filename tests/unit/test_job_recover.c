@@ -227,6 +227,31 @@ static void test_survivor_a_step_short_catches_up(void **state)
 	assert_false(reported("rolling back"));
 }
 
+/* Worker-1 prepared step 41 (worker-0, the other copy of its role, finished it) and never answers the catch-up. */
+static void test_catch_up_unanswered_drops_the_member(void **state)
+{
+	(void)state;
+	H.cfg->cluster.sharding_group = 2;
+	start(4);
+	rs_job_exited(H.job, "worker-3", 0, "killed by signal 9");
+	tick(0.01);
+	paused_holding(0, 41, 0, 7, 8);
+	paused_holding(1, 40, 1, 1, 2);
+	paused_holding(2, 41, 0, 3, 4);
+	tick(0.01);
+	assert_true(asked_to_catch_up(1, 41));
+	tick(2); /* a quarter of --timeout-ms (10 s here) not yet past */
+	assert_false(aborted(1, 1));
+	tick(0.6);
+	assert_true(aborted(1, 1)); /* it drops its model, and takes its rows again from worker-0 */
+	say(1, rs_proto_make_idle("127.0.0.1:2001"));
+	rejoin_new(3);
+	tick(0.01);
+	tick(0.01);
+	healing_from(41);
+	assert_false(reported("rolling back"));
+}
+
 /* Both copies of role 0 finished a step that worker-2 (role 1's last copy) failed: no copy is at one step. */
 static void test_no_copy_at_the_survivors_step_rolls_back(void **state)
 {
@@ -254,6 +279,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_recovered_job_tells_a_replacement_from_the_original, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_survivor_a_step_ahead_takes_its_rows_again, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_survivor_a_step_short_catches_up, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_catch_up_unanswered_drops_the_member, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_copy_at_the_survivors_step_rolls_back, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
