@@ -157,15 +157,37 @@ static void paused_holding(int k, int64_t step, int prepared, uint64_t a, uint64
 	json_decref(held);
 }
 
-/* The heal's reshard to generation 2 was sent to workers 0..3, from step. */
-static void healing_from(int64_t step)
+/*
+ * A 2 x 2 world (the replicas of a role: ranks 0-1, 2-3) loses worker-3; survivor k pauses at step[k] (with
+ * the next step prepared when prepared[k]), holding copies whose checksums follow the step and the role.
+ */
+static void survivors_pause_at(const int64_t step[3], const int prepared[3])
 {
+	H.cfg->cluster.sharding_group = 2;
+	start(4);
+	rs_job_exited(H.job, "worker-3", 0, "killed by signal 9");
+	tick(0.01);
+	assert_phase("recovering");
+	assert_true(reported("rebuilding its rows from their replicas, no rollback"));
+	for (int k = 0; k < 3; k++)
+		paused_holding(k, step[k], prepared[k], (uint64_t)(10 * step[k] + k / 2), (uint64_t)(10 * step[k] + k / 2 + 1));
+	tick(0.01);
+}
+
+/* The replacement worker-3 comes, and the heal reshards to generation 2 from step, with no rollback. */
+static void heals_from(int64_t step)
+{
+	rejoin_new(3);
+	tick(0.01);
+	assert_phase("paused");
+	tick(0.01);
 	for (int k = 0; k < 4; k++) {
 		json_t *m = last(k, RS_MSG_START);
 		assert_non_null(m);
 		assert_int_equal(field(m, "generation"), 2);
 		assert_int_equal(field(m, "first_step"), step);
 	}
+	assert_false(reported("rolling back"));
 }
 
 /* Worker k was asked to catch up to step. */
@@ -175,95 +197,51 @@ static int asked_to_catch_up(int k, int64_t step)
 	return m && field(m, "generation") == 1 && field(m, "step") == step;
 }
 
+/* Worker-0 finished step 41 before the loss reached it; its replica (worker-1) and worker-2 failed it. */
 static void test_survivor_a_step_ahead_takes_its_rows_again(void **state)
 {
 	(void)state;
-	H.cfg->cluster.sharding_group = 2;
-	start(4);
-	rs_job_exited(H.job, "worker-3", 0, "killed by signal 9");
-	tick(0.01);
-	assert_phase("recovering");
-	assert_true(reported("rebuilding its rows from their replicas, no rollback"));
-	/* worker-0 finished step 41 before the loss reached it; its replica (worker-1) and worker-2 failed it */
-	paused_holding(0, 41, 0, 7, 8);
-	paused_holding(1, 40, 0, 1, 2);
-	paused_holding(2, 40, 0, 3, 4);
-	tick(0.01);
+	survivors_pause_at((int64_t[3]){41, 40, 40}, (int[3]){0, 0, 0});
 	assert_true(aborted(0, 1)); /* it drops its model, a step ahead of its rows' copies */
 	assert_false(aborted(1, 1) || aborted(2, 1));
-	assert_false(reported("rolling back"));
 	say(0, rs_proto_make_idle("127.0.0.1:2000"));
-	rejoin_new(3);
-	tick(0.01);
-	assert_phase("paused");
-	tick(0.01);
-	healing_from(40); /* where both roles have a copy */
-	assert_false(reported("rolling back"));
+	heals_from(40); /* where both roles have a copy */
 }
 
 /* Workers 0 and 1 got through step 41's votes; worker-2's failed, the step prepared: it catches up. */
 static void test_survivor_a_step_short_catches_up(void **state)
 {
 	(void)state;
-	H.cfg->cluster.sharding_group = 2;
-	start(4);
-	rs_job_exited(H.job, "worker-3", 0, "killed by signal 9");
-	tick(0.01);
-	paused_holding(0, 41, 0, 7, 8);
-	paused_holding(1, 41, 0, 7, 8);
-	paused_holding(2, 40, 1, 3, 4);
-	tick(0.01);
+	survivors_pause_at((int64_t[3]){41, 41, 40}, (int[3]){0, 0, 1});
 	assert_true(asked_to_catch_up(2, 41));
 	assert_false(asked_to_catch_up(0, 41) || asked_to_catch_up(1, 41) || aborted(2, 1));
 	forget_mail();
 	tick(0.01);
 	assert_null(last(2, RS_MSG_CATCH_UP)); /* asked once */
 	assert_phase("recovering");
-	paused_holding(2, 41, 0, 5, 6); /* caught up */
-	rejoin_new(3);
-	tick(0.01);
-	tick(0.01);
-	healing_from(41);
-	assert_false(reported("rolling back"));
+	paused_holding(2, 41, 0, 411, 412); /* caught up */
+	heals_from(41);
 }
 
 /* Worker-1 prepared step 41 (worker-0, the other copy of its role, finished it) and never answers the catch-up. */
 static void test_catch_up_unanswered_drops_the_member(void **state)
 {
 	(void)state;
-	H.cfg->cluster.sharding_group = 2;
-	start(4);
-	rs_job_exited(H.job, "worker-3", 0, "killed by signal 9");
-	tick(0.01);
-	paused_holding(0, 41, 0, 7, 8);
-	paused_holding(1, 40, 1, 1, 2);
-	paused_holding(2, 41, 0, 3, 4);
-	tick(0.01);
+	survivors_pause_at((int64_t[3]){41, 40, 41}, (int[3]){0, 1, 0});
 	assert_true(asked_to_catch_up(1, 41));
 	tick(2); /* a quarter of --timeout-ms (10 s here) not yet past */
 	assert_false(aborted(1, 1));
 	tick(0.6);
 	assert_true(aborted(1, 1)); /* it drops its model, and takes its rows again from worker-0 */
 	say(1, rs_proto_make_idle("127.0.0.1:2001"));
-	rejoin_new(3);
-	tick(0.01);
-	tick(0.01);
-	healing_from(41);
-	assert_false(reported("rolling back"));
+	heals_from(41);
 }
 
 /* Both copies of role 0 finished a step that worker-2 (role 1's last copy) failed: no copy is at one step. */
 static void test_no_copy_at_the_survivors_step_rolls_back(void **state)
 {
 	(void)state;
-	H.cfg->cluster.sharding_group = 2;
-	start(4);
-	rs_job_exited(H.job, "worker-3", 0, "killed by signal 9");
-	tick(0.01);
-	paused_holding(0, 41, 0, 7, 8);
-	paused_holding(1, 41, 0, 7, 8);
-	paused_holding(2, 40, 0, 3, 4);
-	tick(0.01);
+	survivors_pause_at((int64_t[3]){41, 41, 40}, (int[3]){0, 0, 0});
 	assert_true(reported("rolling back to the start (step 0)"));
 }
 
