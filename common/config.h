@@ -112,10 +112,10 @@ typedef struct rs_cluster_config {
 	 */
 	int precopy;
 	/*
-	 * "precopy_share" (default 0.2, in (0, 1]): the most of the old
-	 * members' time the background rounds take while training (0.2:
-	 * training keeps about 80% of its speed during the copy; 1: as fast as
-	 * the rounds go, up to 16 between two steps).
+	 * "precopy_share" (default 0.2, in (0, 1]): the share of the old
+	 * members' time the background rounds aim to take while training (an
+	 * aim, not a cap: 0.2 keeps training at about 80% of its speed during
+	 * the copy; 1: as fast as the rounds go, up to 16 between two steps).
 	 */
 	double precopy_share;
 } rs_cluster_config;

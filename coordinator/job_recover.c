@@ -6,11 +6,11 @@
  * survivors keep their models (a step that fails changes nothing), report
  * paused at the last step done, and a reshard rebuilds the lost members'
  * shards from their copies in the other groups onto the replacements (or
- * the survivors alone), training on from that step. Survivors whose
- * step's last exchange failed after another got through it catch up to
- * it first. It rolls back after all when the survivors stopped at steps
- * that leave some rows with no copy, their copies disagree, or the
- * healing reshards keep failing.
+ * the survivors alone), training on from the step the most roles reach:
+ * survivors whose step failed only in its last exchange (the votes) catch
+ * up to it first, any other survivor not at it takes its rows again. It
+ * rolls back after all when that leaves some rows with no copy, their
+ * copies disagree, or the healing reshards keep failing.
  *
  * Partial recovery (cluster.recovery "partial", CPR) heals the same way
  * when some rows lost every copy (any world, 1D too): the reshard loads

@@ -90,7 +90,7 @@ rs_status rs__rowsums_start(lshard *ls)
 	if (c && (c->h = calloc((size_t)ls->s.rows + 1, sizeof(uint64_t))) && (c->stale = malloc(sizeof(uint64_t) * words)) &&
 	    (c->block = calloc(blocks, sizeof(uint64_t)))) {
 		memset(c->stale, 0xff, sizeof(uint64_t) * words); /* nothing hashed yet (each term 0 meanwhile) */
-		c->rows = ls->s.rows, c->refs = 1;
+		c->refs = 1;
 		ls->rsum = c, ls->rsum_off = 0;
 		return RS_OK;
 	}
@@ -130,8 +130,8 @@ void rs__rowsums_drop(rs_trainer *tr)
 
 void rs__rowsums_stale(lshard *ls, int64_t r0, int64_t n)
 {
-	for (int64_t r = ls->rsum ? ls->rsum_off + r0 : 0; ls->rsum && r < ls->rsum_off + r0 + n; r++)
-		ls->rsum->stale[r >> 6] |= (uint64_t)1 << (r & 63);
+	for (int64_t r = r0; ls->rsum && r < r0 + n; r++)
+		rs__rowsum_stale(ls, r);
 }
 
 int64_t rs__rowsums_fill(const rs_trainer *tr, const lshard *ls, int64_t r0, int64_t n, int64_t most)

@@ -258,7 +258,7 @@ static rs_status unpack_delta(stager *g, int32_t s, unsigned char *buf, size_t l
 				RSCHECK(rs_emb_unpack_rows(&ns->emb, cfg->optimizer.kind, scratch, n, buf + at + 16 + 8 * (size_t)n,
 							   rb * (size_t)n));
 			for (int64_t k = 0; pass == 1 && k < n; k++)
-				rs__rowsums_stale(ns, scratch[k], 1);
+				rs__rowsum_stale(ns, scratch[k]);
 			at += 16 + (8 + rb) * (size_t)n;
 		}
 	}
@@ -350,7 +350,7 @@ static void recopy_kept(stager *g)
 				memcpy(wn, wo, wl);
 				if (sl)
 					memcpy(sn, so, sl);
-				rs__rowsums_stale(ns, r - ns->s.row_offset, 1);
+				rs__rowsum_stale(ns, r - ns->s.row_offset);
 			}
 		}
 	}

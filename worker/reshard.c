@@ -66,12 +66,12 @@ static int cmp_pair(const void *a, const void *b)
 	return (x->dst > y->dst) - (x->dst < y->dst);
 }
 
-/* Whether the moves of table t are among those `which` names. */
 int rs__at_pause(const stager *g, int t)
 {
 	return any_trainer(g)->tables[t].zch != NULL || g->spec->new_plan->tables[t].sharding == RS_SHARD_DP;
 }
 
+/* Whether the moves of table t are among those `which` names. */
 static int moves_of(const stager *g, rs__moves which, int t)
 {
 	return which == RS__MOVES_ALL || (which == RS__MOVES_AT_PAUSE) == rs__at_pause(g, t);

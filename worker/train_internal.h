@@ -57,7 +57,6 @@ typedef struct fvec {
 	size_t n, cap;
 } fvec;
 
-/* One shard this rank holds: the plan's rectangle and its memory. */
 /*
  * Pre-copy: a hash per row (its checksum term), valid where its stale bit
  * is clear, and their sums per block of RS__ROWSUM_BLOCK rows (checksum.c).
@@ -65,10 +64,10 @@ typedef struct fvec {
 #define RS__ROWSUM_BLOCK 1024
 typedef struct rs__rowsums {
 	uint64_t *h, *stale, *block;
-	int64_t rows;
 	int refs;               /* a new shard sharing an old shard's memory shares its hashes */
 } rs__rowsums;
 
+/* One shard this rank holds: the plan's rectangle and its memory. */
 typedef struct lshard {
 	int table;
 	rs_shard s;
@@ -275,14 +274,21 @@ lshard *rs__local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col);
 rs_status rs__dirty_start(rs_trainer *tr);
 void rs__dirty_stop(rs_trainer *tr);
 void rs__dirty_clear(lshard *ls, int64_t row, int64_t n);
-static inline void rs__dirty_mark(lshard *ls, int64_t row)
+/* Row `row` of ls written: its cached hash (when kept) is stale. */
+static inline void rs__rowsum_stale(lshard *ls, int64_t row)
 {
-	if (ls->dirty && row >= 0)
-		ls->dirty[row >> 6] |= (uint64_t)1 << (row & 63);
-	if (ls->rsum && row >= 0) { /* and its hash is stale */
+	if (ls->rsum) {
 		int64_t k = ls->rsum_off + row;
 		ls->rsum->stale[k >> 6] |= (uint64_t)1 << (k & 63);
 	}
+}
+static inline void rs__dirty_mark(lshard *ls, int64_t row)
+{
+	if (row < 0)
+		return;
+	if (ls->dirty)
+		ls->dirty[row >> 6] |= (uint64_t)1 << (row & 63);
+	rs__rowsum_stale(ls, row); /* and its hash is stale */
 }
 static inline int rs__dirty_test(const lshard *ls, int64_t row) { return (ls->dirty[row >> 6] >> (row & 63)) & 1; }
 
