@@ -17,7 +17,7 @@
 #include <string.h>
 
 /* How long the multi-member phases (staging, committing, returning after an abort) may take. */
-static double phase_timeout(const rs_job *j) { return 4 * (j->o.timeout_ms / 1000.0); }
+double rs__cycle_phase_timeout(const rs_job *j) { return 4 * (j->o.timeout_ms / 1000.0); }
 
 int64_t rs__cycle_bound_after(const rs_job *j, int64_t step)
 {
@@ -27,14 +27,14 @@ int64_t rs__cycle_bound_after(const rs_job *j, int64_t step)
 	return j->o.steps;
 }
 
-static void send_world(rs_job *j, json_t *msg)
+void rs__cycle_send_world(rs_job *j, json_t *msg)
 {
 	for (int32_t r = 0; r < j->cur.nworld; r++)
 		rs__job_send(j, &j->mem.v[j->cur.world[r]], json_incref(msg));
 	json_decref(msg);
 }
 
-static void send_union(rs_job *j, json_t *msg)
+void rs__cycle_send_union(rs_job *j, json_t *msg)
 {
 	for (int32_t u = 0; u < j->att.nuni; u++)
 		rs__job_send(j, &j->mem.v[j->att.uni[u]], json_incref(msg));
@@ -113,7 +113,7 @@ static void resume(rs_job *j)
 	if (!rs__persist(j, RS_STATE_TRAINING))
 		return;
 	rs_msg_resume r = {j->cur.generation, j->cur.bound, j->cur.bound >= j->o.steps};
-	send_world(j, rs_proto_make_resume(&r));
+	rs__cycle_send_world(j, rs_proto_make_resume(&r));
 	for (int32_t k = 0; k < j->cur.nworld; k++)
 		j->mem.v[j->cur.world[k]].st = M_TRAINING; /* until they report otherwise: their "paused" is stale now */
 	j->cur.pause_sent = 0;
@@ -163,7 +163,7 @@ static void place_members(const rs_job *j, const int32_t *c, int32_t n, int32_t 
 
 /* Plan the next generation over the candidates and send every member of the union its part. */
 /* The old world's checksums per table, from what each member reported at its pause. */
-static void old_sums(rs_job *j)
+void rs__cycle_old_sums(rs_job *j)
 {
 	memset(j->att.before, 0, sizeof(uint64_t) * (size_t)j->ntables);
 	for (int32_t r = 0; r < j->cur.nworld; r++)
@@ -176,7 +176,7 @@ static void old_sums(rs_job *j)
  * checksums (from the last pause), the plan and its diff, a generation
  * number. 0 when the job failed or gave up.
  */
-static int plan_attempt(rs_job *j, const int32_t *cand, int32_t n)
+int rs__cycle_plan_attempt(rs_job *j, const int32_t *cand, int32_t n)
 {
 	rs_err err = {0};
 	int32_t map[RS_MAX_WORKERS], c[RS_MAX_WORKERS];
@@ -212,7 +212,7 @@ static int plan_attempt(rs_job *j, const int32_t *cand, int32_t n)
 	}
 	/* the old rows' checksums: each member's count; healing, the copies the survivors hold of every role */
 	if (!healing)
-		old_sums(j);
+		rs__cycle_old_sums(j);
 	if (healing && !rs__heal_sums(j, j->att.before)) {
 		rs__heal_give_up(j, "the surviving copies of the lost rows disagree (their checksums differ)");
 		return 0;
@@ -238,7 +238,7 @@ static int plan_attempt(rs_job *j, const int32_t *cand, int32_t n)
 }
 
 /* Send every member of the union its start of the attempt (pre-copied or not); 0 when the job failed. */
-static int send_starts(rs_job *j)
+int rs__cycle_send_starts(rs_job *j)
 {
 	json_t *jp = rs_plan_to_json(j->att.plan), *jprev = rs_plan_to_json(j->cur.plan);
 	if (!jp || !jprev) {
@@ -268,7 +268,7 @@ static int send_starts(rs_job *j)
 
 static void begin_attempt(rs_job *j, const int32_t *cand, int32_t n)
 {
-	if (!plan_attempt(j, cand, n) || !rs__persist(j, RS_STATE_MIGRATING) || !send_starts(j))
+	if (!rs__cycle_plan_attempt(j, cand, n) || !rs__persist(j, RS_STATE_MIGRATING) || !rs__cycle_send_starts(j))
 		return;
 	j->t.attempt = rs__job_now(j);
 	rs__emit(j, &(job_event){.kind = EV_ATTEMPT});
@@ -277,13 +277,13 @@ static void begin_attempt(rs_job *j, const int32_t *cand, int32_t n)
 
 static void abort_attempt(rs_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The attempt in flight is over (why): reported, persisted as training when asked, the union told; 0: the job failed. */
-static int end_attempt(rs_job *j, int persist, const char *fmt, va_list ap)
+int rs__cycle_end_attempt(rs_job *j, int persist, const char *fmt, va_list ap)
 {
 	vsnprintf(j->att.last_abort, sizeof(j->att.last_abort), fmt, ap);
 	rs__emit(j, &(job_event){.kind = EV_ABORTED, .reason = j->att.last_abort});
 	if (persist && !rs__persist(j, RS_STATE_TRAINING))
 		return 0;
-	send_union(j, rs_proto_make_generation(RS_MSG_ABORT, j->att.generation, 0, j->att.last_abort));
+	rs__cycle_send_union(j, rs_proto_make_generation(RS_MSG_ABORT, j->att.generation, 0, j->att.last_abort));
 	j->att.failures++;
 	j->rep.aborts++;
 	return 1;
@@ -293,7 +293,7 @@ static void abort_attempt(rs_job *j, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	if (end_attempt(j, 1, fmt, ap))
+	if (rs__cycle_end_attempt(j, 1, fmt, ap))
 		rs__job_set_phase(j, P_ABORTING);
 	va_end(ap);
 }
@@ -417,7 +417,7 @@ static void commit_attempt(rs_job *j)
 	rs__emit(j, &(job_event){.kind = EV_MIGRATION, .force = 1});
 	if (!rs__persist(j, RS_STATE_COMMITTING))
 		return;
-	send_union(j, rs_proto_make_generation(RS_MSG_COMMIT, j->att.generation, 0, NULL));
+	rs__cycle_send_union(j, rs_proto_make_generation(RS_MSG_COMMIT, j->att.generation, 0, NULL));
 	rs__emit(j, &(job_event){.kind = EV_STAGED, .moved = sent, .diff = diff, .connect_s = connect,
 				 .prepare_s = prepare, .move_s = move});
 	rs__job_set_phase(j, P_COMMITTING);
@@ -507,160 +507,16 @@ static void tick_starting(rs_job *j)
 		rs__job_fail(j, "waiting for the workers to join: %d of %d after %d ms", nc, nc + pending, j->o.timeout_ms);
 }
 
-/* ---- pre-copy: a reshard while the old world trains --------------------------------- */
-
-/*
- * Whether the old world can pre-copy: on in the config, 1D, not healing,
- * not after an aborted attempt (the retry is at the pause), every member
- * training this generation and saying where it listens (a GPU or 2D one
- * says no address). 1: yes; 0: no; -1: not yet (one is still starting).
- * can_precopy: and the candidates c (n) connected and listening.
- */
-static int world_can_precopy(const rs_job *j)
+void rs__cycle_complete(rs_job *j)
 {
-	if (!j->cfg->cluster.precopy || j->att.failures > 0 || j->rec.healing || j->cfg->cluster.sharding_group > 0)
-		return 0;
-	int wait = 0;
-	for (int32_t r = 0; r < j->cur.nworld; r++) {
-		const member *m = &j->mem.v[j->cur.world[r]];
-		if (m->lost || !m->conn || m->st != M_TRAINING || m->gen != j->cur.generation ||
-		    (m->said_gen == j->cur.generation && m->addr_gen != j->cur.generation)) /* it cannot (2D, a GPU) */
-			return 0;
-		wait |= m->said_gen != j->cur.generation; /* it has not said it trains this generation yet */
-	}
-	return wait && rs__job_now(j) - j->ph_at < j->o.timeout_ms / 1000.0 ? -1 : !wait;
-}
-
-static int can_precopy(const rs_job *j, const int32_t *c, int32_t n)
-{
-	int world = world_can_precopy(j);
-	for (int32_t k = 0; world && k < n; k++)
-		if (!j->mem.v[c[k]].conn || !j->mem.v[c[k]].addr[0])
-			return 0;
-	return world;
-}
-
-static void begin_precopy(rs_job *j, const int32_t *c, int32_t n)
-{
-	if (!plan_attempt(j, c, n) || !rs__persist(j, RS_STATE_TRAINING)) /* its generation: never handed out again */
-		return;
-	j->att.precopy = 1;
-	if (!send_starts(j))
-		return;
-	j->t.attempt = rs__job_now(j);
-	RS_INFO("membership change: %d -> %d workers; generation %lld pre-copies while generation %lld trains "
-		"(from step %lld; planned in %.1f ms)", j->cur.nworld, n, (long long)j->att.generation,
-		(long long)j->cur.generation, (long long)rs__job_step(j), j->t.plan_s * 1e3);
-}
-
-/* The pre-copy in flight is called off: the union drops it, the old world trains on, the change waits. */
-static void call_off_precopy(rs_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void call_off_precopy(rs_job *j, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	end_attempt(j, 0, fmt, ap); /* no attempt was persisted: only its generation */
-	va_end(ap);
-	rs__cycle_free_attempt(j);
-	rs__members_changed(j);
-}
-
-void rs__cycle_precopy_failed(rs_job *j, const member *m, const char *why)
-{
-	if (j->ph == P_TRAINING && j->att.precopy && j->att.generation)
-		call_off_precopy(j, "%s: %s", m->name, why);
-}
-
-/* Whether the next world should no longer be the attempt's: a new joiner, or one of its members leaving or gone. */
-static int precopy_outdated(const rs_job *j)
-{
-	int32_t c[RS_MAX_WORKERS];
-	int pending;
-	int32_t nc = rs__members_candidates(j, c, &pending);
-	for (int32_t k = 0; k < nc; k++) {
-		int in = 0;
-		for (int32_t u = 0; u < j->att.nworld && !in; u++)
-			in = j->att.uni[u] == c[k];
-		if (!in)
-			return 1;
-	}
-	for (int32_t u = 0; u < j->att.nworld; u++)
-		if (j->mem.v[j->att.uni[u]].leaving || rs__member_gone(j, &j->mem.v[j->att.uni[u]]))
-			return 1;
-	return 0;
-}
-
-/* Pre-copy in flight: pause once every member's rounds are done (or it takes long), unless a scheduled step will. */
-static void tick_precopy(rs_job *j)
-{
-	int all = 1;
-	for (int32_t u = 0; u < j->att.nuni; u++) {
-		const member *m = &j->mem.v[j->att.uni[u]];
-		if (rs__member_gone(j, m) && !rs__member_in_world(j, j->att.uni[u])) {
-			call_off_precopy(j, "%s (joining) was lost during the pre-copy", m->name);
-			return;
-		}
-		all &= m->precopied == j->att.generation;
-	}
-	if (precopy_outdated(j)) {
-		call_off_precopy(j, "the membership changed during the pre-copy");
-		return;
-	}
-	int scheduled = j->cur.sched_asked == j->cur.next_sched + 1;
-	int late = rs__job_now(j) - j->t.attempt > phase_timeout(j);
-	if ((all || late) && !scheduled && !j->cur.pause_sent) {
-		RS_INFO("generation %lld: %s; pausing at the next step boundary", (long long)j->att.generation,
-			all ? "every member pre-copied" : "the pre-copy takes long: the pause finishes it");
-		send_world(j, rs_proto_make_plain(RS_MSG_PAUSE));
-		j->cur.pause_sent = 1;
-	}
-}
-
-/* The old world paused with a pre-copy in flight: every member finishes it, then stages as at any reshard. */
-static void finish_precopy(rs_job *j)
-{
-	old_sums(j); /* at this pause, not the last one before the copy began */
-	if (j->cur.next_sched < j->o.nsched && j->o.sched_step[j->cur.next_sched] == j->cur.step)
-		j->cur.next_sched++; /* the scheduled change is this one */
-	j->cur.sched_asked = 0;
-	j->att.bound = rs__cycle_bound_after(j, j->cur.step);
-	if (!rs__persist(j, RS_STATE_MIGRATING))
-		return;
-	rs__emit(j, &(job_event){.kind = EV_ATTEMPT}); /* now that its step is known */
-	j->t.plan_s = 0; /* planned long before the pause: not part of it */
-	rs_msg_finish f = {j->att.generation, j->cur.step, j->att.bound, j->att.bound >= j->o.steps};
-	send_union(j, rs_proto_make_finish(&f));
-	for (int32_t u = 0; u < j->att.nuni; u++) {
-		member *m = &j->mem.v[j->att.uni[u]];
-		m->st = M_STAGING, m->gen = j->att.generation, m->staged_ok = 0;
-	}
-	j->t.attempt = rs__job_now(j);
-	RS_INFO("generation %lld: the world paused at step %lld; finishing the pre-copy", (long long)j->att.generation,
-		(long long)j->cur.step);
-	rs__job_set_phase(j, P_MIGRATING);
-}
-
-/*
- * With pre-copy, a schedule's workers are asked for as the run toward its
- * step starts (after the last reshard's report, which times from the
- * request), so the reshard pre-copies while the world trains to that step.
- */
-static void ask_schedule_ahead(rs_job *j)
-{
-	int k = j->cur.next_sched;
-	if (k >= j->o.nsched || j->cur.sched_asked == k + 1 || !j->src.scale || j->o.sched_step[k] != j->cur.bound ||
-	    j->cur.resume_step >= 0 || world_can_precopy(j) != 1)
-		return;
-	rs_err err = {0};
-	int32_t n = j->o.sched_workers[k];
-	j->cur.sched_asked = k + 1;
-	rs__emit(j, &(job_event){.kind = EV_SCHEDULE, .step = j->o.sched_step[k], .workers = n});
-	if (j->src.scale(j->src.ctx, n, &err) != RS_OK) {
-		rs__job_fail(j, "schedule: %s", err.msg);
-		return;
-	}
-	j->mem.scale_at = rs__job_now(j);
-	rs__members_changed(j);
+	if (j->att.precopy)
+		rs__cycle_precopy_call_off(j, "training ended first");
+	if (j->src.ending)
+		j->src.ending(j->src.ctx);
+	if (!rs__persist(j, RS_STATE_DONE))
+		return; /* failed: the job is not done until its state says so */
+	rs__emit(j, &(job_event){.kind = EV_DONE});
+	rs__job_set_phase(j, P_DONE);
 }
 
 static void tick_training(rs_job *j)
@@ -672,44 +528,37 @@ static void tick_training(rs_job *j)
 		all_done &= m->st == M_DONE;
 		all_paused &= m->st == M_PAUSED && m->gen == j->cur.generation;
 	}
-	if (all_done && j->att.precopy)
-		call_off_precopy(j, "training ended first");
 	if (all_done) {
-		if (j->src.ending)
-			j->src.ending(j->src.ctx);
-		if (!rs__persist(j, RS_STATE_DONE))
-			return; /* failed: the job is not done until its state says so */
-		rs__emit(j, &(job_event){.kind = EV_DONE});
-		rs__job_set_phase(j, P_DONE);
+		rs__cycle_complete(j);
 		return;
 	}
 	if (all_paused) {
 		j->t.paused = rs__job_now(j);
 		j->cur.step = j->mem.v[j->cur.world[0]].step;
 		if (j->att.precopy)
-			finish_precopy(j);
+			rs__cycle_precopy_finish(j);
 		else
 			rs__job_set_phase(j, P_PAUSED);
 		return;
 	}
 	if (j->att.precopy) {
-		tick_precopy(j);
+		rs__cycle_precopy_tick(j);
 		return;
 	}
-	ask_schedule_ahead(j);
-	int ready = !j->cur.pause_sent && rs__members_change_ready(j, c, &nc), pre = ready ? can_precopy(j, c, nc) : 0;
+	rs__cycle_precopy_ask_schedule_ahead(j);
+	int ready = !j->cur.pause_sent && rs__members_change_ready(j, c, &nc), pre = ready ? rs__cycle_precopy_can(j, c, nc) : 0;
 	if (pre < 0)
 		return; /* the old world is still starting its run: pre-copy once it says where it listens */
 	if (ready && pre == 0 && j->cur.sched_asked == j->cur.next_sched + 1 &&
 	    nc == j->o.sched_workers[j->cur.next_sched])
 		return; /* the scheduled change, asked for ahead, that cannot be pre-copied after all: at its step, as planned */
 	if (pre > 0) {
-		begin_precopy(j, c, nc);
+		rs__cycle_precopy_begin(j, c, nc);
 		return;
 	}
 	if (ready) {
 		RS_INFO("membership change: %d -> %d workers; pausing at the next step boundary", j->cur.nworld, nc);
-		send_world(j, rs_proto_make_plain(RS_MSG_PAUSE));
+		rs__cycle_send_world(j, rs_proto_make_plain(RS_MSG_PAUSE));
 		j->cur.pause_sent = 1;
 	}
 }
@@ -788,7 +637,7 @@ static void tick_migrating(rs_job *j)
 	}
 	if (all)
 		commit_attempt(j);
-	else if (rs__job_now(j) - j->ph_at > phase_timeout(j))
+	else if (rs__job_now(j) - j->ph_at > rs__cycle_phase_timeout(j))
 		abort_attempt(j, "not every member staged within %d ms", 4 * j->o.timeout_ms);
 }
 
@@ -809,7 +658,7 @@ static void tick_committing(rs_job *j)
 	}
 	if (all)
 		install_attempt(j);
-	else if (rs__job_now(j) - j->ph_at > phase_timeout(j))
+	else if (rs__job_now(j) - j->ph_at > rs__cycle_phase_timeout(j))
 		rs__job_fail(j, "members did not confirm the commit of generation %lld within %d ms",
 			     (long long)j->att.generation, 4 * j->o.timeout_ms);
 }
@@ -828,7 +677,7 @@ static void tick_aborting(rs_job *j)
 		all &= m->st == M_PAUSED && m->gen == j->cur.generation;
 	}
 	if (!all) {
-		if (rs__job_now(j) - j->ph_at > phase_timeout(j))
+		if (rs__job_now(j) - j->ph_at > rs__cycle_phase_timeout(j))
 			rs__job_fail(j, "the members did not return to generation %lld after the abort",
 				     (long long)j->cur.generation);
 		return;

@@ -3,6 +3,7 @@
  *   job.c           life cycle, the server glue, the tick
  *   job_members.c   who the members are, who is wanted, when a change is ready
  *   job_cycle.c     the generation cycle: start, pause, attempt, commit, abort
+ *   job_precopy.c   a reshard pre-copied while the old world trains
  *   job_dispatch.c  what members say on the control channel
  *   job_persist.c   the persisted state, and recovery from it
  *   job_events.c    one event fan-out to every report sink
@@ -19,6 +20,8 @@
 #include "common/limits.h"
 #include "common/plan.h"
 #include "common/proto.h"
+
+#include <stdarg.h>
 
 /* Periodic checkpoints gathered at once (job_ckpt.c). */
 #define RS_CKPT_GATHERS 4
@@ -179,6 +182,7 @@ struct rs_job {
 	struct {
 		int32_t *old, nold;   /* the lost generation's world, while recovering */
 		int64_t old_gen;      /* ... and its number */
+		rs_plan *old_plan;    /* ... and its plan */
 		int32_t *att, natt;   /* the union of the attempt that was in flight (if any) ... */
 		int64_t att_gen;      /* ... and its generation (0: none) */
 		char load[4096];      /* the checkpoint the world starts again from ("": none, from step 0) */
@@ -287,12 +291,46 @@ int rs__cycle_start(rs_job *j, const int32_t *c, int32_t n, int64_t gen, const c
 /* Where a run starting at `step` stops: the next schedule step after it, or the end. */
 int64_t rs__cycle_bound_after(const rs_job *j, int64_t step);
 void rs__cycle_free_attempt(rs_job *j);
+/*
+ * The job's last step ended on every rank (every member of the world said
+ * "done", or one did after the final save's barrier): the state says done,
+ * the membership source is told (it stops the workers), the phase is done.
+ */
+void rs__cycle_complete(rs_job *j);
 /* Rank 0 reported a step: a resumed generation may complete its reshard's report. */
 void rs__cycle_progress(rs_job *j, int64_t step);
 /* The attempt's sender -> receiver pairs from its plan diff, their progress at 0 (RS_ENOMEM). */
 rs_status rs__cycle_pairs_reset(rs_job *j);
+/* How long the multi-member phases (staging, committing, returning after an abort) may take, in seconds. */
+double rs__cycle_phase_timeout(const rs_job *j);
+/* msg (a new reference, taken) to every member of the current world, or of the attempt's union. */
+void rs__cycle_send_world(rs_job *j, json_t *msg);
+void rs__cycle_send_union(rs_job *j, json_t *msg);
+/* The attempt over the candidates cand (n) planned: 1, or 0 when it could not be (aborted, or the job failed). */
+int rs__cycle_plan_attempt(rs_job *j, const int32_t *cand, int32_t n);
+/* Every union member sent its start message: 1, or 0 (the attempt aborted). */
+int rs__cycle_send_starts(rs_job *j);
+/* The attempt in flight is over (why: fmt, ap): reported, persisted as training when asked, the union told; 0: the job failed. */
+int rs__cycle_end_attempt(rs_job *j, int persist, const char *fmt, va_list ap);
+/* The old world's checksums, taken at this pause. */
+void rs__cycle_old_sums(rs_job *j);
+
+/* ---- job_precopy.c -------------------------------------------------------------------- */
+
+/* Whether the candidates c (n) can be pre-copied to: 1 yes, 0 no, -1 not yet (the world still starts). */
+int rs__cycle_precopy_can(const rs_job *j, const int32_t *c, int32_t n);
+/* Plan the attempt over c (n) and start its pre-copy beside training. */
+void rs__cycle_precopy_begin(rs_job *j, const int32_t *c, int32_t n);
+/* The pre-copy in flight is called off: the union drops it, the old world trains on, the change waits. */
+void rs__cycle_precopy_call_off(rs_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A member's pre-copy of the attempt in flight failed: the attempt is called off, the world trains on. */
 void rs__cycle_precopy_failed(rs_job *j, const member *m, const char *why);
+/* Training with a pre-copy in flight: call it off, or pause when every member's rounds are done. */
+void rs__cycle_precopy_tick(rs_job *j);
+/* The old world paused with a pre-copy in flight: the union finishes it and stages. */
+void rs__cycle_precopy_finish(rs_job *j);
+/* A schedule's workers asked for as the run toward its step starts, so that the reshard pre-copies. */
+void rs__cycle_precopy_ask_schedule_ahead(rs_job *j);
 
 /* ---- job_dispatch.c ------------------------------------------------------------------- */
 

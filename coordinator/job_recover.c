@@ -44,7 +44,9 @@ void rs__recover_free(rs_job *j)
 {
 	free(j->rec.old);
 	free(j->rec.att);
+	rs_plan_free(j->rec.old_plan);
 	j->rec.old = j->rec.att = NULL;
+	j->rec.old_plan = NULL;
 	j->rec.nold = j->rec.natt = 0;
 	j->rec.att_gen = 0;
 }
@@ -104,8 +106,8 @@ static void dissolve(rs_job *j)
 	j->rec.old = j->cur.world, j->rec.nold = j->cur.nworld, j->rec.old_gen = j->cur.generation;
 	for (size_t i = 0; i < j->mem.n; i++)
 		rs__recover_rejoined(j, (int)i);
+	j->rec.old_plan = j->cur.plan;
 	j->cur.world = NULL, j->cur.nworld = 0;
-	rs_plan_free(j->cur.plan);
 	j->cur.plan = NULL;
 	j->cur.pause_sent = j->cur.pausing = 0;
 	j->cur.resume_step = -1;
@@ -500,6 +502,36 @@ void rs__recover_resumed(rs_job *j, const char *restore)
 
 /* ---- rolling back --------------------------------------------------------------------- */
 
+/*
+ * A member of the lost world said "done": it passed the last step's final
+ * collective (and the final save's barrier, which every rank reaches only
+ * with its files written), so every rank ended the last step: the loss
+ * came after the end, and the job is complete, in the lost world (taken
+ * back when a rollback had dissolved it). 1 when so. Going back instead
+ * could not end: finished members exit.
+ */
+static int ended_anyway(rs_job *j)
+{
+	int dissolved = !j->cur.world;
+	const int32_t *world = dissolved ? j->rec.old : j->cur.world;
+	int32_t n = dissolved ? j->rec.nold : j->cur.nworld, r = 0;
+	while (r < n && j->mem.v[world[r]].st != M_DONE)
+		r++;
+	if (r == n)
+		return 0;
+	RS_WARN("%s; but %s finished the last step, so every rank did: the job is complete", j->rec.why,
+		j->mem.v[world[r]].name);
+	if (dissolved) {
+		j->cur.world = j->rec.old, j->cur.nworld = j->rec.nold, j->cur.plan = j->rec.old_plan;
+		j->rec.old = NULL, j->rec.nold = 0, j->rec.old_plan = NULL;
+	}
+	j->rec.healing = j->rec.partial = j->rec.replica = 0;
+	rs__members_clear_lost(j);
+	rs__recover_free(j);
+	rs__cycle_complete(j);
+	return 1;
+}
+
 void rs__recover(rs_job *j, int i, const char *why)
 {
 	if (!heal_begin(j, i, why))
@@ -520,11 +552,8 @@ static void rollback(rs_job *j, int i, const char *why)
 	rs__member_tables(j, i, tables, sizeof(tables));
 	snprintf(j->rec.why, sizeof(j->rec.why), "%s %s holding the only copy of rows of %s (generation %lld, near step %lld)",
 		 m->name, why, tables[0] ? tables : "its tables", (long long)j->cur.generation, (long long)near);
-	for (int32_t r = 0; r < j->cur.nworld; r++)
-		if (j->mem.v[j->cur.world[r]].st == M_DONE) { /* finished members exit: no world to go back with */
-			rs__job_fail(j, "%s, after %s finished the last step", j->rec.why, j->mem.v[j->cur.world[r]].name);
-			return;
-		}
+	if (ended_anyway(j))
+		return;
 	char load[sizeof(j->rec.load)];
 	int64_t to;
 	if (!rollback_point(j, near, load, sizeof(load), &to))
@@ -566,6 +595,8 @@ void rs__recover_rejoined(rs_job *j, int i)
  */
 void rs__recover_tick(rs_job *j)
 {
+	if (ended_anyway(j))
+		return;
 	if (j->rec.healing) {
 		heal_tick(j);
 		return;

@@ -373,6 +373,10 @@ static rs_status finish(rs_agent *a, rs_err *err)
 		RSCHECK(rs_trainer_save(a->tr, a->cur.save, a->cur.steps, err));
 		RS_INFO("checkpoint written to %s in %.3f s", a->cur.save, rs_now() - s0);
 	}
+	if (a->c.exit_before_done) { /* test hook (--fault exit-before-done[@NAME]) */
+		RS_WARN("test hook: exiting after the last step, before saying done");
+		_exit(137);
+	}
 	return rs_link_status(&a->link, rs_proto_make_done(a->cur.rank, a->cur.steps), err);
 }
 

@@ -77,6 +77,8 @@ typedef struct rs_agent_config {
 	int64_t stall_connect_ms;            /* tests: and this long before it connects its transport */
 	int64_t exit_after_checkpoint;       /* tests: once the checkpoint of this step is complete, exit at once
 						(a worker lost right after a checkpoint); 0: never */
+	int exit_before_done;                /* tests: after the last step and the final save, exit at once without
+						saying "done" (a worker lost after the end) */
 	/*
 	 * NULL, or a file that exists exactly while this worker holds a model
 	 * of the job: from its first generation's start (or the commit that

@@ -132,7 +132,7 @@ int main(int argc, char **argv)
 		RS_PARAM("--timeout-ms", "ROWSHIFT_TIMEOUT_MS", RS_PARAM_INT, "30000", "MS", "bound on every wait for a peer or the coordinator's answer", &timeout_ms),
 		RS_PARAM("--coordinator-grace-ms", "ROWSHIFT_COORDINATOR_GRACE_MS", RS_PARAM_INT, "60000", "MS", "how long to wait for a lost coordinator to come back before exiting", &grace_ms),
 		RS_PARAM("--device", "ROWSHIFT_DEVICE", RS_PARAM_STR, "auto", "DEV", "where the shards live and the kernels run: auto (a CUDA device if there is one), cpu, cuda or cuda:N", &device),
-		RS_PARAM("--fault", "ROWSHIFT_FAULT", RS_PARAM_STR, NULL, "HOOK", "tests only: corrupt-chunk (the first chunk received is damaged), stall-ms=N (every reshard waits N ms before moving rows), stall-connect-ms=N (before connecting its transport), checkpoint-stall-ms=N[@STEP] (a checkpoint's writer, after its first file; only STEP's) or exit-after-checkpoint=STEP[@NAME] (exit once the checkpoint of STEP is complete)", &fault),
+		RS_PARAM("--fault", "ROWSHIFT_FAULT", RS_PARAM_STR, NULL, "HOOK", "tests only: corrupt-chunk (the first chunk received is damaged), stall-ms=N (every reshard waits N ms before moving rows), stall-connect-ms=N (before connecting its transport), checkpoint-stall-ms=N[@STEP] (a checkpoint's writer, after its first file; only STEP's) exit-after-checkpoint=STEP[@NAME] (exit once the checkpoint of STEP is complete) or exit-before-done[@NAME] (exit after the last step and the final save, before saying done)", &fault),
 		RS_PARAM("--transport", "ROWSHIFT_TRANSPORT", RS_PARAM_STR, "tcp", "KIND", "between workers: tcp, or nccl (one worker per GPU; needs a CUDA --device)", &transport),
 		RS_PARAM("--ready-file", "ROWSHIFT_READY_FILE", RS_PARAM_STR, NULL, "FILE", "exists exactly while this worker holds a model of the job (joined, until it hands its rows over): for a readiness probe", &ready_file),
 		RS_PARAM("--check-device", NULL, RS_PARAM_FLAG, NULL, NULL, "open the --device, say which it is and exit (0: usable)", &check_device),
@@ -202,6 +202,8 @@ int main(int argc, char **argv)
 		const char *at = strchr(fault, '@'); /* STEP@NAME: only the worker of that name */
 		if (!at || (name && !strcmp(at + 1, name)))
 			ac.exit_after_checkpoint = atoll(fault + 22);
+	} else if (fault && !strncmp(fault, "exit-before-done", 16) && (!fault[16] || fault[16] == '@')) {
+		ac.exit_before_done = !fault[16] || (name && !strcmp(fault + 17, name));
 	} else if (fault) {
 		fprintf(stderr, "rowshift-worker: --fault: unknown hook '%s'\n", fault);
 		return 2;

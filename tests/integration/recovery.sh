@@ -24,6 +24,9 @@
 #      stale rows reported are the ones it held, and the final weights equal
 #      (1) (nothing was stale); then a SIGKILL later than a checkpoint: the
 #      job finishes with the rows it restored some steps old
+#   9. worker-1 lost after the last step and the final save, before it says
+#      "done": the job is complete (no recovery of a world whose other
+#      members finished and exited), its saved weights equal (1)
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
@@ -164,6 +167,15 @@ check "stale: /metrics counts a partial recovery and its stale rows" bash -c \
 	 grep -q '^rowshift_recoveries_total{kind=\"rollback\"} 0$' '$tmp/metrics9.txt'"
 check "stale: its final weights are not the undisturbed run's (rows trained from older values)" bash -c \
 	"! '$bin/rowshiftctl' checkpoint diff '$tmp/base.final' '$tmp/stale.final' --max-rel 1e-5 >/dev/null"
+
+# 9. lost after the end
+ROWSHIFT_FAULT=exit-before-done@worker-1 run late
+finished late
+check "late: the loss after the last step completes the job" \
+	grep -q "worker-1 was lost .*; but worker-[02] finished the last step, so every rank did: the job is complete" "$tmp/late.err"
+check "late: it reports the end, and no recovery" bash -c \
+	"grep -q '^training done: 3 workers, 120 steps' '$tmp/late.out' && ! grep -q '^recovered:' '$tmp/late.out'"
+equal late
 
 [ "$fails" = 0 ] || for f in "$tmp"/*.out; do echo "--- $f"; grep -v "^step" "$f" | tail -12; done
 finish_checks recovery

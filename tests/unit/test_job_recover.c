@@ -4,7 +4,8 @@
  * while training, migrating, committing or aborting, or gone idle in the
  * world, rolls the world back (no checkpoints here: to step 0) over the
  * survivors and the replacements; a recovered coordinator tells a
- * replacement from the original; recoveries back to the same step give up.
+ * replacement from the original; recoveries back to the same step give up;
+ * a loss after a member finished the last step completes the job.
  * A 2 x 2 world whose survivors stopped at different steps heals at the
  * step every role has a copy at: one short of it with the step prepared
  * catches up, one ahead takes its rows again; it rolls back when no step
@@ -126,6 +127,46 @@ static void test_world_member_lost_while_aborting_rolls_back(void **state)
 	rs_job_exited(H.job, "worker-1", 0, "killed by signal 9");
 	tick(0.01);
 	assert_recovering("worker-1 was lost during the abort holding the only copy of rows");
+}
+
+/*
+ * A member lost after another said "done" (it passed the last step's final
+ * collective, so every rank ended it): the job is complete, not rolled
+ * back to a world whose finished members have exited.
+ */
+static void test_loss_after_a_member_finished_completes_the_job(void **state)
+{
+	(void)state;
+	start(2);
+	say(0, rs_proto_make_done(0, 100));
+	rs_job_exited(H.job, "worker-0", 1, "exited with status 0");
+	rs_job_exited(H.job, "worker-1", 0, "killed by signal 9");
+	tick(0.01);
+	assert_phase("done");
+	assert_true(H.ending);
+	assert_int_equal(H.saved[H.nsaved - 1], RS_STATE_DONE);
+	assert_true(reported("training done: 2 workers, 100 steps"));
+}
+
+/* The same with the "done" after the loss: the rollback under way gives way to the end. */
+static void test_done_during_the_rollback_completes_the_job(void **state)
+{
+	(void)state;
+	start(2);
+	rs_job_exited(H.job, "worker-1", 0, "killed by signal 9");
+	tick(0.01);
+	assert_recovering("worker-1 was lost holding the only copy of rows");
+	say(0, rs_proto_make_done(0, 100)); /* it had passed the final save's barrier before worker-1 died */
+	rs_job_exited(H.job, "worker-0", 1, "exited with status 0");
+	tick(0.01);
+	assert_phase("done");
+	assert_true(H.ending);
+	assert_int_equal(H.saved[H.nsaved - 1], RS_STATE_DONE);
+	forget_mail();
+	rejoin_new(1); /* a replacement for the lost one: nothing to train */
+	tick(100);
+	assert_phase("done");
+	assert_null(last(1, RS_MSG_START));
 }
 
 static void test_recovered_job_tells_a_replacement_from_the_original(void **state)
@@ -254,6 +295,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_recoveries_to_the_same_step_give_up, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_member_lost_while_committing_rolls_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_world_member_lost_while_aborting_rolls_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_loss_after_a_member_finished_completes_the_job, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_done_during_the_rollback_completes_the_job, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovered_job_tells_a_replacement_from_the_original, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_survivor_a_step_ahead_takes_its_rows_again, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_survivor_a_step_short_catches_up, setup, teardown),
