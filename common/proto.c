@@ -3,6 +3,7 @@
  */
 #include "common/proto.h"
 #include "common/auth.h"
+#include "common/zjson.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -133,6 +134,23 @@ rs_status rs_proto_join(json_t *msg, rs_msg_join *m, rs_err *err)
 	return RS_OK;
 }
 
+/*
+ * A start message's plan field `key` as sent (a zjson string: every member
+ * gets the same plan, deflated once), or a plan object: *plan the object,
+ * put in msg in place of the string, so it lives as long as msg.
+ */
+static rs_status wire_plan(json_t *msg, const char *key, json_t **plan, rs_err *err)
+{
+	if (!json_is_string(*plan))
+		return RS_OK; /* an object, or wrong and refused with the other fields */
+	char where[64];
+	snprintf(where, sizeof(where), "start: %s", key);
+	RSCHECK(rs_zjson_object(*plan, (size_t)1 << 30, where, plan, err));
+	if (json_object_set_new(msg, key, *plan) != 0)
+		return rs_err_set(err, RS_ENOMEM, "start: out of memory");
+	return RS_OK;
+}
+
 rs_status rs_proto_start(json_t *msg, rs_msg_start *s, rs_err *err)
 {
 	json_error_t jerr;
@@ -155,6 +173,9 @@ rs_status rs_proto_start(json_t *msg, rs_msg_start *s, rs_err *err)
 			   &s->union_of_old, "last", &last, "checkpoint_dir", &s->checkpoint_dir, "checkpoint_every", &v[8],
 			   "checkpoint_interval", &v[9], "precopy", &precopy) != 0)
 		return rs_err_set(err, RS_EINVAL, "start: %s", jerr.text);
+	RSCHECK(wire_plan(msg, "plan", &s->plan, err));
+	if (s->previous_plan)
+		RSCHECK(wire_plan(msg, "previous_plan", &s->previous_plan, err));
 	s->precopy = precopy;
 	s->generation = v[0], s->rank = v[1], s->world = v[2], s->first_step = v[3], s->steps = v[4];
 	s->eval_every = v[5], s->eval_samples = v[6], s->union_world = v[7] < 0 ? v[2] : v[7];

@@ -94,8 +94,15 @@ typedef struct rs_msg_start {
 	int64_t generation, rank, world, first_step, steps, eval_every, eval_samples;
 	int64_t union_world;  /* members connected for this generation: world, or more while some leave */
 	json_t *peers;        /* array of "host:port", one per union rank */
-	json_t *plan;         /* a plan (common/plan.h JSON), validated by its reader */
-	json_t *previous_plan; /* the plan rows move from (a reshard), or NULL for a fresh start */
+	/*
+	 * The plan (common/plan.h JSON, validated by its reader), and the plan
+	 * rows move from (a reshard; NULL for a fresh start). On the wire each
+	 * is a zjson string (common/zjson.h; the coordinator deflates a plan
+	 * once for every member, about 8 times smaller) or the object itself;
+	 * rs_proto_start gives the objects.
+	 */
+	json_t *plan;
+	json_t *previous_plan;
 	json_t *union_of_old;  /* a reshard: per old rank, its union rank (an array of distinct ints) */
 	const char *save;     /* checkpoint directory, or NULL */
 	const char *load;     /* a fresh start: the checkpoint to load first (its step is first_step), or NULL */

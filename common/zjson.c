@@ -138,3 +138,20 @@ rs_status rs_zjson_decode(const char *text, size_t max, const char *where, json_
 		return rs_err_set(err, RS_EINVAL, "%s: inflated, column %d: %s", where, jerr.column, jerr.text);
 	return RS_OK;
 }
+
+rs_status rs_zjson_object(json_t *v, size_t cap, const char *where, json_t **out, rs_err *err)
+{
+	if (json_is_object(v)) {
+		*out = json_incref(v);
+		return RS_OK;
+	}
+	if (!json_is_string(v))
+		return rs_err_set(err, RS_EINVAL, "%s: neither an object nor a zjson string", where);
+	size_t z = json_string_length(v), floor = (size_t)16 << 20;
+	size_t max = z > cap / 64 ? cap : z * 64 < floor ? floor : z * 64;
+	RSCHECK(rs_zjson_decode(json_string_value(v), max < cap ? max : cap, where, out, err));
+	if (json_is_object(*out))
+		return RS_OK;
+	json_decref(*out), *out = NULL;
+	return rs_err_set(err, RS_EINVAL, "%s: inflates to something other than an object", where);
+}

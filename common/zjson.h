@@ -27,4 +27,13 @@ char *rs_zjson_encode(const json_t *v);
  */
 rs_status rs_zjson_decode(const char *text, size_t max, const char *where, json_t **out, rs_err *err);
 
+/*
+ * A JSON object given as itself or as a zjson string (a plan in the state,
+ * or in a start message): *out a new reference. A string inflates to at
+ * most 64 times its length (a plan deflates about 8:1; a zlib bomb, up to
+ * 1032:1, is cut there), never less than 16 MiB, never more than cap.
+ * RS_EINVAL naming `where` for anything else, RS_ENOMEM.
+ */
+rs_status rs_zjson_object(json_t *v, size_t cap, const char *where, json_t **out, rs_err *err);
+
 #endif

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/plandiff.h"
 #include "common/planner.h"
+#include "common/zjson.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -66,6 +67,18 @@ static json_t *start_msg(const rs_job *j, int64_t gen, int32_t u, int32_t world,
 	return msg;
 }
 
+/* A plan as start messages carry it: a zjson string, deflated once for every member (NULL without memory). */
+static json_t *wire_plan(const rs_plan *p)
+{
+	json_t *v = rs_plan_to_json(p), *s = NULL;
+	char *z = v ? rs_zjson_encode(v) : NULL;
+	if (z)
+		s = json_string(z);
+	free(z);
+	json_decref(v);
+	return s;
+}
+
 int rs__cycle_start(rs_job *j, const int32_t *c, int32_t n, int64_t gen, const char *load, int64_t step)
 {
 	rs_err err = {0};
@@ -90,7 +103,7 @@ int rs__cycle_start(rs_job *j, const int32_t *c, int32_t n, int64_t gen, const c
 	j->cur.resume_step = -1;
 	if (!rs__persist(j, RS_STATE_TRAINING))
 		return 0;
-	json_t *jp = rs_plan_to_json(j->cur.plan);
+	json_t *jp = wire_plan(j->cur.plan);
 	if (!jp) {
 		rs__job_fail(j, "out of memory sending the plan of generation %lld", (long long)gen);
 		return 0;
@@ -240,7 +253,7 @@ int rs__cycle_plan_attempt(rs_job *j, const int32_t *cand, int32_t n)
 /* Send every member of the union its start of the attempt (pre-copied or not); 0 when the job failed. */
 int rs__cycle_send_starts(rs_job *j)
 {
-	json_t *jp = rs_plan_to_json(j->att.plan), *jprev = rs_plan_to_json(j->cur.plan);
+	json_t *jp = wire_plan(j->att.plan), *jprev = wire_plan(j->cur.plan);
 	if (!jp || !jprev) {
 		json_decref(jp);
 		json_decref(jprev);

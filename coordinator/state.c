@@ -158,21 +158,11 @@ static rs_status dup_str(const char *v, char **out)
 /* A plan field: a zjson string (version 2) or a plan object (version 1); *out a new reference. */
 static rs_status get_plan(json_t *v, const char *name, const char *field, json_t **out, rs_err *err)
 {
-	if (json_is_object(v)) {
-		*out = json_incref(v);
-		return RS_OK;
-	}
-	if (!json_is_string(v))
+	if (!json_is_object(v) && !json_is_string(v))
 		return bad(err, name, field, "must be a plan");
 	char where[512];
 	snprintf(where, sizeof(where), "%s: %s", name, field);
-	/* a plan deflates about 8:1; a zlib bomb (up to 1032:1) is cut at 64:1, and never below 16 MiB */
-	size_t z = json_string_length(v), max = z > RS_STATE_MAX_BYTES / 64 ? RS_STATE_MAX_BYTES : z * 64;
-	RSCHECK(rs_zjson_decode(json_string_value(v), max < ((size_t)16 << 20) ? (size_t)16 << 20 : max, where, out, err));
-	if (json_is_object(*out))
-		return RS_OK;
-	json_decref(*out), *out = NULL;
-	return bad(err, name, field, "must be a plan");
+	return rs_zjson_object(v, RS_STATE_MAX_BYTES, where, out, err);
 }
 
 static rs_status parse_attempt(json_t *a, const char *name, rs_state *s, rs_err *err)

@@ -41,5 +41,5 @@ names = ["join and start, s", "reshard 1,024 -> 1,100 (pause, plan, stage, commi
 keys = ["start_s", "grow_s", "shrink_s", "peak_rss_mib", "start_message_kib"]
 for name, key, a, b in zip(names, keys, small, big):
     print(f"bench coordinator_cycle_{key} 1024 members {b:.3f} | 128 members {a:.3f} | ratio {b / a if a else 0:.1f} (linear: 8.0)  # {name}")
-print(f"bench coordinator_cycle_reshard_bytes_sent 1024 members {big[4] * 1100 / 1024:.0f} MiB (every member gets the whole plan)")
+print(f"bench coordinator_cycle_reshard_bytes_sent 1024 members {big[4] * 1100 / 1024:.0f} MiB (every member gets the whole plan, deflated once: common/zjson.h)")
 PY

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "common/proto.h"
+#include "common/zjson.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -140,6 +141,31 @@ static void test_start_and_progress(void **state)
 		     "\"plan\":{},\"first_step\":5,\"steps\":9,\"eval_every\":3,\"eval_samples\":10}", "start");
 	assert_int_equal(rs_proto_start(m, &s, &err), RS_EINVAL); /* one peer short */
 	json_decref(m);
+	/* the plans as the coordinator sends them: deflated once (zjson), objects again once parsed */
+	json_t *plan = json_pack("{s:i, s:[]}", "world", 2, "tables"), *prev = json_pack("{s:i}", "world", 1);
+	char *zp = rs_zjson_encode(plan), *zq = rs_zjson_encode(prev);
+	json_t *peers = json_pack("[s, s]", "a:1", "b:2"), *uoo = json_pack("[i]", 0);
+	rs_msg_start out = {.generation = 3, .rank = 1, .world = 2, .union_world = 2, .peers = peers,
+			    .plan = json_string(zp), .previous_plan = json_string(zq), .union_of_old = uoo,
+			    .first_step = 5, .steps = 9};
+	m = rs_proto_make_start(&out);
+	char *text = json_dumps(m, JSON_COMPACT);
+	assert_non_null(strstr(text, zp)); /* on the wire: the deflated text */
+	json_decref(m);
+	m = parse_ok(text, "start");
+	assert_int_equal(rs_proto_start(m, &s, &err), RS_OK);
+	assert_true(json_equal(s.plan, plan) && json_equal(s.previous_plan, prev));
+	json_decref(m);
+	/* a damaged one is refused, naming the field */
+	text[strlen(text) - strlen(strstr(text, zq)) + 2] ^= 0x01;
+	m = parse_ok(text, "start");
+	err = (rs_err){0};
+	assert_int_equal(rs_proto_start(m, &s, &err), RS_EINVAL);
+	assert_non_null(strstr(err.msg, "start: previous_plan: not a whole zlib stream"));
+	json_decref(m);
+	free(text), free(zp), free(zq);
+	json_decref(out.plan), json_decref(out.previous_plan), json_decref(peers), json_decref(uoo);
+	json_decref(plan), json_decref(prev);
 	m = parse_ok("{\"type\":\"progress\",\"rank\":0,\"step\":9,\"loss\":0.5,\"samples_per_s\":100}", "progress");
 	rs_msg_progress p;
 	assert_int_equal(rs_proto_progress(m, &p, &err), RS_OK);
