@@ -24,7 +24,9 @@
 #      get -o yaml, delete, discovery; a PUT with a stale resourceVersion is
 #      409 Conflict. Size limits: a ConfigMap over 1 MiB of data is 422 Invalid
 #      ("[]: Too long: must have at most 1048576 bytes") on create and patch,
-#      exactly 1 MiB is fine; a body over 3 MiB is 413. RBAC: a service
+#      exactly 1 MiB is fine; a body over 3 MiB is 413. Schemas: a value of
+#      the wrong type is 400 ("cannot unmarshal"; kubectl apply too), a value
+#      outside an enum or a missing required field 422 Invalid. RBAC: a service
 #      account's token (--sa-token, --sa-kubeconfig-out) gets what its Role
 #      grants (get by resourceNames, patch of statefulsets/scale, leases) and
 #      a ClusterRoleBinding to its group grants, and the real 403 Forbidden
@@ -458,6 +460,35 @@ cm_body huge $((3 * 1024 * 1024))
 as "$tok" cm-huge -H 'Content-Type: application/json' --data-binary @"$tmp/huge.body" "$cm_url"
 check "a request body over 3 MiB: 413 RequestEntityTooLarge" \
 	answered cm-huge 413 RequestEntityTooLarge "Request entity too large: limit is 3145728"
+
+# schemas (kubernetes-models): what a real server's decoding or validation refuses
+as "$tok" cm-int -H 'Content-Type: application/json' -d '{"metadata": {"name": "int"}, "data": {"a": 1}}' "$cm_url"
+check "a ConfigMap whose data value is a number: 400 BadRequest, cannot unmarshal" answered cm-int 400 BadRequest \
+	'ConfigMap in version "v1" cannot be handled as a ConfigMap: json: cannot unmarshal number into Go struct field .data.a of type string'
+cat >"$tmp/badport.yaml" <<'YAML'
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: badport}
+spec:
+  serviceName: badport
+  selector: {matchLabels: {app: badport}}
+  template:
+    metadata: {labels: {app: badport}}
+    spec:
+      containers: [{name: c, image: busybox, command: [sleep, "60"], ports: [{containerPort: "80"}]}]
+YAML
+k apply -f "$tmp/badport.yaml" >"$tmp/badport.out" 2>&1
+check "kubectl apply of a StatefulSet whose containerPort is a string: refused, naming the field ($(head -c 160 "$tmp/badport.out"))" \
+	bash -c "grep -q 'cannot unmarshal string into Go struct field .spec.template.spec.containers.ports.containerPort of type integer' '$tmp/badport.out' &&
+		 ! k get statefulset badport >/dev/null 2>&1"
+sed 's/ports: \[{containerPort: "80"}\]/imagePullPolicy: Sometimes/' "$tmp/badport.yaml" >"$tmp/badpolicy.yaml"
+k apply -f "$tmp/badpolicy.yaml" >"$tmp/badpolicy.out" 2>&1
+check "an imagePullPolicy outside its enum: 422 Invalid, the field, the value and the values it may take" \
+	grep -qF 'The StatefulSet "badport" is invalid: spec.template.spec.containers[0].imagePullPolicy: Unsupported value: "Sometimes": supported values: "Always", "IfNotPresent", "Never"' "$tmp/badpolicy.out"
+as "$tok" sts-noselector -H 'Content-Type: application/json' -d '{"metadata": {"name": "nosel"}, "spec": {"template": {}}}' \
+	"$url/apis/apps/v1/namespaces/simtest/statefulsets"
+check "a StatefulSet without a selector: 422 Invalid, spec.selector: Required value" \
+	answered sts-noselector 422 Invalid 'StatefulSet.apps "nosel" is invalid: spec.selector: Required value, spec.template.spec.containers: Required value'
 
 cat >"$tmp/rbac.yaml" <<'YAML'
 apiVersion: v1

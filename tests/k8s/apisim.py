@@ -4,7 +4,8 @@
 It speaks enough of the real API (discovery, OpenAPI v3 for field
 validation, list/get/create/update/patch/delete, watch with bookmarks and
 410 Expired, Table output, pods/log, the scale subresource, protobuf bodies
-of the simple kinds kubectl create sends, object size limits) over
+of the simple kinds kubectl create sends, object size limits, schema
+validation through node and kubernetes-models: schemas.mjs) over
 HTTP/1.1 (TLS optional; an admin bearer token, and service-account tokens
 authorized by the stored RBAC objects) that the real kubectl, helm and the
 coordinator's libcurl client work against it unmodified. StatefulSet,
@@ -16,7 +17,8 @@ mount namespace of its own), and a "kube-proxy" makes Services' cluster IPs
 (127.1.0.N) forward to their pods. Fault endpoints under /_sim/ drop
 watches, forget the history and make the API unreachable.
 
-Python 3.9+ standard library only. See tests/k8s/README.md.
+Python 3.9+ standard library only (and node for the schemas). See
+tests/k8s/README.md.
 
 Sections: utilities and errors, resources, selectors, patches, protobuf
 request bodies, store, watch hub, tables and discovery, authentication
@@ -1175,10 +1177,100 @@ def _decoded_len(v):
         return len(v) * 3 // 4
 
 
+class Schemas:
+    """The Kubernetes OpenAPI schemas of the stored kinds (kubernetes-models, in tools/), through one node process
+    running schemas.mjs beside this file: check(obj) gives ajv's errors ([] when valid), or None where no schema
+    covers the object's kind. A validator that stops answering (10 s) or exits is an error, never a pass."""
+
+    def __init__(self, models):
+        self.proc = subprocess.Popen(["node", os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemas.mjs"),
+                                      models], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.lock = threading.Lock()
+        self.buf = b""
+
+    def check(self, obj):
+        with self.lock:
+            self.proc.stdin.write(dumps(obj).encode() + b"\n")
+            self.proc.stdin.flush()
+            deadline = time.monotonic() + 10
+            fd = self.proc.stdout.fileno()
+            while b"\n" not in self.buf:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    raise RuntimeError("the schema validator did not answer within 10 s")
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    raise RuntimeError("the schema validator exited (%s)" % self.proc.poll())
+                self.buf += chunk
+            line, _, self.buf = self.buf.partition(b"\n")
+        answer = json.loads(line)
+        return None if answer.get("covered") is False else answer["errors"]
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.terminate()
+            self.proc.wait(5)
+
+
+SCHEMAS = None  # a Schemas, unless --schemas off
+
+
+def _field_path(pointer, extra=None):
+    """A JSON pointer as the API's field paths say it: /spec/containers/0/image -> spec.containers[0].image."""
+    out = ""
+    for part in [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]] + ([extra] if extra else []):
+        out += "[%s]" % part if part.isdigit() else ("." if out else "") + part
+    return out
+
+
+def _at(obj, pointer):
+    """The value at a JSON pointer into obj (None where there is none)."""
+    for part in pointer.split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        obj = (obj[int(part)] if part.isdigit() and int(part) < len(obj) else None) if isinstance(obj, list) else \
+            obj.get(part) if isinstance(obj, dict) else None
+    return obj
+
+
+def _json_type(v):
+    return {bool: "bool", int: "number", float: "number", str: "string", list: "array", dict: "object",
+            type(None): "null"}.get(type(v), "value")
+
+
+def check_schema(res, obj):
+    """The object against its kind's schema, as the real server decodes and validates it: a value of the wrong type
+    is a 400 (its decoding fails: "cannot unmarshal"), a missing required field, a value outside an enum or another
+    constraint a 422 Invalid with one cause each."""
+    errors = SCHEMAS.check(obj) if SCHEMAS else None
+    if not errors:
+        return
+    name = meta(obj).get("name", "")
+    for e in errors:
+        if e["keyword"] in ("type", "format"):
+            field = _field_path(e["path"])
+            raise err_bad('%s in version "%s" cannot be handled as a %s: json: cannot unmarshal %s into Go struct '
+                          'field .%s of type %s' % (res.kind, res.version, res.kind, _json_type(_at(obj, e["path"])),
+                                                    re.sub(r"\[\d+\]", "", field),
+                                                    e["params"].get("type") or e["params"].get("format")))
+    causes = []
+    for e in errors:
+        if e["keyword"] == "required":
+            causes.append((_field_path(e["path"], e["params"]["missingProperty"]), "Required value"))
+        elif e["keyword"] == "enum":
+            causes.append((_field_path(e["path"]), "Unsupported value: %s: supported values: %s" % (
+                dumps(_at(obj, e["path"])), ", ".join('"%s"' % v for v in e["params"]["allowedValues"]))))
+        else:
+            causes.append((_field_path(e["path"]), "Invalid value: %s" % e["message"]))
+    raise err_invalid(res, name, causes)
+
+
 def validate(res, obj):
-    """What the real server's validation rejects beyond names (create and update): a ConfigMap's or a Secret's
-    data over 1 MiB (the sum of the values' sizes: `data` strings in UTF-8, `binaryData` and Secret `data`
-    decoded; keys do not count), a Lease's non-positive duration or negative transitions."""
+    """What the real server's validation rejects beyond names (create and update): what its schema does not allow
+    (check_schema), a ConfigMap's or a Secret's data over 1 MiB (the sum of the values' sizes: `data` strings in
+    UTF-8, `binaryData` and Secret `data` decoded; keys do not count), a Lease's non-positive duration or negative
+    transitions."""
+    check_schema(res, obj)
     bag = lambda k: obj.get(k) if isinstance(obj.get(k), dict) else {}
     causes = []
     if res is R_CM:
@@ -4219,8 +4311,20 @@ def main(argv=None):
                          "coordinator by hand)")
     ap.add_argument("--service-ip-start", default="127.1.0.1",
                     help="first Service cluster IP allocated (loopback, 127.x.y.z); the kube-proxy listens there")
+    ap.add_argument("--schemas", default="auto", metavar="DIR|auto|off",
+                    help="kubernetes-models' directory: every object stored is validated against its kind's schema "
+                         "with node (auto: tools/node_modules/kubernetes-models of this checkout)")
     ap.add_argument("--verbose", "-v", action="store_true", help="log one line per request to stderr")
     OPT = ap.parse_args(argv)
+    global SCHEMAS
+    if OPT.schemas != "off":
+        models = OPT.schemas if OPT.schemas != "auto" else os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "node_modules", "kubernetes-models")
+        if not os.path.isdir(models) or not shutil.which("node"):
+            ap.error("--schemas %s: needs node and kubernetes-models at %s (make tools), or --schemas off"
+                     % (OPT.schemas, models))
+        SCHEMAS = Schemas(os.path.realpath(models))
+        atexit.register(SCHEMAS.close)
     OPT.sa_tokens = {}  # token -> (namespace, service account)
     for spec in OPT.sa_token:
         m = re.match(r"^([a-z0-9][-a-z0-9]*)/([a-z0-9][-a-z0-9.]*)=(\S+)$", spec)
