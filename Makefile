@@ -68,6 +68,8 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/unit/%)
 
 BENCH_SRCS := $(wildcard tests/bench/bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/tests/bench/%)
+# a worker that speaks the control protocol and trains nothing (swarm.sh, bench_swarm.sh)
+MEMBER_BIN := $(BUILD)/tests/swarm/rowshift-member
 
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_NAMES := $(FUZZ_SRCS:tests/fuzz/fuzz_%.c=%)
@@ -99,7 +101,7 @@ endif
 .DELETE_ON_ERROR:
 .SECONDARY:
 
-all: deps $(BINS) $(UNIT_BINS) $(BENCH_BINS) $(GPU_BINS)
+all: deps $(BINS) $(UNIT_BINS) $(BENCH_BINS) $(MEMBER_BIN) $(GPU_BINS)
 
 libs: $(LIB)
 
@@ -163,6 +165,10 @@ $(BUILD)/tests/bench/%: $(BUILD)/obj/tests/bench/%.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+$(MEMBER_BIN): $(BUILD)/obj/tests/swarm/member.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
 $(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(GPU_SUPPORT_OBJS) $(CUDA_LIB) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(CUDA_LDLIBS) -lcmocka $(LDLIBS) -o $@
@@ -195,7 +201,7 @@ static:
 	@BUILD=$(BUILD) bash tests/run.sh static $(wildcard tests/static/*.sh)
 	@BUILD=$(BUILD) bash tests/run.sh --summary
 
-integration: deps tools $(BINS)
+integration: deps tools $(BINS) $(MEMBER_BIN)
 	@rm -f $(BUILD)/test-results
 	@BUILD=$(BUILD) bash tests/run.sh integration $(wildcard tests/integration/*.sh)
 	@BUILD=$(BUILD) bash tests/run.sh --summary

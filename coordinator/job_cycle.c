@@ -464,6 +464,9 @@ static void install_attempt(rs_job *j)
 		return;
 	rs__emit(j, &(job_event){.kind = EV_COMMITTED});
 	rs__job_set_phase(j, P_TRAINING);
+	/* rank 0 made its first step before the last member's "committed" came in: it was not yet rank 0 then */
+	if (j->mem.v[w[0]].step > j->cur.resume_step)
+		rs__cycle_progress(j, j->mem.v[w[0]].step - 1);
 }
 
 void rs__cycle_progress(rs_job *j, int64_t step)

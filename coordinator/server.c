@@ -2,6 +2,7 @@
  * server.c - see server.h.
  */
 #include "coordinator/server_internal.h"
+#include "common/limits.h"
 #include "common/auth.h"
 #include "common/clock.h"
 #include "common/file.h"
@@ -31,7 +32,6 @@
  */
 #define JOIN_DEADLINE_S 2
 #define REQUEST_DEADLINE_S 5         /* an HTTP request or a WebSocket upgrade must arrive whole in time */
-#define MAX_UNJOINED 64              /* control connections that have not joined yet, at most: the oldest goes */
 #define MAX_UNJOINED_PER_PEER 8      /* the same, from one remote address (loopback excepted) */
 #define FD_RESERVE 64                /* descriptors kept back from the server for files, pipes, the API */
 #define REFUSAL_BURST 10             /* refusals logged at once before the limit of one a second */
@@ -172,7 +172,7 @@ static void make_room(rs_server *s, rs_conn *c)
 			evict(s, first, why);
 		}
 	}
-	if (s->unjoined > MAX_UNJOINED) {
+	if (s->unjoined > s->max_unjoined) {
 		snprintf(why, sizeof(why), "%d connections", s->unjoined);
 		evict(s, s->oldest, why);
 	}
@@ -561,6 +561,7 @@ rs_status rs_server_create(const rs_server_opts *o, const rs_server_handler *h, 
 		return rs_err_set(err, RS_ESYS, "control server: cannot draw an epoch");
 	}
 	s->term = o->term;
+	s->max_unjoined = o->max_unjoined > 0 ? o->max_unjoined : RS_MAX_WORKERS;
 	rs_proto_bound_epoch(s->epoch, s->term, s->bound_epoch, sizeof(s->bound_epoch));
 	rs_ws_log_init(); /* its errors through rs_log, escaped */
 	struct lws_context_creation_info info;

@@ -110,6 +110,14 @@ typedef struct rs_server_opts {
 	 * of a lower term than one it has joined, a deposed one.
 	 */
 	int64_t term;
+	/*
+	 * Control connections that may wait for their join at once (0: as many
+	 * as a job has workers, RS_MAX_WORKERS: a whole world starting at once
+	 * is in its handshakes together). Past it the oldest goes, so idle
+	 * connections, however many, delay an honest joiner by one round trip
+	 * at most instead of locking it out.
+	 */
+	int max_unjoined;
 } rs_server_opts;
 
 rs_status rs_server_create(const rs_server_opts *o, const rs_server_handler *h, rs_server **out, rs_err *err);

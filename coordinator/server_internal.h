@@ -49,6 +49,7 @@ struct rs_server {
 	int64_t next_id;
 	char epoch[RS_AUTH_NONCE_HEX + 1]; /* this coordinator process's: every handshake is bound to it */
 	int64_t term;                      /* rs_server_opts' */
+	int max_unjoined;                  /* rs_server_opts', its default applied */
 	char bound_epoch[RS_AUTH_NONCE_HEX + 32]; /* what the proofs cover: epoch and term (rs_proto_bound_epoch) */
 	int unjoined;             /* control connections in their handshake */
 	rs_conn *oldest, *newest; /* ... listed, oldest first */

@@ -35,6 +35,21 @@ static void test_grow_commits(void **state)
 	assert_true(H.published > 0);
 }
 
+/* Rank 0's first step reported before the last member's "committed" arrives still completes the report. */
+static void test_first_step_before_the_last_commit(void **state)
+{
+	(void)state;
+	to_committing();
+	say(0, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
+	rs_msg_progress p = {.rank = 0, .step = 40, .loss = 0.5, .samples_per_s = 100, .auc = -1, .teacher_auc = -1};
+	say(0, rs_proto_make_progress(&p)); /* its step needed every member: they committed, the coordinator lags */
+	say(1, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
+	say(2, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
+	tick(0.01);
+	assert_phase("training");
+	assert_true(reported("generation 2 resumed at step 40"));
+}
+
 static void test_leave_drains_and_exits(void **state)
 {
 	(void)state;
@@ -451,6 +466,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_grow_commits, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_first_step_before_the_last_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_leave_drains_and_exits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_abort_when_a_member_fails_to_stage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_abort_on_checksum_mismatch, setup, teardown),

@@ -95,7 +95,7 @@ static int start_term(const char *hosts, int64_t term)
 	rs_server_handler h = {.on_join = on_join, .status_snapshot = snapshot};
 	rs_err err = {0};
 	S.snapshot_pad = 100;
-	rs_server_opts o = {.listen = "127.0.0.1:0", .token = TOKEN, .hosts = hosts, .term = term};
+	rs_server_opts o = {.listen = "127.0.0.1:0", .token = TOKEN, .hosts = hosts, .term = term, .max_unjoined = 64};
 	if (rs_server_create(&o, &h, &S.srv, &err) != RS_OK)
 		return -1;
 	S.port = rs_server_port(S.srv);
@@ -182,7 +182,7 @@ static json_t *next_json(int fd, size_t max)
 	return j;
 }
 
-/* Idle connections, however many, never lock out a joiner: past the cap the oldest goes. */
+/* Idle connections, however many, never lock out a joiner: past the cap (64 here) the oldest goes. */
 static void test_join_past_idle_connections(void **state)
 {
 	(void)state;
