@@ -66,17 +66,106 @@ int rs_wsmsg_rx(rs_wsmsg *m, const void *in, size_t len, int first, int final, c
 	return 1;
 }
 
+/* A growing buffer with LWS_PRE bytes of headroom, the text after it. */
+typedef struct outbuf {
+	char *p;
+	size_t len, cap; /* of the text */
+	int failed;
+} outbuf;
+
+static void out_add(outbuf *b, const char *s, size_t n)
+{
+	if (b->failed)
+		return;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		char *p = realloc(b->p, LWS_PRE + cap);
+		if (!p) {
+			b->failed = 1;
+			return;
+		}
+		b->p = p, b->cap = cap;
+	}
+	memcpy(b->p + LWS_PRE + b->len, s, n);
+	b->len += n;
+}
+
+static int out_dump(const char *s, size_t n, void *data)
+{
+	out_add(data, s, n);
+	return ((outbuf *)data)->failed ? -1 : 0;
+}
+
+/* Whether s (n bytes) is a JSON string's text as it stands: printable ASCII, no quote or backslash. */
+static int plain(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c < 0x20 || c > 0x7e || c == '"' || c == '\\')
+			return 0;
+	}
+	return 1;
+}
+
+#define PLAIN_MIN 4096 /* a string member this long is copied, not encoded character by character */
+#define PLAIN_MAX 4
+
+/*
+ * j's compact text into b. The long plain string members of an object (a
+ * start message's deflated plans: the same for every member, about 80 KiB
+ * at a thousand workers) go in by copy, first, the rest through jansson,
+ * whose encoder takes each character apart.
+ */
+static void dump(outbuf *b, const json_t *j)
+{
+	const char *key[PLAIN_MAX], *k;
+	json_t *v, *rest = NULL;
+	int n = 0;
+	if (json_is_object(j))
+		json_object_foreach((json_t *)j, k, v)
+			if (n < PLAIN_MAX && json_is_string(v) && json_string_length(v) >= PLAIN_MIN &&
+			    plain(json_string_value(v), json_string_length(v)) && plain(k, strlen(k)))
+				key[n++] = k;
+	if (n > 0 && (rest = json_copy((json_t *)j)) != NULL) { /* shallow: the values are shared */
+		out_add(b, "{", 1);
+		for (int i = 0; i < n; i++) {
+			v = json_object_get(j, key[i]);
+			out_add(b, "\"", 1);
+			out_add(b, key[i], strlen(key[i]));
+			out_add(b, "\":\"", 3);
+			out_add(b, json_string_value(v), json_string_length(v));
+			out_add(b, "\"", 1);
+			if (i + 1 < n || json_object_size(j) > (size_t)n)
+				out_add(b, ",", 1);
+		}
+		for (int i = 0; i < n; i++)
+			json_object_del(rest, key[i]);
+		size_t before = b->len;
+		if (json_dump_callback(rest, out_dump, b, JSON_COMPACT) != 0)
+			b->failed = 1;
+		else if (!b->failed) /* drop rest's own "{" */
+			memmove(b->p + LWS_PRE + before, b->p + LWS_PRE + before + 1, --b->len - before);
+		json_decref(rest);
+		return;
+	}
+	if (json_dump_callback(j, out_dump, b, JSON_COMPACT) != 0)
+		b->failed = 1;
+}
+
 rs_status rs_wsmsg_push(rs_wsmsg *m, const json_t *j)
 {
 	if (m->queued >= m->queue_max)
 		return RS_ENOSPACE;
-	size_t len = json_dumpb(j, NULL, 0, JSON_COMPACT);
-	rs_wsmsg_out *o = calloc(1, sizeof(*o));
-	if (!o || len == 0 || !(o->buf = malloc(LWS_PRE + len + 1))) {
-		free(o);
+	outbuf b = {0};
+	dump(&b, j);
+	rs_wsmsg_out *o = b.failed || b.len == 0 ? NULL : calloc(1, sizeof(*o));
+	if (!o) {
+		free(b.p);
 		return RS_ENOMEM;
 	}
-	o->len = json_dumpb(j, o->buf + LWS_PRE, len, JSON_COMPACT);
+	o->buf = b.p, o->len = b.len;
 	if (m->tail)
 		m->tail->next = o;
 	else

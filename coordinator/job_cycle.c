@@ -42,18 +42,34 @@ void rs__cycle_send_union(rs_job *j, json_t *msg)
 	json_decref(msg);
 }
 
-/*
- * The start message of union rank u (a world rank when u < world). jplan
- * and jprev are borrowed; load (a fresh start's checkpoint) too.
- */
-static json_t *start_msg(const rs_job *j, int64_t gen, int32_t u, int32_t world, const int32_t *uni, int32_t nuni,
-			 json_t *jplan, json_t *jprev, const char *load, int64_t first, int64_t bound)
+/* The addresses of the members uni (n), in union rank order: the same for every start message (NULL without memory). */
+static json_t *peers_json(const rs_job *j, const int32_t *uni, int32_t n)
 {
-	json_t *peers = json_array(), *uoo = jprev ? json_array() : NULL;
-	for (int32_t k = 0; peers && k < nuni; k++)
-		json_array_append_new(peers, json_string(j->mem.v[uni[k]].addr));
+	json_t *peers = json_array();
+	for (int32_t k = 0; peers && k < n; k++)
+		if (json_array_append_new(peers, json_string(j->mem.v[uni[k]].addr)) != 0)
+			json_decref(peers), peers = NULL;
+	return peers;
+}
+
+/* A reshard's union rank of each old rank: the same for every start message (NULL without memory). */
+static json_t *union_of_old_json(const rs_job *j)
+{
+	json_t *uoo = json_array();
 	for (int32_t r = 0; uoo && r < j->cur.nworld; r++)
-		json_array_append_new(uoo, json_integer(j->att.union_of_old[r]));
+		if (json_array_append_new(uoo, json_integer(j->att.union_of_old[r])) != 0)
+			json_decref(uoo), uoo = NULL;
+	return uoo;
+}
+
+/*
+ * The start message of union rank u (a world rank when u < world). peers,
+ * jplan, and for a reshard jprev and uoo, are borrowed (built once for
+ * every member); load (a fresh start's checkpoint) too.
+ */
+static json_t *start_msg(const rs_job *j, int64_t gen, int32_t u, int32_t world, int32_t nuni, json_t *peers,
+			 json_t *jplan, json_t *jprev, json_t *uoo, const char *load, int64_t first, int64_t bound)
+{
 	rs_msg_start m = {.generation = gen, .rank = u, .world = world, .union_world = nuni, .peers = peers,
 			  .plan = jplan, .previous_plan = jprev, .union_of_old = uoo, .first_step = first,
 			  .steps = bound, .eval_every = j->cfg->data.eval_every, .eval_samples = j->cfg->data.eval_samples,
@@ -61,10 +77,7 @@ static json_t *start_msg(const rs_job *j, int64_t gen, int32_t u, int32_t world,
 			  .restore = jprev && j->rec.healing && j->rec.partial ? j->rec.load : NULL,
 			  .checkpoint_dir = j->o.ckpt_dir, .checkpoint_every = j->o.ckpt_dir ? j->o.ckpt_every : 0,
 			  .checkpoint_interval = j->o.ckpt_dir ? j->o.ckpt_interval : 0};
-	json_t *msg = peers && (uoo || !jprev) ? rs_proto_make_start(&m) : NULL;
-	json_decref(peers);
-	json_decref(uoo);
-	return msg;
+	return rs_proto_make_start(&m);
 }
 
 /* A plan as start messages carry it: a zjson string, deflated once for every member (NULL without memory). */
@@ -103,17 +116,18 @@ int rs__cycle_start(rs_job *j, const int32_t *c, int32_t n, int64_t gen, const c
 	j->cur.resume_step = -1;
 	if (!rs__persist(j, RS_STATE_TRAINING))
 		return 0;
-	json_t *jp = wire_plan(j->cur.plan);
-	if (!jp) {
+	json_t *jp = wire_plan(j->cur.plan), *peers = peers_json(j, j->cur.world, n);
+	if (!jp || !peers) {
+		json_decref(jp), json_decref(peers);
 		rs__job_fail(j, "out of memory sending the plan of generation %lld", (long long)gen);
 		return 0;
 	}
 	for (int32_t r = 0; r < n; r++) {
 		member *m = &j->mem.v[c[r]];
-		rs__job_send(j, m, start_msg(j, gen, r, n, j->cur.world, n, jp, NULL, load, j->cur.step, j->cur.bound));
+		rs__job_send(j, m, start_msg(j, gen, r, n, n, peers, jp, NULL, NULL, load, j->cur.step, j->cur.bound));
 		m->st = M_TRAINING, m->gen = gen; /* until it reports otherwise: an "idle" from now on means it lost this one */
 	}
-	json_decref(jp);
+	json_decref(jp), json_decref(peers);
 	rs__job_set_phase(j, P_TRAINING);
 	return 1;
 }
@@ -254,9 +268,9 @@ int rs__cycle_plan_attempt(rs_job *j, const int32_t *cand, int32_t n)
 int rs__cycle_send_starts(rs_job *j)
 {
 	json_t *jp = wire_plan(j->att.plan), *jprev = wire_plan(j->cur.plan);
-	if (!jp || !jprev) {
-		json_decref(jp);
-		json_decref(jprev);
+	json_t *peers = peers_json(j, j->att.uni, j->att.nuni), *uoo = union_of_old_json(j);
+	if (!jp || !jprev || !peers || !uoo) {
+		json_decref(jp), json_decref(jprev), json_decref(peers), json_decref(uoo);
 		rs__job_fail(j, "out of memory sending the plan of generation %lld", (long long)j->att.generation);
 		return 0;
 	}
@@ -264,7 +278,7 @@ int rs__cycle_send_starts(rs_job *j)
 		member *m = &j->mem.v[j->att.uni[u]];
 		if (!m->conn)
 			break; /* the tick aborts: it is gone */
-		json_t *msg = start_msg(j, j->att.generation, u, j->att.nworld, j->att.uni, j->att.nuni, jp, jprev, NULL,
+		json_t *msg = start_msg(j, j->att.generation, u, j->att.nworld, j->att.nuni, peers, jp, jprev, uoo, NULL,
 					j->cur.step, j->att.bound);
 		if (msg && j->att.precopy && json_object_set_new(msg, "precopy", json_true()) != 0)
 			json_decref(msg), msg = NULL;
@@ -274,8 +288,7 @@ int rs__cycle_send_starts(rs_job *j)
 		if (!j->att.precopy || !rs__member_in_world(j, j->att.uni[u]))
 			m->st = M_STAGING, m->gen = j->att.generation; /* the old world trains on while it pre-copies */
 	}
-	json_decref(jp);
-	json_decref(jprev);
+	json_decref(jp), json_decref(jprev), json_decref(peers), json_decref(uoo);
 	return 1;
 }
 
