@@ -254,10 +254,18 @@ rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err 
 	if (st == RS_OK && tr->rank == 0)
 		st = rs_checkpoint_write_index(dir, tr->cfg, tr->plan, step, rs_dense_nparams(tr->dense), NULL, err);
 	rs_snapshot_free(s);
-	/* everyone's files exist before anyone reports the checkpoint done */
-	rs_status bst = rs_transport_barrier(tr->t);
+	/*
+	 * Every rank says whether its files are written, and none goes on unless
+	 * all are: a rank that says "done" after this holds a whole model on
+	 * disk (the coordinator counts on it when a peer is lost after the end).
+	 */
+	int64_t failed = st != RS_OK;
+	rs_status bst = rs_transport_allreduce_i64(tr->t, &failed, 1);
 	if (st == RS_OK && bst != RS_OK)
 		rs_err_set(err, bst, "checkpoint: waiting for the other ranks: %s", rs_transport_error(tr->t));
+	else if (st == RS_OK && failed > 0)
+		bst = rs_err_set(err, RS_EIO, "checkpoint %s: %lld other rank(s) could not write their part", dir,
+				 (long long)failed);
 	return st != RS_OK ? st : bst;
 }
 

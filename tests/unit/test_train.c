@@ -467,6 +467,49 @@ static int snapshot_body(int32_t rank, rs_transport *t, rs_status st, const char
 	return code;
 }
 
+/* Rank 1 cannot write its part of the final save: neither rank reports it saved (none would say "done"). */
+static int save_fail_body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
+{
+	(void)msg;
+	rs_trainer *tr;
+	rs_err err = {0};
+	char good[128], bad[160];
+	snprintf(good, sizeof(good), "%s/save-fail", dir);
+	snprintf(bad, sizeof(bad), "%s/not-a-dir/save", good); /* under a regular file: cannot be made */
+	if (st != RS_OK || rs_trainer_create(cfg, plan, t, NULL, &tr, &err) != RS_OK)
+		return 100;
+	if (rs_trainer_step(tr, 0, NULL, NULL) != RS_OK)
+		return 101;
+	rs_status saved = rs_trainer_save(tr, rank == 1 ? bad : good, 1, &err);
+	rs_trainer_destroy(tr);
+	if (saved == RS_OK)
+		return 102;
+	return rank == 0 && !strstr(err.msg, "other rank(s) could not write their part") ? 103 : 0;
+}
+
+static void test_a_failed_save_fails_every_rank(void **state)
+{
+	(void)state;
+	rs_err err = {0};
+	char path[128];
+	snprintf(path, sizeof(path), "%s/save-fail", dir);
+	assert_int_equal(mkdir(path, 0700), 0);
+	snprintf(path, sizeof(path), "%s/save-fail/not-a-dir", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fclose(f);
+	rs_world w = rs_world_make(cfg, 2, 0, 0, 0);
+	assert_int_equal(rs_planner_plan(cfg, &w, NULL, NULL, &plan, &err), RS_OK);
+	world wo = {.n = 2, .timeout_ms = 20000, .absent = -1, .bad_token = -1, .bad_generation = -1, .reap_last = -1,
+		    .body = save_fail_body};
+	world_run(&wo);
+	for (int r = 0; r < 2; r++)
+		if (wo.exit_code[r] != 0)
+			fail_msg("rank %d exited %d", r, wo.exit_code[r]);
+	rs_plan_free(plan);
+	plan = NULL;
+}
+
 static void test_snapshot_cancel_and_load(void **state)
 {
 	(void)state;
@@ -498,6 +541,7 @@ int main(void)
 		cmocka_unit_test(test_deterministic_idle_ranks),
 		cmocka_unit_test(test_learns_toward_the_teacher),
 		cmocka_unit_test(test_killed_worker_stops_the_others),
+		cmocka_unit_test(test_a_failed_save_fails_every_rank),
 		cmocka_unit_test(test_malformed_request_is_refused),
 		cmocka_unit_test(test_snapshot_cancel_and_load),
 	};
