@@ -554,7 +554,7 @@ static void tick_training(rs_job *j)
 	int all_done = 1, all_paused = 1;
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
 		const member *m = &j->mem.v[j->cur.world[r]];
-		all_done &= m->st == M_DONE;
+		all_done &= m->st == M_DONE || m->done_gen == j->cur.generation; /* or it did, and came back anew */
 		all_paused &= m->st == M_PAUSED && m->gen == j->cur.generation;
 	}
 	if (all_done) {

@@ -78,6 +78,7 @@ typedef struct member {
 	uint64_t *staged_sum;     /* per table, its staged rows' checksum; NULL when it holds none */
 	int64_t precopied;        /* the generation whose background rounds it finished (pre-copy) */
 	int64_t said_gen;         /* the generation it last said it trains */
+	int64_t done_gen;         /* the generation whose last step it said "done" (kept through a restart of it), or 0 */
 	int64_t addr_gen;         /* ... and the one it said so with an addr: it listens there and can pre-copy */
 	rs_msg_staged staged;     /* the numbers of its last "staged" (strings and JSON not kept) */
 	double samples_per_s;     /* from its last progress report */

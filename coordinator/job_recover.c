@@ -503,27 +503,31 @@ void rs__recover_resumed(rs_job *j, const char *restore)
 /* ---- rolling back --------------------------------------------------------------------- */
 
 /*
- * A member of the lost world said "done": it passed the last step's final
- * collective (and the final save's barrier, which every rank reaches only
- * with its files written), so every rank ended the last step: the loss
- * came after the end, and the job is complete, in the lost world (taken
- * back when a rollback had dissolved it). 1 when so. Going back instead
- * could not end: finished members exit.
+ * A member of the lost world said "done" (done_gen: also when it has come
+ * back since as a new process): it passed the last step's final collective
+ * and the final save, whose ranks agree that every rank's files are
+ * written, so every rank ended the last step: the loss came after the end,
+ * and the job is complete, in the lost world (taken back when a rollback
+ * had dissolved it). 1 when so. Going back instead could not end: finished
+ * members exit.
  */
 static int ended_anyway(rs_job *j)
 {
 	int dissolved = !j->cur.world;
 	const int32_t *world = dissolved ? j->rec.old : j->cur.world;
 	int32_t n = dissolved ? j->rec.nold : j->cur.nworld, r = 0;
-	while (r < n && j->mem.v[world[r]].st != M_DONE)
+	int64_t gen = dissolved ? j->rec.old_gen : j->cur.generation;
+	while (r < n && j->mem.v[world[r]].done_gen != gen)
 		r++;
 	if (r == n)
 		return 0;
 	RS_WARN("%s; but %s finished the last step, so every rank did: the job is complete", j->rec.why,
 		j->mem.v[world[r]].name);
-	if (dissolved) {
+	if (dissolved) { /* the rollback begun is undone: it never ran, and the job stands at its end */
 		j->cur.world = j->rec.old, j->cur.nworld = j->rec.nold, j->cur.plan = j->rec.old_plan;
 		j->rec.old = NULL, j->rec.nold = 0, j->rec.old_plan = NULL;
+		j->rec.total--, j->rec.started = 0, j->rec.in_a_row = 0;
+		j->cur.step = j->o.steps;
 	}
 	j->rec.healing = j->rec.partial = j->rec.replica = 0;
 	rs__members_clear_lost(j);

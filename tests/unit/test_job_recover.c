@@ -13,6 +13,7 @@
  */
 #include "tests/unit/job_harness.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Worker k was sent an abort of generation gen. */
@@ -138,6 +139,8 @@ static void test_loss_after_a_member_finished_completes_the_job(void **state)
 {
 	(void)state;
 	start(2);
+	say(1, rs_proto_make_done(1, 50)); /* not the job's last step: refused, it ends nothing */
+	assert_non_null(last(1, RS_MSG_ERROR));
 	say(0, rs_proto_make_done(0, 100));
 	rs_job_exited(H.job, "worker-0", 1, "exited with status 0");
 	rs_job_exited(H.job, "worker-1", 0, "killed by signal 9");
@@ -162,6 +165,14 @@ static void test_done_during_the_rollback_completes_the_job(void **state)
 	assert_phase("done");
 	assert_true(H.ending);
 	assert_int_equal(H.saved[H.nsaved - 1], RS_STATE_DONE);
+	/* the rollback begun is not counted: it never ran */
+	rs_server_handler h = rs_job_server_handler(H.job);
+	char *body = NULL;
+	size_t len = 0;
+	const char *type = NULL;
+	assert_int_equal(h.http_get(h.ctx, "/metrics", &body, &len, &type), 200);
+	assert_non_null(strstr(body, "rowshift_recoveries_total{kind=\"rollback\"} 0\n"));
+	free(body);
 	forget_mail();
 	rejoin_new(1); /* a replacement for the lost one: nothing to train */
 	tick(100);
