@@ -71,6 +71,9 @@ void rs__dispatch_join(void *ctx, rs_conn *c, const rs_msg_join *jm)
 		rs__job_send(j, m, rs_proto_make_plain(RS_MSG_STOP));
 	else if (j->ph == P_RECOVERING && !fresh)
 		rs__recover_rejoined(j, i); /* the same process: it may have missed the word to drop the lost world */
+	if (j->cur.stale_gen && !fresh) /* the old members call the copy off and train on, the joiners go idle */
+		rs__job_send(j, m, rs_proto_make_generation(RS_MSG_ABORT, j->cur.stale_gen, 0,
+							 "the coordinator restarted during this pre-copy"));
 }
 
 void rs__dispatch_close(void *ctx, rs_conn *c)

@@ -139,6 +139,7 @@ struct rs_job {
 		int pause_sent;
 		int pausing;          /* a world member reported paused since training last (re)started */
 		int64_t resume_step;  /* after a commit: the step training resumes at, -1 once it did */
+		int64_t stale_gen;    /* recovered: a generation the last coordinator handed out for a pre-copy, never resolved */
 		int sched_asked;      /* pre-copy: 1 + the schedule entry whose workers were asked for ahead, 0: none */
 	} cur;
 

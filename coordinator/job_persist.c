@@ -131,6 +131,8 @@ rs_status rs_job_recover(const rs_job_options *o, const rs_job_source *src, cons
 	j->cur.next_sched = s->next_schedule;
 	if (s->attempt_generation)
 		RSCHECKGOTO(recover_attempt(j, s, err), st, fail);
+	else if (j->att.last_generation > j->cur.generation)
+		j->cur.stale_gen = j->att.last_generation; /* a pre-copy in flight: its members are told to drop it */
 	for (int i = 0; i < s->ninc; i++) {
 		int k = rs__member_find(j, s->inc_names[i]);
 		if (k >= 0)

@@ -19,7 +19,12 @@
 #      SIGKILLed during it: the copy is called off while the old world
 #      trains on, and the next attempt (at the pause) commits; 8. a joiner
 #      SIGKILLed while the paused world finishes the copy: the attempt
-#      aborts with the old model intact, and the next one commits.
+#      aborts with the old model intact, and the next one commits;
+#   9. the coordinator SIGKILLed during a pre-copy and started again with
+#      the same --state: the members that rejoin are told to drop that
+#      copy, the job trains on to its end, generation 2 is never reused
+#      (whether the reshard happens before the end depends on when the
+#      joiners are back: not checked).
 # Cases 1-4 reshard at the pause (pre-copy off): their faults act in MIGRATE.
 # ROWSHIFT_FAULT (a worker test hook, inherited from the coordinator)
 # stalls each reshard before rows move, so that a test can act during MIGRATE
@@ -148,6 +153,26 @@ check "8. a run whose joiner was killed while the world finished the copy finish
 check "8. the attempt aborted at the pause, and the next one committed at the same step" bash -c \
 	"grep -q 'generation 2 aborted: ' $tmp/pc_pause.out && grep -q 'generation 3 resumed at step 40' $tmp/pc_pause.out"
 check "8. the weights equal the static run's" same_as_static "$tmp/pc_pause"
+
+# 9. the coordinator killed during a pre-copy, then started again with the same --state
+ROWSHIFT_FAULT=stall-ms=2000 run pcoord1 --workers 2 --schedule 40:4 --state "$tmp/pstate.json" --grace-ms 30000
+coord=$job
+wait_for "$tmp/pcoord1.err" "worker-3 generation 2: pre-copy began" 60
+kill -9 $coord
+wait $coord 2>/dev/null
+check "9. the state file says the job trains generation 1, and that generation 2 was handed out" \
+	bash -c "grep -q '\"phase\":\"training\"' '$tmp/pstate.json' && grep -q '\"last_generation\":2' '$tmp/pstate.json'"
+"$bin/rowshift-coordinator" --local --state "$tmp/pstate.json" --admin-file "$tmp/pcoord2.admin" --debounce-ms 5000 \
+	>"$tmp/pcoord2.out" 2>"$tmp/pcoord2.err" &
+job=$!
+finish pcoord2
+check "9. the restarted coordinator finishes the job (exit $?)" grep -q "training done: [24] workers, 100 steps" "$tmp/pcoord2.out"
+check "9. it recovered generation 1 in training" grep -q "recovered generation 1 (2 workers) in phase training" "$tmp/pcoord2.err"
+check "9. the joiners were told to drop the copy the killed coordinator began" \
+	test "$(grep -c 'worker-[23] .*generation 2 aborted by the coordinator (the coordinator restarted during this pre-copy)' "$tmp/pcoord1.err")" = 2
+check "9. generation 2 was never committed (a reshard, if the joiners were back in time, took a new number)" \
+	bash -c "! grep -q 'generation 2 committed' '$tmp/pcoord2.out'"
+check "9. the weights equal the static run's" same_as_static "$tmp/pcoord1"
 
 [ "$fails" = 0 ] || { for f in "$tmp"/*.out; do echo "--- $f"; tail -20 "$f"; done; tail -40 "$tmp"/coord2.err; }
 echo "reshard_faults: $fails failed"

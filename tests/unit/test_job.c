@@ -435,7 +435,11 @@ static void training_with_addr(void)
 	}
 }
 
-/* A coordinator restarted during a pre-copy (never persisted as an attempt) does not hand its generation out again. */
+/*
+ * A coordinator restarted during a pre-copy (never persisted as an attempt)
+ * tells the members that rejoin to drop it, and does not hand its
+ * generation out again.
+ */
 static void test_restart_during_precopy_never_reuses_its_generation(void **state)
 {
 	(void)state;
@@ -452,8 +456,13 @@ static void test_restart_during_precopy_never_reuses_its_generation(void **state
 	assert_int_equal(field(s, "generation"), 2);
 	assert_phase("training");
 	restart_coordinator(); /* from the state saved as the pre-copy began */
-	for (int k = 0; k < 3; k++)
+	forget_mail();
+	for (int k = 0; k < 3; k++) { /* each rejoining member is told to drop the copy the last coordinator began */
 		join(k);
+		json_t *a = last(k, RS_MSG_ABORT);
+		assert_non_null(a);
+		assert_int_equal(field(a, "generation"), 2);
+	}
 	training_with_addr();
 	tick(0.05);
 	tick(0.2);
