@@ -120,18 +120,22 @@ static int plain(const char *s, size_t n)
  */
 static void dump(outbuf *b, const json_t *j)
 {
-	const char *key[PLAIN_MAX], *k;
-	json_t *v, *rest = NULL;
+	const char *key[PLAIN_MAX];
+	json_t *val[PLAIN_MAX], *rest = NULL;
 	int n = 0;
-	if (json_is_object(j))
-		json_object_foreach((json_t *)j, k, v)
-			if (n < PLAIN_MAX && json_is_string(v) && json_string_length(v) >= PLAIN_MIN &&
-			    plain(json_string_value(v), json_string_length(v)) && plain(k, strlen(k)))
-				key[n++] = k;
+	for (void *it = json_is_object(j) ? json_object_iter((json_t *)j) : NULL; it && n < PLAIN_MAX;
+	     it = json_object_iter_next((json_t *)j, it)) {
+		const char *k = json_object_iter_key(it);
+		json_t *v = json_object_iter_value(it);
+		size_t klen = json_object_iter_key_len(it);
+		if (json_is_string(v) && json_string_length(v) >= PLAIN_MIN && plain(json_string_value(v), json_string_length(v)) &&
+		    strlen(k) == klen && plain(k, klen)) /* a key with a NUL in it goes through jansson */
+			key[n] = k, val[n++] = v;
+	}
 	if (n > 0 && (rest = json_copy((json_t *)j)) != NULL) { /* shallow: the values are shared */
 		out_add(b, "{", 1);
 		for (int i = 0; i < n; i++) {
-			v = json_object_get(j, key[i]);
+			json_t *v = val[i];
 			out_add(b, "\"", 1);
 			out_add(b, key[i], strlen(key[i]));
 			out_add(b, "\":\"", 3);
@@ -165,7 +169,8 @@ rs_status rs_wsmsg_push(rs_wsmsg *m, const json_t *j)
 		free(b.p);
 		return RS_ENOMEM;
 	}
-	o->buf = b.p, o->len = b.len;
+	char *fit = realloc(b.p, LWS_PRE + b.len + 1); /* the doubling's slack goes: a queue may hold many */
+	o->buf = fit ? fit : b.p, o->len = b.len;
 	if (m->tail)
 		m->tail->next = o;
 	else

@@ -148,6 +148,8 @@ rs_status rs_zjson_object(json_t *v, size_t cap, const char *where, json_t **out
 	if (!json_is_string(v))
 		return rs_err_set(err, RS_EINVAL, "%s: neither an object nor a zjson string", where);
 	size_t z = json_string_length(v), floor = (size_t)16 << 20;
+	if (strlen(json_string_value(v)) != z)
+		return rs_err_set(err, RS_EINVAL, "%s: a zjson string with a NUL in it", where);
 	size_t max = z > cap / 64 ? cap : z * 64 < floor ? floor : z * 64;
 	RSCHECK(rs_zjson_decode(json_string_value(v), max < cap ? max : cap, where, out, err));
 	if (json_is_object(*out))

@@ -126,6 +126,7 @@ int rs__cycle_start(rs_job *j, const int32_t *c, int32_t n, int64_t gen, const c
 		member *m = &j->mem.v[c[r]];
 		rs__job_send(j, m, start_msg(j, gen, r, n, n, peers, jp, NULL, NULL, load, j->cur.step, j->cur.bound));
 		m->st = M_TRAINING, m->gen = gen; /* until it reports otherwise: an "idle" from now on means it lost this one */
+		m->step = j->cur.step; /* its reports from here on, not an earlier process's or world's */
 	}
 	json_decref(jp), json_decref(peers);
 	rs__job_set_phase(j, P_TRAINING);
@@ -285,6 +286,7 @@ int rs__cycle_send_starts(rs_job *j)
 		rs__job_send(j, m, msg);
 		m->staged_ok = 0;
 		m->precopied = 0;
+		m->step = j->cur.step; /* its reports from here on (install_attempt reads the new rank 0's) */
 		if (!j->att.precopy || !rs__member_in_world(j, j->att.uni[u]))
 			m->st = M_STAGING, m->gen = j->att.generation; /* the old world trains on while it pre-copies */
 	}

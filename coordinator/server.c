@@ -349,7 +349,7 @@ static int callback_control(struct lws *wsi, enum lws_callback_reasons reason, v
 		c->srv = s;
 		c->wsi = wsi;
 		rs__server_peer(wsi, c->peer);
-		/* until the join, a connection costs a few KiB and a few seconds at most */
+		/* until the join, a connection costs about 8 KiB (lws's 4 KiB, a 4 KiB message) and 2 s at most */
 		rs_wsmsg_init(&c->io, JOIN_MAX_MESSAGE, CONTROL_MAX_QUEUED);
 		waiting_add(s, c);
 		make_room(s, c);
@@ -459,7 +459,8 @@ static int callback_http(struct lws *wsi, enum lws_callback_reasons reason, void
 
 static struct lws_protocols protocols[] = {
 	{"http", callback_http, 0, 0, 0, NULL, 0},
-	{"rowshift-control", callback_control, sizeof(rs_conn), 65536, 0, NULL, 0},
+	/* 4 KiB: what lws holds per connection for what comes in (rs_wsmsg joins longer messages), joined or not */
+	{"rowshift-control", callback_control, sizeof(rs_conn), 4096, 0, NULL, 0},
 	{"rowshift-status", rs__status_callback, sizeof(status_client), 4096, 0, NULL, 0},
 	{NULL, NULL, 0, 0, 0, NULL, 0},
 };
@@ -561,7 +562,6 @@ rs_status rs_server_create(const rs_server_opts *o, const rs_server_handler *h, 
 		return rs_err_set(err, RS_ESYS, "control server: cannot draw an epoch");
 	}
 	s->term = o->term;
-	s->max_unjoined = o->max_unjoined > 0 ? o->max_unjoined : RS_MAX_WORKERS;
 	rs_proto_bound_epoch(s->epoch, s->term, s->bound_epoch, sizeof(s->bound_epoch));
 	rs_ws_log_init(); /* its errors through rs_log, escaped */
 	struct lws_context_creation_info info;
@@ -573,6 +573,9 @@ rs_status rs_server_create(const rs_server_opts *o, const rs_server_handler *h, 
 	info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
 	info.timeout_secs = REQUEST_DEADLINE_S;
 	info.fd_limit_per_thread = fd_budget();
+	/* at most half the descriptors: a flood of them meets the cap, and its eviction, before the limit */
+	unsigned int half = info.fd_limit_per_thread ? info.fd_limit_per_thread / 2 : 512;
+	s->max_unjoined = o->max_unjoined > 0 ? o->max_unjoined : RS_MAX_WORKERS < half ? RS_MAX_WORKERS : (int)half;
 	if (o->tls_cert) {
 		info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
 		info.ssl_cert_filepath = o->tls_cert;

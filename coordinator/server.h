@@ -111,11 +111,12 @@ typedef struct rs_server_opts {
 	 */
 	int64_t term;
 	/*
-	 * Control connections that may wait for their join at once (0: as many
-	 * as a job has workers, RS_MAX_WORKERS: a whole world starting at once
-	 * is in its handshakes together). Past it the oldest goes, so idle
-	 * connections, however many, delay an honest joiner by one round trip
-	 * at most instead of locking it out.
+	 * Control connections that may wait for their join at once (0: the
+	 * default, RS_MAX_WORKERS, the largest world, all of it starting at
+	 * once, or half the descriptors the process may open when that is
+	 * fewer; tests set less). Past it the oldest goes, so idle connections,
+	 * however many, delay an honest joiner by one round trip at most
+	 * instead of locking it out. One costs about 8 KiB until it joins.
 	 */
 	int max_unjoined;
 } rs_server_opts;

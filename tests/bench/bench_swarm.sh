@@ -45,4 +45,5 @@ for key, what, linear in rows:
     ratio = f" | ratio {b / a:.1f}" + (f" (linear: {linear:.1f})" if linear else "") if a else ""
     print(f"bench swarm_{key} 1024 members {b:.3f} | 128 members {a:.3f}{ratio}  # {what}")
 print(f"bench swarm_joins 1024 members {big['joins']} (1,100 members, each joined once: {big['joins'] == 1100})")
+sys.exit(0 if big["joins"] == 1100 and small["joins"] == 137 else 1)  # a member turned away is a failure
 PY

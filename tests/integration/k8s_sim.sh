@@ -488,7 +488,7 @@ check "an imagePullPolicy outside its enum: 422 Invalid, the field, the value an
 as "$tok" sts-noselector -H 'Content-Type: application/json' -d '{"metadata": {"name": "nosel"}, "spec": {"template": {}}}' \
 	"$url/apis/apps/v1/namespaces/simtest/statefulsets"
 check "a StatefulSet without a selector: 422 Invalid, spec.selector: Required value" \
-	answered sts-noselector 422 Invalid 'StatefulSet.apps "nosel" is invalid: spec.selector: Required value, spec.template.spec.containers: Required value'
+	answered sts-noselector 422 Invalid 'StatefulSet.apps "nosel" is invalid: [spec.selector: Required value, spec.template.spec.containers: Required value]'
 
 cat >"$tmp/rbac.yaml" <<'YAML'
 apiVersion: v1

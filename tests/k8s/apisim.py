@@ -189,7 +189,8 @@ def err_invalid(res, name, causes):
     """422 Invalid: `Kind.group "name" is invalid: field: message` (the kind qualified by its group, as the real
     server's GroupKind prints); each cause's reason follows its message ("Too long: ..." is FieldValueTooLong)."""
     kind = res.kind if not res.group else "%s.%s" % (res.kind, res.group)
-    msg = '%s "%s" is invalid: %s' % (kind, name, ", ".join("%s: %s" % c for c in causes))
+    listed = ", ".join("%s: %s" % c for c in causes)  # more than one: bracketed, as an aggregate prints
+    msg = '%s "%s" is invalid: %s' % (kind, name, listed if len(causes) == 1 else "[%s]" % listed)
     reason = lambda m: next((r for p, r in CAUSE_REASONS if m.startswith(p)), "FieldValueInvalid")
     details = {"name": name, "group": res.group, "kind": res.kind,
                "causes": [{"reason": reason(m), "message": m, "field": f} for f, m in causes]}
@@ -1183,24 +1184,37 @@ class Schemas:
     covers the object's kind. A validator that stops answering (10 s) or exits is an error, never a pass."""
 
     def __init__(self, models):
-        self.proc = subprocess.Popen(["node", os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemas.mjs"),
-                                      models], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.models = models
         self.lock = threading.Lock()
+        self._start()
+
+    def _start(self):
+        self.proc = subprocess.Popen(["node", os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemas.mjs"),
+                                      self.models], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.buf = b""
+
+    def _fail(self, why):
+        """A validator that stalled or died is replaced (a late answer must not pass for the next object's)."""
+        self.close()
+        self._start()
+        raise RuntimeError("the schema validator %s" % why)
 
     def check(self, obj):
         with self.lock:
-            self.proc.stdin.write(dumps(obj).encode() + b"\n")
-            self.proc.stdin.flush()
+            try:
+                self.proc.stdin.write(dumps(obj).encode() + b"\n")
+                self.proc.stdin.flush()
+            except OSError as e:  # not a client's broken pipe: the validator's (a 500, never a dropped answer)
+                self._fail("is gone (%s)" % e)
             deadline = time.monotonic() + 10
             fd = self.proc.stdout.fileno()
             while b"\n" not in self.buf:
                 left = deadline - time.monotonic()
                 if left <= 0 or not select.select([fd], [], [], left)[0]:
-                    raise RuntimeError("the schema validator did not answer within 10 s")
+                    self._fail("did not answer within 10 s")
                 chunk = os.read(fd, 65536)
                 if not chunk:
-                    raise RuntimeError("the schema validator exited (%s)" % self.proc.poll())
+                    self._fail("exited (%s)" % self.proc.poll())
                 self.buf += chunk
             line, _, self.buf = self.buf.partition(b"\n")
         answer = json.loads(line)
@@ -1208,8 +1222,11 @@ class Schemas:
 
     def close(self):
         if self.proc.poll() is None:
-            self.proc.stdin.close()
-            self.proc.terminate()
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+            self.proc.kill()
             self.proc.wait(5)
 
 

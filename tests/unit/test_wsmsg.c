@@ -30,7 +30,7 @@ static void round_trip(rs_wsmsg *q, json_t *j)
 {
 	assert_int_equal(rs_wsmsg_push(q, j), RS_OK);
 	json_error_t e;
-	json_t *back = json_loadb(q->tail->buf + LWS_PRE, q->tail->len, 0, &e);
+	json_t *back = json_loadb(q->tail->buf + LWS_PRE, q->tail->len, JSON_REJECT_DUPLICATES, &e);
 	if (!back)
 		fail_msg("not JSON (%s): %.200s", e.text, q->tail->buf + LWS_PRE);
 	assert_true(json_equal(back, j));
@@ -56,8 +56,15 @@ static void test_messages_queue_whole(void **state)
 				 "e", five[4], "n", 1)); /* more long members than are copied */
 	round_trip(&q, json_pack("{s:s, s:s}", "k\"ey", big, "type", "x")); /* a key that needs escaping */
 	round_trip(&q, json_pack("[s, i]", big, 1));                           /* not an object */
+	json_t *nul = json_pack("{s:i}", "t", 1); /* a key with a NUL in it: all of it encoded by jansson, as it was */
+	json_object_setn_new(nul, "a\0b", 3, json_string(big));
+	assert_int_equal(rs_wsmsg_push(&q, nul), RS_OK);
+	char *want = json_dumps(nul, JSON_COMPACT);
+	assert_true(q.tail->len == strlen(want) && !memcmp(q.tail->buf + LWS_PRE, want, q.tail->len));
+	free(want);
+	json_decref(nul);
 	json_t *j = json_pack("{s:s}", "type", "x");
-	for (int i = 0; i < 16 - 7; i++)
+	for (int i = 0; i < 16 - 8; i++)
 		assert_int_equal(rs_wsmsg_push(&q, j), RS_OK);
 	assert_int_equal(rs_wsmsg_push(&q, j), RS_ENOSPACE); /* the queue's bound */
 	json_decref(j);
