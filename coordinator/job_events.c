@@ -153,18 +153,23 @@ static void report(rs_job *j, const job_event *ev)
 
 /* ---- log: the log's lines --------------------------------------------------------------- */
 
+/* At the job's end, done or failed: what the coordinator itself took, for sizing it (its process: no worker counted). */
+static void log_usage(void)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru) == 0)
+		RS_INFO("the coordinator used %.2f s of CPU (user %.2f, system %.2f) and at most %.1f MiB of memory",
+			(double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6,
+			ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6, ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6,
+			ru.ru_maxrss / 1024.0);
+}
+
 static void log_line(rs_job *j, const job_event *ev)
 {
 	char buf[64];
-	struct rusage ru;
+	if (ev->kind == EV_DONE || ev->kind == EV_FAILED)
+		log_usage();
 	switch (ev->kind) {
-	case EV_DONE: /* what the coordinator itself took, for sizing it (its own process: no worker counted) */
-		if (getrusage(RUSAGE_SELF, &ru) == 0)
-			RS_INFO("the coordinator used %.2f s of CPU (user %.2f, system %.2f) and at most %.1f MiB of memory",
-				(double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6,
-				ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6, ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6,
-				ru.ru_maxrss / 1024.0);
-		break;
 	case EV_MEMBER:
 		if (ev->quiet)
 			break;
