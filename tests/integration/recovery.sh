@@ -18,6 +18,9 @@
 #      step 60; equal
 #   7. a SIGKILL of an old member during a reshard's migration: the attempt
 #      aborts and the world rolls back; the job finishes
+#   7b. the same during a pre-copy (an old member SIGKILLed while the world
+#      trains beside the background copy): the world rolls back, the copy
+#      with it, and the job ends equal to (1) within 1e-5 (4 workers)
 #   8. "recovery": "partial" (CPR): worker-1 exits right after the
 #      checkpoint of step 60 completed: only its rows come back from that
 #      checkpoint, the survivors keep theirs, no step trained again; the
@@ -131,6 +134,17 @@ finished migrate
 check "migrate: the loss during the migration rolled the world back to step 30" \
 	grep -q "recovery: worker-1 was lost during the migration .*(step 30)" "$tmp/migrate.out"
 check "migrate: the job ended on 4 workers" grep -q "training done: 4 workers, 120 steps" "$tmp/migrate.out"
+
+# 7b. the same with pre-copy: an old member SIGKILLed while the world trains beside the background copy
+ROWSHIFT_FAULT=stall-ms=2000 run pcmigrate --checkpoint-dir "$tmp/ck7b" --checkpoint-every 30 --schedule 45:4
+wait_for "$tmp/pcmigrate.err" "worker-3 generation 2: pre-copy began" 60
+kill_worker 1
+finished pcmigrate
+check "7b. the loss during the pre-copy rolled the world back (the copy went with it)" \
+	grep -q "recovery: worker-1 was lost .*; rolling back to" "$tmp/pcmigrate.out"
+check "7b. the job ended on 4 workers" grep -q "training done: 4 workers, 120 steps" "$tmp/pcmigrate.out"
+check "7b. its final weights equal the undisturbed run's, on 4 workers" bash -c \
+	"'$bin/rowshiftctl' checkpoint diff '$tmp/base.final' '$tmp/pcmigrate.final' --max-rel 1e-5 >/dev/null"
 
 # 8. partial recovery
 python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c.setdefault("cluster", {})["recovery"] = "partial"
