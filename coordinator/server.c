@@ -573,9 +573,14 @@ rs_status rs_server_create(const rs_server_opts *o, const rs_server_handler *h, 
 	info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
 	info.timeout_secs = REQUEST_DEADLINE_S;
 	info.fd_limit_per_thread = fd_budget();
-	/* at most half the descriptors: a flood of them meets the cap, and its eviction, before the limit */
-	unsigned int half = info.fd_limit_per_thread ? info.fd_limit_per_thread / 2 : 512;
-	s->max_unjoined = o->max_unjoined > 0 ? o->max_unjoined : RS_MAX_WORKERS < half ? RS_MAX_WORKERS : (int)half;
+	/*
+	 * At most a quarter of the descriptors: a flood of WebSockets meets the
+	 * cap, and its eviction, with room left for silent TCP connections (each
+	 * held until its 5 s deadline) before the limit, where lws stops
+	 * accepting and the rest wait unanswered in the kernel's queue.
+	 */
+	unsigned int quarter = info.fd_limit_per_thread ? info.fd_limit_per_thread / 4 : 256;
+	s->max_unjoined = o->max_unjoined > 0 ? o->max_unjoined : RS_MAX_WORKERS < quarter ? RS_MAX_WORKERS : (int)quarter;
 	if (o->tls_cert) {
 		info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
 		info.ssl_cert_filepath = o->tls_cert;

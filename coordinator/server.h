@@ -113,7 +113,7 @@ typedef struct rs_server_opts {
 	/*
 	 * Control connections that may wait for their join at once (0: the
 	 * default, RS_MAX_WORKERS, the largest world, all of it starting at
-	 * once, or half the descriptors the process may open when that is
+	 * once, or a quarter of the descriptors the process may open when that is
 	 * fewer; tests set less). Past it the oldest goes, so idle connections,
 	 * however many, delay an honest joiner by one round trip at most
 	 * instead of locking it out. One costs about 8 KiB until it joins.
