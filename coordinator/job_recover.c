@@ -523,12 +523,17 @@ static int ended_anyway(rs_job *j)
 		return 0;
 	RS_WARN("%s; but %s finished the last step, so every rank did: the job is complete", j->rec.why,
 		j->mem.v[world[r]].name);
-	if (dissolved) { /* the rollback begun is undone: it never ran, and the job stands at its end */
+	/* a recovery begun is undone, uncounted: it never ran, and the job stands at its end */
+	if (j->rec.healing)
+		j->rec.total--, j->rec.healed--, j->rec.partials -= j->rec.partial;
+	else if (dissolved)
+		j->rec.total--;
+	if (dissolved) {
 		j->cur.world = j->rec.old, j->cur.nworld = j->rec.nold, j->cur.plan = j->rec.old_plan;
 		j->rec.old = NULL, j->rec.nold = 0, j->rec.old_plan = NULL;
-		j->rec.total--, j->rec.started = 0, j->rec.in_a_row = 0;
-		j->cur.step = j->o.steps;
 	}
+	j->rec.started = 0, j->rec.in_a_row = 0;
+	j->cur.step = j->o.steps;
 	j->rec.healing = j->rec.partial = j->rec.replica = 0;
 	rs__members_clear_lost(j);
 	rs__recover_free(j);
