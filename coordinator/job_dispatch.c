@@ -268,19 +268,21 @@ static rs_status on_done(rs_job *j, member *m, json_t *msg, rs_err *err)
 	RSCHECK(rs_proto_done(msg, &rank, &step, err));
 	/*
 	 * One "done" can end the job (a peer lost after it): only the last step
-	 * of the world in training counts, or of the one a rollback just left.
+	 * of the world in training counts, of the one being committed (its
+	 * members train as soon as they commit, before the coordinator has
+	 * heard from them all), or of the one a rollback just left.
 	 */
-	int i = (int)(m - j->mem.v), in_old = 0;
-	for (int32_t r = 0; !j->cur.world && r < j->rec.nold; r++)
-		in_old |= j->rec.old[r] == i;
-	int64_t gen = in_old ? j->rec.old_gen : j->cur.generation;
-	if (step != j->o.steps || !(in_old || rs__member_in_world(j, i)) || m->gen != gen)
-		return rs_err_set(err, RS_EINVAL, "done at step %lld of generation %lld, but the job ends at step %lld "
-				  "in generation %lld", (long long)step, (long long)m->gen, (long long)j->o.steps,
-				  (long long)gen);
+	int i = (int)(m - j->mem.v), in = rs__member_in_world(j, i) && m->gen == j->cur.generation;
+	for (int32_t u = 0; !in && j->att.generation && m->gen == j->att.generation && u < j->att.nworld; u++)
+		in = j->att.uni[u] == i;
+	for (int32_t r = 0; !in && !j->cur.world && m->gen == j->rec.old_gen && r < j->rec.nold; r++)
+		in = j->rec.old[r] == i;
+	if (step != j->o.steps || !in)
+		return rs_err_set(err, RS_EINVAL, "done at step %lld of generation %lld, which is not the job's end (step "
+				  "%lld) in a world it trains in", (long long)step, (long long)m->gen, (long long)j->o.steps);
 	(void)rank;
 	m->st = M_DONE;
-	m->done_gen = gen;
+	m->done_gen = m->gen;
 	if (j->src.ending)
 		j->src.ending(j->src.ctx);
 	return RS_OK;

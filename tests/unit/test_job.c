@@ -50,6 +50,23 @@ static void test_first_step_before_the_last_commit(void **state)
 	assert_true(reported("generation 2 resumed at step 40"));
 }
 
+/* A member that commits the last generation and finishes before the others' "committed" came in: its done counts. */
+static void test_done_before_the_last_commit(void **state)
+{
+	(void)state;
+	to_committing();
+	say(0, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
+	say(0, rs_proto_make_done(0, 100)); /* its last steps ran as soon as it committed */
+	assert_null(last(0, RS_MSG_ERROR));
+	say(1, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
+	say(2, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
+	tick(0.01);
+	say(1, rs_proto_make_done(1, 100));
+	say(2, rs_proto_make_done(2, 100));
+	tick(0.01);
+	assert_phase("done");
+}
+
 static void test_leave_drains_and_exits(void **state)
 {
 	(void)state;
@@ -476,6 +493,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_grow_commits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_first_step_before_the_last_commit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_done_before_the_last_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_leave_drains_and_exits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_abort_when_a_member_fails_to_stage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_abort_on_checksum_mismatch, setup, teardown),
