@@ -81,7 +81,7 @@ static json_t *start_msg(const rs_job *j, int64_t gen, int32_t u, int32_t world,
 }
 
 /* A plan as start messages carry it: a zjson string, deflated once for every member (NULL without memory). */
-static json_t *wire_plan(const rs_plan *p)
+static json_t *deflated_plan(const rs_plan *p)
 {
 	json_t *v = rs_plan_to_json(p), *s = NULL;
 	char *z = v ? rs_zjson_encode(v) : NULL;
@@ -116,7 +116,7 @@ int rs__cycle_start(rs_job *j, const int32_t *c, int32_t n, int64_t gen, const c
 	j->cur.resume_step = -1;
 	if (!rs__persist(j, RS_STATE_TRAINING))
 		return 0;
-	json_t *jp = wire_plan(j->cur.plan), *peers = peers_json(j, j->cur.world, n);
+	json_t *jp = deflated_plan(j->cur.plan), *peers = peers_json(j, j->cur.world, n);
 	if (!jp || !peers) {
 		json_decref(jp), json_decref(peers);
 		rs__job_fail(j, "out of memory sending the plan of generation %lld", (long long)gen);
@@ -268,7 +268,7 @@ int rs__cycle_plan_attempt(rs_job *j, const int32_t *cand, int32_t n)
 /* Send every member of the union its start of the attempt (pre-copied or not); 0 when the job failed. */
 int rs__cycle_send_starts(rs_job *j)
 {
-	json_t *jp = wire_plan(j->att.plan), *jprev = wire_plan(j->cur.plan);
+	json_t *jp = deflated_plan(j->att.plan), *jprev = deflated_plan(j->cur.plan);
 	json_t *peers = peers_json(j, j->att.uni, j->att.nuni), *uoo = union_of_old_json(j);
 	if (!jp || !jprev || !peers || !uoo) {
 		json_decref(jp), json_decref(jprev), json_decref(peers), json_decref(uoo);

@@ -42,7 +42,7 @@ typedef struct member {
 	char addr[64];
 	int ntables;
 	/* the generation it trains (gen 0: none yet) */
-	int64_t gen, rank, world, step, steps;
+	int64_t gen, rank, step, steps;
 	int last;
 	/* the attempt it staged (sgen 0: none) */
 	int64_t sgen, srank, sworld, sfirst, ssteps;
@@ -136,7 +136,7 @@ static int on_start(member *m, json_t *msg, int *over)
 	}
 	m->ntables = (int)json_array_size(tables);
 	if (!s.previous_plan) { /* a fresh start */
-		m->gen = s.generation, m->rank = s.rank, m->world = s.world, m->step = s.first_step, m->steps = s.steps;
+		m->gen = s.generation, m->rank = s.rank, m->step = s.first_step, m->steps = s.steps;
 		m->last = s.last;
 		return train(m, over);
 	}
@@ -170,7 +170,7 @@ static int on_commit(member *m, json_t *msg, int *over)
 		*over = 1;
 		return rs_control_flush(m->c, 10000) == RS_OK;
 	}
-	m->gen = m->sgen, m->rank = m->srank, m->world = m->sworld, m->step = m->sfirst, m->steps = m->ssteps;
+	m->gen = m->sgen, m->rank = m->srank, m->step = m->sfirst, m->steps = m->ssteps;
 	m->last = m->slast;
 	m->sgen = 0;
 	return train(m, over);
