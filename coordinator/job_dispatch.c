@@ -277,9 +277,12 @@ static rs_status on_done(rs_job *j, member *m, json_t *msg, rs_err *err)
 		in = j->att.uni[u] == i;
 	for (int32_t r = 0; !in && !j->cur.world && m->gen == j->rec.old_gen && r < j->rec.nold; r++)
 		in = j->rec.old[r] == i;
-	if (step != j->o.steps || !in)
-		return rs_err_set(err, RS_EINVAL, "done at step %lld of generation %lld, which is not the job's end (step "
-				  "%lld) in a world it trains in", (long long)step, (long long)m->gen, (long long)j->o.steps);
+	if (step != j->o.steps)
+		return rs_err_set(err, RS_EINVAL, "done at step %lld, but the job ends at step %lld", (long long)step,
+				  (long long)j->o.steps);
+	if (!in)
+		return rs_err_set(err, RS_EINVAL, "done from a member of no world that trains (generation %lld)",
+				  (long long)m->gen);
 	(void)rank;
 	m->st = M_DONE;
 	m->done_gen = m->gen;

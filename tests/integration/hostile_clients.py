@@ -341,4 +341,5 @@ def main():
         flood(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]))
 
 
-main()
+if __name__ == "__main__":
+    main()
