@@ -3,18 +3,29 @@
  * block of S slots and one index block per owned bucket, so the CUDA version
  * can mirror the layout.
  *
- * Eviction in O(log S): each block keeps a binary min-heap of its used slots
- * ordered by (pinned, key, slot), key = last step for LRU and (count, last
- * step) for LFU. A hit does not touch the heap: between rebuilds a slot's
- * key only grows, so the heap may hold a key older (smaller) than the slot's
- * own, and the victim search refreshes a stale top and sifts it down until
- * the top is current; a current top is the true minimum, which is the slot
- * zch.h's rule names (the linear scan the CUDA version runs). Two things
- * make a key smaller and are repaired at once: a refreshed entry that was
- * pinned stops being pinned at the next step (those entries are listed, and
- * sifted up when the block is first used at a later step), and LFU decay
- * halves every count (the heap is rebuilt, once per decay epoch). A slot
- * given to a new ID is stored with its new key unpinned, never above it.
+ * Eviction takes the slot zch.h's rule names (the scan the CUDA version
+ * runs): the least (key, slot) not seen this step, key = last step for LRU,
+ * (count, last step) for LFU. A block keeps its used slots in two orders;
+ * the victim is the lesser of their fronts.
+ *
+ * - A queue of (last step, slot) records, appended as steps come, so sorted
+ *   by step. A slot given to a new ID is appended; under LRU a hit appends
+ *   its slot again when its last step changes, the older record going stale.
+ *   The front is the first current record; a past step's records are sorted
+ *   by slot when they reach it (no more can come). Stale records are dropped
+ *   there, or all at once when the queue (2S records) is full. Under LFU a
+ *   record stands for a slot of count 1: a hit makes it stale, and the slot
+ *   moves to the heap as the record leaves. O(1) a lookup, amortized.
+ * - A lazy 4-ary min-heap, O(log S): all slots when a bucket is loaded or
+ *   its LFU counts decay (their order is not that of the steps to come), and
+ *   LFU slots hit after they were queued. Hits do not touch it, so an entry
+ *   may hold an older key than its slot's: the top is refreshed (LFU, whose
+ *   keys only grow) or taken out (LRU: the hit queued the slot) until it is
+ *   current, so the least. A top seen this step is set aside until the next.
+ *   LFU decay halves every count: the heap is rebuilt, once per decay epoch.
+ *
+ * So a loaded LRU slot hit since is in both orders until its stale entry
+ * leaves; stale records and entries outliving a slot's ID do no harm.
  */
 #include "kernels/zch.h"
 #include "common/crc32c.h"
@@ -34,19 +45,28 @@ struct rs_zch_table {
 	uint32_t isize, imask;    /* index entries per bucket (a power of two >= 2 * spb) */
 	rs_eviction eviction;
 	uint32_t decay_steps;
+	uint32_t epoch_now;       /* step / decay_steps for the lookup under way */
 	int32_t *local;           /* per bucket: its block, or -1 when not owned */
 	uint32_t nlocal, cap;
-	uint32_t *bucket;         /* per block: the bucket it holds */
+	struct zblock *blk;       /* per block */
 	struct zslot *slot;       /* per block, spb */
-	uint32_t *nused;          /* per block: slots [0, nused) are taken */
-	uint32_t *epoch;          /* per block: LFU decay epoch applied */
 	struct zent *index;       /* per block, isize */
-	struct hent *heap;        /* per block, spb: the eviction heap of slots [0, nused) */
-	uint32_t *hpos;           /* per block, spb: each used slot's position in the heap */
-	uint32_t *pinned;         /* per block, spb: slots whose heap entry is stored pinned */
-	uint32_t *npinned;        /* per block: how many */
-	uint32_t *pinstep;        /* per block: the step they were pinned at */
+	uint64_t *queue;          /* per block, 2 * spb: the eviction queue's records */
+	struct hent *heap;        /* per block, spb: the eviction heap */
+	uint32_t *hpos;           /* per block, spb: each heap slot's position in it */
+	uint32_t *pinned;         /* per block, spb: heap slots set aside for the step */
 	rs_zch_stats stats;
+};
+
+/* A block's counters, together: a lookup reads one cache line of them. */
+struct zblock {
+	uint32_t bucket;          /* the bucket it holds */
+	uint32_t nused;           /* slots [0, nused) are taken */
+	uint32_t epoch;           /* LFU decay epoch applied */
+	uint32_t qhead, qtail;    /* the queue's records are [qhead, qtail) */
+	uint32_t qsorted;         /* records before it are sorted by (last, slot) */
+	uint32_t hn;              /* heap entries */
+	uint32_t npinned, pinstep; /* slots in pinned, and the step they were set aside in */
 };
 
 /* A slot's identity and eviction metadata, together: a lookup reads one cache line. */
@@ -66,11 +86,10 @@ struct zent {
 	uint32_t hint;
 };
 
-/* An eviction heap entry: the slot's key as last stored (never above its own). */
+/* An eviction heap entry: the slot's key as last stored (older than its own if it was hit since). */
 struct hent {
 	uint64_t key;
 	uint32_t slot;
-	uint32_t pin;
 };
 
 static inline uint64_t mix64(uint64_t x)
@@ -129,16 +148,13 @@ void rs_zch_destroy(rs_zch_table *z)
 {
 	if (!z)
 		return;
-	free(z->pinstep);
-	free(z->npinned);
 	free(z->pinned);
 	free(z->hpos);
 	free(z->heap);
+	free(z->queue);
 	free(z->index);
-	free(z->epoch);
-	free(z->nused);
 	free(z->slot);
-	free(z->bucket);
+	free(z->blk);
 	free(z->local);
 	free(z);
 }
@@ -153,23 +169,23 @@ int rs_zch_owns(const rs_zch_table *z, uint32_t bucket)
 }
 
 /*
- * An array of `bytes` holding the first `keep` bytes of `old` (freed). Large
- * ones are aligned to 2 MiB and asked for transparent huge pages: a lookup
- * touches two random cache lines of arrays much larger than what the TLB
- * maps in 4 KiB pages, and a TLB miss costs as much as the line. The advice
- * is only that: a kernel without THP (madvise fails) gives small pages.
+ * An array of `bytes` holding the first `keep` bytes of `old` (freed), on a
+ * cache line (so are index blocks that fill one: pend_slot reads a probe's
+ * first line). Large ones are aligned to 2 MiB and asked for transparent
+ * huge pages: lookups touch random lines of arrays much larger than the TLB
+ * maps in 4 KiB pages, a miss as costly as the line's. A kernel without THP
+ * (madvise fails) gives small pages.
  */
 #define HUGE_PAGE ((size_t)2 << 20)
 
 static void *grow_array(void *old, size_t keep, size_t bytes)
 {
-	if (bytes < HUGE_PAGE)
-		return realloc(old, bytes);
 	void *p;
-	size_t len = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-	if (posix_memalign(&p, HUGE_PAGE, len) != 0)
+	size_t align = bytes < HUGE_PAGE ? 64 : HUGE_PAGE, len = (bytes + align - 1) / align * align;
+	if (posix_memalign(&p, align, len) != 0)
 		return NULL;
-	(void)madvise(p, len, MADV_HUGEPAGE); /* advice; small pages work */
+	if (align == HUGE_PAGE)
+		(void)madvise(p, len, MADV_HUGEPAGE); /* advice; small pages work */
 	if (keep)
 		memcpy(p, old, keep);
 	free(old);
@@ -187,28 +203,16 @@ static rs_status grow(rs_zch_table *z, uint32_t cap)
 			return RS_ENOMEM;                                                          \
 		z->field = p;                                                                      \
 	} while (0)
-	GROW(bucket, 1);
+	GROW(blk, 1);
 	GROW(slot, z->spb);
-	GROW(nused, 1);
-	GROW(epoch, 1);
 	GROW(index, z->isize);
+	GROW(queue, 2 * z->spb);
 	GROW(heap, z->spb);
 	GROW(hpos, z->spb);
 	GROW(pinned, z->spb);
-	GROW(npinned, 1);
-	GROW(pinstep, 1);
 #undef GROW
 	z->cap = cap;
 	return RS_OK;
-}
-
-static void clear_block(rs_zch_table *z, uint32_t l)
-{
-	memset(z->slot + (size_t)l * z->spb, 0, sizeof(struct zslot) * z->spb);
-	memset(z->index + (size_t)l * z->isize, 0, sizeof(struct zent) * z->isize);
-	z->nused[l] = 0;
-	z->epoch[l] = 0;
-	z->npinned[l] = 0;
 }
 
 rs_status rs_zch_add_bucket(rs_zch_table *z, uint32_t bucket)
@@ -220,66 +224,56 @@ rs_status rs_zch_add_bucket(rs_zch_table *z, uint32_t bucket)
 	if (z->nlocal == z->cap)
 		RSCHECK(grow(z, z->cap ? z->cap * 2 : 8));
 	uint32_t l = z->nlocal++;
-	z->bucket[l] = bucket;
 	z->local[bucket] = (int32_t)l;
-	clear_block(z, l);
+	memset(z->slot + (size_t)l * z->spb, 0, sizeof(struct zslot) * z->spb);
+	memset(z->index + (size_t)l * z->isize, 0, sizeof(struct zent) * z->isize);
+	z->blk[l] = (struct zblock){.bucket = bucket};
 	return RS_OK;
-}
-
-/* Copy block `from` over block `to`. */
-static void move_block(rs_zch_table *z, uint32_t to, uint32_t from)
-{
-	memcpy(z->slot + (size_t)to * z->spb, z->slot + (size_t)from * z->spb, sizeof(struct zslot) * z->spb);
-	memcpy(z->index + (size_t)to * z->isize, z->index + (size_t)from * z->isize, sizeof(struct zent) * z->isize);
-	memcpy(z->heap + (size_t)to * z->spb, z->heap + (size_t)from * z->spb, sizeof(struct hent) * z->spb);
-	memcpy(z->hpos + (size_t)to * z->spb, z->hpos + (size_t)from * z->spb, sizeof(uint32_t) * z->spb);
-	memcpy(z->pinned + (size_t)to * z->spb, z->pinned + (size_t)from * z->spb, sizeof(uint32_t) * z->spb);
-	z->npinned[to] = z->npinned[from];
-	z->pinstep[to] = z->pinstep[from];
-	z->nused[to] = z->nused[from];
-	z->epoch[to] = z->epoch[from];
-	z->bucket[to] = z->bucket[from];
-	z->local[z->bucket[to]] = (int32_t)to;
 }
 
 rs_status rs_zch_drop_bucket(rs_zch_table *z, uint32_t bucket)
 {
 	if (bucket >= z->nbuckets || z->local[bucket] < 0)
 		return RS_EINVAL;
-	uint32_t l = (uint32_t)z->local[bucket], lastl = z->nlocal - 1;
+	uint32_t l = (uint32_t)z->local[bucket], from = z->nlocal - 1;
 	z->local[bucket] = -1;
-	if (l != lastl)
-		move_block(z, l, lastl);
 	z->nlocal--;
+	if (l == from)
+		return RS_OK;
+	/* the last block fills the hole */
+#define MOVE(field, per) \
+	memcpy(z->field + (size_t)l * (per), z->field + (size_t)from * (per), sizeof(*z->field) * (per))
+	MOVE(slot, z->spb);
+	MOVE(index, z->isize);
+	MOVE(queue, 2 * (size_t)z->spb);
+	MOVE(heap, z->spb);
+	MOVE(hpos, z->spb);
+	MOVE(pinned, z->spb);
+#undef MOVE
+	z->blk[l] = z->blk[from];
+	z->local[z->blk[l].bucket] = (int32_t)l;
 	return RS_OK;
 }
 
-/* ---- lookups ----------------------------------------------------------------- */
+/* ---- the index --------------------------------------------------------------- */
 
-/* Index position holding `id` (whose hint is h) in block l, or the empty position where it would go; *found says which. */
-static uint32_t probe(const rs_zch_table *z, uint32_t l, uint64_t id, uint32_t h, int *found)
+/*
+ * Position of the entry of `id` (whose hint is h) in a block's index (its
+ * slots: slot), or of the empty entry where it would go; *found says which.
+ */
+static inline uint32_t probe(const rs_zch_table *z, const struct zent *index, const struct zslot *slot, uint64_t id,
+			     uint32_t h, int *found)
 {
-	const struct zent *index = z->index + (size_t)l * z->isize;
-	const struct zslot *slot = z->slot + (size_t)l * z->spb;
 	uint32_t p = h & z->imask;
-	for (;;) {
-		struct zent e = index[p];
-		if (e.slot1 == 0) {
-			*found = 0;
-			return p;
-		}
-		if (e.hint == h && slot[e.slot1 - 1].id == id) {
-			*found = 1;
-			return p;
-		}
+	while (index[p].slot1 && !(index[p].hint == h && slot[index[p].slot1 - 1].id == id))
 		p = (p + 1) & z->imask;
-	}
+	*found = index[p].slot1 != 0;
+	return p;
 }
 
-/* Backward-shift deletion of index position i in block l (linear probing, no tombstones). */
-static void index_delete(rs_zch_table *z, uint32_t l, uint32_t i)
+/* Backward-shift deletion of position i of a block's index (linear probing, no tombstones). */
+static void index_delete(const rs_zch_table *z, struct zent *index, uint32_t i)
 {
-	struct zent *index = z->index + (size_t)l * z->isize;
 	uint32_t j = i;
 	for (;;) {
 		j = (j + 1) & z->imask;
@@ -307,11 +301,7 @@ static inline uint64_t key_of(const rs_zch_table *z, size_t at)
 
 static inline int hless(const struct hent *a, const struct hent *b)
 {
-	if (a->pin != b->pin)
-		return a->pin < b->pin;
-	if (a->key != b->key)
-		return a->key < b->key;
-	return a->slot < b->slot;
+	return a->key < b->key || (a->key == b->key && a->slot < b->slot);
 }
 
 /* The heap is 4-ary: a node's children are 4i+1 .. 4i+4, four entries in one or two cache lines. */
@@ -352,181 +342,363 @@ static void sift_down(struct hent *h, uint32_t *pos, uint32_t n, uint32_t i)
 	pos[e.slot] = i;
 }
 
-/*
- * Rebuild block l's heap from its slots' keys. With at_step, the keys are
- * exact at `step` (slots seen in it pinned); without, every entry is stored
- * unpinned, which is never above a slot's key at any later step.
- */
-static void heap_rebuild(rs_zch_table *z, uint32_t l, int at_step, uint32_t step)
+/* Add slot s of block l to its heap, with its key as it is now. */
+static void heap_push(rs_zch_table *z, uint32_t l, uint32_t s)
 {
 	struct hent *h = z->heap + (size_t)l * z->spb;
-	uint32_t *pos = z->hpos + (size_t)l * z->spb, *pinned = z->pinned + (size_t)l * z->spb;
-	size_t base = (size_t)l * z->spb;
-	uint32_t n = z->nused[l];
-	z->npinned[l] = 0;
-	z->pinstep[l] = step;
+	uint32_t i = z->blk[l].hn++;
+	h[i] = (struct hent){.key = key_of(z, (size_t)l * z->spb + s), .slot = s};
+	sift_up(h, z->hpos + (size_t)l * z->spb, i);
+}
+
+/* Take the top of block l's heap out. */
+static void heap_take(rs_zch_table *z, uint32_t l)
+{
+	struct hent *h = z->heap + (size_t)l * z->spb;
+	if (--z->blk[l].hn > 0) {
+		h[0] = h[z->blk[l].hn];
+		sift_down(h, z->hpos + (size_t)l * z->spb, z->blk[l].hn, 0);
+	}
+}
+
+/* Put every used slot of block l in its heap, as they are now, and none in its queue. */
+static void heap_rebuild(rs_zch_table *z, uint32_t l)
+{
+	struct hent *h = z->heap + (size_t)l * z->spb;
+	uint32_t *pos = z->hpos + (size_t)l * z->spb;
+	struct zblock *bk = &z->blk[l];
+	uint32_t n = bk->nused;
+	bk->qhead = bk->qtail = bk->qsorted = bk->npinned = 0;
+	bk->hn = n;
 	for (uint32_t s = 0; s < n; s++) {
-		h[s] = (struct hent){.key = key_of(z, base + s), .slot = s,
-				     .pin = at_step && z->slot[base + s].last == step + 1};
+		h[s] = (struct hent){.key = key_of(z, (size_t)l * z->spb + s), .slot = s};
 		pos[s] = s;
-		if (h[s].pin)
-			pinned[z->npinned[l]++] = s;
 	}
 	for (uint32_t i = n / HEAP_D + 1; i-- > 0;)
 		if (i < n)
 			sift_down(h, pos, n, i);
 }
 
-/*
- * Store slot s's key as it is now, unpinned, and restore the heap order: for
- * a slot just pushed (at the heap's end) or just given a new ID.
- */
-static void heap_place(rs_zch_table *z, uint32_t l, uint32_t s)
+/* The least slot of block l's heap not seen at `step` (its top, once current), or -1 when there is none. */
+static int64_t heap_front(rs_zch_table *z, uint32_t l, uint32_t step)
 {
 	struct hent *h = z->heap + (size_t)l * z->spb;
-	uint32_t *pos = z->hpos + (size_t)l * z->spb, i = pos[s];
-	h[i] = (struct hent){.key = key_of(z, (size_t)l * z->spb + s), .slot = s, .pin = 0};
-	sift_up(h, pos, i);
-	sift_down(h, pos, z->nused[l], pos[s]);
-}
-
-static void lfu_decay(rs_zch_table *z, uint32_t l, uint32_t step)
-{
-	uint32_t e = step / z->decay_steps;
-	if (e <= z->epoch[l])
-		return;
-	uint32_t shift = e - z->epoch[l];
-	struct zslot *slot = z->slot + (size_t)l * z->spb;
-	for (uint32_t s = 0; s < z->nused[l]; s++)
-		slot[s].count = shift >= 32 ? 0 : slot[s].count >> shift;
-	z->epoch[l] = e;
-	heap_rebuild(z, l, 1, step); /* every count may have fallen */
-}
-
-/* Before block l's first ID at `step`: decay LFU counts, unpin what an earlier step pinned. */
-static inline void block_enter(rs_zch_table *z, uint32_t l, uint32_t step)
-{
-	if (z->eviction == RS_EVICT_LFU)
-		lfu_decay(z, l, step);
-	if (z->npinned[l] == 0 || z->pinstep[l] == step)
-		return;
-	struct hent *h = z->heap + (size_t)l * z->spb;
-	uint32_t *pos = z->hpos + (size_t)l * z->spb, *pinned = z->pinned + (size_t)l * z->spb;
-	for (uint32_t k = 0; k < z->npinned[l]; k++) {
-		uint32_t i = pos[pinned[k]];
-		h[i].pin = 0; /* unpinned, the same key: smaller than before */
-		sift_up(h, pos, i);
-	}
-	z->npinned[l] = 0;
-}
-
-/*
- * The slot to evict from full block l at `step` (the top of its heap), or -1
- * when every slot was seen this step.
- */
-static int64_t pick_victim(rs_zch_table *z, uint32_t l, uint32_t step)
-{
-	struct hent *h = z->heap + (size_t)l * z->spb;
-	uint32_t *pos = z->hpos + (size_t)l * z->spb;
 	size_t base = (size_t)l * z->spb;
-	for (;;) {
+	struct zblock *bk = &z->blk[l];
+	while (bk->hn > 0) {
 		uint32_t s = h[0].slot;
 		uint64_t key = key_of(z, base + s);
-		uint32_t pin = z->slot[base + s].last == step + 1;
-		if (h[0].key == key && h[0].pin == pin)
-			return pin ? -1 : (int64_t)s; /* current, so the least of all */
-		if (pin && !h[0].pin) {
-			assert(z->npinned[l] < z->spb); /* a slot is listed once a step */
-			z->pinned[base + z->npinned[l]++] = s;
-			z->pinstep[l] = step;
+		if (h[0].key != key && z->eviction != RS_EVICT_LFU) {
+			heap_take(z, l); /* hit since: queued */
+		} else if (h[0].key != key) {
+			h[0].key = key;
+			sift_down(h, z->hpos + base, bk->hn, 0);
+		} else if (z->slot[base + s].last == step + 1) {
+			assert(bk->npinned < z->spb); /* set aside once a step */
+			z->pinned[base + bk->npinned++] = s;
+			bk->pinstep = step;
+			heap_take(z, l);
+		} else {
+			return s; /* current, so the least of all */
 		}
-		h[0].key = key;
-		h[0].pin = pin;
-		sift_down(h, pos, z->spb, 0);
+	}
+	return -1;
+}
+
+/* ---- the eviction queue ------------------------------------------------------------ */
+
+/* A queue record: a slot's last step (+1) above the slot, so that records compare as (last, slot). */
+static inline uint64_t qrec(uint32_t last, uint32_t s) { return (uint64_t)last << 32 | s; }
+
+/* Whether record r of block l still stands for its slot: the slot's last step, and under LFU count 1. */
+static inline int qcurrent(const rs_zch_table *z, uint32_t l, uint64_t r)
+{
+	const struct zslot *sl = &z->slot[(size_t)l * z->spb + (uint32_t)r];
+	return sl->last == (uint32_t)(r >> 32) && (z->eviction != RS_EVICT_LFU || sl->count == 1);
+}
+
+/* A stale record leaves the queue: under LRU its slot has a later record; under LFU the slot moves to the heap. */
+static inline void qdrop(rs_zch_table *z, uint32_t l, uint64_t r)
+{
+	if (z->eviction == RS_EVICT_LFU)
+		heap_push(z, l, (uint32_t)r);
+}
+
+/* How far the loops over records read ahead: their slots are misses, independent ones. */
+#define QPF 8
+
+/* Drop block l's stale records, moving the rest to the queue's start (at most nused remain). */
+static void queue_compact(rs_zch_table *z, uint32_t l)
+{
+	uint64_t *q = z->queue + (size_t)l * 2 * z->spb;
+	struct zblock *bk = &z->blk[l];
+	uint32_t k = 0;
+	for (uint32_t i = bk->qhead; i < bk->qtail; i++) {
+		if (i + QPF < bk->qtail)
+			__builtin_prefetch(&z->slot[(size_t)l * z->spb + (uint32_t)q[i + QPF]]);
+		if (qcurrent(z, l, q[i]))
+			q[k++] = q[i];
+		else
+			qdrop(z, l, q[i]);
+	}
+	bk->qhead = bk->qsorted = 0;
+	bk->qtail = k;
+}
+
+/* Queue slot s of block l, seen at the current step (last = step + 1: no record is later). */
+static inline void queue_push(rs_zch_table *z, uint32_t l, uint32_t last, uint32_t s)
+{
+	struct zblock *bk = &z->blk[l];
+	if (bk->qtail == 2 * z->spb)
+		queue_compact(z, l);
+	z->queue[(size_t)l * 2 * z->spb + bk->qtail++] = qrec(last, s);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	return (*(const uint64_t *)a > *(const uint64_t *)b) - (*(const uint64_t *)a < *(const uint64_t *)b);
+}
+
+/* Sort the records of the queue's first step (a past step: it can grow no more) by slot, dropping stale ones. */
+static void queue_sort_front(rs_zch_table *z, uint32_t l)
+{
+	uint64_t *q = z->queue + (size_t)l * 2 * z->spb;
+	struct zblock *bk = &z->blk[l];
+	uint32_t last = (uint32_t)(q[bk->qhead] >> 32), end = bk->qhead, k;
+	while (end < bk->qtail && (uint32_t)(q[end] >> 32) == last)
+		end++;
+	k = end;
+	for (uint32_t i = end; i-- > bk->qhead;) { /* backwards: the current ones gather at the end, in order */
+		if (i >= bk->qhead + QPF)
+			__builtin_prefetch(&z->slot[(size_t)l * z->spb + (uint32_t)q[i - QPF]]);
+		if (qcurrent(z, l, q[i]))
+			q[--k] = q[i];
+		else
+			qdrop(z, l, q[i]);
+	}
+	qsort(q + k, end - k, sizeof(uint64_t), cmp_u64);
+	bk->qhead = k;
+	bk->qsorted = end;
+}
+
+/* The least slot of block l's queue (its first current record), or -1 when it has none not seen at `step`. */
+static int64_t queue_front(rs_zch_table *z, uint32_t l, uint32_t step)
+{
+	const uint64_t *q = z->queue + (size_t)l * 2 * z->spb;
+	struct zblock *bk = &z->blk[l];
+	for (;;) {
+		if (bk->qhead == bk->qtail)
+			return -1;
+		uint64_t r = q[bk->qhead];
+		if (!qcurrent(z, l, r)) {
+			bk->qhead++;
+			qdrop(z, l, r);
+		} else if ((uint32_t)(r >> 32) == step + 1) {
+			return -1;
+		} else if (bk->qhead >= bk->qsorted) {
+			queue_sort_front(z, l); /* a past step, whole: later records are of later steps */
+		} else {
+			return (uint32_t)r;
+		}
 	}
 }
 
-/*
- * Prefetching, a hint that changes no result: a lookup's index entry and its
- * slot are misses in a table larger than the cache, and each depends on the
- * one before, so the loop asks for the index entry of the ID PF_FAR ahead and
- * the slot that entry points at (its first probe) PF_NEAR ahead.
- */
-#define PF_FAR 16
-#define PF_NEAR 8
+/* ---- victims --------------------------------------------------------------------- */
 
-/*
- * The address of the index entry where a probe for `id` starts, or NULL when
- * its bucket is not owned. (The prefetches are in the loop itself: GCC takes
- * a function holding nothing but __builtin_prefetch for one without effect
- * and drops its calls.)
- */
-static inline const struct zent *home_entry(const rs_zch_table *z, uint64_t id)
+/* Before block l's first ID at `step`: decay LFU counts, put back what an earlier step set aside. */
+static inline void block_enter(rs_zch_table *z, uint32_t l, uint32_t step)
 {
-	int32_t l = z->local[rs_zch_bucket_of(id, z->nbuckets)];
-	return l < 0 ? NULL : z->index + (size_t)l * z->isize + (hint_of(id) & z->imask);
+	struct zblock *bk = &z->blk[l];
+	if (z->eviction == RS_EVICT_LFU && z->epoch_now > bk->epoch) {
+		uint32_t shift = z->epoch_now - bk->epoch;
+		struct zslot *slot = z->slot + (size_t)l * z->spb;
+		for (uint32_t s = 0; s < bk->nused; s++)
+			slot[s].count = shift >= 32 ? 0 : slot[s].count >> shift;
+		bk->epoch = z->epoch_now;
+		heap_rebuild(z, l); /* every count may have fallen */
+	}
+	if (bk->npinned == 0 || bk->pinstep == step)
+		return;
+	for (uint32_t k = 0; k < bk->npinned; k++)
+		heap_push(z, l, z->pinned[(size_t)l * z->spb + k]);
+	bk->npinned = 0;
 }
 
+/* Take the victim of full block l at `step` out of its order: the lesser front; -1 if all were seen. */
+static int64_t pick_victim(rs_zch_table *z, uint32_t l, uint32_t step)
+{
+	int64_t qs = queue_front(z, l, step); /* first: under LFU it may move slots to the heap */
+	int64_t hs = heap_front(z, l, step);
+	struct hent q = {qs >= 0 ? key_of(z, (size_t)l * z->spb + (uint64_t)qs) : 0, (uint32_t)qs};
+	if (qs >= 0 && hs >= 0 && hless(&z->heap[(size_t)l * z->spb], &q))
+		qs = -1;
+	if (qs >= 0) {
+		z->blk[l].qhead++;
+		return qs;
+	}
+	if (hs >= 0)
+		heap_take(z, l);
+	return hs;
+}
+
+/* ---- find-or-insert ----------------------------------------------------------------- */
+
+/*
+ * The lookup loop is a software pipeline: PF_FAR IDs ahead an ID is hashed
+ * (once) and its probe's first index entry prefetched; PF_NEAR ahead, the
+ * slot of the entry of that line with its hint, or when there is none (a
+ * new ID?) and the block is full, the queue's front (the victim?); PF_VICTIM
+ * ahead, the victim ID's first index entry. Hints that change no result:
+ * the lookup probes and picks as if nothing had been prefetched.
+ */
+#define PF_FAR 24
+#define PF_NEAR 12
+#define PF_VICTIM 6
+#define PF_RING 32 /* a power of two above PF_FAR */
+
+/*
+ * An ID in flight: bucket, hint, block (-1: not owned), its index and slots,
+ * and the slot thought its victim (+1; 0: none). Storing that keeps GCC from
+ * dropping calls of pend_slot and pend_victim as functions without effect.
+ */
+struct zpend {
+	uint64_t id;
+	struct zent *index;
+	size_t sbase;
+	uint32_t b, h;
+	int32_t l;
+	uint32_t victim;
+};
+
+static inline void pend_start(const rs_zch_table *z, uint64_t id, struct zpend *p)
+{
+	uint64_t hash = hash_id(id);
+	p->id = id;
+	p->b = (uint32_t)(((unsigned __int128)hash * z->nbuckets) >> 64);
+	p->h = (uint32_t)mix64(hash);
+	p->l = z->local[p->b];
+	p->victim = 0;
+	if (p->l < 0)
+		return;
+	p->index = z->index + (size_t)p->l * z->isize;
+	p->sbase = (size_t)p->l * z->spb;
+	__builtin_prefetch(&p->index[p->h & z->imask]);
+}
+
+static inline void pend_slot(const rs_zch_table *z, struct zpend *p)
+{
+	if (p->l < 0)
+		return;
+	uint32_t at = p->h & z->imask;
+	for (uint32_t k = at; k <= (at | 7); k++) { /* the mask keeps a block of less than a line in it */
+		struct zent e = p->index[k & z->imask];
+		if (e.slot1 == 0)
+			break;
+		if (e.hint == p->h) {
+			__builtin_prefetch(&z->slot[p->sbase + e.slot1 - 1], 1);
+			return;
+		}
+	}
+	const struct zblock *bk = &z->blk[p->l];
+	if (bk->nused == z->spb && bk->qhead < bk->qtail) {
+		p->victim = (uint32_t)z->queue[2 * p->sbase + bk->qhead] + 1;
+		__builtin_prefetch(&z->slot[p->sbase + p->victim - 1], 1);
+	}
+}
+
+static inline void pend_victim(const rs_zch_table *z, struct zpend *p)
+{
+	if (!p->victim)
+		return;
+	uint64_t old = z->slot[p->sbase + p->victim - 1].id;
+	__builtin_prefetch(&p->index[hint_of(old) & z->imask], 1);
+	p->victim = 0;
+}
+
+/*
+ * A hit on slot s of p's block at `step`. LRU queues the slot again when its
+ * last step changes: the record is written always and kept when it did (for
+ * a branch, whether a hit is its step's first is a coin toss).
+ */
+static inline void hit(rs_zch_table *z, const struct zpend *p, uint32_t s, uint32_t step)
+{
+	struct zslot *sl = &z->slot[p->sbase + s];
+	struct zblock *bk = &z->blk[p->l];
+	if (z->eviction != RS_EVICT_LFU) {
+		if (bk->qtail == 2 * z->spb)
+			queue_compact(z, (uint32_t)p->l);
+		z->queue[2 * p->sbase + bk->qtail] = qrec(step + 1, s);
+		bk->qtail += sl->last != step + 1;
+	}
+	sl->last = step + 1;
+	sl->count += sl->count != UINT32_MAX;
+}
+
+/* The slot for p's ID, new (its entry would go at index position i): free, evicted, or -1. Out of line: rarer. */
+static __attribute__((noinline)) int64_t insert(rs_zch_table *z, const struct zpend *p, uint32_t i, uint32_t step,
+						int64_t *fresh, size_t *nfresh)
+{
+	uint32_t l = (uint32_t)p->l, s;
+	struct zblock *bk = &z->blk[l];
+	struct zslot *slot = z->slot + p->sbase;
+	int found;
+	if (bk->nused < z->spb) {
+		s = bk->nused++;
+		z->stats.inserts++;
+	} else {
+		int64_t v = pick_victim(z, l, step);
+		if (v < 0) {
+			z->stats.overflows++;
+			return -1;
+		}
+		s = (uint32_t)v;
+		index_delete(z, p->index, probe(z, p->index, slot, slot[s].id, hint_of(slot[s].id), &found));
+		i = probe(z, p->index, slot, p->id, p->h, &found); /* the hole may have moved */
+		z->stats.evictions++;
+	}
+	slot[s] = (struct zslot){.id = p->id, .last = step + 1, .count = 1};
+	p->index[i] = (struct zent){.slot1 = s + 1, .hint = p->h};
+	queue_push(z, l, step + 1, s);
+	if (fresh)
+		fresh[(*nfresh)++] = (int64_t)p->b * z->spb + s;
+	return (int64_t)p->b * z->spb + s;
+}
+
+/* Hits are counted at the end: each ID of an owned bucket is a hit, insert, eviction or overflow. */
 rs_status rs_zch_find_or_insert(rs_zch_table *z, const uint64_t *ids, size_t n, uint32_t step,
 				int64_t *slots, int64_t *fresh, size_t *nfresh)
 {
-	rs_status st = RS_OK;
-	if (nfresh)
-		*nfresh = 0;
+	struct zpend ring[PF_RING];
+	size_t nf = 0, lost = 0;
+	rs_zch_stats before = z->stats;
+	z->epoch_now = step / z->decay_steps;
+	for (size_t i = 0; i < n && i < PF_FAR; i++)
+		pend_start(z, ids[i], &ring[i]);
 	for (size_t i = 0; i < n; i++) {
-		const struct zent *ahead;
-		if (i + PF_FAR < n && (ahead = home_entry(z, ids[i + PF_FAR])))
-			__builtin_prefetch(ahead);
-		if (i + PF_NEAR < n && (ahead = home_entry(z, ids[i + PF_NEAR])) && ahead->slot1)
-			__builtin_prefetch(z->slot + (size_t)(ahead - z->index) / z->isize * z->spb + ahead->slot1 - 1, 1);
-		uint64_t id = ids[i];
-		uint32_t b = rs_zch_bucket_of(id, z->nbuckets);
-		int32_t l = z->local[b];
-		int found;
-		if (l < 0) {
+		if (i + PF_FAR < n)
+			pend_start(z, ids[i + PF_FAR], &ring[(i + PF_FAR) % PF_RING]);
+		if (i + PF_NEAR < n)
+			pend_slot(z, &ring[(i + PF_NEAR) % PF_RING]);
+		if (i + PF_VICTIM < n)
+			pend_victim(z, &ring[(i + PF_VICTIM) % PF_RING]);
+		const struct zpend *p = &ring[i % PF_RING];
+		if (p->l < 0) {
 			slots[i] = -1;
-			st = RS_ENOTFOUND;
+			lost++;
 			continue;
 		}
-		block_enter(z, (uint32_t)l, step);
-		struct zslot *slot = z->slot + (size_t)l * z->spb;
-		struct zent *index = z->index + (size_t)l * z->isize;
-		uint32_t h = hint_of(id), p = probe(z, (uint32_t)l, id, h, &found);
-		uint32_t s;
-		if (found) {
-			s = index[p].slot1 - 1;
-			slot[s].last = step + 1;
-			if (slot[s].count != UINT32_MAX)
-				slot[s].count++;
-			z->stats.hits++;
-		} else {
-			if (z->nused[l] < z->spb) {
-				s = z->nused[l]++;
-				z->hpos[(size_t)l * z->spb + s] = s; /* pushed at the heap's end, placed below */
-				z->stats.inserts++;
-			} else {
-				int64_t v = pick_victim(z, (uint32_t)l, step);
-				if (v < 0) {
-					slots[i] = -1;
-					z->stats.overflows++;
-					continue;
-				}
-				s = (uint32_t)v;
-				int vf;
-				uint64_t old = slot[s].id;
-				index_delete(z, (uint32_t)l, probe(z, (uint32_t)l, old, hint_of(old), &vf));
-				p = probe(z, (uint32_t)l, id, h, &found); /* the hole may have moved */
-				z->stats.evictions++;
-			}
-			slot[s] = (struct zslot){.id = id, .last = step + 1, .count = 1};
-			index[p] = (struct zent){.slot1 = s + 1, .hint = h};
-			heap_place(z, (uint32_t)l, s);
-			if (fresh)
-				fresh[(*nfresh)++] = (int64_t)b * z->spb + s;
-		}
-		slots[i] = (int64_t)b * z->spb + s;
+		int found;
+		block_enter(z, (uint32_t)p->l, step);
+		uint32_t at = probe(z, p->index, z->slot + p->sbase, p->id, p->h, &found), s = p->index[at].slot1 - 1;
+		if (found)
+			hit(z, p, s, step);
+		slots[i] = found ? (int64_t)p->b * z->spb + s : insert(z, p, at, step, fresh, &nf);
 	}
-	return st;
+	z->stats.hits += n - lost - (z->stats.inserts - before.inserts) - (z->stats.evictions - before.evictions) -
+			 (z->stats.overflows - before.overflows);
+	if (nfresh)
+		*nfresh = nf;
+	return lost ? RS_ENOTFOUND : RS_OK;
 }
 
 rs_status rs_zch_find(rs_zch_table *z, const uint64_t *ids, size_t n, int64_t *slots)
@@ -540,7 +712,8 @@ rs_status rs_zch_find(rs_zch_table *z, const uint64_t *ids, size_t n, int64_t *s
 		if (l < 0)
 			st = RS_ENOTFOUND;
 		else
-			p = probe(z, (uint32_t)l, ids[i], hint_of(ids[i]), &found);
+			p = probe(z, z->index + (size_t)l * z->isize, z->slot + (size_t)l * z->spb, ids[i], hint_of(ids[i]),
+				  &found);
 		if (found) {
 			slots[i] = (int64_t)b * z->spb + z->index[(size_t)l * z->isize + p].slot1 - 1;
 		} else {
@@ -558,7 +731,7 @@ uint64_t rs_zch_slot_id(const rs_zch_table *z, int64_t slot, int *live)
 		return 0;
 	int32_t l = z->local[slot / z->spb];
 	uint32_t s = (uint32_t)(slot % z->spb);
-	if (l < 0 || s >= z->nused[l])
+	if (l < 0 || s >= z->blk[l].nused)
 		return 0;
 	*live = 1;
 	return z->slot[(size_t)l * z->spb + s].id;
@@ -576,6 +749,20 @@ static void put64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
 static uint32_t get32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static uint64_t get64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
+static void put_header(unsigned char *p, const rs_zch_table *z, uint32_t bucket, uint32_t nused, size_t row_bytes,
+		       uint32_t epoch)
+{
+	put32(p, ZCH_MAGIC);
+	put32(p + 4, ZCH_VERSION);
+	put32(p + 8, z->nbuckets);
+	put32(p + 12, z->spb);
+	put32(p + 16, bucket);
+	put32(p + 20, nused);
+	put64(p + 24, row_bytes);
+	put32(p + 32, epoch);
+	put32(p + 36, 0);
+}
+
 rs_status rs_zch_bucket_save(const rs_zch_table *z, uint32_t bucket, const void *rows, size_t row_bytes,
 			     void *buf, size_t cap, size_t *len)
 {
@@ -585,17 +772,8 @@ rs_status rs_zch_bucket_save(const rs_zch_table *z, uint32_t bucket, const void 
 	if (cap < need)
 		return RS_ENOSPACE;
 	uint32_t l = (uint32_t)z->local[bucket];
-	unsigned char *p = buf;
-	put32(p, ZCH_MAGIC);
-	put32(p + 4, ZCH_VERSION);
-	put32(p + 8, z->nbuckets);
-	put32(p + 12, z->spb);
-	put32(p + 16, bucket);
-	put32(p + 20, z->nused[l]);
-	put64(p + 24, row_bytes);
-	put32(p + 32, z->epoch[l]);
-	put32(p + 36, 0);
-	p += HEADER_BYTES;
+	unsigned char *p = (unsigned char *)buf + HEADER_BYTES;
+	put_header(buf, z, bucket, z->blk[l].nused, row_bytes, z->blk[l].epoch);
 	for (size_t s = 0; s < S; s++) {
 		const struct zslot *sl = &z->slot[(size_t)l * S + s];
 		put64(p + 8 * s, sl->id);
@@ -665,9 +843,9 @@ rs_status rs_zch_bucket_load(rs_zch_table *z, const void *buf, size_t len, void 
 		z->slot[(size_t)l * S + s] = (struct zslot){.id = get64(ids + 8 * s), .last = get32(last + 4 * s),
 							    .count = get32(last + 4 * S + 4 * s)};
 	memcpy(z->index + (size_t)l * z->isize, index, sizeof(struct zent) * z->isize);
-	z->nused[l] = nused;
-	z->epoch[l] = get32(p + 32);
-	heap_rebuild(z, l, 0, 0);
+	z->blk[l].nused = nused;
+	z->blk[l].epoch = get32(p + 32);
+	heap_rebuild(z, l);
 	memcpy(rows_out, ids + 16 * S, S * row_bytes);
 	free(index);
 	*bucket = b;
@@ -683,7 +861,7 @@ void rs_zch_slot_meta(const rs_zch_table *z, int64_t slot, uint32_t meta[3])
 		return;
 	uint32_t l = (uint32_t)z->local[slot / z->spb];
 	size_t at = (size_t)l * z->spb + (size_t)(slot % z->spb);
-	meta[2] = z->epoch[l];
+	meta[2] = z->blk[l].epoch;
 	if (live)
 		meta[0] = z->slot[at].last, meta[1] = z->slot[at].count;
 }
@@ -707,14 +885,7 @@ rs_status rs_zch_bucket_restore(rs_zch_table *z, uint32_t bucket, const int64_t 
 	unsigned char *buf = calloc(1, len), dummy = 0;
 	if (!buf)
 		return rs_err_set(err, RS_ENOMEM, "zch bucket %u: out of memory", bucket);
-	put32(buf, ZCH_MAGIC);
-	put32(buf + 4, ZCH_VERSION);
-	put32(buf + 8, z->nbuckets);
-	put32(buf + 12, z->spb);
-	put32(buf + 16, bucket);
-	put32(buf + 20, nused);
-	put64(buf + 24, 0);
-	put32(buf + 32, meta && nused ? meta[2] : 0);
+	put_header(buf, z, bucket, nused, 0, meta && nused ? meta[2] : 0);
 	unsigned char *p = buf + HEADER_BYTES;
 	for (uint32_t s = 0; s < nused; s++) {
 		put64(p + 8 * (size_t)s, (uint64_t)ids[s]);

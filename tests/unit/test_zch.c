@@ -3,9 +3,11 @@
  * stable slots, even spread over buckets, eviction order (LRU, LFU with
  * decay, pinning within a step), resharding N -> M through bucket
  * serialization with the values of every live ID preserved, corrupted
- * buckets rejected without touching the table, and the table's O(log S)
- * eviction choosing, call by call, what zch.h's rule (a scan of every slot,
- * as the CUDA version does) chooses, across saves, loads and restores.
+ * buckets rejected without touching the table, and the table's eviction
+ * (a queue and a lazy heap, no scan) choosing, call by call and counter by
+ * counter, what zch.h's rule (a scan of every slot, as the CUDA version
+ * does) chooses, on skewed and Zipf streams, across saves, loads and
+ * restores, also of buckets last seen at later steps than those to come.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +16,7 @@
 #include <cmocka.h>
 
 #include "common/buckets.h"
+#include "common/rng.h"
 #include "kernels/zch.h"
 
 #include <stdlib.h>
@@ -434,6 +437,7 @@ typedef struct ref_zch {
 	int lfu;
 	uint64_t *id;
 	uint32_t *last, *count, *nused, *epoch;
+	rs_zch_stats st; /* counted as the table counts */
 } ref_zch;
 
 static ref_zch ref_make(uint32_t nb, uint32_t spb, int lfu, uint32_t decay)
@@ -474,11 +478,13 @@ static int64_t ref_find_or_insert(ref_zch *r, uint64_t id, uint32_t step, int *f
 		if (ids[s] == id) {
 			last[s] = step + 1;
 			count[s] += count[s] != UINT32_MAX;
+			r->st.hits++;
 			return (int64_t)b * S + s;
 		}
 	int64_t v = -1;
 	if (r->nused[b] < S) {
 		v = r->nused[b]++;
+		r->st.inserts++;
 	} else {
 		for (uint32_t s = 0; s < S; s++) {
 			if (last[s] == step + 1)
@@ -487,8 +493,11 @@ static int64_t ref_find_or_insert(ref_zch *r, uint64_t id, uint32_t step, int *f
 					       last[s] < last[v]))
 				v = s;
 		}
-		if (v < 0)
+		if (v < 0) {
+			r->st.overflows++;
 			return -1;
+		}
+		r->st.evictions++;
 	}
 	ids[v] = id;
 	last[v] = step + 1;
@@ -546,61 +555,162 @@ static rs_zch_table *travel(rs_zch_table *z, const rs_zch_config *cfg, int how)
 	return t;
 }
 
+/*
+ * One run of the table and the rule side by side. IDs: skewed (a few hot,
+ * a long tail) or Zipf(1.05) over a universe several times the table, with
+ * repeats within a batch; steps that stay, advance or jump (past several
+ * decay epochs); every `travel` calls the table is copied (saved and
+ * loaded, or restored); with `unowned`, the last bucket is not the table's.
+ */
+typedef struct rule_run {
+	uint32_t nb, S, decay, calls, maxn, travel;
+	int lfu, zipf, unowned;
+	uint32_t step; /* the first */
+} rule_run;
+
+/* Run c through z and r (the rule in the same state): z afterwards (maybe another table: travels copy it). */
+static rs_zch_table *run_against_rule(const rule_run *c, uint64_t x, rs_zch_table *z, ref_zch *r, uint64_t *evictions,
+				      uint64_t *overflows)
+{
+	rs_zch_config cfg = {.buckets = c->nb, .slots = (uint64_t)c->nb * c->S,
+			     .eviction = c->lfu ? RS_EVICT_LFU : RS_EVICT_LRU, .lfu_decay_steps = c->decay};
+	uint64_t universe = (c->zipf ? 20 : 4) * (uint64_t)c->nb * c->S;
+	uint64_t *ids = malloc(sizeof(uint64_t) * c->maxn);
+	int64_t *got = malloc(sizeof(int64_t) * c->maxn), *fresh = malloc(sizeof(int64_t) * c->maxn);
+	rs_zipf zipf;
+	rs_rng rng = rs_rng_make(x, 7, 11);
+	rs_zipf_init(&zipf, universe, 1.05);
+	assert_true(ids && got && fresh);
+	uint32_t step = c->step;
+	const char *name = c->lfu ? "LFU" : "LRU";
+	for (uint32_t call = 0; call < c->calls; call++) {
+		uint64_t k = rnd(&x) % 16;
+		step += k < 5 ? 0 : k < 14 ? 1 : k < 15 ? 2 : 7 * c->decay; /* 0: more IDs in the same step */
+		size_t n = 1 + rnd(&x) % c->maxn, nfresh, nf = 0;
+		for (size_t i = 0; i < n; i++) {
+			uint64_t u = rnd(&x) % universe;
+			ids[i] = c->zipf ? rs_mix64(rs_zipf_sample(&zipf, &rng)) : 1000 + (rnd(&x) % 2 ? u % (c->S + 1) : u);
+		}
+		rs_zch_stats before = rs_zch_get_stats(z), rb = r->st;
+		rs_status st = rs_zch_find_or_insert(z, ids, n, step, got, fresh, &nfresh), want_st = RS_OK;
+		for (size_t i = 0; i < n; i++) {
+			int isfresh = 0;
+			int64_t want = -1;
+			if (c->unowned && rs_zch_bucket_of(ids[i], c->nb) == c->nb - 1)
+				want_st = RS_ENOTFOUND;
+			else
+				want = ref_find_or_insert(r, ids[i], step, &isfresh);
+			if (got[i] != want)
+				fail_msg("%s S=%u call %u step %u id %zu: slot %lld, the rule says %lld", name, c->S, call, step,
+					 i, (long long)got[i], (long long)want);
+			if (isfresh) {
+				assert_true(nf < nfresh);
+				assert_int_equal(fresh[nf++], want);
+			}
+		}
+		assert_int_equal(nf, nfresh);
+		assert_int_equal(st, want_st);
+		rs_zch_stats after = rs_zch_get_stats(z);
+		if (after.hits - before.hits != r->st.hits - rb.hits || after.inserts - before.inserts != r->st.inserts - rb.inserts ||
+		    after.evictions - before.evictions != r->st.evictions - rb.evictions ||
+		    after.overflows - before.overflows != r->st.overflows - rb.overflows || after.misses != before.misses)
+			fail_msg("%s S=%u call %u: statistics differ from the rule's", name, c->S, call);
+		*evictions += after.evictions - before.evictions;
+		*overflows += after.overflows - before.overflows;
+		if (c->travel && call % c->travel == c->travel - 1)
+			z = travel(z, &cfg, call / c->travel % 2);
+	}
+	free(fresh);
+	free(got);
+	free(ids);
+	return z;
+}
+
+/* A table and the rule, both empty, for run_against_rule. */
+static void check_against_rule(const rule_run *c, uint64_t seed, uint64_t min_evictions, int want_overflows)
+{
+	rs_zch_config cfg = {.buckets = c->nb, .slots = (uint64_t)c->nb * c->S,
+			     .eviction = c->lfu ? RS_EVICT_LFU : RS_EVICT_LRU, .lfu_decay_steps = c->decay};
+	rs_zch_table *z = NULL;
+	rs_err err = {0};
+	uint64_t evictions = 0, overflows = 0;
+	assert_int_equal(rs_zch_create(&cfg, &z, &err), RS_OK);
+	for (uint32_t b = 0; b < c->nb - (c->unowned ? 1 : 0); b++)
+		assert_int_equal(rs_zch_add_bucket(z, b), RS_OK);
+	ref_zch r = ref_make(c->nb, c->S, c->lfu, c->decay);
+	rs_zch_destroy(run_against_rule(c, seed, z, &r, &evictions, &overflows));
+	/* the run must have exercised what it checks */
+	if (evictions < min_evictions || (want_overflows && overflows == 0))
+		fail_msg("%s S=%u: %llu evictions, %llu overflows", c->lfu ? "LFU" : "LRU", c->S,
+			 (unsigned long long)evictions, (unsigned long long)overflows);
+	ref_free(&r);
+}
+
 static void test_eviction_matches_rule(void **state)
 {
 	(void)state;
 	const uint32_t spbs[] = {1, 5, 37, 64};
-	uint64_t x = 0x9E3779B97F4A7C15ull;
 	for (int lfu = 0; lfu < 2; lfu++)
 		for (size_t g = 0; g < sizeof(spbs) / sizeof(spbs[0]); g++) {
-			uint32_t nb = 3, S = spbs[g];
-			rs_zch_config cfg = {.buckets = nb, .slots = (uint64_t)nb * S,
-					     .eviction = lfu ? RS_EVICT_LFU : RS_EVICT_LRU, .lfu_decay_steps = 4};
-			rs_zch_table *z = NULL;
-			rs_err err = {0};
-			assert_int_equal(rs_zch_create(&cfg, &z, &err), RS_OK);
-			for (uint32_t b = 0; b < nb; b++)
-				assert_int_equal(rs_zch_add_bucket(z, b), RS_OK);
-			ref_zch r = ref_make(nb, S, lfu, 4);
-			uint64_t universe = 4 * (uint64_t)nb * S, evictions = 0, overflows = 0;
-			uint32_t step = 0;
-			uint64_t ids[256];
-			int64_t got[256], fresh[256];
-			for (int call = 0; call < 600; call++) {
-				step += (uint32_t)(rnd(&x) % 3); /* 0: more IDs in the same step */
-				size_t n = 1 + rnd(&x) % (3 * nb * S < 256 ? 3 * nb * S : 256), nfresh, k = 0;
-				for (size_t i = 0; i < n; i++) {
-					/* skewed: a few hot IDs and a long tail */
-					uint64_t u = rnd(&x) % universe;
-					ids[i] = 1000 + (rnd(&x) % 2 ? u % (S + 1) : u);
-				}
-				rs_zch_stats before = rs_zch_get_stats(z);
-				assert_int_equal(rs_zch_find_or_insert(z, ids, n, step, got, fresh, &nfresh), RS_OK);
-				for (size_t i = 0; i < n; i++) {
-					int isfresh;
-					int64_t want = ref_find_or_insert(&r, ids[i], step, &isfresh);
-					if (got[i] != want)
-						fail_msg("%s S=%u call %d step %u id %zu: slot %lld, the rule says %lld",
-							 lfu ? "LFU" : "LRU", S, call, step, i, (long long)got[i], (long long)want);
-					if (isfresh) {
-						assert_true(k < nfresh);
-						assert_int_equal(fresh[k++], want);
-					}
-				}
-				assert_int_equal(k, nfresh);
-				rs_zch_stats after = rs_zch_get_stats(z);
-				evictions += after.evictions - before.evictions;
-				overflows += after.overflows - before.overflows;
-				if (call % 97 == 96)
-					z = travel(z, &cfg, call / 97 % 2);
-			}
-			/* the run must have exercised what it checks */
-			assert_true(evictions > 100);
-			if (S > 1)
-				assert_true(overflows > 0);
-			ref_free(&r);
-			rs_zch_destroy(z);
+			uint32_t S = spbs[g], maxn = 3 * 3 * S < 256 ? 3 * 3 * S : 256;
+			rule_run c = {.nb = 3, .S = S, .decay = 4, .calls = 600, .maxn = maxn, .travel = 97, .lfu = lfu};
+			check_against_rule(&c, 0x9E3779B97F4A7C15ull + S, 100, S > 1);
 		}
+}
+
+/*
+ * Larger buckets, Zipf IDs in batches far longer than the lookup's
+ * pipeline, with and without travels (a loaded LRU slot hit since is in
+ * both of the table's orders), and with a bucket the table does not own.
+ */
+static void test_eviction_matches_rule_zipf(void **state)
+{
+	(void)state;
+	for (int lfu = 0; lfu < 2; lfu++) {
+		rule_run plain = {.nb = 4, .S = 128, .decay = 8, .calls = 120, .maxn = 2048, .lfu = lfu, .zipf = 1};
+		check_against_rule(&plain, 0x1234 + (uint64_t)lfu, 1000, 1);
+		rule_run moved = plain;
+		moved.travel = 9;
+		moved.decay = 1000;
+		check_against_rule(&moved, 0x5678 + (uint64_t)lfu, 1000, 1);
+		rule_run unowned = plain;
+		unowned.unowned = 1;
+		unowned.step = 0xFFFFF000u; /* steps near the top of their range (40 calls stay below it) */
+		unowned.calls = 40;
+		check_against_rule(&unowned, 0x9ABC + (uint64_t)lfu, 100, 1);
+	}
+}
+
+/*
+ * Buckets restored from a checkpoint whose slots were last seen at later
+ * steps than those that follow (then a slot's order is not that of the
+ * steps to come, and some slots count as seen in a step before any lookup):
+ * the table still chooses as the rule does.
+ */
+static void test_restore_from_later_steps(void **state)
+{
+	(void)state;
+	for (int lfu = 0; lfu < 2; lfu++) {
+		rule_run c = {.nb = 3, .S = 50, .decay = 5, .calls = 300, .maxn = 200, .lfu = lfu, .zipf = 1, .step = 100};
+		rs_zch_config cfg = {.buckets = c.nb, .slots = (uint64_t)c.nb * c.S,
+				     .eviction = lfu ? RS_EVICT_LFU : RS_EVICT_LRU, .lfu_decay_steps = c.decay};
+		rs_zch_table *z = NULL;
+		rs_err err = {0};
+		uint64_t evictions = 0, overflows = 0;
+		assert_int_equal(rs_zch_create(&cfg, &z, &err), RS_OK);
+		for (uint32_t b = 0; b < c.nb; b++)
+			assert_int_equal(rs_zch_add_bucket(z, b), RS_OK);
+		ref_zch r = ref_make(c.nb, c.S, lfu, c.decay);
+		z = run_against_rule(&c, 0x4242 + (uint64_t)lfu, z, &r, &evictions, &overflows);
+		for (int how = 0; how < 2; how++) {
+			z = travel(z, &cfg, how);
+			c.step = 10 + (uint32_t)how;
+			z = run_against_rule(&c, 0x4343 + (uint64_t)how, z, &r, &evictions, &overflows);
+		}
+		assert_true(evictions > 1000 && overflows > 0);
+		rs_zch_destroy(z);
+		ref_free(&r);
+	}
 }
 
 int main(void)
@@ -615,6 +725,8 @@ int main(void)
 		cmocka_unit_test(test_corrupt_bucket_rejected),
 		cmocka_unit_test(test_restore_from_checkpoint),
 		cmocka_unit_test(test_eviction_matches_rule),
+		cmocka_unit_test(test_eviction_matches_rule_zipf),
+		cmocka_unit_test(test_restore_from_later_steps),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
