@@ -507,7 +507,7 @@ void rs__cycle_progress(rs_job *j, int64_t step)
 		return;
 	double now = rs__job_now(j);
 	reshard_record rec = {j->cur.generation, j->cur.resume_step, j->t.from, j->cur.nworld, now - j->t.first_paused,
-			      j->t.staged - j->t.attempt, j->t.moved};
+			      j->t.staged - j->t.attempt, j->t.moved, j->t.committed - j->t.first_paused};
 	rs__emit(j, &(job_event){.kind = EV_RESHARDED, .record = &rec});
 	j->cur.resume_step = -1;
 	j->mem.scale_at = 0;

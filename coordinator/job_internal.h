@@ -99,6 +99,7 @@ typedef struct reshard_record {
 	int32_t from, to;
 	double pause_s, migrate_s;
 	uint64_t moved_bytes;
+	double stopped_s; /* of pause_s, until every member had committed (the rest: rank 0's first step) */
 } reshard_record;
 
 /* One (sender, receiver) pair of the attempt in flight: union ranks, and its progress. */

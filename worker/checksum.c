@@ -110,23 +110,27 @@ void rs__rowsums_share(lshard *ns, const lshard *os, int64_t row)
 		ns->rsum->refs++;
 }
 
-void rs__rowsums_unref(rs__rowsums *c)
+static void unref_later(rs__rowsums *c, rs__later *later)
 {
 	if (!c || --c->refs > 0)
 		return;
-	free(c->h);
-	free(c->stale);
-	free(c->block);
+	rs__later_free(later, c->h);
+	rs__later_free(later, c->stale);
+	rs__later_free(later, c->block);
 	free(c);
 }
 
-void rs__rowsums_drop(rs_trainer *tr)
+void rs__rowsums_unref(rs__rowsums *c) { unref_later(c, NULL); }
+
+void rs__rowsums_drop_later(rs_trainer *tr, rs__later *later)
 {
 	for (int i = 0; tr && i < tr->nshards; i++) {
-		rs__rowsums_unref(tr->shards[i].rsum);
+		unref_later(tr->shards[i].rsum, later);
 		tr->shards[i].rsum = NULL, tr->shards[i].rsum_off = 0;
 	}
 }
+
+void rs__rowsums_drop(rs_trainer *tr) { rs__rowsums_drop_later(tr, NULL); }
 
 void rs__rowsums_stale(lshard *ls, int64_t r0, int64_t n)
 {

@@ -709,8 +709,8 @@ out:
 	return st;
 }
 
-/* Give back the pages of block m that no shard of tr uses any more (the rows that moved away). */
-static void release_unused(const rs_trainer *tr, rs__mem *m)
+/* The parts of block m that no shard of tr uses any more (the rows that moved away), to give back later. */
+static void unused_spans(const rs_trainer *tr, rs__mem *m, rs__later *later)
 {
 	char *lo = NULL, *hi = NULL, *base = m->base;
 	for (int i = 0; i < tr->nshards; i++) {
@@ -728,12 +728,10 @@ static void release_unused(const rs_trainer *tr, rs__mem *m)
 		lo = !lo || b < lo ? b : lo;
 		hi = !hi || e > hi ? e : hi;
 	}
-	if (!lo)
-		return;
-	if (lo > base)
-		m->engine->ops->release(m->engine, base, (size_t)(lo - base));
-	if (hi < base + m->len)
-		m->engine->ops->release(m->engine, hi, (size_t)(base + m->len - hi));
+	if (lo && lo > base)
+		rs__later_release(later, m->engine, base, (size_t)(lo - base));
+	if (lo && hi < base + m->len)
+		rs__later_release(later, m->engine, hi, (size_t)(base + m->len - hi));
 }
 
 void rs_trainer_commit(rs_trainer *staged, rs_trainer *old)
@@ -742,16 +740,20 @@ void rs_trainer_commit(rs_trainer *staged, rs_trainer *old)
 		staged->owns_data = old->owns_data;
 		old->owns_data = 0;
 	}
-	rs_trainer_destroy(old);
-	rs__rowsums_drop(staged); /* training goes on without marking rows: the hashes would go stale unseen */
+	/* what the pause need not wait for: the old trainer's and the hashes' memory, the moved rows' pages */
+	rs__later *later = staged ? rs__later_new() : NULL;
+	rs__trainer_destroy_later(old, later);
+	rs__rowsums_drop_later(staged, later); /* training goes on without marking rows: the hashes would go stale */
 	if (staged)
 		staged->on_host = 1; /* the rows were copied and received by the host */
 	/* memory the new shards share with the old ones: the parts that held moved rows go back to the system */
 	for (int i = 0; staged && i < staged->nshards; i++) {
 		lshard *ls = &staged->shards[i];
 		if (ls->wmem && ls->emb.weights != ls->wmem->base)
-			release_unused(staged, ls->wmem);
+			unused_spans(staged, ls->wmem, later);
 		if (ls->smem && (void *)ls->emb.state != ls->smem->base)
-			release_unused(staged, ls->smem);
+			unused_spans(staged, ls->smem, later);
 	}
+	if (staged)
+		rs__later_start(later, staged);
 }

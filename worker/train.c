@@ -151,13 +151,7 @@ rs__mem *rs__mem_new(rs_engine *e, size_t len)
 
 void rs__mem_populate(rs__mem *m) { m->engine->ops->prefetch(m->engine, m->base, m->len, 1); }
 
-void rs__mem_unref(rs__mem *m)
-{
-	if (!m || --m->refs > 0)
-		return;
-	m->engine->ops->free(m->engine, m->base, m->len);
-	free(m);
-}
+void rs__mem_unref(rs__mem *m) { rs__later_mem_unref(NULL, m); }
 
 void rs__row_blocks(const rs_config *cfg, const lshard *ls, int64_t row, int64_t n, void **w, size_t *wlen, void **s,
 		    size_t *slen)
@@ -327,22 +321,28 @@ void rs__dirty_clear(lshard *ls, int64_t row, int64_t n)
 
 static void drop_prepared(rs_trainer *tr);
 
-void rs_trainer_destroy(rs_trainer *tr)
+void rs_trainer_destroy(rs_trainer *tr) { rs__trainer_destroy_later(tr, NULL); }
+
+void rs__trainer_destroy_later(rs_trainer *tr, rs__later *later)
 {
 	if (!tr)
 		return;
+	rs__later_wait(tr); /* first: its thread may give back pages of memory unmapped below */
 	drop_prepared(tr);
-	rs__rowsums_drop(tr);
+	rs__rowsums_drop_later(tr, later);
 	for (int i = 0; i < tr->nshards; i++) {
-		rs__mem_unref(tr->shards[i].wmem);
-		rs__mem_unref(tr->shards[i].smem);
-		rs_emb_workspace_free(&tr->shards[i].ws);
-		rs_emb_grad_free(&tr->shards[i].grad);
-		free(tr->shards[i].boff.v);
-		free(tr->shards[i].bids.v);
-		free(tr->shards[i].bdst.v);
-		free(tr->shards[i].bval.v);
-		free(tr->shards[i].dirty);
+		lshard *ls = &tr->shards[i];
+		rs__later_mem_unref(later, ls->wmem);
+		rs__later_mem_unref(later, ls->smem);
+		rs__later_free(later, ls->ws.slot_of_row); /* a word per row */
+		ls->ws.slot_of_row = NULL;
+		rs_emb_workspace_free(&ls->ws);
+		rs_emb_grad_free(&ls->grad);
+		free(ls->boff.v);
+		free(ls->bids.v);
+		free(ls->bdst.v);
+		free(ls->bval.v);
+		rs__later_free(later, ls->dirty);
 	}
 	for (int t = 0; tr->tables && t < tr->cfg->ntables; t++) {
 		for (int b = 0; b < tr->tables[t].nblocks; b++) {

@@ -160,6 +160,7 @@ struct rs_trainer {
 		fvec keep;  /* the micro-batches' dense gradients (or one micro-batch's input gradient) */
 		i64vec q;   /* the sums on their grids */
 	} exact;
+	struct rs__later *later; /* the last commit's freeing, on a thread (later.c); NULL: none */
 	fvec out;           /* answers or gradients to send */
 	fvec back;          /* answers or gradients received */
 };
@@ -189,6 +190,25 @@ void rs__row_blocks(const rs_config *cfg, const lshard *ls, int64_t row, int64_t
  */
 rs_status rs__trainer_restore(const rs_trainer *tr, const lshard *ls, const char *dir, const rs_ckpt_index *ix,
 			      int64_t from, int64_t to, int verify, rs_err *err);
+
+/*
+ * Work a commit need not hold the pause for (later.c): rs__later_new a
+ * list (NULL when out of memory: every job is then done at once, as it is
+ * for memory of another engine than the host's), jobs added to it, then
+ * rs__later_start does them on a thread of its own, which `owner` waits
+ * for before it is destroyed or starts another (rs__later_wait).
+ */
+typedef struct rs__later rs__later;
+rs__later *rs__later_new(void);
+void rs__later_free(rs__later *l, void *p);
+void rs__later_release(rs__later *l, rs_engine *e, void *p, size_t len); /* engine->ops->release */
+void rs__later_mem_unref(rs__later *l, rs__mem *m);                       /* rs__mem_unref */
+void rs__later_start(rs__later *l, rs_trainer *owner);
+void rs__later_wait(rs_trainer *tr);
+
+/* rs_trainer_destroy, listing its large frees on `later`; and rs__rowsums_drop likewise. */
+void rs__trainer_destroy_later(rs_trainer *tr, rs__later *later);
+void rs__rowsums_drop_later(rs_trainer *tr, rs__later *later);
 
 /* Whether local shard i is a data-parallel table's full copy (synced by all-reduce, not by replica groups). */
 static inline int rs__is_dp(const rs_trainer *tr, int i) { return tr->tables[tr->shards[i].table].dp_shard == i; }

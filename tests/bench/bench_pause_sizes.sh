@@ -8,7 +8,9 @@
 # steps. Reported per size: the pause, what moved while training and what
 # went again at the pause; then the pause at 4 GiB beside the one at
 # 256 MiB (target: flat, at most 1.5x; the pause is also meant to be at
-# most 50 ms, bench_reshard.sh's target).
+# most 50 ms, bench_reshard.sh's target). The pause ends with rank 0's
+# first step after it; the world stopped for the part before, reported
+# beside it (its flatness too).
 # Exits non-zero when a run fails or is not reported.
 set -u
 BUILD=${BUILD:-build}
@@ -62,6 +64,18 @@ for size in (256, 1024, 4096):
           f"moved {st.group(1)} MiB, up to {max(int(r) for r, _, _ in again)} rounds while training, "
           f"{sum(int(n) for _, n, _ in again)} rows ({sum(float(m) for _, _, m in again):.2f} MiB) again at the pause "
           f"| target <= 0.050 s {'MET' if pauses[size] <= 0.05 else 'MISSED'}")
+stopped = {}
+for size in pauses:
+    m = re.search(r"generation 2 resumed at step \d+: paused [\d.]+ s for the reshard \(stopped ([\d.]+) s, then its "
+                  r"first step ([\d.]+) s\)", open(f"{tmp}/s{size}.out").read())
+    if m:
+        stopped[size] = float(m.group(1))
+        print(f"bench pause_{size}MiB_stopped: the world stopped {stopped[size]:.3f} s of the {pauses[size]:.3f} s pause "
+              f"| the pause's last {float(m.group(2)):.3f} s: rank 0's first step after it")
+if 256 in stopped and 4096 in stopped:
+    r = stopped[4096] / stopped[256]
+    print(f"bench pause_stopped_flatness: 4 GiB {stopped[4096]:.3f} s | 256 MiB {stopped[256]:.3f} s | ratio {r:.2f} "
+          f"| target <= 1.5 (flat) {'MET' if r <= 1.5 else 'MISSED'}")
 if 256 in pauses and 4096 in pauses:
     r = pauses[4096] / pauses[256]
     print(f"bench pause_flatness: 4 GiB pause {pauses[4096]:.3f} s | 256 MiB pause {pauses[256]:.3f} s | ratio {r:.2f} "

@@ -116,6 +116,11 @@ for i, (gen, a, b, mib, lb, plan_ms) in enumerate(plans):
           f"up to {rounds} rounds while training | target <= 0.050 s {'MET' if ppause <= 0.05 else 'MISSED'}")
     print(f"bench reshard_{a}_to_{b}_precopy_vs_restart: pause {ppause:.3f} s | restart-based {restart:.3f} s | "
           f"{restart / ppause:.1f}x shorter | target >= 20x {'MET' if restart / ppause >= 20 else 'MISSED'}")
+    stop = re.search(rf"generation {g} resumed at step \d+: paused [\d.]+ s for the reshard \(stopped ([\d.]+) s, then "
+                     r"its first step ([\d.]+) s\)", pre)
+    if stop:  # the pause ends with rank 0's first step after it: how much of it the world stood still
+        print(f"bench reshard_{a}_to_{b}_precopy_stopped: the world stopped {float(stop.group(1)):.3f} s of the "
+              f"{ppause:.3f} s pause | its last {float(stop.group(2)):.3f} s: rank 0's first step after it")
     # training while the rounds ran, per old member, beside its steps before the copy began
     ran = re.findall(rf"generation {g}: training ran at (\d+) samples/s over the (\d+) steps of the background copy, "
                      rf"(\d+) before it \([\d.]+x; precopy_share ([\d.]+)\)", perr)
