@@ -74,6 +74,32 @@ static void add_i64(void *sum, const void *part, size_t n)
 		s[i] += p[i];
 }
 
+/*
+ * The sum of w copies of a chunk of n elements, in rank order, into mine
+ * (in place): copy p is at part(p), mine among them. Block by block
+ * through a buffer the cache keeps, so that each copy is read once and
+ * mine written once.
+ */
+static void sum_in_rank_order(char *mine, const char *parts, size_t len, int32_t w, int32_t me, size_t n, size_t size,
+			      add_fn add)
+{
+	enum { BLOCK = 4096 };
+	_Alignas(64) char acc[BLOCK];
+	size_t per = BLOCK / size;
+	for (size_t o = 0; o < n; o += per) {
+		size_t k = n - o < per ? n - o : per;
+		for (int32_t p = 0; p < w; p++) {
+			/* the others' copies in rank order, mine left out */
+			const char *src = p == me ? mine : parts + len * (size_t)(p < me ? p : p - 1);
+			if (p == 0)
+				memcpy(acc, src + o * size, k * size);
+			else
+				add(acc, src + o * size, k);
+		}
+		memcpy(mine + o * size, acc, k * size);
+	}
+}
+
 /* In-place sum of n elements of `size` bytes over all ranks, in rank order (see rs_transport_allreduce_sum). */
 static rs_status allreduce(rs_transport *t, void *buf, size_t n, size_t size, add_fn add)
 {
@@ -83,9 +109,9 @@ static rs_status allreduce(rs_transport *t, void *buf, size_t n, size_t size, ad
 	if (w <= 1 || n == 0)
 		return w <= 1 ? RS_OK : rs_transport_barrier(t);
 	chunk(n, w, me, &lo, &hi);
-	/* reduce-scatter: every rank's copy of my chunk, summed in rank order */
+	/* reduce-scatter: the others' copies of my chunk (mine stays where it is), summed in rank order */
 	size_t len = (hi - lo) * size;
-	char *parts = malloc(len * (size_t)w + 1);
+	char *parts = malloc(len * (size_t)(w - 1) + 1);
 	rs_xfer *x = malloc(sizeof(rs_xfer) * 2 * (size_t)w);
 	rs_status st = RS_ENOMEM;
 	if (!parts || !x)
@@ -93,13 +119,11 @@ static rs_status allreduce(rs_transport *t, void *buf, size_t n, size_t size, ad
 	for (int32_t p = 0; p < w; p++) {
 		size_t plo, phi;
 		chunk(n, w, p, &plo, &phi);
-		x[p] = (rs_xfer){p, b + plo * size, (phi - plo) * size};
-		x[w + p] = (rs_xfer){p, parts + len * (size_t)p, len};
+		x[p] = (rs_xfer){p, b + plo * size, p == me ? 0 : (phi - plo) * size};
+		x[w + p] = (rs_xfer){p, p == me ? parts : parts + len * (size_t)(p < me ? p : p - 1), p == me ? 0 : len};
 	}
 	RSCHECKGOTO(rs_transport_exchange(t, x, w, x + w, w), st, out);
-	for (int32_t p = 1; p < w; p++)
-		add(parts, parts + len * (size_t)p, hi - lo);
-	memcpy(b + lo * size, parts, len);
+	sum_in_rank_order(b + lo * size, parts, len, w, me, hi - lo, size, add);
 	/* all-gather the reduced chunks */
 	for (int32_t p = 0; p < w; p++) {
 		size_t plo, phi;
