@@ -301,8 +301,10 @@ void rs__dispatch_message(void *ctx, rs_conn *c, json_t *msg)
 		return;
 	}
 	int i = rs__member_at(j, c);
-	if (i < 0) {
-		RS_WARN("control: '%s' from %s, which is not a worker of this job", rs_proto_type(msg), conn_name(j, c));
+	if (i < 0) { /* a tool's connection, or one that never joined as a worker: told, as the protocol says */
+		char what[96];
+		snprintf(what, sizeof(what), "'%.32s' from a connection that is not a worker of this job", rs_proto_type(msg));
+		reply_error(j, c, what);
 		return;
 	}
 	member *m = &j->mem.v[i];

@@ -354,6 +354,10 @@ static void test_messages_checked(void **state)
 	H.h.on_message(H.h.ctx, conn(WORKERS), bad);
 	json_decref(bad);
 	assert_non_null(last(WORKERS, RS_MSG_ERROR));
+	/* a worker's message from the tool's connection: an error, and no effect */
+	say(WORKERS, json_pack("{s:s, s:I, s:I}", "type", "done", "rank", (json_int_t)0, "step", (json_int_t)H.o.steps));
+	assert_non_null(strstr(json_string_value(json_object_get(last(WORKERS, RS_MSG_ERROR), "reason")),
+			       "not a worker of this job"));
 	/* a worker's unknown or malformed message is answered with an error; the job goes on */
 	say(0, json_pack("{s:s}", "type", "dance"));
 	assert_non_null(strstr(json_string_value(json_object_get(last(0, RS_MSG_ERROR), "reason")), "dance"));
