@@ -27,90 +27,17 @@
  * So a loaded LRU slot hit since is in both orders until its stale entry
  * leaves; stale records and entries outliving a slot's ID do no harm.
  */
-#include "kernels/zch.h"
-#include "common/crc32c.h"
+#include "kernels/zch_internal.h"
 
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
-#define ZCH_MAGIC 0x42435A52u /* "RZCB" */
-#define ZCH_VERSION 1u
-#define HASH_SALT 0x9E3779B97F4A7C15ull
-#define HEADER_BYTES 40
-
-struct rs_zch_table {
-	uint32_t nbuckets, spb;   /* buckets, slots per bucket */
-	uint32_t isize, imask;    /* index entries per bucket (a power of two >= 2 * spb) */
-	rs_eviction eviction;
-	uint32_t decay_steps;
-	uint32_t epoch_now;       /* step / decay_steps for the lookup under way */
-	int32_t *local;           /* per bucket: its block, or -1 when not owned */
-	uint32_t nlocal, cap;
-	struct zblock *blk;       /* per block */
-	struct zslot *slot;       /* per block, spb */
-	struct zent *index;       /* per block, isize */
-	uint64_t *queue;          /* per block, 2 * spb: the eviction queue's records */
-	struct hent *heap;        /* per block, spb: the eviction heap */
-	uint32_t *hpos;           /* per block, spb: each heap slot's position in it */
-	uint32_t *pinned;         /* per block, spb: heap slots set aside for the step */
-	rs_zch_stats stats;
-};
-
-/* A block's counters, together: a lookup reads one cache line of them. */
-struct zblock {
-	uint32_t bucket;          /* the bucket it holds */
-	uint32_t nused;           /* slots [0, nused) are taken */
-	uint32_t epoch;           /* LFU decay epoch applied */
-	uint32_t qhead, qtail;    /* the queue's records are [qhead, qtail) */
-	uint32_t qsorted;         /* records before it are sorted by (last, slot) */
-	uint32_t hn;              /* heap entries */
-	uint32_t npinned, pinstep; /* slots in pinned, and the step they were set aside in */
-};
-
-/* A slot's identity and eviction metadata, together: a lookup reads one cache line. */
-struct zslot {
-	uint64_t id;
-	uint32_t last;  /* the last step it was seen + 1; 0 = free */
-	uint32_t count; /* its LFU count */
-};
-
-/*
- * An index entry: the slot + 1 (0 = empty) and the low 32 bits of its ID's
- * probe hash, which give the ID's home (deletion reads no slot) and filter
- * the probe (a probe reads the slot of no other ID, almost).
- */
-struct zent {
-	uint32_t slot1;
-	uint32_t hint;
-};
-
-/* An eviction heap entry: the slot's key as last stored (older than its own if it was hit since). */
-struct hent {
-	uint64_t key;
-	uint32_t slot;
-};
-
-static inline uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xBF58476D1CE4E5B9ull;
-	x ^= x >> 27;
-	x *= 0x94D049BB133111EBull;
-	x ^= x >> 31;
-	return x;
-}
-
-static inline uint64_t hash_id(uint64_t id) { return mix64(id ^ HASH_SALT); }
-
 uint32_t rs_zch_bucket_of(uint64_t id, uint32_t buckets)
 {
 	return (uint32_t)(((unsigned __int128)hash_id(id) * buckets) >> 64);
 }
-
-/* The probe hash's low 32 bits: the index's hint, and (masked) the start of the linear probe. */
-static inline uint32_t hint_of(uint64_t id) { return (uint32_t)mix64(hash_id(id)); }
 
 rs_status rs_zch_create(const rs_zch_config *cfg, rs_zch_table **out, rs_err *err)
 {
@@ -148,6 +75,7 @@ void rs_zch_destroy(rs_zch_table *z)
 {
 	if (!z)
 		return;
+	free(z->undo.v);
 	free(z->pinned);
 	free(z->hpos);
 	free(z->heap);
@@ -221,6 +149,7 @@ rs_status rs_zch_add_bucket(rs_zch_table *z, uint32_t bucket)
 		return RS_EINVAL;
 	if (z->local[bucket] >= 0)
 		return RS_OK;
+	rs__zch_forget_changes(z);
 	if (z->nlocal == z->cap)
 		RSCHECK(grow(z, z->cap ? z->cap * 2 : 8));
 	uint32_t l = z->nlocal++;
@@ -236,6 +165,7 @@ rs_status rs_zch_drop_bucket(rs_zch_table *z, uint32_t bucket)
 	if (bucket >= z->nbuckets || z->local[bucket] < 0)
 		return RS_EINVAL;
 	uint32_t l = (uint32_t)z->local[bucket], from = z->nlocal - 1;
+	rs__zch_forget_changes(z);
 	z->local[bucket] = -1;
 	z->nlocal--;
 	if (l == from)
@@ -288,6 +218,88 @@ static void index_delete(const rs_zch_table *z, struct zent *index, uint32_t i)
 		}
 	}
 	index[i] = (struct zent){0, 0};
+}
+
+/* ---- undo ----------------------------------------------------------------------- */
+
+/* A slot as it was before find-or-insert changed it: seen again, taken while free, given to a new ID, decayed. */
+enum { UNDO_SEEN, UNDO_FREE, UNDO_EVICTED, UNDO_DECAYED };
+struct zundo {
+	uint32_t l, s, kind; /* UNDO_DECAYED: s is the block's epoch before */
+	struct zslot old;
+};
+
+void rs__zch_forget_changes(rs_zch_table *z)
+{
+	if (z->undo.n && z->undo.lost == RS_OK)
+		z->undo.lost = RS_EINVAL;
+	z->undo.n = 0;
+}
+
+void rs_zch_journal(rs_zch_table *z, int on)
+{
+	z->undo.on = on;
+	z->undo.n = 0;
+	z->undo.lost = RS_OK;
+}
+
+/* Keep slot s of block l as it is, about to change (`kind`), when recording. */
+static inline void record(rs_zch_table *z, uint32_t l, uint32_t s, uint32_t kind)
+{
+	if (!z->undo.on || z->undo.lost != RS_OK)
+		return;
+	if (z->undo.n == z->undo.cap) {
+		size_t cap = z->undo.cap ? 2 * z->undo.cap : 1024;
+		struct zundo *v = realloc(z->undo.v, sizeof(*v) * cap);
+		if (!v) {
+			z->undo.lost = RS_ENOMEM;
+			return;
+		}
+		z->undo.v = v, z->undo.cap = cap;
+	}
+	struct zundo u = {l, s, kind, {0, 0, 0}};
+	if (kind != UNDO_DECAYED)
+		u.old = z->slot[(size_t)l * z->spb + s];
+	z->undo.v[z->undo.n++] = u;
+}
+
+rs_status rs_zch_undo(rs_zch_table *z)
+{
+	rs_status st = z->undo.lost;
+	size_t n = st == RS_OK ? z->undo.n : 0;
+	unsigned char *touched = n ? calloc(z->nlocal, 1) : NULL;
+	for (size_t k = n; k-- > 0;) {
+		const struct zundo *u = &z->undo.v[k];
+		if (u->kind == UNDO_DECAYED) {
+			z->blk[u->l].epoch = u->s; /* the counts come back with the records before it */
+			continue;
+		}
+		struct zent *index = z->index + (size_t)u->l * z->isize;
+		struct zslot *slot = z->slot + (size_t)u->l * z->spb, *sl = &slot[u->s];
+		int found;
+		if (u->kind != UNDO_SEEN) { /* the ID it was given leaves the index */
+			uint32_t i = probe(z, index, slot, sl->id, hint_of(sl->id), &found);
+			if (found)
+				index_delete(z, index, i);
+		}
+		*sl = u->old;
+		if (u->kind == UNDO_FREE)
+			z->blk[u->l].nused--; /* newest first: it was the last slot taken */
+		if (u->kind == UNDO_EVICTED) { /* the evicted ID comes back */
+			uint32_t h = hint_of(sl->id), i = probe(z, index, slot, sl->id, h, &found);
+			index[i] = (struct zent){.slot1 = u->s + 1, .hint = h};
+		}
+		if (touched)
+			touched[u->l] = 1;
+	}
+	/* the eviction orders of each block changed, from scratch (all blocks without the scratch) */
+	for (uint32_t l = 0; n && l < z->nlocal; l++)
+		if (!touched || touched[l])
+			rs__zch_heap_rebuild(z, l);
+	free(touched);
+	z->undo.n = 0;
+	z->undo.lost = RS_OK;
+	return st;
 }
 
 /* ---- the eviction heap ----------------------------------------------------------- */
@@ -362,7 +374,7 @@ static void heap_take(rs_zch_table *z, uint32_t l)
 }
 
 /* Put every used slot of block l in its heap, as they are now, and none in its queue. */
-static void heap_rebuild(rs_zch_table *z, uint32_t l)
+void rs__zch_heap_rebuild(rs_zch_table *z, uint32_t l)
 {
 	struct hent *h = z->heap + (size_t)l * z->spb;
 	uint32_t *pos = z->hpos + (size_t)l * z->spb;
@@ -512,10 +524,13 @@ static inline void block_enter(rs_zch_table *z, uint32_t l, uint32_t step)
 	if (z->eviction == RS_EVICT_LFU && z->epoch_now > bk->epoch) {
 		uint32_t shift = z->epoch_now - bk->epoch;
 		struct zslot *slot = z->slot + (size_t)l * z->spb;
+		for (uint32_t s = 0; z->undo.on && s < bk->nused; s++) /* once an epoch: every count, then the epoch */
+			record(z, l, s, UNDO_SEEN);
+		record(z, l, bk->epoch, UNDO_DECAYED);
 		for (uint32_t s = 0; s < bk->nused; s++)
 			slot[s].count = shift >= 32 ? 0 : slot[s].count >> shift;
 		bk->epoch = z->epoch_now;
-		heap_rebuild(z, l); /* every count may have fallen */
+		rs__zch_heap_rebuild(z, l); /* every count may have fallen */
 	}
 	if (bk->npinned == 0 || bk->pinstep == step)
 		return;
@@ -624,6 +639,7 @@ static inline void hit(rs_zch_table *z, const struct zpend *p, uint32_t s, uint3
 {
 	struct zslot *sl = &z->slot[p->sbase + s];
 	struct zblock *bk = &z->blk[p->l];
+	record(z, (uint32_t)p->l, s, UNDO_SEEN);
 	if (z->eviction != RS_EVICT_LFU) {
 		if (bk->qtail == 2 * z->spb)
 			queue_compact(z, (uint32_t)p->l);
@@ -644,6 +660,7 @@ static __attribute__((noinline)) int64_t insert(rs_zch_table *z, const struct zp
 	int found;
 	if (bk->nused < z->spb) {
 		s = bk->nused++;
+		record(z, l, s, UNDO_FREE);
 		z->stats.inserts++;
 	} else {
 		int64_t v = pick_victim(z, l, step);
@@ -652,6 +669,7 @@ static __attribute__((noinline)) int64_t insert(rs_zch_table *z, const struct zp
 			return -1;
 		}
 		s = (uint32_t)v;
+		record(z, l, s, UNDO_EVICTED);
 		index_delete(z, p->index, probe(z, p->index, slot, slot[s].id, hint_of(slot[s].id), &found));
 		i = probe(z, p->index, slot, p->id, p->h, &found); /* the hole may have moved */
 		z->stats.evictions++;
@@ -735,165 +753,4 @@ uint64_t rs_zch_slot_id(const rs_zch_table *z, int64_t slot, int *live)
 		return 0;
 	*live = 1;
 	return z->slot[(size_t)l * z->spb + s].id;
-}
-
-/* ---- serialization ------------------------------------------------------------ */
-
-size_t rs_zch_bucket_bytes(const rs_zch_table *z, size_t row_bytes)
-{
-	return HEADER_BYTES + (size_t)z->spb * (16 + row_bytes) + 4;
-}
-
-static void put32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); } /* little-endian hosts only */
-static void put64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
-static uint32_t get32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-static uint64_t get64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
-
-static void put_header(unsigned char *p, const rs_zch_table *z, uint32_t bucket, uint32_t nused, size_t row_bytes,
-		       uint32_t epoch)
-{
-	put32(p, ZCH_MAGIC);
-	put32(p + 4, ZCH_VERSION);
-	put32(p + 8, z->nbuckets);
-	put32(p + 12, z->spb);
-	put32(p + 16, bucket);
-	put32(p + 20, nused);
-	put64(p + 24, row_bytes);
-	put32(p + 32, epoch);
-	put32(p + 36, 0);
-}
-
-rs_status rs_zch_bucket_save(const rs_zch_table *z, uint32_t bucket, const void *rows, size_t row_bytes,
-			     void *buf, size_t cap, size_t *len)
-{
-	size_t need = rs_zch_bucket_bytes(z, row_bytes), S = z->spb;
-	if (!rs_zch_owns(z, bucket))
-		return RS_EINVAL;
-	if (cap < need)
-		return RS_ENOSPACE;
-	uint32_t l = (uint32_t)z->local[bucket];
-	unsigned char *p = (unsigned char *)buf + HEADER_BYTES;
-	put_header(buf, z, bucket, z->blk[l].nused, row_bytes, z->blk[l].epoch);
-	for (size_t s = 0; s < S; s++) {
-		const struct zslot *sl = &z->slot[(size_t)l * S + s];
-		put64(p + 8 * s, sl->id);
-		put32(p + 8 * S + 4 * s, sl->last);
-		put32(p + 12 * S + 4 * s, sl->count);
-	}
-	memcpy(p + 16 * S, rows, S * row_bytes);
-	put32((unsigned char *)buf + need - 4, rs_crc32c(0, buf, need - 4));
-	*len = need;
-	return RS_OK;
-}
-
-rs_status rs_zch_bucket_load(rs_zch_table *z, const void *buf, size_t len, void *rows_out,
-			     size_t row_bytes, uint32_t *bucket, rs_err *err)
-{
-	const unsigned char *p = buf;
-	size_t S = z->spb, need = rs_zch_bucket_bytes(z, row_bytes);
-	struct zent *index = NULL;
-
-	if (len < HEADER_BYTES + 4)
-		return rs_err_set(err, RS_ECORRUPT, "zch bucket: %zu bytes, shorter than its header", len);
-	if (get32(p) != ZCH_MAGIC)
-		return rs_err_set(err, RS_ECORRUPT, "zch bucket: bad magic 0x%08x", get32(p));
-	if (get32(p + 4) != ZCH_VERSION)
-		return rs_err_set(err, RS_ECORRUPT, "zch bucket: version %u, this build reads %u", get32(p + 4),
-				  ZCH_VERSION);
-	uint32_t nb = get32(p + 8), spb = get32(p + 12), b = get32(p + 16), nused = get32(p + 20);
-	if (nb != z->nbuckets || spb != z->spb || get64(p + 24) != row_bytes)
-		return rs_err_set(err, RS_EINVAL,
-				  "zch bucket: geometry %u buckets x %u slots x %llu-byte rows, the table has %u x %u x %zu",
-				  nb, spb, (unsigned long long)get64(p + 24), z->nbuckets, z->spb, row_bytes);
-	if (len != need)
-		return rs_err_set(err, RS_ECORRUPT, "zch bucket %u: %zu bytes, expected %zu (truncated?)", b, len, need);
-	if (rs_crc32c(0, p, need - 4) != get32(p + need - 4))
-		return rs_err_set(err, RS_ECORRUPT, "zch bucket %u: checksum mismatch", b);
-	if (b >= nb || nused > spb)
-		return rs_err_set(err, RS_ECORRUPT, "zch bucket %u: header out of range", b);
-	const unsigned char *ids = p + HEADER_BYTES, *last = ids + 8 * S;
-	/* every live ID must belong to this bucket and appear once; build the index aside */
-	index = calloc(z->isize, sizeof(struct zent));
-	if (!index)
-		return RS_ENOMEM;
-	for (uint32_t s = 0; s < nused; s++) {
-		uint64_t id = get64(ids + 8 * (size_t)s);
-		if (rs_zch_bucket_of(id, nb) != b || get32(last + 4 * (size_t)s) == 0) {
-			free(index);
-			return rs_err_set(err, RS_ECORRUPT, "zch bucket %u: slot %u holds a foreign or free ID", b, s);
-		}
-		uint32_t h = hint_of(id), q = h & z->imask;
-		while (index[q].slot1 && get64(ids + 8 * (size_t)(index[q].slot1 - 1)) != id)
-			q = (q + 1) & z->imask;
-		if (index[q].slot1) {
-			free(index);
-			return rs_err_set(err, RS_ECORRUPT, "zch bucket %u: ID %llu appears twice", b,
-					  (unsigned long long)id);
-		}
-		index[q] = (struct zent){.slot1 = s + 1, .hint = h};
-	}
-	/* verified: commit */
-	rs_status st = rs_zch_add_bucket(z, b);
-	if (st != RS_OK) {
-		free(index);
-		return st;
-	}
-	uint32_t l = (uint32_t)z->local[b];
-	for (size_t s = 0; s < S; s++)
-		z->slot[(size_t)l * S + s] = (struct zslot){.id = get64(ids + 8 * s), .last = get32(last + 4 * s),
-							    .count = get32(last + 4 * S + 4 * s)};
-	memcpy(z->index + (size_t)l * z->isize, index, sizeof(struct zent) * z->isize);
-	z->blk[l].nused = nused;
-	z->blk[l].epoch = get32(p + 32);
-	heap_rebuild(z, l);
-	memcpy(rows_out, ids + 16 * S, S * row_bytes);
-	free(index);
-	*bucket = b;
-	return RS_OK;
-}
-
-void rs_zch_slot_meta(const rs_zch_table *z, int64_t slot, uint32_t meta[3])
-{
-	int live;
-	meta[0] = meta[1] = meta[2] = 0;
-	(void)rs_zch_slot_id(z, slot, &live);
-	if (slot < 0 || (uint64_t)slot >= (uint64_t)z->nbuckets * z->spb || z->local[slot / z->spb] < 0)
-		return;
-	uint32_t l = (uint32_t)z->local[slot / z->spb];
-	size_t at = (size_t)l * z->spb + (size_t)(slot % z->spb);
-	meta[2] = z->blk[l].epoch;
-	if (live)
-		meta[0] = z->slot[at].last, meta[1] = z->slot[at].count;
-}
-
-rs_status rs_zch_bucket_restore(rs_zch_table *z, uint32_t bucket, const int64_t *ids, const uint32_t *meta,
-				rs_err *err)
-{
-	size_t S = z->spb, len = rs_zch_bucket_bytes(z, 0);
-	uint32_t nused = 0, got;
-	if (bucket >= z->nbuckets)
-		return rs_err_set(err, RS_EINVAL, "zch: bucket %u of %u", bucket, z->nbuckets);
-	while (nused < S && ids[nused] != -1)
-		nused++;
-	for (size_t s = nused; s < S; s++)
-		if (ids[s] != -1)
-			return rs_err_set(err, RS_ECORRUPT, "zch bucket %u: slot %zu holds an ID after a free slot", bucket, s);
-	for (uint32_t s = 0; meta && s < nused; s++)
-		if (meta[3 * s] == 0)
-			return rs_err_set(err, RS_ECORRUPT, "zch bucket %u: live slot %u has no last step", bucket, s);
-	/* as rs_zch_bucket_save lays a bucket out, without rows: rs_zch_bucket_load verifies and commits it */
-	unsigned char *buf = calloc(1, len), dummy = 0;
-	if (!buf)
-		return rs_err_set(err, RS_ENOMEM, "zch bucket %u: out of memory", bucket);
-	put_header(buf, z, bucket, nused, 0, meta && nused ? meta[2] : 0);
-	unsigned char *p = buf + HEADER_BYTES;
-	for (uint32_t s = 0; s < nused; s++) {
-		put64(p + 8 * (size_t)s, (uint64_t)ids[s]);
-		put32(p + 8 * S + 4 * (size_t)s, meta ? meta[3 * s] : 1);
-		put32(p + 12 * S + 4 * (size_t)s, meta ? meta[3 * s + 1] : 1);
-	}
-	put32(buf + len - 4, rs_crc32c(0, buf, len - 4));
-	rs_status st = rs_zch_bucket_load(z, buf, len, &dummy, 0, &got, err);
-	free(buf);
-	return st;
 }

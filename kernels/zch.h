@@ -25,12 +25,13 @@
  * Eviction, when a bucket is full and a new ID arrives: the victim is the
  * slot with the smallest last step (LRU) or the smallest decayed count (LFU,
  * ties by smallest last step), ties then by lowest slot. LFU counts halve
- * every lfu_decay_steps steps. The CPU table finds that victim in
- * O(log S) with a heap (zch.c); the CUDA one scans the bucket; both pick
- * the same slot. A slot seen in the current step is never a
- * victim; when every slot of a bucket was seen this step, the new ID gets
- * slot -1 for this step (the lookup kernel reads -1 as a zero row and skips
- * its update) and the table's `overflows` counter grows.
+ * every lfu_decay_steps steps. The CPU table keeps that order without a
+ * scan (zch.c: a queue of slots by last step, amortized O(1), beside a heap,
+ * O(log S)); the CUDA one scans the bucket; both pick the same slot. A slot
+ * seen in the current step is never a victim; when every slot of a bucket
+ * was seen this step, the new ID gets slot -1 for this step (the lookup
+ * kernel reads -1 as a zero row and skips its update) and the table's
+ * `overflows` counter grows.
  *
  * Not thread-safe: one thread per table.
  */
@@ -84,6 +85,19 @@ rs_status rs_zch_drop_bucket(rs_zch_table *z, uint32_t bucket);
  */
 rs_status rs_zch_find_or_insert(rs_zch_table *z, const uint64_t *ids, size_t n, uint32_t step,
 				int64_t *slots, int64_t *fresh, size_t *nfresh);
+
+/*
+ * Undoing a failed training step: rs_zch_journal(z, 1) begins recording
+ * every change find-or-insert makes (forgetting what it recorded before; 0
+ * stops recording), and rs_zch_undo takes them back, newest first, so the
+ * table finds, evicts and counts as it did when recording began (LFU
+ * decay included); the statistics keep counting. RS_ENOMEM when a change
+ * could not be recorded, RS_EINVAL when a bucket was added, dropped or
+ * loaded meanwhile: the changes then all stay. Either way the record is
+ * emptied.
+ */
+void rs_zch_journal(rs_zch_table *z, int on);
+rs_status rs_zch_undo(rs_zch_table *z);
 
 /* Evaluation lookup: slots[i] = the row of ids[i], or -1 (a zero row) when unknown. Changes no state but `misses`. */
 rs_status rs_zch_find(rs_zch_table *z, const uint64_t *ids, size_t n, int64_t *slots);

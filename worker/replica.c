@@ -187,13 +187,12 @@ static rs_status insert_requester(rs_trainer *tr, int32_t q, cursor *c, int mine
 				break;
 			}
 		}
-		for (int64_t j = 0; j < n; j++) {
-			int64_t id;
-			memcpy(&id, rec.p + j * 8, sizeof(id));
-			int64_t slot = rs__resolve(tr, (int)t, id, step, 1);
-			if (row)
-				row[j] = slot;
-		}
+		RSCHECK(rs_grow(&tr->zids.v, &tr->zids.cap, (size_t)n + 1, sizeof(int64_t)));
+		RSCHECK(rs_grow(&tr->zrows.v, &tr->zrows.cap, (size_t)n + 1, sizeof(int64_t)));
+		memcpy(tr->zids.v, rec.p, sizeof(int64_t) * (size_t)n);
+		RSCHECK(rs__resolve(tr, (int)t, tr->zids.v, (size_t)n, step, 1, tr->zrows.v));
+		if (row)
+			memcpy(row, tr->zrows.v, sizeof(int64_t) * (size_t)n);
 		rec.p += n * 8;
 	}
 	return RS_OK;

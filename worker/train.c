@@ -364,6 +364,10 @@ void rs__trainer_destroy_later(rs_trainer *tr, rs__later *later)
 	free(tr->in_off);
 	free(tr->in.v);
 	free(tr->in_row.v);
+	free(tr->zundo.v);
+	free(tr->zids.v);
+	free(tr->zrows.v);
+	free(tr->zfresh.v);
 	free(tr->idsrc.v);
 	free(tr->exact.keep.v);
 	free(tr->exact.q.v);
@@ -385,42 +389,41 @@ void rs__trainer_destroy_later(rs_trainer *tr, rs__later *later)
 /* ---- the step ------------------------------------------------------------------- */
 
 /*
- * The row of a requested id at its owner: the id itself, or for a ZCH table
- * its slot (inserted when training; -1 for an unknown id when evaluating or
- * an overflow). A slot given to a new id gets fresh values: a function of
- * (seed, table, id), so that whichever slot an id lands in, it starts the same.
+ * The rows of n requested ids of ZCH table t at their owner (rows[i]): their
+ * slots, in one call of the table, inserted when training (-1: an unknown
+ * id when evaluating, or an overflow). A slot given to a new id gets fresh
+ * values: a function of (seed, table, id), so that whichever slot an id
+ * lands in, it starts the same.
  */
-int64_t rs__resolve(rs_trainer *tr, int t, int64_t id, int64_t step, int training)
+rs_status rs__resolve(rs_trainer *tr, int t, const int64_t *ids, size_t n, int64_t step, int training, int64_t *rows)
 {
 	tinfo *ti = &tr->tables[t];
-	if (!ti->zch)
-		return id;
-	uint64_t raw = (uint64_t)id;
-	int64_t slot, fresh;
-	size_t nfresh = 0;
+	const uint64_t *raw = (const uint64_t *)ids; /* the same bits: raw IDs are unsigned */
 	if (!training) {
-		rs_zch_find(ti->zch, &raw, 1, &slot);
-		return slot;
+		rs_zch_find(ti->zch, raw, n, rows);
+		return RS_OK;
 	}
-	rs_zch_find_or_insert(ti->zch, &raw, 1, (uint32_t)step, &slot, &fresh, &nfresh);
-	if (nfresh && slot >= 0) {
+	size_t nfresh = 0;
+	RSCHECK(rs_grow(&tr->zfresh.v, &tr->zfresh.cap, n + 1, sizeof(int64_t)));
+	rs_zch_find_or_insert(ti->zch, raw, n, (uint32_t)step, rows, tr->zfresh.v, &nfresh);
+	for (size_t k = 0; k < nfresh; k++) {
+		int64_t slot = tr->zfresh.v[k];
+		int live;
+		uint64_t id = rs_zch_slot_id(ti->zch, slot, &live);
 		const block *bl = &ti->blocks[0];
 		lshard *ls = &tr->shards[bl->local[rs__range_of(bl, slot)]];
 		int64_t local = slot - ls->s.row_offset;
 		int64_t sf = rs_emb_state_floats(tr->cfg->optimizer.kind, ls->s.cols);
+		rs__zch_keep_row(tr, ls, local);
 		for (int32_t c = 0; c < ls->s.cols; c++)
 			rs_emb_set(ls->emb.weights, ls->emb.dtype, local * ls->s.cols + c,
-				   init_value(tr->cfg->train.seed, t, id, ls->s.col_offset + c, tr->cfg->tables[t].rows));
+				   init_value(tr->cfg->train.seed, t, (int64_t)id, ls->s.col_offset + c, tr->cfg->tables[t].rows));
 		if (sf)
 			memset(ls->emb.state + local * sf, 0, sizeof(float) * (size_t)sf);
 	}
-	return slot;
+	return RS_OK;
 }
 
-/*
- * st, unchanged; a failure also goes into err, saying what failed (unless a
- * deeper call said more already: the first message wins).
- */
 rs_status rs__said(rs_status st, const char *what, rs_err *err)
 {
 	if (st != RS_OK)
@@ -583,14 +586,14 @@ rs_status rs_trainer_catch_up(rs_trainer *tr, rs_err *err)
 /*
  * The step. Every collective comes before the first update (apply_step),
  * so a step that fails on a lost peer leaves the weights, the optimizer
- * state and the dense network as the previous step left them: only ZCH
- * slots given out in its lookup remain, and giving them again is a no-op.
- * A 2D world can then rebuild the lost rows from their replicas and train
- * the step again (rs_trainer_can_heal). The last collective is the votes'
- * all-reduce: a rank whose votes fail keeps the step prepared, and can
- * catch up to it (rs_trainer_catch_up).
+ * state and the dense network as the previous step left them, and the ZCH
+ * slots its lookup gave out are taken back (rs__zch_undo). A 2D world can
+ * then rebuild the lost rows from their replicas and train the step again
+ * (rs_trainer_can_heal). The last collective is the votes' all-reduce: a
+ * rank whose votes fail keeps the step prepared, ZCH slots included, and
+ * can catch up to it (rs_trainer_catch_up).
  */
-rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs_err *err)
+static rs_status one_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs_err *err)
 {
 	const rs_config *cfg = tr->cfg;
 	int64_t g = cfg->train.global_batch;
@@ -602,15 +605,16 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 	float **dp = NULL;
 	rs_status st = RS_OK;
 
-	if (tr->spoiled)
-		return rs_err_set(err, RS_EINVAL, "the trainer's last step failed half-way: its model is part-updated");
-	drop_prepared(tr);
 	if (tr->on_host)
 		rs__trainer_prefetch(tr, 0);
 	rs__step_samples(tr, &lo, &hi);
 	RSCHECK(rs__said(rs_data_fill(tr->data, step * g + lo, (int32_t)(hi - lo), &tr->batch), "reading the step's samples",
 		     err));
 	RSCHECK(rs__lookup(tr, step, 1, err));
+	if (tr->zch_lost == step + 1) {
+		tr->zch_lost = 0;
+		return rs_err_set(err, RS_EIO, "the step: lost right after its lookup (a test's)");
+	}
 	int32_t n = tr->batch.size;
 	float inv = 1.0f / (float)g; /* gradients of the mean loss over the global batch */
 	if (!(dp = calloc((size_t)tr->nshards + 1, sizeof(float *))))
@@ -701,6 +705,21 @@ out:
 		free(dp[i]);
 	free(dp);
 	rs__replica_grads_free(&rg);
+	return st;
+}
+
+rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs_err *err)
+{
+	if (tr->spoiled)
+		return rs_err_set(err, RS_EINVAL, "the trainer's last step failed half-way: its model is part-updated");
+	drop_prepared(tr);
+	rs__zch_mark(tr);
+	rs_status st = one_step(tr, step, stats, err);
+	if (st != RS_OK && !tr->prepared.rg && !tr->spoiled && rs__zch_undo(tr) != RS_OK) {
+		RS_WARN("step %lld failed and its ZCH changes could not all be kept to undo (out of memory): the model "
+			"cannot heal", (long long)step);
+		tr->spoiled = 1;
+	}
 	return st;
 }
 

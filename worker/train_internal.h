@@ -149,11 +149,19 @@ struct rs_trainer {
 		float **dp;
 	} prepared;
 	int64_t vote_lost;  /* tests: the votes of step vote_lost - 1 fail here after they came through (0: none) */
+	int64_t zch_lost;   /* tests: step zch_lost - 1 fails here right after its lookup (0: none) */
+	struct {            /* the rows a step's ZCH lookups re-initialized, as they were (rs__zch_keep_row) */
+		unsigned char *v;
+		size_t n, cap;
+		int on;     /* kept this step: the model may heal */
+		int lost;   /* one could not be kept: the step cannot be undone */
+	} zundo;
 	i64vec *req;
 	sentvec *sent;
 	size_t *scount, *rcount;
 	i64vec in;          /* requests received, all peers, rank order */
 	i64vec in_row;      /* per received id: the row it resolved to (a ZCH slot), -1 for none */
+	i64vec zids, zrows, zfresh; /* a ZCH table's ids of the step, their slots, the fresh ones (rs__resolve) */
 	size_t *in_off;     /* per peer: start of its requests in `in` (in int64 words) */
 	i64vec idsrc;       /* deterministic: per bag, in the batch's order, its answers' count and [peer, float offset] each */
 	struct {            /* a deterministic step's buffers (train_exact.c), kept from step to step */
@@ -190,6 +198,21 @@ void rs__row_blocks(const rs_config *cfg, const lshard *ls, int64_t row, int64_t
  */
 rs_status rs__trainer_restore(const rs_trainer *tr, const lshard *ls, const char *dir, const rs_ckpt_index *ix,
 			      int64_t from, int64_t to, int verify, rs_err *err);
+
+/*
+ * Undoing a failed step's ZCH changes (train_lookup.c). A training step's
+ * lookup gives ZCH slots to new ids, re-initializing their rows, and marks
+ * every id seen, before its collectives are through. rs__zch_mark starts
+ * keeping what the step changes (where the model may heal: otherwise a
+ * failed step is rolled back anyway), rs__zch_keep_row keeps a row about to
+ * be re-initialized, and rs__zch_undo takes the step's changes back: the
+ * tables and rows are then the last step's, as in a replica that failed
+ * earlier in the same step, which the heal compares them with. RS_ENOMEM
+ * when something could not be kept (the caller must not heal).
+ */
+void rs__zch_mark(rs_trainer *tr);
+void rs__zch_keep_row(rs_trainer *tr, const lshard *ls, int64_t local);
+rs_status rs__zch_undo(rs_trainer *tr);
 
 /*
  * Work a commit need not hold the pause for (later.c): rs__later_new a
@@ -252,8 +275,8 @@ rs_status rs__exact_step(rs_trainer *tr, float inv, float **dp, double *loss, rs
 /* The most a deterministic step keeps of its micro-batches' dense gradients; beyond, it computes them twice. */
 #define RS_EXACT_KEEP_BYTES ((size_t)256 << 20)
 
-/* The row of a requested id at its owner (ZCH: its slot; see train.c). */
-int64_t rs__resolve(rs_trainer *tr, int t, int64_t id, int64_t step, int training);
+/* The rows of n requested ids of ZCH table t at their owner: their slots (see train.c). RS_ENOMEM. */
+rs_status rs__resolve(rs_trainer *tr, int t, const int64_t *ids, size_t n, int64_t step, int training, int64_t *rows);
 
 /*
  * 2D layouts (replica.c). rs__replica_resolve: the ZCH ids this step's

@@ -49,6 +49,52 @@ static rs_status sent_push(sentvec *a, sent x)
 }
 
 /*
+ * Each record of table t in this step's requests, in rank order then the
+ * requests' (stopping at a malformed one: gather_bags names its sender):
+ * with `put` its rows from zrows into in_row, in turn; without, its ids
+ * appended to zids.
+ */
+static rs_status zch_records(rs_trainer *tr, int t, int put)
+{
+	size_t k = 0;
+	for (int32_t p = 0; p < tr->world; p++)
+		for (size_t q = tr->in_off[p], end = tr->in_off[p + 1]; q + 4 <= end;) {
+			int64_t f = tr->in.v[q], cnt = tr->in.v[q + 3];
+			if (f < 0 || f >= tr->nfeat || cnt < 0 || (uint64_t)cnt > end - q - 4)
+				break;
+			if (tr->feat_table[f] == t && put) {
+				memcpy(&tr->in_row.v[q + 4], &tr->zrows.v[k], sizeof(int64_t) * (size_t)cnt);
+				k += (size_t)cnt;
+			} else if (tr->feat_table[f] == t) {
+				RSCHECK(rs_grow(&tr->zids.v, &tr->zids.cap, tr->zids.n + (size_t)cnt + 1, sizeof(int64_t)));
+				memcpy(&tr->zids.v[tr->zids.n], &tr->in.v[q + 4], sizeof(int64_t) * (size_t)cnt);
+				tr->zids.n += (size_t)cnt;
+			}
+			q += 4 + (size_t)cnt;
+		}
+	return RS_OK;
+}
+
+/*
+ * The rows of the ZCH ids of this step's requests (into in_row), one call
+ * of each table for all its ids, in the requests' order: an owner meets
+ * them in the global batch's order whatever the world size.
+ */
+static rs_status resolve_zch(rs_trainer *tr, int64_t step, int training)
+{
+	for (int t = 0; t < tr->cfg->ntables; t++) {
+		if (!tr->tables[t].zch)
+			continue;
+		tr->zids.n = 0;
+		RSCHECK(zch_records(tr, t, 0));
+		RSCHECK(rs_grow(&tr->zrows.v, &tr->zrows.cap, tr->zids.n + 1, sizeof(int64_t)));
+		RSCHECK(rs__resolve(tr, t, tr->zids.v, tr->zids.n, step, training, tr->zrows.v));
+		RSCHECK(zch_records(tr, t, 1));
+	}
+	return RS_OK;
+}
+
+/*
  * The owner's side of a lookup, one pass over the requests received:
  * check each record [feature, block, sample, n, ids...] (whole, inside its
  * sender's part), resolve its ids to rows and sort them into bags of the
@@ -59,7 +105,7 @@ static rs_status sent_push(sentvec *a, sent x)
  * is answered id by id: each id a bag of its own with an answer of its own
  * (zeros for an id without a row).
  */
-static rs_status gather_bags(rs_trainer *tr, int64_t step, int training, size_t *floats, rs_err *err)
+static rs_status gather_bags(rs_trainer *tr, size_t *floats, rs_err *err)
 {
 	for (int i = 0; i < tr->nshards; i++) {
 		lshard *ls = &tr->shards[i];
@@ -85,10 +131,8 @@ static rs_status gather_bags(rs_trainer *tr, int64_t step, int training, size_t 
 						  "rank %d asks for answers id by id (deterministic training) and this worker's "
 						  "config has \"deterministic\": false: the workers' configs differ", p);
 			for (int64_t j = 0; j < cnt; j++) {
-				/* training in 2D, ZCH ids were resolved already (rs__replica_resolve) */
-				int64_t row = training && tr->replicas > 1 && tr->tables[t].zch
-						      ? tr->in_row.v[q + 4 + j]
-						      : rs__resolve(tr, t, tr->in.v[q + 4 + j], step, training);
+				/* ZCH ids were resolved already (resolve_zch; training in 2D, rs__replica_resolve) */
+				int64_t row = tr->tables[t].zch ? tr->in_row.v[q + 4 + j] : tr->in.v[q + 4 + j];
 				tr->in_row.v[q + 4 + j] = row;
 				if (row < 0) {
 					o += per_id ? (size_t)bl->cols : 0; /* its answer stays zeros */
@@ -301,7 +345,9 @@ rs_status rs__lookup(rs_trainer *tr, int64_t step, int training, rs_err *err)
 		RSCHECKGOTO(rs__replica_resolve(tr, step, err), st, out);
 	/* answer: the partial pooled sum of each record over the rows held here, in rank order */
 	size_t floats = 0;
-	RSCHECKGOTO(gather_bags(tr, step, training, &floats, err), st, out);
+	if (!(training && tr->replicas > 1))
+		RSCHECKGOTO(resolve_zch(tr, step, training), st, out);
+	RSCHECKGOTO(gather_bags(tr, &floats, err), st, out);
 	RSCHECKGOTO(rs_grow(&tr->out.v, &tr->out.cap, floats + 1, sizeof(float)), st, out);
 	RSCHECKGOTO(pool_bags(tr, tr->out.v, floats, err), st, out);
 	for (int32_t p = 0; p < w; p++)
@@ -351,4 +397,68 @@ rs_status rs__lookup(rs_trainer *tr, int64_t step, int training, rs_err *err)
 out:
 	free(packed.v);
 	return rs__said(st, "the lookup", err);
+}
+
+/* ---- a failed step's ZCH changes, undone -------------------------------------------- */
+
+void rs__zch_mark(rs_trainer *tr)
+{
+	int any = 0;
+	for (int t = 0; t < tr->cfg->ntables; t++)
+		any |= tr->tables[t].zch != NULL;
+	tr->zundo.on = any && rs_trainer_can_heal(tr);
+	tr->zundo.n = 0;
+	tr->zundo.lost = 0;
+	for (int t = 0; t < tr->cfg->ntables; t++)
+		if (tr->tables[t].zch)
+			rs_zch_journal(tr->tables[t].zch, tr->zundo.on);
+}
+
+/* A kept row: [shard index, local row] then its weights and optimizer state bytes. */
+typedef struct kept_row {
+	int64_t shard, local;
+} kept_row;
+
+void rs__zch_keep_row(rs_trainer *tr, const lshard *ls, int64_t local)
+{
+	void *w, *s;
+	size_t wl, sl;
+	if (!tr->zundo.on)
+		return;
+	rs__row_blocks(tr->cfg, ls, local, 1, &w, &wl, &s, &sl);
+	kept_row k = {ls - tr->shards, local};
+	if (rs_grow(&tr->zundo.v, &tr->zundo.cap, tr->zundo.n + sizeof(k) + wl + sl, 1) != RS_OK) {
+		tr->zundo.lost = 1;
+		return;
+	}
+	unsigned char *p = tr->zundo.v + tr->zundo.n;
+	memcpy(p, &k, sizeof(k));
+	memcpy(p + sizeof(k), w, wl);
+	if (sl)
+		memcpy(p + sizeof(k) + wl, s, sl);
+	tr->zundo.n += sizeof(k) + wl + sl;
+}
+
+rs_status rs__zch_undo(rs_trainer *tr)
+{
+	rs_status st = tr->zundo.lost ? RS_ENOMEM : RS_OK;
+	if (!tr->zundo.on)
+		return RS_OK;
+	for (int t = 0; t < tr->cfg->ntables; t++)
+		if (tr->tables[t].zch && rs_zch_undo(tr->tables[t].zch) != RS_OK)
+			st = RS_ENOMEM;
+	/* a slot is given out at most once a step (a slot seen in it is never evicted): any order restores */
+	for (size_t o = 0; o < tr->zundo.n;) {
+		kept_row k;
+		void *w, *s;
+		size_t wl, sl;
+		memcpy(&k, tr->zundo.v + o, sizeof(k));
+		rs__row_blocks(tr->cfg, &tr->shards[k.shard], k.local, 1, &w, &wl, &s, &sl);
+		memcpy(w, tr->zundo.v + o + sizeof(k), wl);
+		if (sl)
+			memcpy(s, tr->zundo.v + o + sizeof(k) + wl, sl);
+		o += sizeof(k) + wl + sl;
+	}
+	tr->zundo.n = 0;
+	return st;
 }

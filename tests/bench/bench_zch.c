@@ -2,6 +2,7 @@
  * bench_zch.c - ZCH find-or-insert throughput on Zipf(1.05) IDs (LRU and LFU) beside a
  * plain `id % slots` lookup of the same IDs in the same run (the
  * collision-prone baseline, with the collision rate it would have had), and
+ * the same with every change recorded for an undo (a 2D step that may fail), and
  * bucket resharding 768 buckets 8 -> 12 -> 9 -> 16 against the minimum and
  * against TorchRec's rule (world size must divide the bucket count, re-split
  * by checkpoint reload).
@@ -61,7 +62,7 @@ static void report_collisions(const uint64_t *ids, size_t n, uint64_t slots, con
 	free(d);
 }
 
-static void bench_lookup(int batches, rs_eviction eviction, const char *name)
+static void bench_lookup(int batches, rs_eviction eviction, int journal, const char *name)
 {
 	const uint64_t universe = 100000000, slots = (uint64_t)BUCKETS * 1024;
 	size_t n = (size_t)batches * BATCH;
@@ -86,8 +87,11 @@ static void bench_lookup(int batches, rs_eviction eviction, const char *name)
 		rs_zch_add_bucket(z, b);
 
 	double t0 = now();
-	for (int k = 0; k < batches; k++)
+	for (int k = 0; k < batches; k++) {
+		if (journal) /* a step that may be undone (a healing 2D world): every change recorded */
+			rs_zch_journal(z, 1);
 		rs_zch_find_or_insert(z, ids + (size_t)k * BATCH, BATCH, (uint32_t)k, out, NULL, NULL);
+	}
 	double zch_s = now() - t0;
 
 	/* the baseline: a modulo and a read of the row it picks */
@@ -120,7 +124,7 @@ static void bench_lookup(int batches, rs_eviction eviction, const char *name)
 	printf("bench %s: %.1f M IDs/s | id %% slots baseline %.1f M IDs/s | ratio %.2f | "
 	       "target >= 50 M IDs/s on one core and ratio >= 0.20 %s\n", name, zr, mr, zr / mr,
 	       zr >= 50 && zr / mr >= 0.20 ? "MET" : "MISSED");
-	if (eviction == RS_EVICT_LRU)
+	if (eviction == RS_EVICT_LRU && !journal)
 		report_collisions(ids, n, slots, &st, acc);
 	free(again);
 	rs_zch_destroy(z);
@@ -178,8 +182,9 @@ static void bench_reshard(void)
 int main(int argc, char **argv)
 {
 	int quick = argc > 1 && !strcmp(argv[1], "--quick");
-	bench_lookup(quick ? 4 : 60, RS_EVICT_LRU, "zch_find_or_insert");
-	bench_lookup(quick ? 4 : 60, RS_EVICT_LFU, "zch_find_or_insert_lfu");
+	bench_lookup(quick ? 4 : 60, RS_EVICT_LRU, 0, "zch_find_or_insert");
+	bench_lookup(quick ? 4 : 60, RS_EVICT_LFU, 0, "zch_find_or_insert_lfu");
+	bench_lookup(quick ? 4 : 60, RS_EVICT_LRU, 1, "zch_find_or_insert_recorded");
 	bench_reshard();
 	if (wrong)
 		fprintf(stderr, "bench zch: %d wrong results\n", wrong);

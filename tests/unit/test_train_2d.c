@@ -9,7 +9,11 @@
  *     equal right after one;
  *   - a rank whose votes of a step failed after the others got through
  *     them catches up (rs_trainer_catch_up) and the world ends with the
- *     undisturbed run's bits.
+ *     undisturbed run's bits;
+ *   - a step that fails on every rank right after its lookup (ZCH slots
+ *     given out, ids marked seen) leaves every rank's held tables as the
+ *     step before left them (rs__zch_undo), and trained again the world
+ *     ends with the undisturbed run's bits.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -42,6 +46,8 @@ static int64_t steps;
 static const char *tag;
 static int32_t vote_lost_rank = -1; /* this rank's votes of step VOTE_LOST fail after they came through */
 #define VOTE_LOST 10
+static int zch_lost_all;        /* every rank's step ZCH_LOST fails right after its lookup */
+#define ZCH_LOST 12
 
 static int setup(void **state)
 {
@@ -84,9 +90,25 @@ static int body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
 	FILE *lf = rank == 0 ? fopen(path, "w") : NULL;
 	if (rank == vote_lost_rank)
 		tr->vote_lost = VOTE_LOST + 1;
+	if (zch_lost_all)
+		tr->zch_lost = ZCH_LOST + 1;
+	uint64_t before[16], after[16];
+	if (cfg->ntables > 16)
+		return 105;
 	for (int64_t s = 0; s < steps; s++) {
 		rs_step_stats stats;
+		if (zch_lost_all && s == ZCH_LOST)
+			rs_trainer_checksums(tr, NULL, before);
 		rs_status done = rs_trainer_step(tr, s, &stats, &err);
+		if (done != RS_OK && zch_lost_all && s == ZCH_LOST) {
+			rs_trainer_checksums(tr, NULL, after);
+			if (memcmp(before, after, sizeof(uint64_t) * (size_t)cfg->ntables) != 0) {
+				fprintf(stderr, "rank %d: the failed step %lld changed the tables it holds\n", rank, (long long)s);
+				rs_trainer_destroy(tr);
+				return 104;
+			}
+			done = rs_trainer_step(tr, s, &stats, &err); /* every rank stopped at the same point: again */
+		}
 		if (done != RS_OK && rank == vote_lost_rank && s == VOTE_LOST && rs_trainer_prepared(tr) == s + 1)
 			done = rs_trainer_catch_up(tr, &err); /* the others finished the step and wait in the next */
 		if (done != RS_OK) {
@@ -188,6 +210,20 @@ static void test_exact_sync_equals_1d(void **state)
 		assert_memory_equal(c1[i], g1[i], bytes);
 	}
 	print_message("a rank that caught up on a step whose votes it lost ends with the undisturbed run's bits\n");
+	dumps_free(cfg, c0);
+	dumps_free(cfg, c1);
+	/* every rank's step 12 fails after its lookup: its ZCH changes are undone (each rank checks), and trained again */
+	zch_lost_all = 1;
+	run("undone", S, 0, STEPS);
+	zch_lost_all = 0;
+	c0 = assemble("undone", 0, S, &n2), c1 = assemble("undone", 1, S, &n3);
+	for (int i = 0; i < cfg->ntables; i++) {
+		size_t bytes = sizeof(float) * (size_t)(cfg->tables[i].rows * cfg->tables[i].dim);
+		assert_memory_equal(c0[i], g0[i], bytes);
+		assert_memory_equal(c1[i], g1[i], bytes);
+	}
+	print_message("a step failed after its lookup on every rank, undone and trained again, ends with the undisturbed "
+		      "run's bits\n");
 	dumps_free(cfg, c0);
 	dumps_free(cfg, c1);
 	dumps_free(cfg, g0);
