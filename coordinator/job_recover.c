@@ -365,7 +365,10 @@ static void drop_model(rs_job *j, member *m)
  * the furthest of equals. A survivor whose step failed only in its last
  * exchange (the votes' all-reduce) holds everything the step's updates
  * need: it counts at that step too, and is asked to catch up to it (it
- * reports paused again, caught up or not). One asked that has not
+ * reports paused again, caught up or not). One that prepared a step the
+ * heal does not take is asked to catch up to the step it stopped at: it
+ * drops the prepared step, whose lookup changed its ZCH tables, and
+ * reports paused again with the checksums of the step before. One asked that has not
  * answered within a quarter of --timeout-ms, or was asked for another
  * step than the heal now takes, drops its model. The step into *at; 0
  * while a survivor is asked or was just dropped (the next tick counts
@@ -387,12 +390,20 @@ static int catch_up(rs_job *j, int64_t *at)
 	}
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
 		member *m = &j->mem.v[j->cur.world[r]];
-		if (m->lost || m->step == to)
+		if (m->lost || (m->step == to && m->prepared <= 0))
 			continue;
 		if (m->catching && (m->catching != to || now - m->catching_at > patience)) {
 			RS_WARN("healing: %s %s: it drops its model and takes its rows again from their copies", m->name,
 				m->catching != to ? "was asked to catch up to another step" : "did not catch up in time");
 			drop_model(j, m);
+			waiting = 1;
+		} else if (m->step == to) { /* at the step, with the next prepared: that step goes, its ZCH changes too */
+			if (!m->catching) {
+				RS_INFO("healing: %s stopped at step %lld with step %lld prepared: it drops that step",
+					m->name, (long long)m->step, (long long)m->prepared);
+				rs__job_send(j, m, rs_proto_make_generation(RS_MSG_CATCH_UP, j->cur.generation, to, NULL));
+				m->catching = to, m->catching_at = now;
+			}
 			waiting = 1;
 		} else if (reaches(m, to)) {
 			if (!m->catching) {

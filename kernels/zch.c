@@ -76,6 +76,7 @@ void rs_zch_destroy(rs_zch_table *z)
 	if (!z)
 		return;
 	free(z->undo.v);
+	free(z->undo.counts);
 	free(z->pinned);
 	free(z->hpos);
 	free(z->heap);
@@ -225,7 +226,8 @@ static void index_delete(const rs_zch_table *z, struct zent *index, uint32_t i)
 /* A slot as it was before find-or-insert changed it: seen again, taken while free, given to a new ID, decayed. */
 enum { UNDO_SEEN, UNDO_FREE, UNDO_EVICTED, UNDO_DECAYED };
 struct zundo {
-	uint32_t l, s, kind; /* UNDO_DECAYED: s is the block's epoch before */
+	uint32_t l, s, kind; /* UNDO_DECAYED: s is the block's epoch before, old.id where its counts start in
+				counts, old.last how many */
 	struct zslot old;
 };
 
@@ -233,13 +235,25 @@ void rs__zch_forget_changes(rs_zch_table *z)
 {
 	if (z->undo.n && z->undo.lost == RS_OK)
 		z->undo.lost = RS_EINVAL;
-	z->undo.n = 0;
+	z->undo.n = z->undo.ncounts = 0;
+}
+
+/* An array of *cap elements that held `used` at most this time: halved when far larger than that (a step's burst). */
+static void shrink(void **v, size_t *cap, size_t used, size_t elem)
+{
+	if (*cap <= 65536 || used >= *cap / 8)
+		return;
+	void *p = realloc(*v, elem * (*cap / 2));
+	if (p)
+		*v = p, *cap /= 2;
 }
 
 void rs_zch_journal(rs_zch_table *z, int on)
 {
+	shrink((void **)&z->undo.v, &z->undo.cap, z->undo.n, sizeof(*z->undo.v));
+	shrink((void **)&z->undo.counts, &z->undo.ccap, z->undo.ncounts, sizeof(*z->undo.counts));
 	z->undo.on = on;
-	z->undo.n = 0;
+	z->undo.n = z->undo.ncounts = 0;
 	z->undo.lost = RS_OK;
 }
 
@@ -263,6 +277,32 @@ static inline void record(rs_zch_table *z, uint32_t l, uint32_t s, uint32_t kind
 	z->undo.v[z->undo.n++] = u;
 }
 
+/* Keep block l's LFU counts and epoch, about to decay, when recording: a word per used slot. */
+static void record_decay(rs_zch_table *z, uint32_t l)
+{
+	uint32_t n = z->blk[l].nused;
+	if (!z->undo.on || z->undo.lost != RS_OK)
+		return;
+	if (z->undo.ncounts + n > z->undo.ccap) {
+		size_t cap = z->undo.ccap ? z->undo.ccap : 1024;
+		while (cap < z->undo.ncounts + n)
+			cap *= 2;
+		uint32_t *c = realloc(z->undo.counts, sizeof(*c) * cap);
+		if (!c) {
+			z->undo.lost = RS_ENOMEM;
+			return;
+		}
+		z->undo.counts = c, z->undo.ccap = cap;
+	}
+	for (uint32_t s = 0; s < n; s++)
+		z->undo.counts[z->undo.ncounts + s] = z->slot[(size_t)l * z->spb + s].count;
+	record(z, l, z->blk[l].epoch, UNDO_DECAYED);
+	if (z->undo.lost == RS_OK) {
+		z->undo.v[z->undo.n - 1].old = (struct zslot){.id = z->undo.ncounts, .last = n};
+		z->undo.ncounts += n;
+	}
+}
+
 rs_status rs_zch_undo(rs_zch_table *z)
 {
 	rs_status st = z->undo.lost;
@@ -271,7 +311,11 @@ rs_status rs_zch_undo(rs_zch_table *z)
 	for (size_t k = n; k-- > 0;) {
 		const struct zundo *u = &z->undo.v[k];
 		if (u->kind == UNDO_DECAYED) {
-			z->blk[u->l].epoch = u->s; /* the counts come back with the records before it */
+			for (uint32_t s = 0; s < u->old.last; s++)
+				z->slot[(size_t)u->l * z->spb + s].count = z->undo.counts[u->old.id + s];
+			z->blk[u->l].epoch = u->s;
+			if (touched)
+				touched[u->l] = 1;
 			continue;
 		}
 		struct zent *index = z->index + (size_t)u->l * z->isize;
@@ -297,7 +341,7 @@ rs_status rs_zch_undo(rs_zch_table *z)
 		if (!touched || touched[l])
 			rs__zch_heap_rebuild(z, l);
 	free(touched);
-	z->undo.n = 0;
+	z->undo.n = z->undo.ncounts = 0;
 	z->undo.lost = RS_OK;
 	return st;
 }
@@ -524,9 +568,7 @@ static inline void block_enter(rs_zch_table *z, uint32_t l, uint32_t step)
 	if (z->eviction == RS_EVICT_LFU && z->epoch_now > bk->epoch) {
 		uint32_t shift = z->epoch_now - bk->epoch;
 		struct zslot *slot = z->slot + (size_t)l * z->spb;
-		for (uint32_t s = 0; z->undo.on && s < bk->nused; s++) /* once an epoch: every count, then the epoch */
-			record(z, l, s, UNDO_SEEN);
-		record(z, l, bk->epoch, UNDO_DECAYED);
+		record_decay(z, l); /* once an epoch */
 		for (uint32_t s = 0; s < bk->nused; s++)
 			slot[s].count = shift >= 32 ? 0 : slot[s].count >> shift;
 		bk->epoch = z->epoch_now;

@@ -32,6 +32,8 @@ struct rs_zch_table {
 	struct {                  /* changes to take back (rs_zch_journal) */
 		struct zundo *v;
 		size_t n, cap;
+		uint32_t *counts; /* LFU counts before a decay, a word per used slot (UNDO_DECAYED records) */
+		size_t ncounts, ccap;
 		int on;
 		rs_status lost;   /* RS_OK, or why the record is incomplete */
 	} undo;

@@ -169,7 +169,8 @@ static rs_status stall(rs_agent *a, const char *why, rs_err *err)
  * Healing: the world goes on from the step this one stopped short of, its
  * votes failed (rs_trainer_prepared): make the step's updates, and report
  * paused again, caught up or not (the coordinator then gives it its rows
- * again).
+ * again). Asked for the step it stopped at instead, it drops the prepared
+ * one (rs_trainer_drop_prepared) and reports the model of that step.
  */
 static rs_status catch_up(rs_agent *a, json_t *msg, rs_err *err)
 {
@@ -186,6 +187,11 @@ static rs_status catch_up(rs_agent *a, json_t *msg, rs_err *err)
 		a->cur.step = step;
 		RS_WARN("generation %lld: caught up to step %lld (its votes had failed; its updates are made)",
 			(long long)gen, (long long)step);
+	} else if (step == a->cur.step && rs_trainer_prepared(a->tr) > step) {
+		if (rs_trainer_drop_prepared(a->tr, &why) != RS_OK)
+			return lose_generation(a, why.msg, err);
+		RS_WARN("generation %lld: the world goes on from step %lld: the step prepared after it is dropped, its "
+			"ZCH changes taken back", (long long)gen, (long long)step);
 	}
 	return rs__agent_report_paused(a, err);
 }

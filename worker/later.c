@@ -3,15 +3,14 @@
  * rs__later in train_internal.h): freeing the old trainer's large arrays
  * and the pre-copy's hashes, unmapping blocks no shard holds any more,
  * and giving the pages of rows that moved away back to the system.
- * Measured at the pause of a 4 GiB reshard on this machine: about 20 ms a
- * GiB for the pages (madvise) and 5-15 ms for the rest, which grew with
- * the state. The commit lists that work and a thread of its own does it
- * while training resumes. Only the host's memory goes there (another
- * engine's calls stay on the thread that owns them), and nothing else
- * touches it: the rows are gone from every shard. Freeing a block whose
- * unused pages the thread gives back could race it; that comes only after
- * the trainer holding the block is destroyed, which waits for the thread
- * first (rs__later_wait).
+ * Measured at the pause of a 4 GiB reshard on this machine, it took 10-20
+ * ms, growing with the state. The commit lists that work, and a thread of
+ * its own does it while training resumes. Only the host's memory goes
+ * there (another engine's calls stay on the thread that owns them), and
+ * nothing else touches it: the rows are gone from every shard. Freeing a
+ * block whose unused pages the thread gives back could race it; that
+ * comes only after the trainer holding the block is destroyed, which
+ * waits for the thread first (rs__later_wait).
  */
 #include "worker/train_internal.h"
 #include "common/grow.h"

@@ -257,7 +257,7 @@ static rs_status unpack_delta(stager *g, int32_t s, unsigned char *buf, size_t l
 			if (pass == 1)
 				RSCHECK(rs_emb_unpack_rows(&ns->emb, cfg->optimizer.kind, scratch, n, buf + at + 16 + 8 * (size_t)n,
 							   rb * (size_t)n));
-			for (int64_t k = 0; pass == 1 && k < n; k++) { /* hashed while at hand, not all at the pause */
+			for (int64_t k = 0; pass == 1 && k < n; k++) { /* hashed while at hand (in cache) */
 				rs__rowsum_stale(ns, scratch[k]);
 				rs__rowsums_fill(g->nt, ns, scratch[k], 1, 1);
 			}

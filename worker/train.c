@@ -424,6 +424,7 @@ rs_status rs__resolve(rs_trainer *tr, int t, const int64_t *ids, size_t n, int64
 	return RS_OK;
 }
 
+/* err gets what failed and how (when st is not RS_OK). */
 rs_status rs__said(rs_status st, const char *what, rs_err *err)
 {
 	if (st != RS_OK)
@@ -679,8 +680,10 @@ static rs_status one_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 	float lp[5] = {det ? 0.0f : (float)loss, tr->pause_requested ? 1.0f : 0.0f, tr->checkpoint_requested ? 1.0f : 0.0f,
 		       tr->precopy_ready ? 1.0f : 0.0f, tr->precopy_rate};
 	st = rs__said_transport(tr, rs_transport_allreduce_sum(tr->t, lp, 5), "the votes (all-reduce)", err);
-	if (st == RS_OK && tr->vote_lost == step + 1)
+	if (st == RS_OK && tr->vote_lost == step + 1) { /* once */
+		tr->vote_lost = 0;
 		st = rs_err_set(err, RS_EIO, "the votes (all-reduce): lost after they came through (a test's)");
+	}
 	if (st != RS_OK) {
 		prepare(tr, step, &rg, dp);
 		dp = NULL;
@@ -708,18 +711,35 @@ out:
 	return st;
 }
 
+/* Take a failed or dropped step's ZCH changes back; when that cannot be done, the model cannot heal. */
+static rs_status undo_step(rs_trainer *tr, int64_t step)
+{
+	rs_status st = rs__zch_undo(tr);
+	if (st != RS_OK) {
+		RS_WARN("step %lld's ZCH changes cannot be taken back (%s): the model cannot heal", (long long)step,
+			st == RS_ENOMEM ? "out of memory keeping them" : "the table's buckets changed since");
+		tr->spoiled = 1;
+	}
+	return st;
+}
+
+rs_status rs_trainer_drop_prepared(rs_trainer *tr, rs_err *err)
+{
+	rs_status st = tr->prepared.rg ? undo_step(tr, tr->prepared.step) : RS_OK;
+	drop_prepared(tr);
+	return st == RS_OK ? RS_OK : rs_err_set(err, st, "dropping a prepared step: its ZCH changes cannot be taken back");
+}
+
 rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs_err *err)
 {
 	if (tr->spoiled)
 		return rs_err_set(err, RS_EINVAL, "the trainer's last step failed half-way: its model is part-updated");
-	drop_prepared(tr);
+	if (rs_trainer_drop_prepared(tr, err) != RS_OK) /* not caught up: trained again */
+		return RS_ENOMEM;
 	rs__zch_mark(tr);
 	rs_status st = one_step(tr, step, stats, err);
-	if (st != RS_OK && !tr->prepared.rg && !tr->spoiled && rs__zch_undo(tr) != RS_OK) {
-		RS_WARN("step %lld failed and its ZCH changes could not all be kept to undo (out of memory): the model "
-			"cannot heal", (long long)step);
-		tr->spoiled = 1;
-	}
+	if (st != RS_OK && !tr->prepared.rg && !tr->spoiled)
+		(void)undo_step(tr, step);
 	return st;
 }
 

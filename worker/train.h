@@ -85,9 +85,14 @@ void rs_trainer_destroy(rs_trainer *tr);
  * stats may be NULL. On failure err (may be NULL) says what failed: the
  * phase of the step ("the lookup's requests (all-to-all)", "table 'ads':
  * ...", a peer's malformed request) followed, when the transport failed,
- * by the transport's own words (rs_transport_error, naming the peer). After
- * a failure the trainer may only be destroyed; the transport is unusable
- * when it was the transport that failed.
+ * by the transport's own words (rs_transport_error, naming the peer). A
+ * failed step leaves the model as the step before left it, ZCH tables
+ * included (their changes are taken back where the model may heal; when
+ * that cannot be done the trainer is spoiled and cannot heal), except a
+ * step whose votes failed, which stays prepared (rs_trainer_catch_up). After
+ * a failure the trainer may be destroyed, or kept to heal
+ * (rs_trainer_can_heal); the transport is unusable when it was the
+ * transport that failed.
  */
 rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs_err *err);
 
@@ -297,6 +302,15 @@ int rs_trainer_can_heal(const rs_trainer *tr);
  */
 int64_t rs_trainer_prepared(const rs_trainer *tr);
 rs_status rs_trainer_catch_up(rs_trainer *tr, rs_err *err);
+
+/*
+ * The world goes on from the step before the prepared one: drop it, and
+ * take back what its lookup changed in the ZCH tables, so that the model
+ * is the last step's (the next rs_trainer_step does the same for a step
+ * still prepared). RS_ENOMEM (the trainer spoiled) when those changes
+ * could not all be kept.
+ */
+rs_status rs_trainer_drop_prepared(rs_trainer *tr, rs_err *err);
 
 /*
  * "Nothing lost or duplicated": per_table[t] (cfg->ntables entries) gets

@@ -148,8 +148,8 @@ struct rs_trainer {
 		struct rs__replica_grads *rg; /* NULL: none kept */
 		float **dp;
 	} prepared;
-	int64_t vote_lost;  /* tests: the votes of step vote_lost - 1 fail here after they came through (0: none) */
-	int64_t zch_lost;   /* tests: step zch_lost - 1 fails here right after its lookup (0: none) */
+	int64_t vote_lost;  /* tests: the votes of step vote_lost - 1 fail here after they came through, once (0: none) */
+	int64_t zch_lost;   /* tests: step zch_lost - 1 fails here right after its lookup, once (0: none) */
 	struct {            /* the rows a step's ZCH lookups re-initialized, as they were (rs__zch_keep_row) */
 		unsigned char *v;
 		size_t n, cap;

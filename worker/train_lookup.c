@@ -407,6 +407,11 @@ void rs__zch_mark(rs_trainer *tr)
 	for (int t = 0; t < tr->cfg->ntables; t++)
 		any |= tr->tables[t].zch != NULL;
 	tr->zundo.on = any && rs_trainer_can_heal(tr);
+	if (tr->zundo.cap > ((size_t)1 << 20) && tr->zundo.n < tr->zundo.cap / 8) { /* the first steps' burst of new ids */
+		unsigned char *v = realloc(tr->zundo.v, tr->zundo.cap / 2);
+		if (v)
+			tr->zundo.v = v, tr->zundo.cap /= 2;
+	}
 	tr->zundo.n = 0;
 	tr->zundo.lost = 0;
 	for (int t = 0; t < tr->cfg->ntables; t++)

@@ -358,6 +358,7 @@ static void test_messages_checked(void **state)
 	say(WORKERS, json_pack("{s:s, s:I, s:I}", "type", "done", "rank", (json_int_t)0, "step", (json_int_t)H.o.steps));
 	assert_non_null(strstr(json_string_value(json_object_get(last(WORKERS, RS_MSG_ERROR), "reason")),
 			       "not a worker of this job"));
+	assert_int_equal(H.ending, 0);
 	/* a worker's unknown or malformed message is answered with an error; the job goes on */
 	say(0, json_pack("{s:s}", "type", "dance"));
 	assert_non_null(strstr(json_string_value(json_object_get(last(0, RS_MSG_ERROR), "reason")), "dance"));

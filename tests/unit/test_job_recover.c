@@ -289,6 +289,22 @@ static void test_catch_up_unanswered_drops_the_member(void **state)
 	heals_from(41);
 }
 
+/*
+ * Worker-0's votes of step 41 failed (prepared) but worker-2, role 1's last copy, failed before them: the
+ * world heals at step 40, and worker-0 is told to drop its prepared step (its ZCH changes), then pauses again.
+ */
+static void test_prepared_step_not_taken_is_dropped(void **state)
+{
+	(void)state;
+	survivors_pause_at((int64_t[3]){40, 40, 40}, (int[3]){1, 0, 0});
+	assert_true(asked_to_catch_up(0, 40));
+	assert_false(asked_to_catch_up(1, 40) || asked_to_catch_up(2, 40) || aborted(0, 1));
+	tick(0.01);
+	assert_phase("recovering"); /* waiting for it */
+	paused_holding(0, 40, 0, 400, 401); /* the prepared step dropped */
+	heals_from(40);
+}
+
 /* Both copies of role 0 finished a step that worker-2 (role 1's last copy) failed: no copy is at one step. */
 static void test_no_copy_at_the_survivors_step_rolls_back(void **state)
 {
@@ -312,6 +328,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_survivor_a_step_ahead_takes_its_rows_again, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_survivor_a_step_short_catches_up, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_catch_up_unanswered_drops_the_member, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_prepared_step_not_taken_is_dropped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_copy_at_the_survivors_step_rolls_back, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

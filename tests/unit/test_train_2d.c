@@ -11,7 +11,8 @@
  *     them catches up (rs_trainer_catch_up) and the world ends with the
  *     undisturbed run's bits;
  *   - a step that fails on every rank right after its lookup (ZCH slots
- *     given out, ids marked seen) leaves every rank's held tables as the
+ *     given out, ids marked seen), or in its votes and is then dropped
+ *     (rs_trainer_drop_prepared), leaves every rank's held tables as the
  *     step before left them (rs__zch_undo), and trained again the world
  *     ends with the undisturbed run's bits.
  */
@@ -46,8 +47,8 @@ static int64_t steps;
 static const char *tag;
 static int32_t vote_lost_rank = -1; /* this rank's votes of step VOTE_LOST fail after they came through */
 #define VOTE_LOST 10
-static int zch_lost_all;        /* every rank's step ZCH_LOST fails right after its lookup */
-#define ZCH_LOST 12
+static int fail_all;            /* every rank's step FAILED fails: 1 right after its lookup, 2 in its votes */
+#define FAILED 12
 
 static int setup(void **state)
 {
@@ -90,17 +91,29 @@ static int body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
 	FILE *lf = rank == 0 ? fopen(path, "w") : NULL;
 	if (rank == vote_lost_rank)
 		tr->vote_lost = VOTE_LOST + 1;
-	if (zch_lost_all)
-		tr->zch_lost = ZCH_LOST + 1;
+	if (fail_all == 1)
+		tr->zch_lost = FAILED + 1;
+	if (fail_all == 2)
+		tr->vote_lost = FAILED + 1;
 	uint64_t before[16], after[16];
 	if (cfg->ntables > 16)
 		return 105;
 	for (int64_t s = 0; s < steps; s++) {
 		rs_step_stats stats;
-		if (zch_lost_all && s == ZCH_LOST)
+		if (fail_all && s == FAILED)
 			rs_trainer_checksums(tr, NULL, before);
 		rs_status done = rs_trainer_step(tr, s, &stats, &err);
-		if (done != RS_OK && zch_lost_all && s == ZCH_LOST) {
+		if (fail_all && s == FAILED) {
+			if (done == RS_OK || (fail_all == 2) != (rs_trainer_prepared(tr) == s + 1)) {
+				fprintf(stderr, "rank %d: step %lld did not fail as planted\n", rank, (long long)s);
+				rs_trainer_destroy(tr);
+				return 106;
+			}
+			if (fail_all == 2 && rs_trainer_drop_prepared(tr, &err) != RS_OK) { /* the world goes on from s */
+				fprintf(stderr, "rank %d: dropping the prepared step: %s\n", rank, err.msg);
+				rs_trainer_destroy(tr);
+				return 107;
+			}
 			rs_trainer_checksums(tr, NULL, after);
 			if (memcmp(before, after, sizeof(uint64_t) * (size_t)cfg->ntables) != 0) {
 				fprintf(stderr, "rank %d: the failed step %lld changed the tables it holds\n", rank, (long long)s);
@@ -212,20 +225,26 @@ static void test_exact_sync_equals_1d(void **state)
 	print_message("a rank that caught up on a step whose votes it lost ends with the undisturbed run's bits\n");
 	dumps_free(cfg, c0);
 	dumps_free(cfg, c1);
-	/* every rank's step 12 fails after its lookup: its ZCH changes are undone (each rank checks), and trained again */
-	zch_lost_all = 1;
-	run("undone", S, 0, STEPS);
-	zch_lost_all = 0;
-	c0 = assemble("undone", 0, S, &n2), c1 = assemble("undone", 1, S, &n3);
-	for (int i = 0; i < cfg->ntables; i++) {
-		size_t bytes = sizeof(float) * (size_t)(cfg->tables[i].rows * cfg->tables[i].dim);
-		assert_memory_equal(c0[i], g0[i], bytes);
-		assert_memory_equal(c1[i], g1[i], bytes);
+	/*
+	 * every rank's step 12 fails after its lookup, then in its votes (prepared, then dropped): its ZCH changes are
+	 * undone (each rank checks), and trained again
+	 */
+	for (int how = 1; how <= 2; how++) {
+		const char *name = how == 1 ? "undone" : "dropped";
+		fail_all = how;
+		run(name, S, 0, STEPS);
+		fail_all = 0;
+		c0 = assemble(name, 0, S, &n2), c1 = assemble(name, 1, S, &n3);
+		for (int i = 0; i < cfg->ntables; i++) {
+			size_t bytes = sizeof(float) * (size_t)(cfg->tables[i].rows * cfg->tables[i].dim);
+			assert_memory_equal(c0[i], g0[i], bytes);
+			assert_memory_equal(c1[i], g1[i], bytes);
+		}
+		print_message("a step failed on every rank %s, undone and trained again, ends with the undisturbed run's "
+			      "bits\n", how == 1 ? "after its lookup" : "in its votes (prepared, then dropped)");
+		dumps_free(cfg, c0);
+		dumps_free(cfg, c1);
 	}
-	print_message("a step failed after its lookup on every rank, undone and trained again, ends with the undisturbed "
-		      "run's bits\n");
-	dumps_free(cfg, c0);
-	dumps_free(cfg, c1);
 	dumps_free(cfg, g0);
 	dumps_free(cfg, g1);
 }
@@ -233,6 +252,7 @@ static void test_exact_sync_equals_1d(void **state)
 static void test_every_k_replicas_equal_after_sync(void **state)
 {
 	(void)state;
+	fail_all = 0, vote_lost_rank = -1; /* whatever a failed test before left */
 	size_t n0 = 0, n1 = 0;
 	/* 28 steps: the last sync was after step 24 (of 0..27), the replicas have trained apart since */
 	run("every-mid", S, 5, 28);
