@@ -48,7 +48,8 @@ static void report(rs_job *j, const job_event *ev)
 	case EV_RESHARDED:
 		fprintf(f, "generation %lld resumed at step %lld: paused %.3f s for the reshard", (long long)r->generation,
 			(long long)r->step, r->pause_s);
-		if (r->stopped_s > 0) /* the pause ends with rank 0's first step: what the world stopped for, and that step */
+		/* the pause ends with rank 0's first step: what the world stopped for, and that step */
+		if (r->stopped_s > 0 && r->pause_s > r->stopped_s)
 			fprintf(f, " (stopped %.3f s, then its first step %.3f s)", r->stopped_s, r->pause_s - r->stopped_s);
 		if (j->mem.scale_at > 0)
 			fprintf(f, " (%.3f s from the scale request)", rs__job_now(j) - j->mem.scale_at);
