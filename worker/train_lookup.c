@@ -49,49 +49,66 @@ static rs_status sent_push(sentvec *a, sent x)
 }
 
 /*
- * Each record of table t in this step's requests, in rank order then the
- * requests' (stopping at a malformed one: gather_bags names its sender):
- * with `put` its rows from zrows into in_row, in turn; without, its ids
- * appended to zids.
+ * Each record of a ZCH table in this step's requests, in rank order then
+ * the requests' (stopping at a malformed one: gather_bags names its
+ * sender): how many ids each table has (ZCH_COUNT, into at[t + 1]), the
+ * ids into zids from at[t] on (ZCH_IDS), or their rows from zrows into
+ * in_row (ZCH_ROWS); at[t] moves past what it took.
  */
-static rs_status zch_records(rs_trainer *tr, int t, int put)
+enum { ZCH_COUNT, ZCH_IDS, ZCH_ROWS };
+
+static void zch_records(rs_trainer *tr, int what, size_t *at)
 {
-	size_t k = 0;
 	for (int32_t p = 0; p < tr->world; p++)
 		for (size_t q = tr->in_off[p], end = tr->in_off[p + 1]; q + 4 <= end;) {
 			int64_t f = tr->in.v[q], cnt = tr->in.v[q + 3];
 			if (f < 0 || f >= tr->nfeat || cnt < 0 || (uint64_t)cnt > end - q - 4)
 				break;
-			if (tr->feat_table[f] == t && put) {
-				memcpy(&tr->in_row.v[q + 4], &tr->zrows.v[k], sizeof(int64_t) * (size_t)cnt);
-				k += (size_t)cnt;
-			} else if (tr->feat_table[f] == t) {
-				RSCHECK(rs_grow(&tr->zids.v, &tr->zids.cap, tr->zids.n + (size_t)cnt + 1, sizeof(int64_t)));
-				memcpy(&tr->zids.v[tr->zids.n], &tr->in.v[q + 4], sizeof(int64_t) * (size_t)cnt);
-				tr->zids.n += (size_t)cnt;
-			}
-			q += 4 + (size_t)cnt;
+			int t = tr->feat_table[f];
+			size_t n = (size_t)cnt;
+			if (tr->tables[t].zch && what == ZCH_COUNT)
+				at[t + 1] += n;
+			else if (tr->tables[t].zch && what == ZCH_IDS)
+				memcpy(&tr->zids.v[at[t]], &tr->in.v[q + 4], sizeof(int64_t) * n), at[t] += n;
+			else if (tr->tables[t].zch)
+				memcpy(&tr->in_row.v[q + 4], &tr->zrows.v[at[t]], sizeof(int64_t) * n), at[t] += n;
+			q += 4 + n;
 		}
-	return RS_OK;
 }
 
 /*
  * The rows of the ZCH ids of this step's requests (into in_row), one call
  * of each table for all its ids, in the requests' order: an owner meets
- * them in the global batch's order whatever the world size.
+ * them in the global batch's order whatever the world size. Three passes
+ * over the requests, whatever the number of tables: count, gather by
+ * table, scatter the rows back.
  */
 static rs_status resolve_zch(rs_trainer *tr, int64_t step, int training)
 {
-	for (int t = 0; t < tr->cfg->ntables; t++) {
-		if (!tr->tables[t].zch)
-			continue;
-		tr->zids.n = 0;
-		RSCHECK(zch_records(tr, t, 0));
-		RSCHECK(rs_grow(&tr->zrows.v, &tr->zrows.cap, tr->zids.n + 1, sizeof(int64_t)));
-		RSCHECK(rs__resolve(tr, t, tr->zids.v, tr->zids.n, step, training, tr->zrows.v));
-		RSCHECK(zch_records(tr, t, 1));
-	}
-	return RS_OK;
+	int nt = tr->cfg->ntables;
+	size_t *off = calloc((size_t)nt + 1, sizeof(size_t)), *at = malloc(sizeof(size_t) * ((size_t)nt + 1));
+	rs_status st = RS_ENOMEM;
+	if (!off || !at)
+		goto out;
+	zch_records(tr, ZCH_COUNT, off);
+	for (int t = 0; t < nt; t++)
+		off[t + 1] += off[t];
+	RSCHECKGOTO(rs_grow(&tr->zids.v, &tr->zids.cap, off[nt] + 1, sizeof(int64_t)), st, out);
+	RSCHECKGOTO(rs_grow(&tr->zrows.v, &tr->zrows.cap, off[nt] + 1, sizeof(int64_t)), st, out);
+	memcpy(at, off, sizeof(size_t) * ((size_t)nt + 1));
+	zch_records(tr, ZCH_IDS, at);
+	for (int t = 0; t < nt; t++)
+		if (tr->tables[t].zch && off[t + 1] > off[t])
+			RSCHECKGOTO(rs__resolve(tr, t, tr->zids.v + off[t], off[t + 1] - off[t], step, training,
+						tr->zrows.v + off[t]),
+				    st, out);
+	memcpy(at, off, sizeof(size_t) * ((size_t)nt + 1));
+	zch_records(tr, ZCH_ROWS, at);
+	st = RS_OK;
+out:
+	free(at);
+	free(off);
+	return st;
 }
 
 /*
