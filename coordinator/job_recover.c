@@ -368,11 +368,11 @@ static void drop_model(rs_job *j, member *m)
  * reports paused again, caught up or not). One that prepared a step the
  * heal does not take is asked to catch up to the step it stopped at: it
  * drops the prepared step, whose lookup changed its ZCH tables, and
- * reports paused again with the checksums of the step before. One asked that has not
- * answered within a quarter of --timeout-ms, or was asked for another
- * step than the heal now takes, drops its model. The step into *at; 0
- * while a survivor is asked or was just dropped (the next tick counts
- * again).
+ * reports paused again with the checksums of the step before. One asked
+ * that has not answered within a quarter of --timeout-ms, or was asked
+ * for another step than the heal now takes, drops its model. The step
+ * into *at; 0 while a survivor is asked or was just dropped (the next tick
+ * counts again).
  */
 static int catch_up(rs_job *j, int64_t *at)
 {

@@ -28,6 +28,7 @@
  * leaves; stale records and entries outliving a slot's ID do no harm.
  */
 #include "kernels/zch_internal.h"
+#include "common/grow.h"
 
 #include <assert.h>
 #include <stdlib.h>
@@ -262,14 +263,9 @@ static inline void record(rs_zch_table *z, uint32_t l, uint32_t s, uint32_t kind
 {
 	if (!z->undo.on || z->undo.lost != RS_OK)
 		return;
-	if (z->undo.n == z->undo.cap) {
-		size_t cap = z->undo.cap ? 2 * z->undo.cap : 1024;
-		struct zundo *v = realloc(z->undo.v, sizeof(*v) * cap);
-		if (!v) {
-			z->undo.lost = RS_ENOMEM;
-			return;
-		}
-		z->undo.v = v, z->undo.cap = cap;
+	if (rs_grow(&z->undo.v, &z->undo.cap, z->undo.n + 1, sizeof(*z->undo.v)) != RS_OK) {
+		z->undo.lost = RS_ENOMEM;
+		return;
 	}
 	struct zundo u = {l, s, kind, {0, 0, 0}};
 	if (kind != UNDO_DECAYED)
@@ -283,16 +279,9 @@ static void record_decay(rs_zch_table *z, uint32_t l)
 	uint32_t n = z->blk[l].nused;
 	if (!z->undo.on || z->undo.lost != RS_OK)
 		return;
-	if (z->undo.ncounts + n > z->undo.ccap) {
-		size_t cap = z->undo.ccap ? z->undo.ccap : 1024;
-		while (cap < z->undo.ncounts + n)
-			cap *= 2;
-		uint32_t *c = realloc(z->undo.counts, sizeof(*c) * cap);
-		if (!c) {
-			z->undo.lost = RS_ENOMEM;
-			return;
-		}
-		z->undo.counts = c, z->undo.ccap = cap;
+	if (rs_grow(&z->undo.counts, &z->undo.ccap, z->undo.ncounts + n + 1, sizeof(*z->undo.counts)) != RS_OK) {
+		z->undo.lost = RS_ENOMEM;
+		return;
 	}
 	for (uint32_t s = 0; s < n; s++)
 		z->undo.counts[z->undo.ncounts + s] = z->slot[(size_t)l * z->spb + s].count;

@@ -424,7 +424,10 @@ rs_status rs__resolve(rs_trainer *tr, int t, const int64_t *ids, size_t n, int64
 	return RS_OK;
 }
 
-/* err gets what failed and how (when st is not RS_OK). */
+/*
+ * st, unchanged; a failure also goes into err, saying what failed (unless a
+ * deeper call said more already: the first message wins).
+ */
 rs_status rs__said(rs_status st, const char *what, rs_err *err)
 {
 	if (st != RS_OK)

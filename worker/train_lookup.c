@@ -466,9 +466,10 @@ rs_status rs__zch_undo(rs_trainer *tr)
 	rs_status st = tr->zundo.lost ? RS_ENOMEM : RS_OK;
 	if (!tr->zundo.on)
 		return RS_OK;
-	for (int t = 0; t < tr->cfg->ntables; t++)
-		if (tr->tables[t].zch && rs_zch_undo(tr->tables[t].zch) != RS_OK)
-			st = RS_ENOMEM;
+	for (int t = 0; t < tr->cfg->ntables; t++) {
+		rs_status ts = tr->tables[t].zch ? rs_zch_undo(tr->tables[t].zch) : RS_OK;
+		st = st == RS_OK ? ts : st; /* the first reason (RS_ENOMEM, or RS_EINVAL: the buckets changed) */
+	}
 	/* a slot is given out at most once a step (a slot seen in it is never evicted): any order restores */
 	for (size_t o = 0; o < tr->zundo.n;) {
 		kept_row k;

@@ -89,7 +89,7 @@ static void sum_in_rank_order(char *mine, const char *parts, size_t len, int32_t
 	for (size_t o = 0; o < n; o += per) {
 		size_t k = n - o < per ? n - o : per;
 		for (int32_t p = 0; p < w; p++) {
-			/* the others' copies in rank order, mine left out */
+			/* every copy in rank order: mine where it is, the others' as received */
 			const char *src = p == me ? mine : parts + len * (size_t)(p < me ? p : p - 1);
 			if (p == 0)
 				memcpy(acc, src + o * size, k * size);
