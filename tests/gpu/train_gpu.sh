@@ -3,8 +3,9 @@
 # binaries: worker processes sharing one GPU (TCP between them, shards and
 # kernels on the device) reach the weights CPU workers reach, and a
 # 2 -> 3 -> 2 elastic run on the GPU (rows moved out of and into managed
-# memory) reaches the weights of a static run. Exits 77 (skipped) when no
-# CUDA device can be used. (The NCCL transport: train_nccl.sh.)
+# memory), pre-copied and at the pause, reaches the weights of a static
+# run. Exits 77 (skipped) when no CUDA device can be used. (The NCCL
+# transport: train_nccl.sh.)
 #
 #   RS_GPU_WORKER_BIN    the worker the GPU runs use (default $BUILD/bin/rowshift-worker;
 #                        make test-cudasim passes the simulator's, build/cudasim/bin/rowshift-worker)
@@ -67,14 +68,25 @@ for model in examples/dlrm-small.json tests/data/train-model.json "$plain"; do
 	fi
 done
 
-# elastic on the GPU: 2 -> 3 at a third of the steps -> 2 at two thirds, against the static GPU and CPU runs
+# elastic on the GPU: 2 -> 3 at a third of the steps -> 2 at two thirds, against the static GPU and CPU runs;
+# pre-copied (the default: the rows move out of and into managed memory between steps while the old world
+# trains), and with every row moved at the pause
 model=examples/dlrm-small.json
+with_precopy $model false "$tmp/at-pause.json"
 run elastic cuda --workers 2 --config $model --schedule "$s1:3,$s2:2"
 check "a 2 -> 3 -> 2 run of GPU workers finishes" test $? = 0
 check "it resharded twice and resumed at the same steps" bash -c \
 	"grep -q 'generation 2 resumed at step $s1' $tmp/elastic.out && grep -q 'generation 3 resumed at step $s2' $tmp/elastic.out"
-check "the bytes moved at each reshard are the plan diff's" moved_is_plan_diff "$tmp/elastic.out" 2
-identical "elastic GPU = static GPU, bit for bit" "$tmp/dlrm-small-gpu" "$tmp/elastic"
-identical "elastic GPU = static CPU, bit for bit" "$tmp/dlrm-small-cpu" "$tmp/elastic"
+check "both reshards were pre-copied while the GPU workers trained" \
+	test "$(grep -c 'checksum matches; pre-copied in [1-9][0-9]* rounds while training' "$tmp/elastic.out")" = 2
+check "rows the GPU updated after they were sent went again (dirty marks after the device's update)" \
+	grep -q "pre-copied in .*\(; [1-9][0-9]* rows\|at the pause, [1-9][0-9]* (\)" "$tmp/elastic.err"
+identical "elastic GPU (pre-copied) = static GPU, bit for bit" "$tmp/dlrm-small-gpu" "$tmp/elastic"
+identical "elastic GPU (pre-copied) = static CPU, bit for bit" "$tmp/dlrm-small-cpu" "$tmp/elastic"
+run elastic-pause cuda --workers 2 --config "$tmp/at-pause.json" --schedule "$s1:3,$s2:2"
+check "the same run with pre-copy off finishes, resharding twice at the same steps" bash -c \
+	"grep -q 'generation 2 resumed at step $s1' $tmp/elastic-pause.out && grep -q 'generation 3 resumed at step $s2' $tmp/elastic-pause.out"
+check "the bytes moved at each reshard at the pause are the plan diff's" moved_is_plan_diff "$tmp/elastic-pause.out" 2
+identical "elastic GPU (at the pause) = static GPU, bit for bit" "$tmp/dlrm-small-gpu" "$tmp/elastic-pause"
 [ "$fails" = 0 ] || for f in "$tmp"/*.err; do echo "--- $(basename "$f") (tail)"; tail -n 5 "$f"; done
 finish_checks train_gpu
