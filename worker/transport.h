@@ -10,8 +10,10 @@
  * same order. Every wait is bounded by the transport's timeout; a peer that
  * dies or closes makes the call fail with RS_EPEER instead of hanging, a
  * wait past the deadline fails with RS_ETIMEDOUT, and after rs_transport_abort
- * every call fails with RS_EABORTED. After any failure the transport is
- * unusable: destroy it (the coordinator then plans the next generation).
+ * every call fails with RS_EABORTED (over TCP, a peer's wait on this rank
+ * fails at once with RS_EPEER: the connections are shut down). After any
+ * failure the transport is unusable: destroy it (the coordinator then plans
+ * the next generation).
  * rs_transport_error() says what went wrong, naming the peer.
  *
  * One thread uses a transport at a time; rs_transport_abort may be called

@@ -784,13 +784,18 @@ done:
 	return st;
 }
 
+/* This rank's waits end at once (the wake-up), and its peers' on it: the connections are shut down, not closed (a
+ * thread may be inside poll or send on them). Both calls are async-signal-safe; a failure leaves nothing to do. */
 static void tcp_abort(rs_transport *base)
 {
 	tcp *t = (tcp *)base;
 	atomic_store(&t->aborted, 1);
 	char c = 1;
-	ssize_t n = write(t->wake[1], &c, 1); /* async-signal-safe; a full pipe is already a wake-up */
+	ssize_t n = write(t->wake[1], &c, 1); /* a full pipe is already a wake-up */
 	(void)n;
+	for (int32_t p = 0; t->fd && p < base->world; p++)
+		if (t->fd[p] >= 0)
+			(void)shutdown(t->fd[p], SHUT_RDWR);
 }
 
 static void tcp_destroy(rs_transport *base)
