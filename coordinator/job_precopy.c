@@ -19,7 +19,7 @@
  */
 static int world_can_precopy(const rs_job *j)
 {
-	if (!j->cfg->cluster.precopy || j->att.failures > 0 || j->rec.healing || j->cfg->cluster.sharding_group > 0)
+	if (!j->cfg->cluster.precopy || j->att.failures > 0 || j->rec.healing)
 		return 0;
 	int wait = 0;
 	for (int32_t r = 0; r < j->cur.nworld; r++) {

@@ -80,7 +80,8 @@ rs_status rs_precopy_begin(const rs_config *cfg, rs_trainer *old, const rs_resha
 	if (spec->restore)
 		return rs_err_set(err, RS_EINVAL, "pre-copy: not with rows restored from a checkpoint");
 	if (old && !rs_trainer_can_precopy(old))
-		return rs_err_set(err, RS_EINVAL, "pre-copy: only 1D worlds (this one: %d replica groups)", (int)old->replicas);
+		return rs_err_set(err, RS_EINVAL, "pre-copy: not in 2D worlds whose replicas are averaged every %d steps",
+				  (int)old->cfg->cluster.replica_sync_every);
 	rs_precopy *pc = calloc(1, sizeof(*pc));
 	if (!pc)
 		return rs_err_set(err, RS_ENOMEM, "pre-copy: out of memory");

@@ -746,7 +746,10 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 	return st;
 }
 
-int rs_trainer_can_precopy(const rs_trainer *tr) { return tr->replicas == 1; }
+int rs_trainer_can_precopy(const rs_trainer *tr)
+{
+	return tr->replicas == 1 || tr->cfg->cluster.replica_sync_every == 0; /* averaging changes every row */
+}
 
 int rs_trainer_can_heal(const rs_trainer *tr)
 {

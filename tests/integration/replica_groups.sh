@@ -2,8 +2,10 @@
 # replica_groups.sh - 2D training (replica groups) end to end with the real
 # binaries in local mode: 2 groups of 2 workers with exact sync end where 4
 # workers in 1D do; a world that grows by a replica group copies exactly one
-# group's state, shrinking by one moves nothing, and the elastic run ends
-# where the static one does; bad replica_sync settings are refused by name.
+# group's state (pre-copied while the world trains, and with pre-copy off),
+# shrinking by one moves nothing, and the elastic runs end where the static
+# one does; replicas averaged every K steps train through a growth (moved at
+# the pause); bad replica_sync settings are refused by name.
 # Every wait here is bounded.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
@@ -19,6 +21,15 @@ coord --workers 4 --config examples/dlrm-small.json --steps 40 --save "$tmp/oned
 check "2 groups of 2 end with 1 x 4's bits, ZCH table included" bash -c \
 	"'$bin/rowshiftctl' checkpoint diff '$tmp/oned' '$tmp/twod' | tail -n 1 | grep -qx identical"
 
+diff_moved() { # diff_moved OUT: OUT's two reshards each moved exactly its plan diff (the second one's: nothing)
+	python3 - "$1" <<'PY'
+import re, sys
+pairs = re.findall(r'staged and verified: moved .*?\((\d+) B; the plan diff: (\d+) B\)', open(sys.argv[1]).read())
+print('moved and plan diff, per reshard:', pairs)
+sys.exit(0 if len(pairs) == 2 and all(a == b for a, b in pairs) else 1)
+PY
+}
+
 # 2. elastic 2D: 2 x 2 -> 3 groups -> 2 x 2, every table of the demo model (deterministic training, the
 # default, makes even the data-parallel table's all-reduce independent of the world size)
 python3 -c "
@@ -28,12 +39,7 @@ json.dump(c, open('$tmp/groups.json', 'w'))"
 coord --workers 4 --config "$tmp/groups.json" --steps 45 --schedule 15:6,30:4 --save "$tmp/elastic" \
 	>"$tmp/elastic.out" 2>"$tmp/elastic.err"
 check "a 2 x 2 -> 3 x 2 -> 2 x 2 run finishes" test $? = 0
-check "each reshard moved exactly its plan diff" python3 - "$tmp/elastic.out" <<'PY'
-import re, sys
-pairs = re.findall(r'staged and verified: moved .*?\((\d+) B; the plan diff: (\d+) B\)', open(sys.argv[1]).read())
-print('moved and plan diff, per reshard:', pairs)
-sys.exit(0 if len(pairs) == 2 and all(a == b for a, b in pairs) else 1)
-PY
+check "each reshard moved exactly its plan diff" diff_moved "$tmp/elastic.out"
 check "adding a group moves one group's state, its lower bound" python3 - "$tmp/elastic.out" <<'PY'
 import re, sys
 out = open(sys.argv[1]).read()
@@ -43,19 +49,31 @@ sys.exit(0 if m and float(m.group(1)) > 0 and m.group(1) == m.group(2) else 1)
 PY
 check "removing a group moves nothing" grep -q \
 	"generation 3: 6 -> 4 workers in 2 replica groups of 2 at step 30; the plan moves 0.00 MiB" "$tmp/elastic.out"
+check "the growth was pre-copied while the 2D world trained (exact sync marks the rows it updates)" bash -c \
+	"grep -q 'generation 2: staged .*pre-copied in [1-9][0-9]* rounds while training' $tmp/elastic.out &&
+	 grep -q 'generation 2: pre-copied in .*\(; [1-9][0-9]* rows\|at the pause, [1-9][0-9]* (\)' $tmp/elastic.err"
 coord --workers 4 --config "$tmp/groups.json" --steps 45 --save "$tmp/static" >/dev/null 2>&1
 check "the elastic 2D run ends with the static run's bits" bash -c \
 	"'$bin/rowshiftctl' checkpoint diff '$tmp/static' '$tmp/elastic' | tail -n 1 | grep -qx identical"
+with_precopy "$tmp/groups.json" false "$tmp/groups-pause.json"
+coord --workers 4 --config "$tmp/groups-pause.json" --steps 45 --schedule 15:6,30:4 --save "$tmp/elastic-pause" \
+	>"$tmp/elastic-pause.out" 2>&1
+check "with pre-copy off, its rows moved at the pause" bash -c "! grep -q 'pre-copied in' '$tmp/elastic-pause.out'"
+check "and each reshard moved its plan diff" diff_moved "$tmp/elastic-pause.out"
+check "and the run ends with the static run's bits" bash -c \
+	"'$bin/rowshiftctl' checkpoint diff '$tmp/static' '$tmp/elastic-pause' | tail -n 1 | grep -qx identical"
 
 # 3. local SGD: replicas averaged every K steps trains to the end
 python3 -c "
 import json; c = json.load(open('examples/dlrm-small.json'))
-c['cluster'].update({'sharding_group': 2, 'replica_sync': {'every': 5}})
+c['cluster'].update({'sharding_group': 2, 'replica_sync': {'every': 5}, 'ranks_per_node': 6})
 json.dump(c, open('$tmp/every.json', 'w'))
 c['cluster']['replica_sync'] = {'every': 0}
 json.dump(c, open('$tmp/every0.json', 'w'))"
-coord --workers 4 --config "$tmp/every.json" --steps 40 --log-json "$tmp/every.log" >"$tmp/every.out" 2>&1
+coord --workers 4 --config "$tmp/every.json" --steps 40 --schedule 20:6 --log-json "$tmp/every.log" >"$tmp/every.out" 2>&1
 check "a run with replicas averaged every 5 steps finishes" grep -q '"step":40' "$tmp/every.log"
+check "it grew by a group at step 20, its rows moved at the pause (averaging changes every row: no pre-copy)" bash -c \
+	"grep -q 'generation 2 resumed at step 20' '$tmp/every.out' && ! grep -q 'pre-copied in' '$tmp/every.out'"
 coord --workers 4 --config "$tmp/every0.json" --steps 40 >"$tmp/every0.out" 2>&1
 check "replica_sync every 0 is refused, naming the field" grep -q "replica_sync.*every" "$tmp/every0.out"
 
@@ -116,5 +134,20 @@ kill_workers 0 1
 wait $job
 check "both copies of some rows lost: the world rolls back to a checkpoint" grep -q "rolling back to .*step-[0-9]* (step [1-9][0-9]*)" "$tmp/both.out"
 check "and ends with the undisturbed run's weights, bit for bit" same_bits "$tmp/hbase.final" "$tmp/both.final"
+# an old member lost during a pre-copy (a growth by a group; every reshard stalls 1.5 s first): the copy is
+# called off, and the world heals with the joiners in, in one reshard, no rollback
+ROWSHIFT_FAULT=stall-ms=1500 timeout 200 "$bin/rowshift-coordinator" --local --workers 4 --config "$tmp/groups.json" \
+	--steps 90 --schedule 40:6 --save "$tmp/pcheal.final" >"$tmp/pcheal.out" 2>"$tmp/pcheal.err" &
+job=$!
+wait_for "$tmp/pcheal.err" "worker-4 generation 2: pre-copy began" 60
+kill_workers 1
+wait $job
+check "an old member lost during a 2D pre-copy: the copy is called off" \
+	grep -q "generation 2 aborted: worker-1 was lost during the pre-copy" "$tmp/pcheal.out"
+check "the world heals from the replicas, no rollback" healed pcheal
+check "its survivors stopped at once (no peer waited out its timeout for a stopped one)" bash -c \
+	"! grep -q 'timed out' '$tmp/pcheal.err'"
+check "it ends on 6 workers" grep -q "training done: 6 workers, 90 steps" "$tmp/pcheal.out"
+check "with the undisturbed run's weights (every value)" same_values "$tmp/hbase.final" "$tmp/pcheal.final"
 
 finish_checks replica_groups
