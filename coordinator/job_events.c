@@ -236,9 +236,9 @@ static void json_line(rs_job *j, const job_event *ev)
 			json_object_set_new(line, "auc", json_real(ev->auc));
 		break;
 	case EV_RESHARDED:
-		line = json_pack("{s:s, s:I, s:I, s:i, s:f, s:f, s:f, s:f, s:f}", "event", "reshard", "generation",
+		line = json_pack("{s:s, s:I, s:I, s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "event", "reshard", "generation",
 				 (json_int_t)r->generation, "step", (json_int_t)r->step, "workers", (int)r->to, "pause_s",
-				 r->pause_s, "plan_s", j->t.plan_s, "migrate_s", r->migrate_s, "commit_s",
+				 r->pause_s, "stopped_s", r->stopped_s, "plan_s", j->t.plan_s, "migrate_s", r->migrate_s, "commit_s",
 				 j->t.committed - j->t.staged, "resume_s", rs__job_now(j) - j->t.committed);
 		break;
 	case EV_ABORTED:
@@ -324,6 +324,7 @@ static void record_reshard(rs_job *j, const reshard_record *r)
 	j->rep.log[j->rep.nlog++] = *r;
 	j->rep.moved_total += r->moved_bytes;
 	j->rep.pause_sum += r->pause_s;
+	j->rep.stopped_sum += r->stopped_s;
 	int b = 0;
 	while (b < 9 && r->pause_s > rs__pause_bounds[b])
 		b++;

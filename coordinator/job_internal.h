@@ -228,7 +228,7 @@ struct rs_job {
 		reshard_record log[RESHARDS_MAX];
 		int nlog;
 		uint64_t moved_total; /* bytes moved by committed reshards */
-		double pause_sum;
+		double pause_sum, stopped_sum;
 		int pause_buckets[10]; /* pauses per /metrics histogram bucket (see job_status.c) */
 		double last_migration_event;
 		history_point last;   /* the latest progress report */

@@ -44,9 +44,9 @@ json_t *rs__history_json(const history_point *h)
 
 json_t *rs__reshard_json(const reshard_record *r)
 {
-	return json_pack("{s:I, s:I, s:i, s:i, s:f, s:f, s:I}", "generation", (json_int_t)r->generation, "step",
-			 (json_int_t)r->step, "from", (int)r->from, "to", (int)r->to, "pause_s", r->pause_s, "migrate_s",
-			 r->migrate_s, "moved_bytes", (json_int_t)r->moved_bytes);
+	return json_pack("{s:I, s:I, s:i, s:i, s:f, s:f, s:f, s:I}", "generation", (json_int_t)r->generation, "step",
+			 (json_int_t)r->step, "from", (int)r->from, "to", (int)r->to, "pause_s", r->pause_s, "stopped_s",
+			 r->stopped_s, "migrate_s", r->migrate_s, "moved_bytes", (json_int_t)r->moved_bytes);
 }
 
 /* The last recovery as the status stream's recovering/recovered events show it, or JSON null (a new reference). */
@@ -196,6 +196,9 @@ static char *metrics(const rs_job *j, size_t *len)
 			add(&t, "rowshift_reshard_pause_seconds_bucket{le=\"+Inf\"} %d\n", cum);
 	}
 	add(&t, "rowshift_reshard_pause_seconds_sum %.6f\nrowshift_reshard_pause_seconds_count %d\n", j->rep.pause_sum, cum);
+	add(&t, "# HELP rowshift_reshard_stopped_seconds_total Of the reshards' pauses, the time until every member had "
+		"committed (the rest: rank 0's first step after it).\n# TYPE rowshift_reshard_stopped_seconds_total counter\n"
+		"rowshift_reshard_stopped_seconds_total %.6f\n", j->rep.stopped_sum);
 	add(&t, "# HELP rowshift_moved_bytes_total Bytes of rows and optimizer state moved by committed reshards.\n"
 		"# TYPE rowshift_moved_bytes_total counter\nrowshift_moved_bytes_total %llu\n",
 	    (unsigned long long)j->rep.moved_total);

@@ -52,6 +52,7 @@ for gen in (2, 3):
     assert all(a["moved"] <= b["moved"] for a, b in zip(mig, mig[1:])), "progress went backwards"
 res = [m for m in msgs if m["type"] == "reshard"]
 assert [(r["from"], r["to"], r["step"]) for r in res] == [(2, 4, 60), (4, 3, 130)], res
+assert all(0 < r["stopped_s"] <= r["pause_s"] for r in res), ("the pause and the part stopped", res)
 prog = [m["step"] for m in msgs if m["type"] == "progress"]
 assert prog and prog == sorted(prog) and prog[-1] == 200, prog[-5:]
 assert any(m["type"] == "member" and m["event"] == "joined" for m in msgs)
@@ -89,6 +90,7 @@ assert samples['rowshift_phase{phase="training"}'] == 1 and samples['rowshift_ph
 assert samples["rowshift_step"] > 0 and samples["rowshift_samples_per_second"] > 0 and samples["rowshift_loss"] > 0
 assert 'rowshift_member_step_lag{member="worker-1",rank="1"}' in samples
 assert samples['rowshift_reshard_pause_seconds_bucket{le="+Inf"}'] == samples["rowshift_reshards_total"] == 0
+assert samples["rowshift_reshard_stopped_seconds_total"] == 0
 print(len(samples), "samples")
 PY
 codes="$(http http://127.0.0.1:$port/healthz | head -1) $(http http://127.0.0.1:$port/readyz | head -1) $(http http://127.0.0.1:$port/nope | head -1)"
