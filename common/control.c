@@ -373,8 +373,8 @@ static rs_status handshake(rs_control *c, const char *url, const char *token, co
 	const char *snonce, *epoch_only;
 	char nonce[RS_AUTH_NONCE_HEX + 1], proof[RS_AUTH_PROOF_HEX + 1], epoch[RS_AUTH_NONCE_HEX + 32];
 	int64_t term = 0;
-	rs_msg_join jm = {.worker = worker, .addr = addr, .pid = getpid(), .incarnation = incarnation(), .nonce = nonce,
-			  .proof = proof};
+	rs_msg_join jm = {.worker = worker, .addr = addr, .pid = getpid(), .protocol = RS_PROTOCOL_VERSION,
+			  .incarnation = incarnation(), .nonce = nonce, .proof = proof};
 	rs_msg_reply r;
 	rs_err perr = {0};
 	rs_status st = RS_OK;

@@ -115,11 +115,14 @@ rs_status rs_proto_join(json_t *msg, rs_msg_join *m, rs_err *err)
 	type = json_string_value(json_object_get(msg, "type"));
 	if (!type || strcmp(type, "join") != 0)
 		return rs_err_set(err, RS_EINVAL, "the first message must be a join");
+	json_int_t protocol = 0;
 	m->incarnation = "";
-	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s, s:s, s:I, s?s, s:s, s:s}", "type", &type, "worker",
-			   &m->worker, "addr", &m->addr, "pid", &pid, "incarnation", &m->incarnation, "nonce", &m->nonce,
-			   "proof", &m->proof) != 0)
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s, s:s, s:I, s?s, s?I, s:s, s:s}", "type", &type, "worker",
+			   &m->worker, "addr", &m->addr, "pid", &pid, "incarnation", &m->incarnation, "protocol", &protocol,
+			   "nonce", &m->nonce, "proof", &m->proof) != 0)
 		return rs_err_set(err, RS_EINVAL, "join: %s", tame(jerr.text, q));
+	if (protocol < 0 || protocol > INT32_MAX)
+		return rs_err_set(err, RS_EINVAL, "join: protocol must be a version number");
 	if (!rs_auth_nonce_ok(m->nonce) || strlen(m->proof) != RS_AUTH_PROOF_HEX)
 		return rs_err_set(err, RS_EINVAL, "join: a malformed nonce or proof");
 	/* names reach logs, metrics and the status stream: letters, digits, '.', '_', '-' only */
@@ -131,6 +134,7 @@ rs_status rs_proto_join(json_t *msg, rs_msg_join *m, rs_err *err)
 	if (strlen(m->addr) > 255 || strspn(m->addr, NAME_CHARS ":[]%") != strlen(m->addr))
 		return rs_err_set(err, RS_EINVAL, "join: addr must be a host:port");
 	m->pid = pid;
+	m->protocol = protocol;
 	return RS_OK;
 }
 
@@ -482,10 +486,12 @@ void rs_proto_bound_epoch(const char *epoch, int64_t term, char *out, size_t n)
 rs_status rs_proto_join_proof(const char *token, const char *challenge, const char *epoch, const rs_msg_join *m,
 			      char *out)
 {
-	char pid[24];
+	char pid[24], protocol[24];
 	snprintf(pid, sizeof(pid), "%lld", (long long)m->pid);
-	const char *parts[] = {challenge, epoch, m->nonce, m->worker, m->addr, pid, m->incarnation ? m->incarnation : ""};
-	return rs_auth_proof(token, "rowshift join", parts, 7, out);
+	snprintf(protocol, sizeof(protocol), "%lld", (long long)m->protocol);
+	const char *parts[] = {challenge, epoch,  m->nonce, m->worker, m->addr, pid, m->incarnation ? m->incarnation : "",
+			       protocol};
+	return rs_auth_proof(token, "rowshift join", parts, 8, out);
 }
 
 rs_status rs_proto_answer_proof(const char *token, const char *challenge, const char *epoch, const rs_msg_join *m,
@@ -507,8 +513,9 @@ json_t *rs_proto_make_challenge(const char *nonce, const char *epoch, int64_t te
 
 json_t *rs_proto_make_join(const rs_msg_join *m)
 {
-	json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:s, s:s}", "type", "join", "worker", m->worker, "addr", m->addr,
-			      "pid", (json_int_t)m->pid, "nonce", m->nonce, "proof", m->proof);
+	json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:s}", "type", "join", "worker", m->worker, "addr",
+			      m->addr, "pid", (json_int_t)m->pid, "protocol", (json_int_t)m->protocol, "nonce", m->nonce,
+			      "proof", m->proof);
 	if (j && m->incarnation && m->incarnation[0] &&
 	    json_object_set_new(j, "incarnation", json_string(m->incarnation)) != 0) {
 		json_decref(j);

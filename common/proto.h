@@ -74,9 +74,19 @@ const char *rs_proto_type_name(rs_msg_type t);
  * knows it reached the coordinator and not an impostor. The token itself
  * never crosses the wire.
  */
+/*
+ * The control protocol's version, in every join (and its proof): a
+ * coordinator refuses a joiner of another version, with a refusal it signs,
+ * so that workers and coordinators of different rowshift versions (a
+ * rolling upgrade half done) never train together. A join without one is
+ * of version 0 (from before joins carried it).
+ */
+#define RS_PROTOCOL_VERSION 1
+
 typedef struct rs_msg_join {
 	const char *worker, *addr;
 	int64_t pid;
+	int64_t protocol;        /* RS_PROTOCOL_VERSION of the joiner's build; 0 when absent */
 	const char *incarnation; /* one random value per process, the same on its every join: "" when absent */
 	const char *nonce;       /* the joiner's, fresh for this join */
 	const char *proof;       /* rs_proto_join_proof */

@@ -8,6 +8,7 @@
 #include "common/file.h"
 #include "common/log.h"
 #include "common/proto.h"
+#include "common/version.h"
 #include "common/wsmsg.h"
 
 #include <arpa/inet.h>
@@ -178,6 +179,23 @@ static void make_room(rs_server *s, rs_conn *c)
 	}
 }
 
+/*
+ * A joiner that proved it holds the token, of another protocol version: a
+ * refusal signed as a welcome would be, so that the worker believes it and
+ * stops (an unsigned one it would take for an impostor's after a restart).
+ */
+static void refuse_version(rs_conn *c, const rs_msg_join *j)
+{
+	rs_server *s = c->srv;
+	char why[160], proof[RS_AUTH_PROOF_HEX + 1];
+	snprintf(why, sizeof(why), "control protocol %lld; this coordinator speaks %d (rowshift %s): run the same "
+		 "rowshift version everywhere", (long long)j->protocol, RS_PROTOCOL_VERSION, RS_VERSION);
+	rs__server_refusal(s, "control: refused worker '%s' from %s: %s", j->worker, c->peer, why);
+	int signed_ok = rs_proto_answer_proof(s->token, c->nonce, s->bound_epoch, j, why, proof) == RS_OK;
+	push(c, rs_proto_make_refused(why, signed_ok ? proof : NULL));
+	c->closing = 1;
+}
+
 /* The coordinator's half of the join handshake (common/proto.h): prove ourselves, check the joiner's proof. */
 static void on_join(rs_conn *c, json_t *msg)
 {
@@ -191,7 +209,10 @@ static void on_join(rs_conn *c, json_t *msg)
 		why = err.msg;
 	else if (rs_proto_join_proof(s->token, c->nonce, s->bound_epoch, &j, want) != RS_OK || !rs_auth_equal(want, j.proof))
 		why = "bad join token";
-	else if (rs_proto_answer_proof(s->token, c->nonce, s->bound_epoch, &j, "welcome", answer) != RS_OK)
+	else if (j.protocol != RS_PROTOCOL_VERSION) {
+		refuse_version(c, &j);
+		return;
+	} else if (rs_proto_answer_proof(s->token, c->nonce, s->bound_epoch, &j, "welcome", answer) != RS_OK)
 		why = "the coordinator cannot make its proof";
 	if (why) {
 		/* the name is the joiner's word, not yet trusted: the parser kept it to letters, digits, '.', '_', '-' */

@@ -36,7 +36,6 @@ usage:
       "big_cut_off", "flood_cut_off", "worker_peak_kib", "worker_exit"}
       (cut off: the worker hung up before the impostor got it all out)."""
 import hashlib
-import hmac
 import json
 import os
 import select
@@ -138,13 +137,7 @@ def vm_rss(pid):
 
 def join_msg(challenge, token, worker="hostile-tool", addr=""):
     """A join proving token (common/proto.h, "The join handshake"), as bytes."""
-    c = json.loads(challenge)
-    nonce = os.urandom(16).hex()
-    j = {"type": "join", "worker": worker, "addr": addr, "pid": 1, "nonce": nonce}
-    parts = [c["nonce"], c["epoch"], nonce, worker, addr, "1", ""]
-    msg = b"rowshift join\0" + b"".join(p.encode() + b"\0" for p in parts)
-    j["proof"] = hmac.new(token.encode(), msg, hashlib.sha256).hexdigest()
-    return json.dumps(j).encode()
+    return wslib.join_msg(challenge, token, worker, addr)
 
 
 def first_answer(port, payload):

@@ -109,7 +109,7 @@ check "the coordinator logged the refusal" grep -q "refused worker 'intruder'" "
 
 # bad input on the control channel closes that client at most; training goes on
 token=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["token"])' "$tmp/c2-admin.json")
-for case in malformed badtoken early oversized joined; do
+for case in malformed badtoken early oversized joined newer unversioned; do
 	ROWSHIFT_JOIN_TOKEN=$token timeout 30 python3 tests/integration/ws_probe.py $port $case >"$tmp/probe-$case.out" 2>&1
 done
 check "malformed JSON before the join is refused and closed" \
@@ -122,6 +122,11 @@ check "a client that has not joined may not send more than a join: refused and c
 	bash -c "grep -q 'too large' $tmp/probe-oversized.out && tail -1 $tmp/probe-oversized.out | grep -q closed"
 check "an oversized message from a joined client is dropped with an error and the client may go on" \
 	bash -c "grep -q '\"type\": *\"welcome\"' $tmp/probe-joined.out && grep -q 'too large' $tmp/probe-joined.out && tail -1 $tmp/probe-joined.out | grep -q open"
+for case in newer unversioned; do
+	check "a join of another control protocol ($case) proving the token: refused naming both versions, signed, closed" \
+		bash -c "grep -q 'control protocol [02]; this coordinator speaks 1 (rowshift [0-9.]*): run the same rowshift version' $tmp/probe-$case.out &&
+			 grep -qx signed $tmp/probe-$case.out && tail -1 $tmp/probe-$case.out | grep -q closed"
+done
 check "the coordinator logged what was wrong" grep -q "control: refused a connection from 127.0.0.1: malformed JSON" "$tmp/c2.err"
 check "the job survived the probes" kill -0 $coord
 

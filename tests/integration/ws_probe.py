@@ -13,8 +13,6 @@ usage: ws_probe.py PORT CASE
               one line "WHAT HOST: STATUS" per request (101: upgraded; none: closed unanswered)
 The coordinator's challenge, which opens every connection, is read first and
 not printed. Prints one line per message received, then "closed" or "open"."""
-import hashlib
-import hmac
 import json
 import os
 import socket
@@ -40,15 +38,9 @@ def recv(r):
     return m.decode(errors="replace") if m is not None else None
 
 
-def join(challenge, token, worker="prober"):
+def join(challenge, token, worker="prober", protocol=wslib.PROTOCOL):
     """A join proving `token` (common/proto.h, "The join handshake"), as bytes."""
-    c = json.loads(challenge)
-    nonce = os.urandom(16).hex()
-    j = {"type": "join", "worker": worker, "addr": "127.0.0.1:1", "pid": 1, "nonce": nonce}
-    parts = [c["nonce"], c["epoch"], nonce, worker, j["addr"], "1", ""]
-    msg = b"rowshift join\0" + b"".join(p.encode() + b"\0" for p in parts)
-    j["proof"] = hmac.new(token.encode(), msg, hashlib.sha256).hexdigest()
-    return json.dumps(j).encode()
+    return wslib.join_msg(challenge, token, worker, "127.0.0.1:1", protocol)
 
 
 def http_status(port, path, host, origin=None, protocol=None):
@@ -102,6 +94,14 @@ def main():
         except OSError:
             pass  # closed on us mid-way: what we expect
         print(recv(r))
+    elif case in ("newer", "unversioned"):  # the token proven, another protocol version (or none): a signed refusal
+        token = os.environ["ROWSHIFT_JOIN_TOKEN"]
+        j = join(challenge, token, protocol=wslib.PROTOCOL + 1 if case == "newer" else None)
+        send(s, j)
+        answer = recv(r)
+        print(answer)
+        a = json.loads(answer)
+        print("signed" if a.get("proof") == wslib.answer_proof(challenge, token, j, a.get("reason", "")) else "unsigned")
     elif case == "joined":
         send(s, join(challenge, os.environ["ROWSHIFT_JOIN_TOKEN"]))
         print(recv(r))

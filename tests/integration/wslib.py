@@ -2,6 +2,9 @@
 the handshake with a subprotocol, masked frames out, frames parsed in."""
 import base64
 import collections
+import hashlib
+import hmac
+import json
 import os
 import select
 import socket
@@ -106,3 +109,28 @@ class Reader:
         return self.ready.popleft() if self.ready else None
 
 
+
+
+PROTOCOL = 1  # RS_PROTOCOL_VERSION (common/proto.h)
+
+
+def join_msg(challenge, token, worker, addr, protocol=PROTOCOL):
+    """A join proving token (common/proto.h, "The join handshake") for challenge (its text), as bytes; protocol
+    None leaves the version out (a join from before joins carried it)."""
+    c = json.loads(challenge)
+    nonce = os.urandom(16).hex()
+    j = {"type": "join", "worker": worker, "addr": addr, "pid": 1, "nonce": nonce}
+    if protocol is not None:
+        j["protocol"] = protocol
+    parts = [c["nonce"], c["epoch"], nonce, worker, addr, "1", "", str(protocol or 0)]
+    msg = b"rowshift join\0" + b"".join(p.encode() + b"\0" for p in parts)
+    j["proof"] = hmac.new(token.encode(), msg, hashlib.sha256).hexdigest()
+    return json.dumps(j).encode()
+
+
+def answer_proof(challenge, token, join, answer):
+    """The coordinator's proof of its answer (welcome: "welcome", refused: the reason) to join (bytes)."""
+    c, j = json.loads(challenge), json.loads(join)
+    parts = [j["nonce"], c["nonce"], c["epoch"], j["worker"], answer]
+    msg = b"rowshift answer\0" + b"".join(p.encode() + b"\0" for p in parts)
+    return hmac.new(token.encode(), msg, hashlib.sha256).hexdigest()

@@ -53,6 +53,7 @@ static void test_join(void **state)
 	assert_int_equal(rs_proto_join(m, &j, &err), RS_OK);
 	assert_string_equal(j.worker, "w-0");
 	assert_int_equal(j.pid, 3);
+	assert_int_equal(j.protocol, 0); /* absent: from before joins carried it */
 	json_decref(m);
 #define J(rest) "{\"type\":\"join\"," rest "}"
 	static const char *const bad[] = {
@@ -67,6 +68,8 @@ static void test_join(void **state)
 		J("\"worker\":7,\"addr\":\"h:1\",\"pid\":3,\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""), /* name a number */
 		J("\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3,\"incarnation\":1,\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""),
 		J("\"worker\":\"w\",\"addr\":\"h:1 x\",\"pid\":3,\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""), /* addr */
+		J("\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3,\"protocol\":-1,\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""),
+		J("\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3,\"protocol\":\"1\",\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""),
 		"{\"type\":\"progress\",\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3}", /* not a join */
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -89,6 +92,9 @@ static void test_join_handshake(void **state)
 	assert_int_equal(rs_proto_join_proof("tok", NONCE, NONCE, &j, p), RS_OK);
 	j.addr = "h:2";
 	assert_int_equal(rs_proto_join_proof("tok", NONCE, NONCE, &j, q), RS_OK);
+	assert_string_not_equal(p, q);
+	j.protocol = RS_PROTOCOL_VERSION + 1; /* the version it announces is bound too */
+	assert_int_equal(rs_proto_join_proof("tok", NONCE, NONCE, &j, p), RS_OK);
 	assert_string_not_equal(p, q);
 	assert_int_equal(rs_proto_answer_proof("tok", NONCE, NONCE, &j, "welcome", p), RS_OK);
 	assert_int_equal(rs_proto_answer_proof("tok", NONCE, NONCE, &j, "bad join token", q), RS_OK);
@@ -337,13 +343,14 @@ static void test_builders_round_trip(void **state)
 	json_t *m, *peers = json_pack("[s, s]", "a:1", "b:2"), *plan = json_object(), *uoo = json_pack("[i]", 1);
 	uint64_t sums[2] = {1, UINT64_MAX}, back[2];
 
-	rs_msg_join jn = {.worker = "worker-3", .addr = "h:1", .pid = 42, .incarnation = "abc", .nonce = NONCE,
-			  .proof = PROOF}, jb;
+	rs_msg_join jn = {.worker = "worker-3", .addr = "h:1", .pid = 42, .protocol = RS_PROTOCOL_VERSION,
+			  .incarnation = "abc", .nonce = NONCE, .proof = PROOF}, jb;
 	m = wire(rs_proto_make_join(&jn));
 	assert_int_equal(rs_proto_join(m, &jb, &err), RS_OK);
 	assert_string_equal(jb.worker, "worker-3");
 	assert_string_equal(jb.incarnation, "abc");
 	assert_int_equal(jb.pid, 42);
+	assert_int_equal(jb.protocol, RS_PROTOCOL_VERSION);
 	json_decref(m);
 
 	rs_msg_start st = {.generation = 3, .rank = 1, .world = 1, .union_world = 2, .peers = peers, .plan = plan,
