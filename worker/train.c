@@ -364,15 +364,16 @@ void rs__trainer_destroy_later(rs_trainer *tr, rs__later *later)
 	free(tr->in_off);
 	free(tr->in.v);
 	free(tr->in_row.v);
-	free(tr->zundo.v);
+	/* the step's buffers that may be large (the exact sums' kept gradients: up to RS_EXACT_KEEP_BYTES) go later */
+	rs__later_free(later, tr->zundo.v);
 	free(tr->zids.v);
 	free(tr->zrows.v);
 	free(tr->zfresh.v);
 	free(tr->idsrc.v);
-	free(tr->exact.keep.v);
-	free(tr->exact.q.v);
-	free(tr->out.v);
-	free(tr->back.v);
+	rs__later_free(later, tr->exact.keep.v);
+	rs__later_free(later, tr->exact.q.v);
+	rs__later_free(later, tr->out.v);
+	rs__later_free(later, tr->back.v);
 	free(tr->tables);
 	free(tr->shards);
 	free(tr->feat_table);
