@@ -185,6 +185,7 @@ int main(int argc, char **argv)
 	bench_lookup(quick ? 4 : 60, RS_EVICT_LRU, 0, "zch_find_or_insert");
 	bench_lookup(quick ? 4 : 60, RS_EVICT_LFU, 0, "zch_find_or_insert_lfu");
 	bench_lookup(quick ? 4 : 60, RS_EVICT_LRU, 1, "zch_find_or_insert_recorded");
+	bench_lookup(quick ? 4 : 60, RS_EVICT_LFU, 1, "zch_find_or_insert_lfu_recorded"); /* its decays recorded too */
 	bench_reshard();
 	if (wrong)
 		fprintf(stderr, "bench zch: %d wrong results\n", wrong);
