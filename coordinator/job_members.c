@@ -150,6 +150,15 @@ int rs__members_same_world(const rs_job *j, const int32_t *c, int32_t n)
  * that leaves or joins arriving together make one reshard), or nothing
  * changed for the whole debounce (stragglers are left for a later reshard).
  */
+/* Whether n workers of a job whose config asks for replica groups would train 1D (not whole groups). */
+static int short_of_groups(const rs_job *j, int32_t n)
+{
+	if (j->cfg->cluster.sharding_group <= 1)
+		return 0;
+	rs_world w = rs_world_make(j->cfg, n, 0, 0, 0);
+	return w.sharding_group == w.ranks;
+}
+
 int rs__members_change_ready(rs_job *j, int32_t *c, int32_t *nc)
 {
 	int pending;
@@ -157,6 +166,10 @@ int rs__members_change_ready(rs_job *j, int32_t *c, int32_t *nc)
 	*nc = rs__members_candidates(j, c, &pending);
 	if (*nc == 0 || rs__members_same_world(j, c, *nc))
 		return 0;
+	/* a wanted worker still on its way, and without it no whole replica groups: wait for it, up to --timeout-ms
+	 * (a slow joiner would otherwise turn a 2D world 1D, its whole model planned afresh) */
+	if (pending > 0 && short_of_groups(j, *nc))
+		return quiet >= j->o.timeout_ms / 1000.0;
 	return (pending == 0 && quiet >= debounce / 10) || quiet >= debounce;
 }
 

@@ -248,8 +248,11 @@ static int heal_begin(rs_job *j, int i, const char *why)
 		return 0;
 	}
 	j->rec.in_a_row = in_a_row;
-	if (j->ph == P_TRAINING && j->att.precopy && j->att.generation) /* its joiners are free to come in the heal */
+	if (j->ph == P_TRAINING && j->att.precopy && j->att.generation) { /* its joiners are free to come in the heal */
+		int failures = j->att.failures; /* not an attempt of the heal's: it keeps all of --max-attempts */
 		rs__cycle_precopy_call_off(j, "%s %s during the pre-copy", j->mem.v[i].name, why);
+		j->att.failures = failures;
+	}
 	rs__member_tables(j, i, tables, sizeof(tables));
 	snprintf(j->rec.why, sizeof(j->rec.why), "%s %s holding %s of rows of %s (generation %lld, near step %lld)",
 		 j->mem.v[i].name, why, groups(j->cur.plan) > 1 ? "a copy" : "the only copy", tables[0] ? tables : "its tables",

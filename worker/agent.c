@@ -404,8 +404,9 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 	rs__agent_set_ready(a, 1); /* before it says so: a probe never lags the coordinator's view */
 	/*
 	 * Listening meanwhile, and saying where: a pre-copied reshard connects while the world trains. Not a 2D
-	 * world, nor one whose transports another function connects (NCCL's): a second communicator's rounds
-	 * between the training one's steps are untried there, so such a world moves its rows at the pause.
+	 * world whose replicas are averaged every K steps (rs_trainer_can_precopy), nor one whose transports
+	 * another function connects (NCCL's): a second communicator's rounds between the training one's steps are
+	 * untried there. Such worlds move their rows at the pause.
 	 */
 	int can_precopy = rs_trainer_can_precopy(a->tr) && !a->c.connect;
 	if (can_precopy)

@@ -256,7 +256,8 @@ rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs
  * then what rs_trainer_stage would have built at that moment, to commit or
  * destroy. `old` is never modified but for the marks (the training step
  * sets them): on any failure rs_precopy_free leaves it as it was, training.
- * Not for partial recovery (spec->restore) or 2D worlds: RS_EINVAL, and
+ * Not for partial recovery (spec->restore) or 2D worlds whose replicas are
+ * averaged every K steps (the average changes every row): RS_EINVAL, and
  * those reshard with rs_trainer_stage at the pause. On the CUDA engine the
  * rounds read and write shard memory from the host between steps, as the
  * reshard at the pause does (engine.h: every engine call has returned). The
@@ -265,7 +266,7 @@ rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs
  */
 typedef struct rs_precopy rs_precopy;
 
-/* Whether this trainer's rows can be pre-copied: a 1D world (either engine). */
+/* Whether this trainer's rows can be pre-copied: a 1D world, or 2D with exact sync (either engine). */
 int rs_trainer_can_precopy(const rs_trainer *tr);
 
 rs_status rs_precopy_begin(const rs_config *cfg, rs_trainer *old, const rs_reshard_spec *spec, rs_precopy **out,

@@ -52,7 +52,8 @@ typedef struct rs_transport_ops {
 	 * A transport over ranks 0..n-1 of t, sharing its connections (as
 	 * ncclCommSplit does): how the union of old and new members of a
 	 * resharding becomes the new world. The caller's rank must be < n; t
-	 * must outlive the view and not be used while the view is.
+	 * must outlive the view and not be used while the view is. Aborting
+	 * the view shuts down the connections it shares: t is then of no use.
 	 */
 	rs_status (*subset)(rs_transport *t, int32_t n, rs_transport **out);
 } rs_transport_ops;

@@ -77,6 +77,8 @@ run elastic cuda --workers 2 --config $model --schedule "$s1:3,$s2:2"
 check "a 2 -> 3 -> 2 run of GPU workers finishes" test $? = 0
 check "it resharded twice and resumed at the same steps" bash -c \
 	"grep -q 'generation 2 resumed at step $s1' $tmp/elastic.out && grep -q 'generation 3 resumed at step $s2' $tmp/elastic.out"
+check "the bytes moved at each pre-copied reshard are the plan diff's (rows sent again counted apart)" \
+	moved_is_plan_diff "$tmp/elastic.out" 2
 check "both reshards were pre-copied while the GPU workers trained" \
 	test "$(grep -c 'checksum matches; pre-copied in [1-9][0-9]* rounds while training' "$tmp/elastic.out")" = 2
 check "rows the GPU updated after they were sent went again (dirty marks after the device's update)" \

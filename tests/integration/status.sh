@@ -29,7 +29,7 @@ PY
 with_precopy "$cfg" false "$tmp/stw.json"
 port=$(free_port)
 "$bin/rowshift-coordinator" --local --workers 2 --config "$tmp/stw.json" --steps 200 --schedule 60:4,130:3 \
-	--listen 127.0.0.1:$port --admin-file "$tmp/admin.json" >"$tmp/run.out" 2>"$tmp/run.err" &
+	--listen 127.0.0.1:$port --admin-file "$tmp/admin.json" --log-json "$tmp/run.jsonl" >"$tmp/run.out" 2>"$tmp/run.err" &
 job=$!
 wait_for "$tmp/admin.json" url 30
 timeout 120 "$bin/rowshiftctl" status --watch --json --admin-file "$tmp/admin.json" >"$tmp/stream.json" 2>"$tmp/stream.err"
@@ -63,6 +63,11 @@ assert names == ["worker-0", "worker-1", "worker-2"], ("the member that left is 
 print(len(msgs), "messages:", {t: types.count(t) for t in set(types)})
 PY
 wait $job
+check "--log-json's reshard lines carry the pause and the part of it the world stood still" python3 - "$tmp/run.jsonl" <<'PY'
+import json, sys
+res = [m for m in map(json.loads, open(sys.argv[1])) if m.get("event") == "reshard"]
+assert len(res) == 2 and all(0 < r["stopped_s"] <= r["pause_s"] for r in res), res
+PY
 
 # 2. one shot, metrics, health
 port=$(free_port)

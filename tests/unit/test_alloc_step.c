@@ -63,7 +63,8 @@ static int teardown(void **state)
 /* What is tortured: the first step, a later step, an evaluation after a step, a first step that may heal. */
 typedef enum op { FIRST_STEP, LATER_STEP, EVALUATION, HEALABLE_STEP } op;
 
-static const char *const op_name[] = {"the first step", "a later step", "an evaluation", "the first step of a trainer that may heal"};
+static const char *const op_name[] = {"the first step", "a later step", "an evaluation",
+				      "the first step of a trainer that may heal"};
 
 /* A trainer of world 1 over its own transport, made without failures; NULL t/tr on error. */
 static void make_trainer(rs_transport **t, rs_trainer **tr)

@@ -240,6 +240,41 @@ static void test_resume_when_nothing_changes(void **state)
 	assert_null(last(2, RS_MSG_START));
 }
 
+/*
+ * A 2D job (groups of 2) asked for 6 workers from 4, whose second joiner is
+ * slow: 5 would train 1D (its whole model planned afresh), so the change
+ * waits for it past the debounce, up to --timeout-ms (10 s here); it goes
+ * ahead as soon as the group is whole, or with 5 at the timeout.
+ */
+static void test_2d_growth_waits_for_whole_groups(void **state)
+{
+	(void)state;
+	for (int slow = 0; slow < 2; slow++) {
+		if (slow) {
+			teardown(NULL);
+			setup(NULL);
+		}
+		H.cfg->cluster.sharding_group = 2;
+		start(4);
+		H.replicas = 6;
+		join(4);
+		tick(0.6);
+		tick(0.6); /* past the debounce */
+		assert_phase("training");
+		assert_null(last(0, RS_MSG_PAUSE));
+		if (!slow) {
+			join(5);
+			tick(0.2); /* nobody pending: a tenth of the debounce */
+			assert_non_null(last(0, RS_MSG_PAUSE));
+			continue;
+		}
+		tick(5);
+		assert_null(last(0, RS_MSG_PAUSE));
+		tick(5); /* --timeout-ms since the last change: with the 5 it has */
+		assert_non_null(last(0, RS_MSG_PAUSE));
+	}
+}
+
 static void test_schedule_scales_at_its_step(void **state)
 {
 	(void)state;
@@ -509,6 +544,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_aborting_times_out, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_worker_left_while_paused_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_resume_when_nothing_changes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_2d_growth_waits_for_whole_groups, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_schedule_scales_at_its_step, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_done, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_done_is_not_reported_unless_persisted, setup, teardown),
