@@ -33,9 +33,26 @@ static int world_can_precopy(const rs_job *j)
 	return wait && rs__job_now(j) - j->ph_at < j->o.timeout_ms / 1000.0 ? -1 : !wait;
 }
 
+/*
+ * Whether the layout stays what it is: 1D to 1D, or replica groups of the
+ * same size to more or fewer of them. A world that turns 2D or 1D (a 2D
+ * job through a size that is not whole groups) moves its rows at the pause:
+ * pre-copied, such a change was seen to fail its checksums (3 -> 4 workers
+ * in groups of 2), and aborted.
+ */
+static int same_layout(const rs_job *j, int32_t n)
+{
+	const rs_world *old = &j->cur.plan->world;
+	rs_world w = rs_world_make(j->cfg, n, 0, 0, 0);
+	int was_2d = old->sharding_group < old->ranks, is_2d = w.sharding_group < w.ranks;
+	return was_2d == is_2d && (!is_2d || w.sharding_group == old->sharding_group);
+}
+
 int rs__cycle_precopy_can(const rs_job *j, const int32_t *c, int32_t n)
 {
 	int world = world_can_precopy(j);
+	if (world && (!j->cur.plan || !same_layout(j, n)))
+		return 0;
 	for (int32_t k = 0; world && k < n; k++)
 		if (!j->mem.v[c[k]].conn || !j->mem.v[c[k]].addr[0])
 			return 0;

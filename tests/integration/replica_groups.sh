@@ -63,6 +63,13 @@ check "and each reshard moved its plan diff" diff_moved "$tmp/elastic-pause.out"
 check "and the run ends with the static run's bits" bash -c \
 	"'$bin/rowshiftctl' checkpoint diff '$tmp/static' '$tmp/elastic-pause' | tail -n 1 | grep -qx identical"
 
+# a world that turns 2D (3 workers, 1D, to 2 groups of 2) moves its rows at the pause, not pre-copied (such a
+# copy failed its checksums), and commits at once
+coord --workers 3 --config "$tmp/groups.json" --steps 40 --schedule 20:4 >"$tmp/to2d.out" 2>&1
+check "3 (1D) -> 4 (2 groups of 2): moved at the pause, committed at the first attempt" bash -c \
+	"grep -q 'generation 2: 3 -> 4 workers in 2 replica groups of 2' '$tmp/to2d.out' && grep -q 'generation 2 committed' '$tmp/to2d.out' &&
+	 ! grep -q 'pre-copied in\|aborted' '$tmp/to2d.out'"
+
 # 3. local SGD: replicas averaged every K steps trains to the end
 python3 -c "
 import json; c = json.load(open('examples/dlrm-small.json'))
