@@ -55,10 +55,37 @@ void rs__ckpt_free(rs_job *j)
 {
 	for (size_t k = 0; k < RS_CKPT_GATHERS; k++)
 		gather_free(&j->ck.g[k]);
+	rs_plan_free(j->ck.prev.plan);
+	free(j->ck.prev.world);
+	j->ck.prev.plan = NULL, j->ck.prev.world = NULL, j->ck.prev.n = 0;
+}
+
+/*
+ * A checkpoint the world took shortly before a reshard may still be
+ * written when the reshard commits (its ranks write off the training
+ * thread): its files are of the old world's shards, whole and consistent.
+ * The old world and its plan are kept so that its ranks' reports still
+ * count and its index describes their shards; the next reshard, a
+ * rollback or the job's end lets them go.
+ */
+void rs__ckpt_keep_world(rs_job *j)
+{
+	if (!j->o.ckpt_dir || !j->cur.plan)
+		return;
+	rs_plan_free(j->ck.prev.plan);
+	free(j->ck.prev.world);
+	j->ck.prev.plan = NULL;
+	j->ck.prev.world = malloc(sizeof(int32_t) * (size_t)j->cur.nworld + 1);
+	if (!j->ck.prev.world)
+		return; /* then such a checkpoint stays incomplete, as it would have */
+	memcpy(j->ck.prev.world, j->cur.world, sizeof(int32_t) * (size_t)j->cur.nworld);
+	j->ck.prev.n = j->cur.nworld, j->ck.prev.generation = j->cur.generation;
+	j->ck.prev.plan = j->cur.plan;
+	j->cur.plan = NULL;
 }
 
 /* The gather of (generation, step): the one under way, else a new one (in a free slot or the oldest's). */
-static rs_status gather_of(rs_job *j, int64_t generation, int64_t step, gather **out)
+static rs_status gather_of(rs_job *j, int64_t generation, int32_t nworld, int64_t step, gather **out)
 {
 	gather *g = NULL;
 	for (size_t k = 0; k < RS_CKPT_GATHERS; k++)
@@ -71,13 +98,13 @@ static rs_status gather_of(rs_job *j, int64_t generation, int64_t step, gather *
 			g = &j->ck.g[k];
 	if (g->step)
 		give_up(g);
-	g->got = calloc((size_t)j->cur.nworld + 1, 1);
+	g->got = calloc((size_t)nworld + 1, 1);
 	g->sums = json_object();
 	if (!g->got || !g->sums) {
 		gather_free(g);
 		return RS_ENOMEM;
 	}
-	g->step = step, g->generation = generation, g->nworld = j->cur.nworld;
+	g->step = step, g->generation = generation, g->nworld = nworld;
 	g->dense_params = -1;
 	g->started = rs__job_now(j);
 	*out = g;
@@ -164,10 +191,14 @@ static void complete(rs_job *j, gather *g)
 	json_t *v;
 	json_object_foreach(g->sums, file, v)
 		bytes += (uint64_t)json_integer_value(json_object_get(v, "bytes"));
-	if (g->dense_params < 0 || rs_checkpoint_write_index(dir, j->cfg, j->cur.plan, step, (size_t)g->dense_params,
-							       g->sums, &err) != RS_OK) {
+	const rs_plan *plan = g->generation == j->cur.generation ? j->cur.plan
+			      : g->generation == j->ck.prev.generation ? j->ck.prev.plan : NULL;
+	if (g->dense_params < 0 || !plan ||
+	    rs_checkpoint_write_index(dir, j->cfg, plan, step, (size_t)g->dense_params, g->sums, &err) != RS_OK) {
 		RS_WARN("checkpoint of step %lld stays incomplete: %s", (long long)step,
-			g->dense_params < 0 ? "rank 0 did not report the dense network" : err.msg);
+			g->dense_params < 0 ? "rank 0 did not report the dense network"
+			: !plan		    ? "its world's plan is gone"
+					    : err.msg);
 		gather_free(g);
 		return;
 	}
@@ -187,16 +218,18 @@ rs_status rs__job_checkpointed(rs_job *j, int i, json_t *msg, rs_err *err)
 	rs_msg_checkpointed m;
 	RSCHECK(rs_proto_checkpointed(msg, &m, err));
 	rs_status st = RS_OK;
-	/* only the current world's word counts, each rank for itself, for a step it trained */
-	if (!j->o.ckpt_dir || m.generation != j->cur.generation || m.rank >= j->cur.nworld ||
-	    j->cur.world[m.rank] != i || (!j->o.ckpt_interval && m.step % j->o.ckpt_every != 0) ||
-	    m.step <= j->ck.last_complete) {
+	/* only the word of the current world, or of the one a reshard just replaced, counts: each rank for itself */
+	const int32_t *world = m.generation == j->cur.generation ? j->cur.world
+			     : j->ck.prev.plan && m.generation == j->ck.prev.generation ? j->ck.prev.world : NULL;
+	int32_t n = world == j->cur.world ? j->cur.nworld : j->ck.prev.n;
+	if (!j->o.ckpt_dir || !world || m.rank >= n || world[m.rank] != i ||
+	    (!j->o.ckpt_interval && m.step % j->o.ckpt_every != 0) || m.step <= j->ck.last_complete) {
 		RS_DEBUG("checkpoint: a report of step %lld from %s ignored (stale or not of this world)", (long long)m.step,
 			 j->mem.v[i].name);
 		goto out;
 	}
 	gather *g;
-	if ((st = gather_of(j, m.generation, m.step, &g)) != RS_OK)
+	if ((st = gather_of(j, m.generation, n, m.step, &g)) != RS_OK)
 		goto out;
 	for (int k = 0; k < m.nfiles; k++) {
 		json_t *e = json_pack("{s:I, s:I}", "crc32c", (json_int_t)m.files[k].crc32c, "bytes",

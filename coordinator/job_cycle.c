@@ -454,6 +454,7 @@ static void commit_attempt(rs_job *j)
 /* Every member took the commit: the attempt is the generation now. */
 static void install_attempt(rs_job *j)
 {
+	rs__ckpt_keep_world(j); /* the old world and its plan (taken), for its checkpoints still being written */
 	int32_t *w = realloc(j->cur.world, sizeof(int32_t) * (size_t)j->att.nworld);
 	if (!w) {
 		rs__job_fail(j, "out of memory");

@@ -179,6 +179,11 @@ struct rs_job {
 		} g[RS_CKPT_GATHERS];
 		int64_t last_complete; /* the step of the latest complete checkpoint, 0: none */
 		int complete;         /* complete checkpoints so far */
+		struct {              /* the world the last reshard replaced: its checkpoints in flight may complete */
+			rs_plan *plan;  /* NULL: none kept */
+			int32_t *world, n;
+			int64_t generation;
+		} prev;
 	} ck;
 
 	/* recovery from a lost world member (job_recover.c) */
@@ -405,6 +410,8 @@ rs_status rs__job_checkpointed(rs_job *j, int member_index, json_t *msg, rs_err 
  */
 int rs__ckpt_completing(const rs_job *j);
 void rs__ckpt_free(rs_job *j);
+/* A reshard replaces the current world: keep it (takes j->cur.plan) for its checkpoints still being written. */
+void rs__ckpt_keep_world(rs_job *j);
 
 /*
  * Forget the checkpoint being gathered (the next complete one is after

@@ -73,6 +73,61 @@ static void hash_ahead(rs_precopy *pc)
 	}
 }
 
+/* A span of an old shard's rows that goes somewhere: a move from this member, or a kept range copied. */
+typedef struct span {
+	int table;
+	int32_t col;
+	int64_t lo, hi;
+} span;
+
+static int cmp_span(const void *a, const void *b)
+{
+	const span *x = a, *y = b;
+	if (x->table != y->table)
+		return x->table - y->table;
+	if (x->col != y->col)
+		return x->col < y->col ? -1 : 1;
+	return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+/*
+ * Whether every row of this member's old plain shards goes to one copy at
+ * most (a move, or a kept range copied into a new shard): a row's one dirty
+ * mark, cleared as it is sent, can follow only one. Not so when a new world
+ * holds replicas that one old copy feeds (a 1D world turning 2D): RS_EINVAL,
+ * naming the rows, and the change moves at the pause.
+ */
+static rs_status one_copy_each(const stager *g, rs_err *err)
+{
+	const rs_trainer *old = g->old, *nt = g->nt;
+	size_t n = 0, cap = (size_t)g->nmoves + (nt ? (size_t)nt->nshards * (size_t)old->nshards : 0) + 1;
+	span *v = malloc(sizeof(span) * cap);
+	if (!v)
+		return rs_err_set(err, RS_ENOMEM, "pre-copy: out of memory");
+	for (int i = 0; i < g->nmoves; i++) {
+		const rs_move *m = &g->moves[i];
+		if (m->src != RS_MOVE_RESTORE && g->spec->union_of_old[m->src] == g->me && !rs__at_pause(g, m->table))
+			v[n++] = (span){m->table, m->col_offset, m->row_offset, m->row_offset + m->rows};
+	}
+	for (int i = 0; nt && i < nt->nshards; i++)
+		for (int k = 0; k < old->nshards; k++) {
+			const lshard *ns = &nt->shards[i], *os = &old->shards[k];
+			int64_t r0, r1;
+			if (rs__at_pause(g, os->table) || !rs__kept_rows(os, ns, &r0, &r1) ||
+			    (r0 == ns->s.row_offset && r1 == ns->s.row_offset + ns->s.rows)) /* shared memory: no copy */
+				continue;
+			v[n++] = (span){os->table, os->s.col_offset, r0, r1};
+		}
+	qsort(v, n, sizeof(*v), cmp_span);
+	rs_status st = RS_OK;
+	for (size_t i = 1; i < n && st == RS_OK; i++)
+		if (v[i].table == v[i - 1].table && v[i].col == v[i - 1].col && v[i].lo < v[i - 1].hi)
+			st = rs_err_set(err, RS_EINVAL, "pre-copy: rows %lld.. of table '%s' go to more than one copy (replicas "
+					"fed from one): moved at the pause", (long long)v[i].lo, g->cfg->tables[v[i].table].name);
+	free(v);
+	return st;
+}
+
 rs_status rs_precopy_begin(const rs_config *cfg, rs_trainer *old, const rs_reshard_spec *spec, rs_precopy **out,
 			   rs_err *err)
 {
@@ -89,6 +144,8 @@ rs_status rs_precopy_begin(const rs_config *cfg, rs_trainer *old, const rs_resha
 	pc->spec = *spec;
 	rs_status st = rs__stage_open(g, cfg, old, &pc->spec, &pc->stats, err);
 	g->precopy = 1;
+	if (st == RS_OK && old)
+		st = one_copy_each(g, err);
 	/* marks first: a kept row copied now and updated later is copied again; hashes before the new shards share them */
 	if (st == RS_OK && old && ((st = rs__dirty_start(old)) != RS_OK || (st = start_rowsums(old)) != RS_OK))
 		rs_err_set(err, st, "pre-copy: out of memory for the dirty rows' marks and hashes");

@@ -9,7 +9,9 @@
 # that step's model. A flipped byte in a shard file is found by its
 # checksum (checkpoint diff and --load refuse it, naming the file); a
 # checkpoint without its index is never loaded; --load of the directory of
-# periodic checkpoints takes the newest complete one that checks out.
+# periodic checkpoints takes the newest complete one that checks out. A
+# checkpoint still being written when a reshard commits completes, with
+# the old world's shards, and loads.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
@@ -47,6 +49,20 @@ check "a job loading the checkpoint of step 90 finishes (exit $rc)" bash -c "[ $
 "$bin/rowshiftctl" checkpoint diff "$tmp/a.final" "$tmp/b.final" >"$tmp/diff-ab.out" 2>&1
 check "... and ends where the undisturbed job did, bit for bit" same_bits "$tmp/a.final" "$tmp/b.final"
 tail -n 1 "$tmp/diff-ab.out"
+# a checkpoint still being written when a reshard commits (its writers stall 2 s after their first file, the
+# reshard comes 10 steps later): the old world's reports still count, its index describes the old world's
+# shards, and a job started from it ends where the undisturbed job did
+ROWSHIFT_FAULT=checkpoint-stall-ms=2000@30 run late --workers 2 --schedule 40:3 --checkpoint-dir "$tmp/ck-late" \
+	--checkpoint-every 30 --checkpoint-keep 4
+check "a checkpoint written across a reshard completes after the commit" python3 - "$tmp/late.out" <<'PY'
+import sys
+out = open(sys.argv[1]).read()
+commit, done = out.find("generation 2 committed"), out.find("checkpoint of step 30 complete")
+print("commit at", commit, "checkpoint of step 30 at", done)
+sys.exit(0 if 0 <= commit < done else 1)
+PY
+run late2 --workers 2 --load "$tmp/ck-late/step-000000030"
+check "a job of 2 workers loading it ends where the undisturbed job did, bit for bit" same_bits "$tmp/a.final" "$tmp/late2.final"
 # at another world size: loaded by 2 workers and saved at once, the model (ZCH identities and eviction state too) is the checkpoint's
 timeout 120 "$bin/rowshift-coordinator" --local --config "$cfg" --workers 2 --steps 90 --load "$tmp/ck/step-000000090" \
 	--save "$tmp/z.final" --listen 127.0.0.1:0 --admin-file "$tmp/z.admin" >"$tmp/z.out" 2>"$tmp/z.err"
