@@ -37,8 +37,9 @@ static int world_can_precopy(const rs_job *j)
  * Whether the layout stays what it is: 1D to 1D, or replica groups of the
  * same size to more or fewer of them. A world that turns 2D or 1D (a 2D
  * job through a size that is not whole groups) moves its rows at the pause:
- * pre-copied, such a change was seen to fail its checksums (3 -> 4 workers
- * in groups of 2), and aborted.
+ * turning 2D feeds two replicas from one copy of a row, which one dirty mark
+ * cannot follow (worker/precopy.c refuses such a copy; pre-copied, 3 -> 4
+ * workers in groups of 2 failed its checksums).
  */
 static int same_layout(const rs_job *j, int32_t n)
 {
