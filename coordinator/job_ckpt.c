@@ -5,9 +5,11 @@
  * then reports its files with their CRC-32C. Once every rank of that
  * generation has, the coordinator writes the index (with every file's
  * checksum) last, atomically and fsynced: only then is the checkpoint
- * complete, and only a complete one is ever read. A checkpoint a rank never
- * finishes (it died, a reshard intervened, a write failed) stays without
- * its index. Then the oldest are deleted, keeping --checkpoint-keep
+ * complete, and only a complete one is ever read. One still being written
+ * when a reshard commits completes with the replaced world's reports
+ * (rs__ckpt_keep_world). A checkpoint a rank never finishes (it died, left
+ * at that reshard, a write failed, a rollback came first) stays without its
+ * index. Then the oldest are deleted, keeping --checkpoint-keep
  * complete ones (and anything newer, which may be in flight).
  */
 #include "coordinator/job_internal.h"
@@ -55,6 +57,11 @@ void rs__ckpt_free(rs_job *j)
 {
 	for (size_t k = 0; k < RS_CKPT_GATHERS; k++)
 		gather_free(&j->ck.g[k]);
+	rs__ckpt_drop_world(j);
+}
+
+void rs__ckpt_drop_world(rs_job *j)
+{
 	rs_plan_free(j->ck.prev.plan);
 	free(j->ck.prev.world);
 	j->ck.prev.plan = NULL, j->ck.prev.world = NULL, j->ck.prev.n = 0;
@@ -72,16 +79,10 @@ void rs__ckpt_keep_world(rs_job *j)
 {
 	if (!j->o.ckpt_dir || !j->cur.plan)
 		return;
-	rs_plan_free(j->ck.prev.plan);
-	free(j->ck.prev.world);
-	j->ck.prev.plan = NULL;
-	j->ck.prev.world = malloc(sizeof(int32_t) * (size_t)j->cur.nworld + 1);
-	if (!j->ck.prev.world)
-		return; /* then such a checkpoint stays incomplete, as it would have */
-	memcpy(j->ck.prev.world, j->cur.world, sizeof(int32_t) * (size_t)j->cur.nworld);
+	rs__ckpt_drop_world(j);
+	j->ck.prev.plan = j->cur.plan, j->ck.prev.world = j->cur.world;
 	j->ck.prev.n = j->cur.nworld, j->ck.prev.generation = j->cur.generation;
-	j->ck.prev.plan = j->cur.plan;
-	j->cur.plan = NULL;
+	j->cur.plan = NULL, j->cur.world = NULL;
 }
 
 /* The gather of (generation, step): the one under way, else a new one (in a free slot or the oldest's). */

@@ -454,14 +454,15 @@ static void commit_attempt(rs_job *j)
 /* Every member took the commit: the attempt is the generation now. */
 static void install_attempt(rs_job *j)
 {
-	rs__ckpt_keep_world(j); /* the old world and its plan (taken), for its checkpoints still being written */
-	int32_t *w = realloc(j->cur.world, sizeof(int32_t) * (size_t)j->att.nworld);
+	int32_t *w = malloc(sizeof(int32_t) * (size_t)j->att.nworld + 1);
 	if (!w) {
 		rs__job_fail(j, "out of memory");
 		return;
 	}
 	memcpy(w, j->att.uni, sizeof(int32_t) * (size_t)j->att.nworld);
 	j->t.from = j->cur.nworld;
+	rs__ckpt_keep_world(j); /* the old world and its plan (taken), for its checkpoints still being written */
+	free(j->cur.world);
 	rs_plan_free(j->cur.plan);
 	j->cur.plan = j->att.plan;
 	j->att.plan = NULL;

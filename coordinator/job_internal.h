@@ -410,8 +410,12 @@ rs_status rs__job_checkpointed(rs_job *j, int member_index, json_t *msg, rs_err 
  */
 int rs__ckpt_completing(const rs_job *j);
 void rs__ckpt_free(rs_job *j);
-/* A reshard replaces the current world: keep it (takes j->cur.plan) for its checkpoints still being written. */
+/*
+ * A reshard replaces the current world: keep it (takes j->cur.plan and j->cur.world, leaving them NULL) for
+ * its checkpoints still being written; rs__ckpt_drop_world lets it go (a rollback: nothing of it may complete).
+ */
 void rs__ckpt_keep_world(rs_job *j);
+void rs__ckpt_drop_world(rs_job *j);
 
 /*
  * Forget the checkpoint being gathered (the next complete one is after

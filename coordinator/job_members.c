@@ -144,12 +144,6 @@ int rs__members_same_world(const rs_job *j, const int32_t *c, int32_t n)
 	return 1;
 }
 
-/*
- * While training, a change is ready to act on once it is quiet: nobody it
- * waits for is pending and nothing changed for a tenth of the debounce (so
- * that leaves or joins arriving together make one reshard), or nothing
- * changed for the whole debounce (stragglers are left for a later reshard).
- */
 /* Whether n workers of a job whose config asks for replica groups would train 1D (not whole groups). */
 static int short_of_groups(const rs_job *j, int32_t n)
 {
@@ -158,6 +152,15 @@ static int short_of_groups(const rs_job *j, int32_t n)
 	rs_world w = rs_world_make(j->cfg, n, 0, 0, 0);
 	return w.sharding_group == w.ranks;
 }
+
+/*
+ * While training, a change is ready to act on once it is quiet: nobody it
+ * waits for is pending and nothing changed for a tenth of the debounce (so
+ * that leaves or joins arriving together make one reshard), or nothing
+ * changed for the whole debounce (stragglers are left for a later reshard),
+ * except that a 2D job short of whole groups waits for its stragglers up to
+ * --timeout-ms.
+ */
 
 int rs__members_change_ready(rs_job *j, int32_t *c, int32_t *nc)
 {

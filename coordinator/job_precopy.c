@@ -6,6 +6,7 @@
  * rounds are done, and the finish that stages it as at any reshard.
  */
 #include "coordinator/job_internal.h"
+#include "common/planner.h"
 #include "common/log.h"
 
 #include <stdarg.h>
@@ -45,8 +46,8 @@ static int same_layout(const rs_job *j, int32_t n)
 {
 	const rs_world *old = &j->cur.plan->world;
 	rs_world w = rs_world_make(j->cfg, n, 0, 0, 0);
-	int was_2d = old->sharding_group < old->ranks, is_2d = w.sharding_group < w.ranks;
-	return was_2d == is_2d && (!is_2d || w.sharding_group == old->sharding_group);
+	return rs_planner_same_groups(j->cur.plan, &w) || /* groups added or removed (one group of S to two too) */
+	       (old->sharding_group == old->ranks && w.sharding_group == w.ranks); /* 1D to 1D */
 }
 
 int rs__cycle_precopy_can(const rs_job *j, const int32_t *c, int32_t n)

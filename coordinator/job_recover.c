@@ -97,6 +97,7 @@ static int rollback_point(rs_job *j, int64_t near, char *load, size_t n, int64_t
 static void dissolve(rs_job *j)
 {
 	rs__recover_free(j);
+	rs__ckpt_drop_world(j); /* a checkpoint of the world before the last reshard must not complete mid-rollback */
 	if (j->att.generation) { /* kept: a member that reconnects later is told again */
 		j->rec.att = j->att.uni, j->rec.natt = j->att.nuni, j->rec.att_gen = j->att.generation;
 		j->att.uni = NULL;
