@@ -489,7 +489,7 @@ rs_status rs_proto_join_proof(const char *token, const char *challenge, const ch
 	char pid[24], protocol[24];
 	snprintf(pid, sizeof(pid), "%lld", (long long)m->pid);
 	snprintf(protocol, sizeof(protocol), "%lld", (long long)m->protocol);
-	const char *parts[] = {challenge, epoch,  m->nonce, m->worker, m->addr, pid, m->incarnation ? m->incarnation : "",
+	const char *parts[] = {challenge, epoch, m->nonce, m->worker, m->addr, pid, m->incarnation ? m->incarnation : "",
 			       protocol};
 	return rs_auth_proof(token, "rowshift join", parts, 8, out);
 }

@@ -66,15 +66,6 @@ rs_msg_type rs_proto_kind(const json_t *msg);
 const char *rs_proto_type_name(rs_msg_type t);
 
 /*
- * The join handshake (common/auth.h): the coordinator opens every control
- * connection with a challenge (its nonce and its epoch); the joiner answers
- * with a join carrying its own nonce and a proof that it holds the join
- * token, bound to both nonces, the epoch and what it announces; the
- * coordinator answers welcome or refused with its own proof, so the joiner
- * knows it reached the coordinator and not an impostor. The token itself
- * never crosses the wire.
- */
-/*
  * The control protocol's version, in every join (and its proof): a
  * coordinator refuses a joiner of another version, with a refusal it signs,
  * so that workers and coordinators of different rowshift versions (a
@@ -83,6 +74,15 @@ const char *rs_proto_type_name(rs_msg_type t);
  */
 #define RS_PROTOCOL_VERSION 1
 
+/*
+ * The join handshake (common/auth.h): the coordinator opens every control
+ * connection with a challenge (its nonce and its epoch); the joiner answers
+ * with a join carrying its own nonce and a proof that it holds the join
+ * token, bound to both nonces, the epoch and what it announces; the
+ * coordinator answers welcome or refused with its own proof, so the joiner
+ * knows it reached the coordinator and not an impostor. The token itself
+ * never crosses the wire.
+ */
 typedef struct rs_msg_join {
 	const char *worker, *addr;
 	int64_t pid;

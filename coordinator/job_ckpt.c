@@ -85,6 +85,20 @@ void rs__ckpt_keep_world(rs_job *j)
 	j->cur.plan = NULL, j->cur.world = NULL;
 }
 
+/*
+ * The world (member index per rank, *n ranks) and plan of generation gen, if
+ * its checkpoints may still complete: the current one, or the one the last
+ * reshard replaced (rs__ckpt_keep_world); NULL otherwise.
+ */
+static const rs_plan *world_of(const rs_job *j, int64_t gen, const int32_t **world, int32_t *n)
+{
+	if (gen == j->cur.generation)
+		return *world = j->cur.world, *n = j->cur.nworld, j->cur.plan;
+	if (j->ck.prev.plan && gen == j->ck.prev.generation)
+		return *world = j->ck.prev.world, *n = j->ck.prev.n, j->ck.prev.plan;
+	return *world = NULL, *n = 0, NULL;
+}
+
 /* The gather of (generation, step): the one under way, else a new one (in a free slot or the oldest's). */
 static rs_status gather_of(rs_job *j, int64_t generation, int32_t nworld, int64_t step, gather **out)
 {
@@ -192,14 +206,16 @@ static void complete(rs_job *j, gather *g)
 	json_t *v;
 	json_object_foreach(g->sums, file, v)
 		bytes += (uint64_t)json_integer_value(json_object_get(v, "bytes"));
-	const rs_plan *plan = g->generation == j->cur.generation ? j->cur.plan
-			      : g->generation == j->ck.prev.generation ? j->ck.prev.plan : NULL;
-	if (g->dense_params < 0 || !plan ||
+	const int32_t *world;
+	int32_t n;
+	const rs_plan *plan = world_of(j, g->generation, &world, &n);
+	if (!plan)
+		rs_err_set(&err, RS_EINVAL, "its world's plan is gone");
+	else if (g->dense_params < 0)
+		rs_err_set(&err, RS_EINVAL, "rank 0 did not report the dense network");
+	if (err.msg[0] ||
 	    rs_checkpoint_write_index(dir, j->cfg, plan, step, (size_t)g->dense_params, g->sums, &err) != RS_OK) {
-		RS_WARN("checkpoint of step %lld stays incomplete: %s", (long long)step,
-			g->dense_params < 0 ? "rank 0 did not report the dense network"
-			: !plan		    ? "its world's plan is gone"
-					    : err.msg);
+		RS_WARN("checkpoint of step %lld stays incomplete: %s", (long long)step, err.msg);
 		gather_free(g);
 		return;
 	}
@@ -220,10 +236,9 @@ rs_status rs__job_checkpointed(rs_job *j, int i, json_t *msg, rs_err *err)
 	RSCHECK(rs_proto_checkpointed(msg, &m, err));
 	rs_status st = RS_OK;
 	/* only the word of the current world, or of the one a reshard just replaced, counts: each rank for itself */
-	const int32_t *world = m.generation == j->cur.generation ? j->cur.world
-			     : j->ck.prev.plan && m.generation == j->ck.prev.generation ? j->ck.prev.world : NULL;
-	int32_t n = world == j->cur.world ? j->cur.nworld : j->ck.prev.n;
-	if (!j->o.ckpt_dir || !world || m.rank >= n || world[m.rank] != i ||
+	const int32_t *world;
+	int32_t n;
+	if (!j->o.ckpt_dir || !world_of(j, m.generation, &world, &n) || m.rank >= n || world[m.rank] != i ||
 	    (!j->o.ckpt_interval && m.step % j->o.ckpt_every != 0) || m.step <= j->ck.last_complete) {
 		RS_DEBUG("checkpoint: a report of step %lld from %s ignored (stale or not of this world)", (long long)m.step,
 			 j->mem.v[i].name);

@@ -161,7 +161,6 @@ static int short_of_groups(const rs_job *j, int32_t n)
  * except that a 2D job short of whole groups waits for its stragglers up to
  * --timeout-ms.
  */
-
 int rs__members_change_ready(rs_job *j, int32_t *c, int32_t *nc)
 {
 	int pending;

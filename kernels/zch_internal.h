@@ -7,10 +7,10 @@
 #define RS_ZCH_INTERNAL_H
 
 #include "kernels/zch.h"
+#include "kernels/zch_hash.h"
 
 #define ZCH_MAGIC 0x42435A52u /* "RZCB" */
 #define ZCH_VERSION 1u
-#define HASH_SALT 0x9E3779B97F4A7C15ull
 #define HEADER_BYTES 40
 
 struct rs_zch_table {
@@ -72,18 +72,6 @@ struct hent {
 	uint64_t key;
 	uint32_t slot;
 };
-
-static inline uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xBF58476D1CE4E5B9ull;
-	x ^= x >> 27;
-	x *= 0x94D049BB133111EBull;
-	x ^= x >> 31;
-	return x;
-}
-
-static inline uint64_t hash_id(uint64_t id) { return mix64(id ^ HASH_SALT); }
 
 /* The probe hash's low 32 bits: the index's hint, and (masked) the start of the linear probe. */
 static inline uint32_t hint_of(uint64_t id) { return (uint32_t)mix64(hash_id(id)); }

@@ -113,9 +113,8 @@ static rs_status one_copy_each(const stager *g, rs_err *err)
 		for (int k = 0; k < old->nshards; k++) {
 			const lshard *ns = &nt->shards[i], *os = &old->shards[k];
 			int64_t r0, r1;
-			if (rs__at_pause(g, os->table) || !rs__kept_rows(os, ns, &r0, &r1) ||
-			    (r0 == ns->s.row_offset && r1 == ns->s.row_offset + ns->s.rows)) /* shared memory: no copy */
-				continue;
+			if (rs__at_pause(g, os->table) || !rs__kept_rows(os, ns, &r0, &r1) || rs__kept_whole(ns, r0, r1))
+				continue; /* a whole kept shard shares the old memory: no copy */
 			v[n++] = (span){os->table, os->s.col_offset, r0, r1};
 		}
 	qsort(v, n, sizeof(*v), cmp_span);

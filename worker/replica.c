@@ -336,8 +336,7 @@ rs_status rs__replica_apply(rs_trainer *tr, rs__replica_grads *rg, rs_err *err)
 		rs_emb_grad_clear(&ls->ws, &ls->grad);
 		for (int32_t q = 0; q < tr->world; q++)
 			RSCHECKGOTO(fold_bags(tr, ls, &rg->c[q % tr->replicas], &bb, first + q % tr->replicas, err), st, out);
-		for (int64_t k = 0; (ls->dirty || ls->rsum) && k < ls->grad.n; k++)
-			rs__dirty_mark(ls, ls->grad.rows[k]); /* updated next, and its cached hash stale (pre-copy) */
+		rs__dirty_mark_rows(ls, ls->grad.rows, ls->grad.n); /* updated next, and its cached hash stale */
 		st = tr->engine->ops->apply(tr->engine, &ls->emb, &ls->grad, &tr->cfg->optimizer, tr->updates, &e);
 		rs_emb_grad_clear(&ls->ws, &ls->grad);
 		if (st != RS_OK)

@@ -218,7 +218,7 @@ rs_status rs__stage_kept(stager *g, rs__moves which)
 			if (!rs__kept_rows(os, ns, &r0, &r1) || !moves_of(g, which, os->table))
 				continue;
 			const tinfo *ti = &old->tables[os->table];
-			if (!ti->zch && r0 == ns->s.row_offset && r1 == ns->s.row_offset + ns->s.rows) {
+			if (!ti->zch && rs__kept_whole(ns, r0, r1)) {
 				/* the whole new shard is kept: it shares the old memory, nothing is copied */
 				void *w, *st;
 				size_t wl, sl;

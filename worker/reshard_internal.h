@@ -78,6 +78,11 @@ void rs__stage_close(stager *g);
 lshard *rs__move_shard(const rs_trainer *tr, const rs_move *m);
 /* Whether old shard os and new shard ns share rows (same table and columns): [*r0, *r1), table rows. */
 int rs__kept_rows(const lshard *os, const lshard *ns, int64_t *r0, int64_t *r1);
+/* Whether kept rows [r0, r1) are the whole of new shard ns, which then shares the old memory (not ZCH: copied). */
+static inline int rs__kept_whole(const lshard *ns, int64_t r0, int64_t r1)
+{
+	return r0 == ns->s.row_offset && r1 == ns->s.row_offset + ns->s.rows;
+}
 /* Bytes of one packed row of move m's columns: weights, then optimizer state. */
 size_t rs__packed_row_bytes(const rs_config *cfg, const rs_move *m);
 

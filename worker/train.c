@@ -471,8 +471,7 @@ static rs_status update_bags(rs_trainer *tr, const float *grad, rs_err *err)
 							      (int32_t)nb, ls->bids.v, RS_POOL_SUM, ls->bval.v,
 							      (int64_t)cols, &tr->cfg->optimizer, tr->updates, &e),
 				    &e, err));
-		for (int32_t k = 0; (ls->dirty || ls->rsum) && k < ls->boff.v[nb]; k++)
-			rs__dirty_mark(ls, ls->bids.v[k]); /* and its cached hash stale */
+		rs__dirty_mark_rows(ls, ls->bids.v, ls->boff.v[nb]); /* and its cached hash stale */
 	}
 	return RS_OK;
 }

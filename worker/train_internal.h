@@ -333,6 +333,12 @@ static inline void rs__dirty_mark(lshard *ls, int64_t row)
 		ls->dirty[row >> 6] |= (uint64_t)1 << (row & 63);
 	rs__rowsum_stale(ls, row); /* and its hash is stale */
 }
+/* Rows rows[0..n) of ls about to be updated: marked (when a pre-copy tracks them). */
+static inline void rs__dirty_mark_rows(lshard *ls, const int64_t *rows, int64_t n)
+{
+	for (int64_t k = 0; (ls->dirty || ls->rsum) && k < n; k++)
+		rs__dirty_mark(ls, rows[k]);
+}
 static inline int rs__dirty_test(const lshard *ls, int64_t row) { return (ls->dirty[row >> 6] >> (row & 63)) & 1; }
 
 /*

@@ -24,6 +24,7 @@
  */
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/zch_cuda.h"
+#include "kernels/zch_hash.h"
 
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_run_length_encode.cuh>
@@ -34,7 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HASH_SALT 0x9E3779B97F4A7C15ull
 #define BLOCK_THREADS 256
 /* run_kernel's threads each replay a whole bucket: small blocks spread them over the SMs */
 #define RUN_THREADS 64
@@ -84,18 +84,6 @@ struct rs_cuda_zch {
 };
 
 /* ---- the hash and one bucket's operations, zch.c's code ----------------------------------- */
-
-__host__ __device__ static inline uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xBF58476D1CE4E5B9ull;
-	x ^= x >> 27;
-	x *= 0x94D049BB133111EBull;
-	x ^= x >> 31;
-	return x;
-}
-
-__host__ __device__ static inline uint64_t hash_id(uint64_t id) { return mix64(id ^ HASH_SALT); }
 
 /* rs_zch_bucket_of: the high 64 bits of the 128-bit product hash * buckets */
 __host__ __device__ static inline uint32_t bucket_of(uint64_t id, uint32_t nbuckets)
