@@ -263,7 +263,7 @@ static inline void record(rs_zch_table *z, uint32_t l, uint32_t s, uint32_t kind
 {
 	if (!z->undo.on || z->undo.lost != RS_OK)
 		return;
-	if (rs_grow(&z->undo.v, &z->undo.cap, z->undo.n + 1, sizeof(*z->undo.v)) != RS_OK) {
+	if (z->undo.n == z->undo.cap && rs_grow(&z->undo.v, &z->undo.cap, z->undo.n + 1, sizeof(*z->undo.v)) != RS_OK) {
 		z->undo.lost = RS_ENOMEM;
 		return;
 	}
@@ -636,6 +636,8 @@ static inline void pend_slot(const rs_zch_table *z, struct zpend *p)
 	if (p->l < 0)
 		return;
 	uint32_t at = p->h & z->imask;
+	const struct zblock *bk = &z->blk[p->l];
+	__builtin_prefetch(&z->queue[2 * p->sbase + bk->qtail], 1);
 	for (uint32_t k = at; k <= (at | 7); k++) { /* the mask keeps a block of less than a line in it */
 		struct zent e = p->index[k & z->imask];
 		if (e.slot1 == 0)
@@ -645,8 +647,9 @@ static inline void pend_slot(const rs_zch_table *z, struct zpend *p)
 			return;
 		}
 	}
-	const struct zblock *bk = &z->blk[p->l];
-	if (bk->nused == z->spb && bk->qhead < bk->qtail) {
+	if (bk->nused < z->spb) {
+		__builtin_prefetch(&z->slot[p->sbase + bk->nused], 1);
+	} else if (bk->qhead < bk->qtail) {
 		p->victim = (uint32_t)z->queue[2 * p->sbase + bk->qhead] + 1;
 		__builtin_prefetch(&z->slot[p->sbase + p->victim - 1], 1);
 	}
