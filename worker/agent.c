@@ -509,6 +509,8 @@ static rs_status on_commit(rs_agent *a, json_t *msg, int *train_next, int *over,
 	RSCHECK(rs__agent_commit(a, gen, &left, err));
 	if (left) {
 		RS_INFO("handed my rows over in generation %lld; leaving", (long long)gen);
+		/* a periodic checkpoint of the world it left is written and reported first: its part completes it */
+		ckpt_collect(a, 1);
 		*over = 1, *end = RS_AGENT_LEFT;
 		return RS_OK;
 	}

@@ -11,7 +11,7 @@
 # checkpoint without its index is never loaded; --load of the directory of
 # periodic checkpoints takes the newest complete one that checks out. A
 # checkpoint still being written when a reshard commits completes, with
-# the old world's shards, and loads.
+# the old world's shards, and loads, a shrink's leaver's part included.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
@@ -63,6 +63,20 @@ sys.exit(0 if 0 <= commit < done else 1)
 PY
 run late2 --workers 2 --load "$tmp/ck-late/step-000000030"
 check "a job of 2 workers loading it ends where the undisturbed job did, bit for bit" same_bits "$tmp/a.final" "$tmp/late2.final"
+# the same across a shrink: the worker that leaves reports its part before it exits
+ROWSHIFT_FAULT=checkpoint-stall-ms=2000@30 run shrink --workers 3 --schedule 40:2 --checkpoint-dir "$tmp/ck-shrink" \
+	--checkpoint-every 30 --checkpoint-keep 4
+check "a checkpoint written across a shrink completes after the commit (the leaver reported its part)" python3 - \
+	"$tmp/shrink.out" <<'PY'
+import sys
+out = open(sys.argv[1]).read()
+commit, done = out.find("generation 2 committed"), out.find("checkpoint of step 30 complete")
+print("commit at", commit, "checkpoint of step 30 at", done)
+sys.exit(0 if 0 <= commit < done else 1)
+PY
+run shrink2 --workers 2 --load "$tmp/ck-shrink/step-000000030"
+check "... and a job of 2 workers loading it ends where the undisturbed job did, bit for bit" same_bits "$tmp/a.final" \
+	"$tmp/shrink2.final"
 # at another world size: loaded by 2 workers and saved at once, the model (ZCH identities and eviction state too) is the checkpoint's
 timeout 120 "$bin/rowshift-coordinator" --local --config "$cfg" --workers 2 --steps 90 --load "$tmp/ck/step-000000090" \
 	--save "$tmp/z.final" --listen 127.0.0.1:0 --admin-file "$tmp/z.admin" >"$tmp/z.out" 2>"$tmp/z.err"
