@@ -14,7 +14,9 @@
  *     given out, ids marked seen), or in its votes and is then dropped
  *     (rs_trainer_drop_prepared), leaves every rank's held tables as the
  *     step before left them (rs__zch_undo), and trained again the world
- *     ends with the undisturbed run's bits.
+ *     ends with the undisturbed run's bits;
+ *   - pre-copy refuses a change that would feed two replicas of a row from
+ *     one copy (1D turning 2D), and takes the same change in 1D.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -273,11 +275,71 @@ static void test_every_k_replicas_equal_after_sync(void **state)
 	dumps_free(cfg, a1);
 }
 
+/*
+ * Pre-copy marks each row dirty once and clears the mark as the row is sent:
+ * one mark follows one copy. A world of 1 leaving its rows to 2 replica
+ * groups of 1 would feed two copies of every row from one: the worker
+ * refuses (one_copy_each in worker/precopy.c) and the change moves at the
+ * pause; the same 1 -> 2 in 1D (each row to one rank) is pre-copied. The
+ * member is the leaver (union rank 2 of 3): its rows go only by moves.
+ */
+static int guard_body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
+{
+	rs_trainer *tr;
+	rs_err err = {0};
+	rs_plan *to[2] = {NULL, NULL};
+	int rc = 0;
+	if (st != RS_OK || rs_trainer_create(cfg, plan, t, NULL, &tr, &err) != RS_OK) {
+		fprintf(stderr, "rank %d: %s %s\n", rank, msg, err.msg);
+		return 100;
+	}
+	for (int k = 0; k < 2; k++) { /* to[0]: 2 replica groups of 1; to[1]: 1D on 2 */
+		rs_world w = rs_world_make(cfg, 2, 0, 0, k + 1);
+		if (rs_planner_plan(cfg, &w, NULL, NULL, &to[k], &err) != RS_OK) {
+			fprintf(stderr, "plan: %s\n", err.msg);
+			return 101;
+		}
+	}
+	rs_transport uni = {.ops = NULL, .rank = 2, .world = 3}; /* the copy begins; nothing is sent before its rounds */
+	int32_t union_of_old[1] = {2};
+	for (int k = 0; k < 2 && !rc; k++) {
+		rs_reshard_spec spec = {.old_plan = plan, .new_plan = to[k], .union_of_old = union_of_old, .uni = &uni};
+		rs_precopy *pc = NULL;
+		err = (rs_err){0};
+		st = rs_precopy_begin(cfg, tr, &spec, &pc, &err);
+		print_message("1 -> 2 %s: %s\n", k ? "in 1D" : "in 2 replica groups", st == RS_OK ? "pre-copied" : err.msg);
+		if (k == 0 && (st != RS_EINVAL || !strstr(err.msg, "more than one copy")))
+			rc = 102;
+		if (k == 1 && st != RS_OK)
+			rc = 103;
+		rs_precopy_free(pc);
+	}
+	rs_plan_free(to[0]);
+	rs_plan_free(to[1]);
+	rs_trainer_destroy(tr);
+	return rc;
+}
+
+static void test_precopy_refuses_two_copies_from_one(void **state)
+{
+	(void)state;
+	rs_err err = {0};
+	rs_world w = rs_world_make(cfg, 1, 0, 0, 1);
+	assert_int_equal(rs_planner_plan(cfg, &w, NULL, NULL, &plan, &err), RS_OK);
+	world wo = {.n = 1, .timeout_ms = 20000, .absent = -1, .bad_token = -1, .bad_generation = -1, .reap_last = -1,
+		    .body = guard_body};
+	world_run(&wo);
+	rs_plan_free(plan);
+	plan = NULL;
+	assert_int_equal(wo.exit_code[0], 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_exact_sync_equals_1d),
 		cmocka_unit_test(test_every_k_replicas_equal_after_sync),
+		cmocka_unit_test(test_precopy_refuses_two_copies_from_one),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
