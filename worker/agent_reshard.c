@@ -324,16 +324,24 @@ static double recent(double avg, double x) { return avg > 0 ? 0.7 * avg + 0.3 * 
 /*
  * The rounds per step this member asks for: its share of the time (the
  * config's precopy_share) over a round's time, in steps; one until both
- * are measured, none without a copy.
+ * are measured, none without a copy. And at least what is due: the rounds
+ * left over four fifths of the steps left before this generation ends,
+ * where a scheduled change pauses the world and whatever is left moves at
+ * the pause (a round's time measured too high, as when the first waited
+ * for the joiners to start, would otherwise leave most of it there). Every
+ * rank counts the same rounds and steps.
  */
 static float pace_asked(const rs_agent *a)
 {
 	double share = a->c.cfg->cluster.precopy_share;
-	if (!a->pc || rs_precopy_pending(a->pc) == 0)
+	int64_t pending = a->pc ? rs_precopy_pending(a->pc) : 0, steps_left = a->cur.steps - a->cur.step;
+	if (pending == 0)
 		return 0;
-	if (a->pace.step_s <= 0 || a->pace.round_s <= 0)
-		return 1;
 	double r = share >= 1 ? PRECOPY_MAX_ROUNDS_PER_STEP : share / (1 - share) * a->pace.step_s / a->pace.round_s;
+	if (a->pace.step_s <= 0 || a->pace.round_s <= 0)
+		r = 1;
+	double due = steps_left > 0 ? (double)pending / (0.8 * (double)steps_left) : PRECOPY_MAX_ROUNDS_PER_STEP;
+	r = r > due ? r : due;
 	return (float)(r < PRECOPY_MAX_ROUNDS_PER_STEP ? r : PRECOPY_MAX_ROUNDS_PER_STEP);
 }
 
