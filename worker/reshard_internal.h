@@ -45,7 +45,7 @@ typedef struct stager {
 	int32_t *old_to_new;
 	int precopy;                /* sending a plain chunk clears its rows' dirty marks */
 	chunkq *sendq, *recvq;      /* per union peer: the chunks of the pair (me, peer) / (peer, me) */
-	unsigned char **sbuf, **rbuf; /* per peer: ZCH chunks, serialized */
+	unsigned char **sbuf, **rbuf; /* per peer: ZCH chunks, serialized, and the pre-copy's deltas */
 	size_t *scap, *rcap;
 	uint32_t *scrc, *rcrc;      /* per peer: this round's CRC out / in */
 	uint64_t *sent, *total;     /* per peer: payload bytes sent so far, and in all */
