@@ -740,6 +740,8 @@ void rs_trainer_commit(rs_trainer *staged, rs_trainer *old)
 		staged->owns_data = old->owns_data;
 		old->owns_data = 0;
 	}
+	if (old && staged)
+		rs__trainer_take_buffers(staged, old);
 	/* what the pause need not wait for: the old trainer's and the hashes' memory, the moved rows' pages */
 	rs__later *later = staged ? rs__later_new() : NULL;
 	rs__trainer_destroy_later(old, later);

@@ -323,6 +323,28 @@ static void drop_prepared(rs_trainer *tr);
 
 void rs_trainer_destroy(rs_trainer *tr) { rs__trainer_destroy_later(tr, NULL); }
 
+void rs__trainer_take_buffers(rs_trainer *to, rs_trainer *from)
+{
+#define TAKE(f)                                                                                                        \
+	do {                                                                                                           \
+		if (!to->f.v) {                                                                                        \
+			to->f = from->f, to->f.n = 0;                                                                  \
+			from->f.v = NULL, from->f.n = from->f.cap = 0;                                                 \
+		}                                                                                                      \
+	} while (0)
+	TAKE(in);
+	TAKE(in_row);
+	TAKE(zids);
+	TAKE(zrows);
+	TAKE(zfresh);
+	TAKE(idsrc);
+	TAKE(exact.keep);
+	TAKE(exact.q);
+	TAKE(out);
+	TAKE(back);
+#undef TAKE
+}
+
 void rs__trainer_destroy_later(rs_trainer *tr, rs__later *later)
 {
 	if (!tr)

@@ -317,6 +317,14 @@ lshard *rs__local_shard(const rs_trainer *tr, int t, int64_t row, int32_t col);
 rs_status rs__dirty_start(rs_trainer *tr);
 void rs__dirty_stop(rs_trainer *tr);
 void rs__dirty_clear(lshard *ls, int64_t row, int64_t n);
+
+/*
+ * A committed trainer takes the replaced one's step buffers it has none of
+ * (the requests, answers and gradients of a step, the exact sums'): their
+ * pages are in, where fresh ones would fault in one at a time in the first
+ * step after the pause.
+ */
+void rs__trainer_take_buffers(rs_trainer *to, rs_trainer *from);
 /* Row `row` of ls written: its cached hash (when kept) is stale. */
 static inline void rs__rowsum_stale(lshard *ls, int64_t row)
 {
