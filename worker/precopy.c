@@ -173,6 +173,8 @@ rs_status rs_precopy_begin(const rs_config *cfg, rs_trainer *old, const rs_resha
 
 int64_t rs_precopy_pending(const rs_precopy *pc) { return pc->rounds - pc->next + pc->passes; }
 
+int rs_precopy_last_pass_left(const rs_precopy *pc) { return pc->next == pc->rounds && pc->passes == 1; }
+
 static rs_status send_delta(stager *g);
 
 /* One background pass of the rows updated since sent; counted apart from what the pause sends again. */

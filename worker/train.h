@@ -272,6 +272,8 @@ int rs_trainer_can_precopy(const rs_trainer *tr);
 rs_status rs_precopy_begin(const rs_config *cfg, rs_trainer *old, const rs_reshard_spec *spec, rs_precopy **out,
 			   rs_err *err);
 int64_t rs_precopy_pending(const rs_precopy *pc);
+/* Whether only the last pass is left (the chunk rounds and the other passes are done). */
+int rs_precopy_last_pass_left(const rs_precopy *pc);
 rs_status rs_precopy_round(rs_precopy *pc, rs_err *err);
 rs_status rs_precopy_finish(rs_precopy *pc, rs_trainer **out, rs_reshard_stats *stats, rs_err *err);
 void rs_precopy_free(rs_precopy *pc);
