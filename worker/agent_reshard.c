@@ -131,13 +131,18 @@ static rs_status report_staged(rs_agent *a, int64_t gen, rs_status st, const rs_
 	} else {
 		m.reason = why->msg[0] ? why->msg : rs_status_str(st);
 		RS_WARN("generation %lld: staging failed: %s", (long long)gen, m.reason);
-		if (a->st_uni)
-			rs_transport_abort(a->st_uni); /* the others must not wait for this member's chunks */
 	}
 	json_t *j = rs_proto_make_staged(&m);
 	json_decref(m.checksum);
 	json_decref(m.restored);
-	return rs_link_status(&a->link, j, err);
+	rs_status said = rs_link_status(&a->link, j, err);
+	/*
+	 * Then the others must not wait for this member's chunks: they fail at once. Said first, the cause (a damaged
+	 * chunk) is what the coordinator hears first, and names in the abort, rather than a peer's broken pipe.
+	 */
+	if (!a->st_ok && a->st_uni)
+		rs_transport_abort(a->st_uni);
+	return said;
 }
 
 /* Phase one of a reshard: stage the new plan's trainer (takes plan), then report how it went. */
