@@ -211,13 +211,21 @@ static int ahead_move(const stager *g, const rs_move *m, int32_t src, int32_t ds
 	       !rs__at_pause(g, m->table);
 }
 
-/* The dirty rows of plain move m in old shard os: their offsets in the move into rows[], how many. */
+/*
+ * The dirty rows of plain move m in old shard os: their offsets in the move
+ * into rows[] (rising), how many. A word of marks at a time: the pause
+ * scans every row that moves (3 ms of it for 4 GiB of state, a bit at a
+ * time), and few are marked.
+ */
 static int64_t dirty_of(const lshard *os, const rs_move *m, int64_t *rows)
 {
-	int64_t n = 0, base = m->row_offset - os->s.row_offset;
-	for (int64_t o = 0; o < m->rows; o++)
-		if (rs__dirty_test(os, base + o))
-			rows[n++] = o;
+	int64_t n = 0, base = m->row_offset - os->s.row_offset, end = base + m->rows;
+	for (int64_t w = base >> 6; m->rows > 0 && w <= (end - 1) >> 6; w++)
+		for (uint64_t bits = os->dirty[w]; bits; bits &= bits - 1) {
+			int64_t r = w * 64 + __builtin_ctzll(bits);
+			if (r >= base && r < end)
+				rows[n++] = r - base;
+		}
 	return n;
 }
 
