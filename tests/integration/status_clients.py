@@ -3,7 +3,8 @@ for tests: many at once, slow ones, and hostile ones.
 
 usage:
   status_clients.py crowd PORT N SECONDS   N clients for SECONDS: half read
-      everything, half never read a byte. Prints one JSON line: how many
+      everything, half never read a byte. Says on stderr when all are
+      connected; prints one JSON line (at the end, or on SIGINT): how many
       readers stayed connected, the message types they saw, the fewest
       messages any reader got.
   status_clients.py probe PORT CASE        bad input on /status:
@@ -46,22 +47,26 @@ def crowd(port, n, seconds):
         else:
             s.setblocking(False)
             readers.append(Reader(s, rest))
+    print(f"crowd: {n} clients connected", file=sys.stderr, flush=True)
     seen = collections.Counter()
     counts = [0] * len(readers)
     end = time.time() + seconds
-    while time.time() < end:
-        live = [r for r in readers if not r.closed]
-        if not live:
-            break
-        ready, _, _ = select.select([r.s for r in live], [], [], 0.2)
-        for r in live:
-            if r.s in ready:
-                for f in r.pump():
-                    try:
-                        seen[json.loads(f)["type"]] += 1
-                    except ValueError:
-                        seen["(not json)"] += 1
-                    counts[readers.index(r)] += 1
+    try:
+        while time.time() < end:
+            live = [r for r in readers if not r.closed]
+            if not live:
+                break
+            ready, _, _ = select.select([r.s for r in live], [], [], 0.2)
+            for r in live:
+                if r.s in ready:
+                    for f in r.pump():
+                        try:
+                            seen[json.loads(f)["type"]] += 1
+                        except ValueError:
+                            seen["(not json)"] += 1
+                        counts[readers.index(r)] += 1
+    except KeyboardInterrupt:  # SIGINT ends the crowd early, with its report
+        pass
     print(json.dumps({"readers_connected": sum(not r.closed for r in readers), "readers": len(readers),
                       "stalled": len(stalled), "types": seen, "fewest": min(counts) if counts else 0}))
 
