@@ -54,6 +54,7 @@ struct rs_agent {
 		double mark;    /* when the last step's rounds ended */
 		double step_s;  /* a step's time without rounds, recent (0: not measured yet) */
 		double round_s; /* a round's time, recent (0: not measured yet) */
+		double round_at; /* when the last round ended */
 		double credit;  /* rounds owed: every rank adds the same mean rate, so all run the same rounds */
 		double before_s; /* a step's time before the copy began */
 		int64_t steps;  /* steps while rounds were left, and their time with their rounds */

@@ -256,14 +256,16 @@ static rs_status precopy_begin(rs_agent *a, const rs_msg_start *s, rs_plan *plan
 static rs_status precopy_failed(rs_agent *a, int64_t gen, const char *why, rs_err *err)
 {
 	RS_WARN("generation %lld: pre-copy failed: %s%s", (long long)gen, why, a->tr ? "; the model in training stands" : "");
+	/* said before the connections close, so that the cause is what the coordinator hears first (see report_staged) */
+	rs_msg_staged m = {.generation = gen, .ok = 0, .reason = why};
+	rs_status said = rs_link_status(&a->link, rs_proto_make_staged(&m), err);
 	rs__agent_drop_staged(a);
 	a->st_gen = gen, a->st_ok = 0; /* its abort is answered as any failed staging's: paused, or idle */
 	if (a->lfd >= 0) { /* a peer connecting to it is refused at once, not kept waiting (listening anew on need) */
 		close(a->lfd);
 		a->lfd = -1;
 	}
-	rs_msg_staged m = {.generation = gen, .ok = 0, .reason = why};
-	return rs_link_status(&a->link, rs_proto_make_staged(&m), err);
+	return said;
 }
 
 /* Once every background round is done: say so, once. */
@@ -345,23 +347,28 @@ static double recent(double avg, double x) { return avg > 0 ? 0.7 * avg + 0.3 * 
  * last steps when it ends within LAST_PASS_HELD_S (a scheduled change): run
  * right away, it would leave the pause every row updated since, as many
  * steps' worth as the copy was early (6 MiB of bench-1g's 4 -> 3). The
- * first pass is not held: waiting on every member, it finds a lost one
- * while the world trains (the copy is called off), not at the pause.
+ * joiners wait in its exchange from the round before: once that wait and
+ * the steps left would pass LAST_PASS_HELD_S (a quarter of the timeout at
+ * most), as a checkpoint or an evaluation on the way may make them, it
+ * runs at once. The first pass is not held: waiting on every member, it
+ * finds a lost one while the world trains (the copy is called off), not at
+ * the pause. None after the generation's last step: a resume would run
+ * what was asked then.
  */
 static float pace_asked(const rs_agent *a)
 {
 	double share = a->c.cfg->cluster.precopy_share;
 	int64_t pending = a->pc ? rs_precopy_pending(a->pc) : 0, steps_left = a->cur.steps - a->cur.step;
 	double held = LAST_PASS_HELD_S < a->c.timeout_ms / 4000.0 ? LAST_PASS_HELD_S : a->c.timeout_ms / 4000.0;
-	if (pending == 0)
+	if (pending == 0 || steps_left <= 0)
 		return 0;
 	if (rs_precopy_last_pass_left(a->pc) && steps_left > LAST_PASS_LEAD && a->pace.step_s > 0 &&
 	    (double)steps_left * a->pace.step_s < held)
-		return 0;
+		return rs_now() - a->pace.round_at + (double)steps_left * a->pace.step_s < held ? 0 : 1;
 	double r = share >= 1 ? PRECOPY_MAX_ROUNDS_PER_STEP : share / (1 - share) * a->pace.step_s / a->pace.round_s;
 	if (a->pace.step_s <= 0 || a->pace.round_s <= 0)
 		r = 1;
-	double due = steps_left > 0 ? (double)pending / (0.8 * (double)steps_left) : PRECOPY_MAX_ROUNDS_PER_STEP;
+	double due = (double)pending / (0.8 * (double)steps_left);
 	r = r > due ? r : due;
 	return (float)(r < PRECOPY_MAX_ROUNDS_PER_STEP ? r : PRECOPY_MAX_ROUNDS_PER_STEP);
 }
@@ -387,7 +394,8 @@ rs_status rs__precopy_step(rs_agent *a, const rs_step_stats *stats, rs_err *err)
 		double r0 = rs_now();
 		if (rs_precopy_round(a->pc, &why) != RS_OK)
 			return precopy_failed(a, a->st_gen, why.msg, err);
-		a->pace.round_s = recent(a->pace.round_s, rs_now() - r0);
+		a->pace.round_at = rs_now();
+		a->pace.round_s = recent(a->pace.round_s, a->pace.round_at - r0);
 	}
 	double t1 = rs_now();
 	if (left && a->pace.mark > 0)
@@ -454,10 +462,11 @@ rs_status rs__precopy_finish(rs_agent *a, json_t *msg, rs_err *err)
 	free(a->pc_uoo);
 	a->pc = NULL, a->pc_prev = NULL, a->pc_uoo = NULL;
 	a->staged.step = f.first_step, a->staged.steps = f.steps, a->staged.last = f.last;
-	if (st != RS_OK) { /* closed now: the others must not wait for this member's rows */
+	rs_status said = report_staged(a, f.generation, st, &rst, 0, NULL, NULL, &why, t0, err);
+	if (st != RS_OK) { /* said, and aborted (report_staged): closed now, the others must not wait for this one's rows */
 		rs_transport_destroy(a->st_t);
 		rs_transport_destroy(a->st_uni);
 		a->st_t = a->st_uni = NULL;
 	}
-	return report_staged(a, f.generation, st, &rst, 0, NULL, NULL, &why, t0, err);
+	return said;
 }
