@@ -43,13 +43,19 @@ run() { # run NAME CLIENTS: one job rescaled 2 -> 4 once trained (and the client
 		grep -q "generation 2 resumed at step" "$tmp/$1.out" && break
 		sleep 0.1
 	done
+	# the clients were there through the reshard: every reader saw it (before the job goes)
+	if [ -n "$crowd" ] && ! wait_for "$tmp/$1.crowd.err" "every reader saw a reshard" 30; then
+		echo "bench status: not every reader of $1 saw the reshard" >&2
+		kill -INT $crowd; wait $crowd; cat "$tmp/$1.crowd" >&2
+		return 1
+	fi
 	kill -INT $job 2>/dev/null
+	for _ in $(seq 1 300); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+	kill -9 $job 2>/dev/null
 	wait $job 2>/dev/null
-	if [ -n "$crowd" ]; then # the clients were there through the reshard: every reader saw it
+	if [ -n "$crowd" ]; then
 		kill -INT $crowd 2>/dev/null
 		wait $crowd 2>/dev/null
-		python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.exit(r["types"].get("reshard", 0) != r["readers"])' \
-			"$tmp/$1.crowd" || { echo "bench status: not every reader of $1 saw the reshard" >&2; cat "$tmp/$1.crowd" >&2; return 1; }
 	fi
 	local pause
 	pause=$(sed -n 's/.*generation 2 resumed at step [0-9]*: paused \([0-9.]*\) s.*/\1/p' "$tmp/$1.out")

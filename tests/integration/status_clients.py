@@ -4,9 +4,10 @@ for tests: many at once, slow ones, and hostile ones.
 usage:
   status_clients.py crowd PORT N SECONDS   N clients for SECONDS: half read
       everything, half never read a byte. Says on stderr when all are
-      connected; prints one JSON line (at the end, or on SIGINT): how many
-      readers stayed connected, the message types they saw, the fewest
-      messages any reader got.
+      connected, and once every reader has seen a reshard; prints one JSON
+      line (at the end, or on SIGINT): how many readers stayed connected,
+      the message types they saw, the fewest messages any reader got, how
+      many readers saw a reshard.
   status_clients.py probe PORT CASE        bad input on /status:
       oversized   a 64 KiB message: the server closes this client only
       garbage     invalid JSON, a binary frame and a control-channel
@@ -19,6 +20,7 @@ import collections
 import json
 import os
 import select
+import signal
 import sys
 import time
 
@@ -35,6 +37,8 @@ Reader = wslib.Reader
 
 
 def crowd(port, n, seconds):
+    # a background job of a script starts with SIGINT ignored: take it back, so that SIGINT ends the crowd
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     readers, stalled = [], []
     for i in range(n):
         c = connect(port)
@@ -50,6 +54,8 @@ def crowd(port, n, seconds):
     print(f"crowd: {n} clients connected", file=sys.stderr, flush=True)
     seen = collections.Counter()
     counts = [0] * len(readers)
+    reshards = [0] * len(readers)
+    told = False
     end = time.time() + seconds
     try:
         while time.time() < end:
@@ -59,16 +65,23 @@ def crowd(port, n, seconds):
             ready, _, _ = select.select([r.s for r in live], [], [], 0.2)
             for r in live:
                 if r.s in ready:
+                    k = readers.index(r)
                     for f in r.pump():
                         try:
-                            seen[json.loads(f)["type"]] += 1
+                            kind = json.loads(f)["type"]
                         except ValueError:
-                            seen["(not json)"] += 1
-                        counts[readers.index(r)] += 1
+                            kind = "(not json)"
+                        seen[kind] += 1
+                        counts[k] += 1
+                        reshards[k] += kind == "reshard"
+            if not told and all(reshards):
+                print("crowd: every reader saw a reshard", file=sys.stderr, flush=True)
+                told = True
     except KeyboardInterrupt:  # SIGINT ends the crowd early, with its report
         pass
     print(json.dumps({"readers_connected": sum(not r.closed for r in readers), "readers": len(readers),
-                      "stalled": len(stalled), "types": seen, "fewest": min(counts) if counts else 0}))
+                      "stalled": len(stalled), "types": seen, "fewest": min(counts) if counts else 0,
+                      "saw_reshard": sum(1 for x in reshards if x)}))
 
 
 def probe(port, case):
