@@ -283,6 +283,22 @@ static void test_every_k_replicas_equal_after_sync(void **state)
  * pause; the same 1 -> 2 in 1D (each row to one rank) is pre-copied. The
  * member is the leaver (union rank 2 of 3): its rows go only by moves.
  */
+/* The union of the guard's test: nothing may be sent before the copy's rounds; a call fails, and the test with it. */
+static rs_status no_exchange(rs_transport *t, const rs_xfer *sends, int nsends, const rs_xfer *recvs, int nrecvs)
+{
+	(void)sends, (void)nsends, (void)recvs, (void)nrecvs;
+	snprintf(t->error, sizeof(t->error), "the union was used before the copy's rounds");
+	return RS_EINVAL;
+}
+static void no_abort(rs_transport *t) { (void)t; }
+static rs_status no_subset(rs_transport *t, int32_t n, rs_transport **out)
+{
+	(void)t, (void)n, (void)out;
+	return RS_EINVAL;
+}
+static const rs_transport_ops unused_ops = {
+	.name = "unused", .exchange = no_exchange, .abort = no_abort, .destroy = no_abort, .subset = no_subset};
+
 static int guard_body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
 {
 	rs_trainer *tr;
@@ -297,17 +313,17 @@ static int guard_body(int32_t rank, rs_transport *t, rs_status st, const char *m
 		rs_world w = rs_world_make(cfg, 2, 0, 0, k + 1);
 		if (rs_planner_plan(cfg, &w, NULL, NULL, &to[k], &err) != RS_OK) {
 			fprintf(stderr, "plan: %s\n", err.msg);
-			return 101;
+			rc = 101;
 		}
 	}
-	rs_transport uni = {.ops = NULL, .rank = 2, .world = 3}; /* the copy begins; nothing is sent before its rounds */
+	rs_transport uni = {.ops = &unused_ops, .rank = 2, .world = 3}; /* the copy begins; nothing is sent before its rounds */
 	int32_t union_of_old[1] = {2};
 	for (int k = 0; k < 2 && !rc; k++) {
 		rs_reshard_spec spec = {.old_plan = plan, .new_plan = to[k], .union_of_old = union_of_old, .uni = &uni};
 		rs_precopy *pc = NULL;
 		err = (rs_err){0};
 		st = rs_precopy_begin(cfg, tr, &spec, &pc, &err);
-		print_message("1 -> 2 %s: %s\n", k ? "in 1D" : "in 2 replica groups", st == RS_OK ? "pre-copied" : err.msg);
+		print_message("1 -> 2 %s: %s\n", k ? "in 1D" : "in 2 replica groups", st == RS_OK ? "copy began" : err.msg);
 		if (k == 0 && (st != RS_EINVAL || !strstr(err.msg, "more than one copy")))
 			rc = 102;
 		if (k == 1 && st != RS_OK)
