@@ -103,6 +103,20 @@ void rs__precopy_offer(rs_agent *a, json_t *start);
 /* An abort of generation gen: a pre-copy of it (waiting or in flight) is called off (1), or there is none (0). */
 int rs__precopy_call_off(rs_agent *a, int64_t gen);
 rs_status rs__precopy_step(rs_agent *a, const rs_step_stats *stats, rs_err *err);
+
+/* What the pacing of a member's background rounds goes by, after a step (rs__precopy_step). */
+typedef struct rs_pace_in {
+	double share;           /* the config's precopy_share */
+	int64_t pending;        /* rounds left, the passes included */
+	int last_pass_left;     /* only the last pass is */
+	int64_t steps_left;     /* before the generation ends (where a scheduled change pauses the world) */
+	double step_s, round_s; /* a step's and a round's recent time (0: not measured yet) */
+	double since_round;     /* seconds since the last round ended (the joiners' wait in the next one) */
+	int timeout_ms;         /* the member's bound on every wait */
+} rs_pace_in;
+
+/* The rounds per step a member asks for (agent_reshard.c says how): the world runs the mean of its ranks' asks. */
+float rs__precopy_pace(const rs_pace_in *in);
 rs_status rs__precopy_now(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_err *err);
 /* Paused (at the run's end) before the world agreed to begin a kept start: begin it now. */
 rs_status rs__precopy_paused(rs_agent *a, rs_err *err);

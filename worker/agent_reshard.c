@@ -334,14 +334,14 @@ static double recent(double avg, double x) { return avg > 0 ? 0.7 * avg + 0.3 * 
 #define LAST_PASS_LEAD 3
 
 /*
- * The rounds per step this member asks for: its share of the time (the
- * config's precopy_share) over a round's time, in steps; one until both
- * are measured, none without a copy. And at least what is due: the rounds
- * left over four fifths of the steps left before this generation ends,
- * where a scheduled change pauses the world and whatever is left moves at
- * the pause (a round's time measured too high, as when the first waited
- * for the joiners to start, would otherwise leave most of it there). Every
- * world runs the mean of its ranks' asks, so each may ask its own.
+ * The rounds per step to ask for (see agent_internal.h): the share of the
+ * time (precopy_share) over a round's time, in steps; one until both are
+ * measured, none without a copy. And at least what is due: the rounds left
+ * over four fifths of the steps left before this generation ends, where a
+ * scheduled change pauses the world and whatever is left moves at the
+ * pause (a round's time measured too high, as when the first waited for the
+ * joiners to start, would otherwise leave most of it there). Every world
+ * runs the mean of its ranks' asks, so each may ask its own.
  *
  * The last pass (the rows updated since sent) waits for the generation's
  * last steps when it ends within LAST_PASS_HELD_S (a scheduled change): run
@@ -355,22 +355,34 @@ static double recent(double avg, double x) { return avg > 0 ? 0.7 * avg + 0.3 * 
  * the pause. None after the generation's last step: a resume would run
  * what was asked then.
  */
-static float pace_asked(const rs_agent *a)
+float rs__precopy_pace(const rs_pace_in *in)
 {
-	double share = a->c.cfg->cluster.precopy_share;
-	int64_t pending = a->pc ? rs_precopy_pending(a->pc) : 0, steps_left = a->cur.steps - a->cur.step;
-	double held = LAST_PASS_HELD_S < a->c.timeout_ms / 4000.0 ? LAST_PASS_HELD_S : a->c.timeout_ms / 4000.0;
-	if (pending == 0 || steps_left <= 0)
+	double held = LAST_PASS_HELD_S < in->timeout_ms / 4000.0 ? LAST_PASS_HELD_S : in->timeout_ms / 4000.0;
+	if (in->pending == 0 || in->steps_left <= 0)
 		return 0;
-	if (rs_precopy_last_pass_left(a->pc) && steps_left > LAST_PASS_LEAD && a->pace.step_s > 0 &&
-	    (double)steps_left * a->pace.step_s < held)
-		return rs_now() - a->pace.round_at + (double)steps_left * a->pace.step_s < held ? 0 : 1;
-	double r = share >= 1 ? PRECOPY_MAX_ROUNDS_PER_STEP : share / (1 - share) * a->pace.step_s / a->pace.round_s;
-	if (a->pace.step_s <= 0 || a->pace.round_s <= 0)
+	if (in->last_pass_left && in->steps_left > LAST_PASS_LEAD && in->step_s > 0 &&
+	    (double)in->steps_left * in->step_s < held)
+		return in->since_round + (double)in->steps_left * in->step_s < held ? 0 : 1;
+	double r = in->share >= 1 ? PRECOPY_MAX_ROUNDS_PER_STEP : in->share / (1 - in->share) * in->step_s / in->round_s;
+	if (in->step_s <= 0 || in->round_s <= 0)
 		r = 1;
-	double due = (double)pending / (0.8 * (double)steps_left);
+	double due = (double)in->pending / (0.8 * (double)in->steps_left);
 	r = r > due ? r : due;
 	return (float)(r < PRECOPY_MAX_ROUNDS_PER_STEP ? r : PRECOPY_MAX_ROUNDS_PER_STEP);
+}
+
+/* What this member asks for after its step. */
+static float pace_asked(const rs_agent *a)
+{
+	rs_pace_in in = {.share = a->c.cfg->cluster.precopy_share,
+			 .pending = a->pc ? rs_precopy_pending(a->pc) : 0,
+			 .last_pass_left = a->pc && rs_precopy_last_pass_left(a->pc),
+			 .steps_left = a->cur.steps - a->cur.step,
+			 .step_s = a->pace.step_s,
+			 .round_s = a->pace.round_s,
+			 .since_round = rs_now() - a->pace.round_at,
+			 .timeout_ms = a->c.timeout_ms};
+	return rs__precopy_pace(&in);
 }
 
 rs_status rs__precopy_step(rs_agent *a, const rs_step_stats *stats, rs_err *err)
