@@ -359,8 +359,8 @@ static size_t delta_cap(const stager *g, int32_t s)
  * Every pair's rows updated since they were sent: sizes, then the messages.
  * They go through the per-peer buffers the chunk rounds serialize ZCH
  * chunks in, kept from pass to pass: fresh memory faults in a page at a
- * time (800 faults, 9 ms, for the 4.6 MiB a leaver of bench-1g sent at the
- * pause), and the passes while training have faulted them in already.
+ * time (814 faults for the 4.6 MiB a leaver of bench-1g sent at the pause),
+ * and the passes while training have faulted them in already.
  */
 static rs_status send_delta(stager *g)
 {
