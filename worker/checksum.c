@@ -12,8 +12,9 @@
  * hashes the rows of a chunk as it checks it, and those sent again as it
  * writes them (while training, or at the pause). A new shard that shares
  * the old shard's memory shares its hashes. A checksum then hashes only
- * the stale rows and adds the cached terms. The hashes go with the pre-copy (rs__rowsums_drop):
- * once training goes on without marks, they would go stale unseen.
+ * the stale rows and adds the cached terms. The hashes go with the
+ * pre-copy (rs__rowsums_drop): once training goes on without marks, they
+ * would go stale unseen.
  */
 #include "worker/train_internal.h"
 #include "common/rng.h"

@@ -213,19 +213,14 @@ static int ahead_move(const stager *g, const rs_move *m, int32_t src, int32_t ds
 
 /*
  * The dirty rows of plain move m in old shard os: their offsets in the move
- * into rows[] (rising), how many. A word of marks at a time: the pause
- * scans every row that moves (3 ms of it for 4 GiB of state, a bit at a
- * time), and few are marked.
+ * into rows[] (rising), how many. The pause scans every row that moves (a
+ * bit at a time, 3 ms of it for 4 GiB of state; rs__dirty_next skips words).
  */
 static int64_t dirty_of(const lshard *os, const rs_move *m, int64_t *rows)
 {
 	int64_t n = 0, base = m->row_offset - os->s.row_offset, end = base + m->rows;
-	for (int64_t w = base >> 6; m->rows > 0 && w <= (end - 1) >> 6; w++)
-		for (uint64_t bits = os->dirty[w]; bits; bits &= bits - 1) {
-			int64_t r = w * 64 + __builtin_ctzll(bits);
-			if (r >= base && r < end)
-				rows[n++] = r - base;
-		}
+	for (int64_t r = rs__dirty_next(os, base, end); r < end; r = rs__dirty_next(os, r + 1, end))
+		rows[n++] = r - base;
 	return n;
 }
 
@@ -410,12 +405,12 @@ static void recopy_kept(stager *g)
 			int64_t r0, r1;
 			if (ns->wmem == os->wmem || rs__at_pause(g, os->table) || !rs__kept_rows(os, ns, &r0, &r1))
 				continue;
-			for (int64_t r = r0; r < r1; r++) {
-				if (!rs__dirty_test(os, r - os->s.row_offset))
-					continue;
+			int64_t end = r1 - os->s.row_offset; /* rows of os from here on */
+			for (int64_t o = rs__dirty_next(os, r0 - os->s.row_offset, end); o < end; o = rs__dirty_next(os, o + 1, end)) {
+				int64_t r = os->s.row_offset + o;
 				void *wo, *so, *wn, *sn;
 				size_t wl, sl;
-				rs__row_blocks(g->cfg, os, r - os->s.row_offset, 1, &wo, &wl, &so, &sl);
+				rs__row_blocks(g->cfg, os, o, 1, &wo, &wl, &so, &sl);
 				rs__row_blocks(g->cfg, ns, r - ns->s.row_offset, 1, &wn, &wl, &sn, &sl);
 				memcpy(wn, wo, wl);
 				if (sl)

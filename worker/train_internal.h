@@ -347,7 +347,16 @@ static inline void rs__dirty_mark_rows(lshard *ls, const int64_t *rows, int64_t 
 	for (int64_t k = 0; (ls->dirty || ls->rsum) && k < n; k++)
 		rs__dirty_mark(ls, rows[k]);
 }
-static inline int rs__dirty_test(const lshard *ls, int64_t row) { return (ls->dirty[row >> 6] >> (row & 63)) & 1; }
+/* The first marked row of ls in [row, end), or end: a word of marks at a time (few rows are marked). */
+static inline int64_t rs__dirty_next(const lshard *ls, int64_t row, int64_t end)
+{
+	for (int64_t w = row >> 6; row < end; w++, row = w * 64) {
+		uint64_t bits = ls->dirty[w] >> (row & 63);
+		if (bits)
+			return row + __builtin_ctzll(bits) < end ? row + __builtin_ctzll(bits) : end;
+	}
+	return end;
+}
 
 /*
  * The whole-model checksum's parts (checksum.c). rs__rows_sum: the sum of
