@@ -51,32 +51,24 @@ check "... and ends where the undisturbed job did, bit for bit" same_bits "$tmp/
 tail -n 1 "$tmp/diff-ab.out"
 # a checkpoint still being written when a reshard commits (its writers stall 2 s after their first file, the
 # reshard comes 10 steps later): the old world's reports still count, its index describes the old world's
-# shards, and a job started from it ends where the undisturbed job did
-ROWSHIFT_FAULT=checkpoint-stall-ms=2000@30 run late --workers 2 --schedule 40:3 --checkpoint-dir "$tmp/ck-late" \
-	--checkpoint-every 30 --checkpoint-keep 4
-check "a checkpoint written across a reshard completes after the commit" python3 - "$tmp/late.out" <<'PY'
+# shards, and a job started from it ends where the undisturbed job did; across a growth, and across a shrink,
+# whose leaving worker reports its part before it exits
+across_reshard() { # across_reshard NAME WORKERS TO WHAT
+	ROWSHIFT_FAULT=checkpoint-stall-ms=2000@30 run "$1" --workers "$2" --schedule "40:$3" \
+		--checkpoint-dir "$tmp/ck-$1" --checkpoint-every 30 --checkpoint-keep 4
+	check "a checkpoint written across $4 completes after the commit" python3 - "$tmp/$1.out" <<'PY'
 import sys
 out = open(sys.argv[1]).read()
 commit, done = out.find("generation 2 committed"), out.find("checkpoint of step 30 complete")
 print("commit at", commit, "checkpoint of step 30 at", done)
 sys.exit(0 if 0 <= commit < done else 1)
 PY
-run late2 --workers 2 --load "$tmp/ck-late/step-000000030"
-check "a job of 2 workers loading it ends where the undisturbed job did, bit for bit" same_bits "$tmp/a.final" "$tmp/late2.final"
-# the same across a shrink: the worker that leaves reports its part before it exits
-ROWSHIFT_FAULT=checkpoint-stall-ms=2000@30 run shrink --workers 3 --schedule 40:2 --checkpoint-dir "$tmp/ck-shrink" \
-	--checkpoint-every 30 --checkpoint-keep 4
-check "a checkpoint written across a shrink completes after the commit (the leaver reported its part)" python3 - \
-	"$tmp/shrink.out" <<'PY'
-import sys
-out = open(sys.argv[1]).read()
-commit, done = out.find("generation 2 committed"), out.find("checkpoint of step 30 complete")
-print("commit at", commit, "checkpoint of step 30 at", done)
-sys.exit(0 if 0 <= commit < done else 1)
-PY
-run shrink2 --workers 2 --load "$tmp/ck-shrink/step-000000030"
-check "... and a job of 2 workers loading it ends where the undisturbed job did, bit for bit" same_bits "$tmp/a.final" \
-	"$tmp/shrink2.final"
+	run "$1-loaded" --workers 2 --load "$tmp/ck-$1/step-000000030"
+	check "... and a job of 2 workers loading it ends where the undisturbed job did, bit for bit" same_bits \
+		"$tmp/a.final" "$tmp/$1-loaded.final"
+}
+across_reshard late 2 3 "a growth (2 -> 3)"
+across_reshard shrink 3 2 "a shrink (3 -> 2; the leaver reported its part)"
 # at another world size: loaded by 2 workers and saved at once, the model (ZCH identities and eviction state too) is the checkpoint's
 timeout 120 "$bin/rowshift-coordinator" --local --config "$cfg" --workers 2 --steps 90 --load "$tmp/ck/step-000000090" \
 	--save "$tmp/z.final" --listen 127.0.0.1:0 --admin-file "$tmp/z.admin" >"$tmp/z.out" 2>"$tmp/z.err"
