@@ -233,6 +233,14 @@ void rs__later_wait(rs_trainer *tr);
 void rs__trainer_destroy_later(rs_trainer *tr, rs__later *later);
 void rs__rowsums_drop_later(rs_trainer *tr, rs__later *later);
 
+/*
+ * A committed trainer takes the replaced one's step buffers it has none of
+ * (the requests, answers and gradients of a step, the exact sums'): their
+ * pages are in, where fresh ones would fault in one at a time in the first
+ * step after the pause.
+ */
+void rs__trainer_take_buffers(rs_trainer *to, rs_trainer *from);
+
 /* Whether local shard i is a data-parallel table's full copy (synced by all-reduce, not by replica groups). */
 static inline int rs__is_dp(const rs_trainer *tr, int i) { return tr->tables[tr->shards[i].table].dp_shard == i; }
 
@@ -318,13 +326,6 @@ rs_status rs__dirty_start(rs_trainer *tr);
 void rs__dirty_stop(rs_trainer *tr);
 void rs__dirty_clear(lshard *ls, int64_t row, int64_t n);
 
-/*
- * A committed trainer takes the replaced one's step buffers it has none of
- * (the requests, answers and gradients of a step, the exact sums'): their
- * pages are in, where fresh ones would fault in one at a time in the first
- * step after the pause.
- */
-void rs__trainer_take_buffers(rs_trainer *to, rs_trainer *from);
 /* Row `row` of ls written: its cached hash (when kept) is stale. */
 static inline void rs__rowsum_stale(lshard *ls, int64_t row)
 {
