@@ -6,19 +6,35 @@
 #include "common/log.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+/*
+ * Shard memory of 2 MiB or more starts on a 2 MiB boundary, in huge pages
+ * where the kernel has them: a lookup reads random rows of gigabytes, and a
+ * reshard faults in and gives back whole shards.
+ */
+#define HUGE ((size_t)2 << 20)
 
 static void *cpu_alloc(rs_engine *e, size_t len, rs_err *err)
 {
 	(void)e;
 	/* anonymous pages: zero, and taken from the system only when first touched */
-	void *p = mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	size_t extra = len >= HUGE ? HUGE : 0; /* room to start on a huge page */
+	char *p = mmap(NULL, (len ? len : 1) + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED) {
 		rs_err_set(err, RS_ENOMEM, "shard memory: mmap of %zu bytes: %s", len, strerror(errno));
 		return NULL;
 	}
+	if (!extra)
+		return p;
+	size_t head = (HUGE - (uintptr_t)p % HUGE) % HUGE;
+	if ((head && munmap(p, head) != 0) || munmap(p + head + len, extra - head) != 0)
+		RS_WARN("trimming shard memory to a huge page: %s", strerror(errno)); /* kept mapped: only address space */
+	p += head;
+	(void)madvise(p, len, MADV_HUGEPAGE); /* advice; small pages work */
 	return p;
 }
 
