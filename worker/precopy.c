@@ -451,6 +451,8 @@ rs_status rs_precopy_finish(rs_precopy *pc, rs_trainer **out, rs_reshard_stats *
 	g->nt = NULL;
 	rs__dirty_stop(g->old); /* the old trainer may be committed away before pc is freed */
 	g->old = NULL;
+	/* the buffers that grew with the deltas sent while training: given back after the pause, with the old rows */
+	rs__stage_close(g, *out ? rs__trainer_later(*out) : NULL); /* a leaver's: now */
 	return RS_OK;
 }
 
@@ -459,6 +461,6 @@ void rs_precopy_free(rs_precopy *pc)
 	if (!pc)
 		return;
 	rs__dirty_stop(pc->g.old);
-	rs__stage_close(&pc->g);
+	rs__stage_close(&pc->g, NULL);
 	free(pc);
 }

@@ -647,34 +647,24 @@ rs_status rs__stage_round(stager *g, int64_t k, int64_t rounds)
 	return RS_OK;
 }
 
-void rs__stage_close(stager *g)
+void rs__stage_close(stager *g, rs__later *later)
 {
 	for (int32_t p = 0; p < g->nunion; p++) {
 		if (g->sendq)
-			free(g->sendq[p].c);
+			rs__later_free(later, g->sendq[p].c);
 		if (g->recvq)
-			free(g->recvq[p].c);
+			rs__later_free(later, g->recvq[p].c);
 		if (g->sbuf)
-			free(g->sbuf[p]);
+			rs__later_free(later, g->sbuf[p]);
 		if (g->rbuf)
-			free(g->rbuf[p]);
+			rs__later_free(later, g->rbuf[p]);
 	}
-	free(g->sendq);
-	free(g->recvq);
-	free(g->sbuf);
-	free(g->rbuf);
-	free(g->scap);
-	free(g->rcap);
-	free(g->scrc);
-	free(g->rcrc);
-	free(g->sent);
-	free(g->total);
-	free(g->sx);
-	free(g->rx);
-	free(g->moves);
-	free(g->old_to_new);
+	void *arrays[] = {g->sendq, g->recvq, g->sbuf, g->rbuf, g->scap, g->rcap, g->scrc, g->rcrc,
+			  g->sent,  g->total, g->sx,   g->rx,   g->moves, g->old_to_new};
+	for (size_t i = 0; i < sizeof(arrays) / sizeof(arrays[0]); i++)
+		rs__later_free(later, arrays[i]);
 	rs_trainer_destroy(g->nt);
-	g->nt = NULL;
+	*g = (stager){0}; /* closed: closing again does nothing */
 }
 
 rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs_reshard_spec *spec,
@@ -705,14 +695,13 @@ rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs
 out:
 	if (st != RS_OK && err && !err->msg[0])
 		rs_err_set(err, st, "reshard: %s", rs_status_str(st));
-	rs__stage_close(&g);
+	rs__stage_close(&g, NULL);
 	return st;
 }
 
-/* The parts of block m that no shard of tr uses any more (the rows that moved away), to give back later. */
-static void unused_spans(const rs_trainer *tr, rs__mem *m, rs__later *later)
+int rs__mem_used(const rs_trainer *tr, const rs__mem *m, char **lo_out, char **hi_out)
 {
-	char *lo = NULL, *hi = NULL, *base = m->base;
+	char *lo = NULL, *hi = NULL;
 	for (int i = 0; i < tr->nshards; i++) {
 		const lshard *ls = &tr->shards[i];
 		char *b = NULL, *e = NULL;
@@ -728,10 +717,29 @@ static void unused_spans(const rs_trainer *tr, rs__mem *m, rs__later *later)
 		lo = !lo || b < lo ? b : lo;
 		hi = !hi || e > hi ? e : hi;
 	}
-	if (lo && lo > base)
+	*lo_out = lo, *hi_out = hi;
+	return lo != NULL;
+}
+
+/* The parts of block m that no shard of tr uses any more (the rows that moved away), to give back later. */
+static void unused_spans(const rs_trainer *tr, rs__mem *m, rs__later *later)
+{
+	char *lo, *hi, *base = m->base;
+	if (!rs__mem_used(tr, m, &lo, &hi))
+		return;
+	if (lo > base)
 		rs__later_release(later, m->engine, base, (size_t)(lo - base));
-	if (lo && hi < base + m->len)
+	if (hi < base + m->len)
 		rs__later_release(later, m->engine, hi, (size_t)(base + m->len - hi));
+}
+
+/* Whether a shard of tr before shard i holds block m. */
+static int block_seen(const rs_trainer *tr, int i, const rs__mem *m)
+{
+	for (int k = 0; k < i; k++)
+		if (tr->shards[k].wmem == m || tr->shards[k].smem == m)
+			return 1;
+	return 0;
 }
 
 void rs_trainer_commit(rs_trainer *staged, rs_trainer *old)
@@ -743,17 +751,23 @@ void rs_trainer_commit(rs_trainer *staged, rs_trainer *old)
 	if (old && staged)
 		rs__trainer_take_buffers(staged, old);
 	/* what the pause need not wait for: the old trainer's and the hashes' memory, the moved rows' pages */
-	rs__later *later = staged ? rs__later_new() : NULL;
+	rs__later *later = staged ? rs__trainer_later(staged) : NULL;
+	if (staged)
+		staged->pending = NULL; /* started below */
 	rs__trainer_destroy_later(old, later);
 	rs__rowsums_drop_later(staged, later); /* training goes on without marking rows: the hashes would go stale */
 	if (staged)
 		staged->on_host = 1; /* the rows were copied and received by the host */
-	/* memory the new shards share with the old ones: the parts that held moved rows go back to the system */
+	/*
+	 * memory the new shards share with the old ones: the parts that held
+	 * moved rows go back to the system (each block once; a block of the new
+	 * trainer's own has no such parts)
+	 */
 	for (int i = 0; staged && i < staged->nshards; i++) {
 		lshard *ls = &staged->shards[i];
-		if (ls->wmem && ls->emb.weights != ls->wmem->base)
+		if (ls->wmem && !block_seen(staged, i, ls->wmem))
 			unused_spans(staged, ls->wmem, later);
-		if (ls->smem && (void *)ls->emb.state != ls->smem->base)
+		if (ls->smem && !block_seen(staged, i, ls->smem))
 			unused_spans(staged, ls->smem, later);
 	}
 	if (staged)

@@ -71,8 +71,11 @@ rs_status rs__stage_round(stager *g, int64_t k, int64_t rounds);
 /* The dense network to the joining members; restored rows (partial recovery). */
 rs_status rs__stage_dense(stager *g);
 rs_status rs__stage_restore(stager *g);
-/* Free g (and the new trainer unless taken: set g->nt = NULL first). */
-void rs__stage_close(stager *g);
+/*
+ * Free g (and the new trainer unless taken: set g->nt = NULL first), or
+ * list its buffers on `later` (NULL: now; see rs__later in train_internal.h).
+ */
+void rs__stage_close(stager *g, rs__later *later);
 
 /* The shard of trainer tr holding the whole rectangle of move m, or NULL. */
 lshard *rs__move_shard(const rs_trainer *tr, const rs_move *m);

@@ -349,6 +349,8 @@ void rs__trainer_destroy_later(rs_trainer *tr, rs__later *later)
 {
 	if (!tr)
 		return;
+	rs__later_now(tr->pending); /* never committed */
+	tr->pending = NULL;
 	rs__later_wait(tr); /* first: its thread may give back pages of memory unmapped below */
 	drop_prepared(tr);
 	rs__rowsums_drop_later(tr, later);
@@ -765,6 +767,7 @@ rs_status rs_trainer_step(rs_trainer *tr, int64_t step, rs_step_stats *stats, rs
 	rs_status st = one_step(tr, step, stats, err);
 	if (st != RS_OK && !tr->prepared.rg && !tr->spoiled)
 		(void)undo_step(tr, step);
+	rs__later_stepped(tr); /* the last commit's freeing goes on a slice */
 	return st;
 }
 

@@ -42,6 +42,9 @@ void rs__mem_unref(rs__mem *m);
  */
 void rs__mem_populate(rs__mem *m);
 
+/* The bytes of m that shards of trainer tr use: [*lo, *hi), 0 when none does (reshard.c). */
+int rs__mem_used(const rs_trainer *tr, const rs__mem *m, char **lo, char **hi);
+
 typedef struct i32vec {
 	int32_t *v;
 	size_t n, cap;
@@ -168,7 +171,8 @@ struct rs_trainer {
 		fvec keep;  /* the micro-batches' dense gradients (or one micro-batch's input gradient) */
 		i64vec q;   /* the sums on their grids */
 	} exact;
-	struct rs__later *later; /* the last commit's freeing, on a thread (later.c); NULL: none */
+	struct rs__later *later;   /* the last commit's freeing, on a thread (later.c); NULL: none */
+	struct rs__later *pending; /* a staged trainer's: what its commit adds to that (rs__trainer_later) */
 	fvec out;           /* answers or gradients to send */
 	fvec back;          /* answers or gradients received */
 };
@@ -219,15 +223,23 @@ rs_status rs__zch_undo(rs_trainer *tr);
  * list (NULL when out of memory: every job is then done at once, as it is
  * for memory of another engine than the host's), jobs added to it, then
  * rs__later_start does them on a thread of its own, which `owner` waits
- * for before it is destroyed or starts another (rs__later_wait).
+ * for before it is destroyed or starts another (rs__later_wait). The
+ * thread gives the memory back a slice a step: each step of the owner's
+ * tells it (rs__later_stepped).
  */
 typedef struct rs__later rs__later;
+#define RS__LATER_SLICE ((size_t)64 << 20) /* given back a step: 10-25 ms here in 4 KiB pages, far less in huge ones */
 rs__later *rs__later_new(void);
 void rs__later_free(rs__later *l, void *p);
 void rs__later_release(rs__later *l, rs_engine *e, void *p, size_t len); /* engine->ops->release */
 void rs__later_mem_unref(rs__later *l, rs__mem *m);                       /* rs__mem_unref */
 void rs__later_start(rs__later *l, rs_trainer *owner);
+void rs__later_stepped(rs_trainer *tr);
 void rs__later_wait(rs_trainer *tr);
+/* The list the commit of staged trainer tr starts (NULL when out of memory: jobs are done at once). */
+rs__later *rs__trainer_later(rs_trainer *tr);
+/* Do l's jobs here and now (a list that will not be started: its trainer is destroyed uncommitted). */
+void rs__later_now(rs__later *l);
 
 /* rs_trainer_destroy, listing its large frees on `later`; and rs__rowsums_drop likewise. */
 void rs__trainer_destroy_later(rs_trainer *tr, rs__later *later);

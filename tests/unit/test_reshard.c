@@ -46,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -283,6 +284,47 @@ static int roll_back(int g, int32_t u, rs_trainer *tr, rs_transport *t, rs_trans
 }
 
 /* Member m's end (rc so far): its final model dumped as TAG-rN (N its last rank), when it has one; the exit code. */
+/* Whole pages of [a, b): in *pages, and of those, resident ones in *resident. */
+static void count_pages(char *a, char *b, uint64_t *pages, uint64_t *resident)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t p0 = ((uintptr_t)a + page - 1) / page * page, p1 = (uintptr_t)b / page * page;
+	if (p1 <= p0)
+		return;
+	size_t n = (p1 - p0) / page;
+	unsigned char *vec = malloc(n);
+	if (!vec || mincore((void *)p0, p1 - p0, vec) != 0) {
+		*resident += n; /* unknown counts against */
+		free(vec);
+		return;
+	}
+	*pages += n;
+	for (size_t i = 0; i < n; i++)
+		*resident += vec[i] & 1;
+	free(vec);
+}
+
+/*
+ * Once generation g's commit has freed what it listed: the whole pages of
+ * tr's shard memory outside the rows its shards use (those of rows that
+ * moved away), and how many of them are still resident (should be none).
+ */
+static void record_outside(int m, int g, rs_trainer *tr)
+{
+	uint64_t v[2] = {0, 0};
+	rs__later_wait(tr);
+	for (int i = 0; i < tr->nshards; i++) {
+		rs__mem *mem[2] = {tr->shards[i].wmem, tr->shards[i].smem};
+		char *lo, *hi;
+		for (int k = 0; k < 2; k++)
+			if (mem[k] && rs__mem_used(tr, mem[k], &lo, &hi)) {
+				count_pages(mem[k]->base, lo, &v[0], &v[1]);
+				count_pages(hi, (char *)mem[k]->base + mem[k]->len, &v[0], &v[1]);
+			}
+	}
+	record(m, "outside", g, v, 2);
+}
+
 static int dump_and_end(int m, const char *tag, rs_trainer *tr, rs_transport *t, rs_transport *uni, int rc)
 {
 	if (tr && rc == 0) {
@@ -357,6 +399,7 @@ static int elastic_member(int m)
 		uni = nuni;
 		if (!tr)
 			break; /* this member left the world */
+		record_outside(m, g, tr);
 		for (int64_t s = first_step[g]; s < first_step[g + 1]; s++)
 			if (rs_trainer_step(tr, s, NULL, &err) != RS_OK) {
 				fprintf(stderr, "member %d step %lld: %s\n", m, (long long)s, err.msg);
@@ -499,6 +542,7 @@ static int precopy_member(int m)
 		tr = ntr, t = nt_t, uni = nuni;
 		if (!tr)
 			break; /* this member left the world */
+		record_outside(m, g, tr);
 		hot_install(tr); /* a joiner's trainer opened its own source */
 	}
 	for (int64_t s = first_step[GENS - 1]; tr && rc == 0 && s < first_step[GENS]; s++)
@@ -662,6 +706,13 @@ static void check_elastic(int (*member)(int), const char *tag)
 		assert_true(moved[0] == diff && moved[1] == diff);
 		assert_true(plans[g]->summary.moved_bytes == diff);
 		assert_true(diff >= plans[g]->summary.min_moved_bytes);
+		/* the pages of the rows that moved away went back to the system */
+		uint64_t outside[2];
+		assert_int_equal(sum_records("outside", g, outside, 2), world_of[g]);
+		print_message("generation %d: %" PRIu64 " pages of shard memory outside the rows kept, %" PRIu64
+			      " still resident\n", g, outside[0], outside[1]);
+		assert_true(outside[0] > 0);
+		assert_int_equal(outside[1], 0);
 	}
 }
 
