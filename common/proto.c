@@ -242,10 +242,13 @@ rs_status rs_proto_paused(json_t *msg, rs_msg_paused *p, rs_err *err)
 	const char *type;
 	json_int_t rank, gen, step, prepared = 0;
 	p->checksum = p->held = NULL;
-	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:I, s:s, s?o, s?o, s?I}", "type", &type, "rank",
-			   &rank, "generation", &gen, "step", &step, "addr", &p->addr, "checksum", &p->checksum, "held",
-			   &p->held, "prepared", &prepared) != 0)
+	p->stopped_s = 0;
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:I, s:s, s?o, s?o, s?I, s?F}", "type", &type,
+			   "rank", &rank, "generation", &gen, "step", &step, "addr", &p->addr, "checksum", &p->checksum,
+			   "held", &p->held, "prepared", &prepared, "stopped_s", &p->stopped_s) != 0)
 		return rs_err_set(err, RS_EINVAL, "paused: %s", jerr.text);
+	if (!(p->stopped_s >= 0 && p->stopped_s <= 3600))
+		return rs_err_set(err, RS_EINVAL, "paused: stopped_s %g is not a time in [0, 3600] s", p->stopped_s);
 	if (rank < 0 || step < 0 || gen < 1 || (p->checksum && !json_is_array(p->checksum)) ||
 	    (p->held && !json_is_array(p->held)))
 		return rs_err_set(err, RS_EINVAL, "paused: a negative rank or step, or a bad checksum");
@@ -574,6 +577,7 @@ json_t *rs_proto_make_paused(const rs_msg_paused *m)
 			      (json_int_t)m->generation, "step", (json_int_t)m->step, "addr", m->addr);
 	j = opt_set(j, "checksum", json_incref(m->checksum), m->checksum != NULL);
 	j = opt_set(j, "prepared", json_integer(m->prepared), m->prepared > 0);
+	j = opt_set(j, "stopped_s", json_real(m->stopped_s), m->stopped_s > 0);
 	return opt_set(j, "held", json_incref(m->held), m->held != NULL);
 }
 

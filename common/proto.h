@@ -139,6 +139,7 @@ typedef struct rs_msg_paused {
 	json_t *checksum;     /* per table, its rows' checksum (rs_proto_checksums), or NULL */
 	json_t *held;         /* 2D: per table, the checksum of every copy it holds (rs_trainer_checksum_held), or NULL */
 	int64_t prepared;     /* the step it can catch up to (rs_trainer_prepared), 0: none */
+	double stopped_s;     /* how long it had stopped before saying so (its checksums), in [0, 3600] */
 } rs_msg_paused;
 
 /* A member of a reshard's union finished staging (phase one), well or not. */

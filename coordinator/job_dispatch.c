@@ -139,9 +139,13 @@ static rs_status on_paused(rs_job *j, member *m, json_t *msg, rs_err *err)
 		RSCHECK(rs_proto_checksums(pa.held, m->held_sum, j->ntables, err));
 		m->has_held = 1;
 	}
+	/* the pause began when the first member stopped, before it computed its checksums */
+	double stopped = rs__job_now(j) - pa.stopped_s;
 	if (j->ph == P_TRAINING && !j->cur.pausing) {
-		j->t.first_paused = rs__job_now(j);
+		j->t.first_paused = stopped;
 		j->cur.pausing = 1;
+	} else if (j->cur.pausing && stopped < j->t.first_paused) {
+		j->t.first_paused = stopped;
 	}
 	m->st = M_PAUSED, m->gen = pa.generation, m->step = pa.step;
 	m->prepared = pa.prepared, m->catching = 0;

@@ -55,11 +55,13 @@ json_t *rs__agent_checksums(const rs_agent *a, const rs_trainer *tr, json_t **he
 /* Paused at a->cur.step, listening for the next generation: tell the coordinator, with the model's checksum. */
 rs_status rs__agent_report_paused(rs_agent *a, rs_err *err)
 {
+	double t0 = rs_now();
 	RSCHECK(rs__agent_relisten(a, err));
 	int heals = rs_trainer_can_heal(a->tr);
 	rs_msg_paused m = {.rank = a->cur.rank, .generation = a->cur.generation, .step = a->cur.step, .addr = a->addr,
 			   .prepared = a->tr ? rs_trainer_prepared(a->tr) : 0};
 	m.checksum = rs__agent_checksums(a, a->tr, heals ? &m.held : NULL);
+	m.stopped_s = rs_now() - t0; /* the world is stopped for this too: the coordinator counts it in the pause */
 	/* never a pause without the model's checksums */
 	json_t *j = m.checksum && (m.held || !heals) ? rs_proto_make_paused(&m) : NULL;
 	json_decref(m.checksum);

@@ -281,6 +281,14 @@ static void test_reshard_messages(void **state)
 	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":0,\"step\":50,\"addr\":\"h:1\"}", check_paused, RS_EINVAL);
 	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":2,\"step\":50,\"addr\":\"h:1\",\"prepared\":52}",
 	       check_paused, RS_EINVAL); /* only the step after can be prepared */
+	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":2,\"step\":50,\"addr\":\"h:1\",\"stopped_s\":0.01}",
+	       check_paused, RS_OK);
+	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":2,\"step\":50,\"addr\":\"h:1\",\"stopped_s\":-1}",
+	       check_paused, RS_EINVAL);
+	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":2,\"step\":50,\"addr\":\"h:1\",\"stopped_s\":1e9}",
+	       check_paused, RS_EINVAL);
+	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":2,\"step\":50,\"addr\":\"h:1\",\"stopped_s\":\"x\"}",
+	       check_paused, RS_EINVAL);
 	expect("{\"type\":\"staged\",\"generation\":4,\"ok\":true,\"sent_bytes\":10,\"recv_bytes\":0,"
 	       "\"wire_bytes\":14,\"kept_bytes\":7,\"connect_s\":0.1,\"copy_s\":0,\"move_s\":0.2}", check_staged, RS_OK);
 	expect("{\"type\":\"staged\",\"generation\":4,\"ok\":false}", check_staged, RS_OK); /* a reason is filled in */
@@ -368,10 +376,13 @@ static void test_builders_round_trip(void **state)
 	json_decref(m);
 
 	json_t *cs = rs_proto_checksums_to_json(sums, 2);
-	rs_msg_paused pa = {.rank = 1, .generation = 3, .step = 7, .addr = "h:9", .checksum = cs, .held = cs, .prepared = 8}, pb;
+	rs_msg_paused pa = {.rank = 1, .generation = 3, .step = 7, .addr = "h:9", .checksum = cs, .held = cs, .prepared = 8,
+			    .stopped_s = 0.046},
+		      pb;
 	m = wire(rs_proto_make_paused(&pa));
 	assert_int_equal(rs_proto_paused(m, &pb, &err), RS_OK);
 	assert_int_equal(pb.prepared, 8);
+	assert_float_equal(pb.stopped_s, 0.046, 1e-12);
 	assert_int_equal(rs_proto_checksums(pb.checksum, back, 2, &err), RS_OK);
 	assert_true(back[1] == UINT64_MAX);
 	assert_non_null(pb.held);
