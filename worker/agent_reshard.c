@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -86,6 +87,7 @@ static rs_status stage_rows(rs_agent *a, const rs_msg_start *s, double t0, rs_re
 	rs_reshard_spec spec = {.old_plan = prev, .new_plan = a->st_plan, .union_of_old = uoo, .uni = a->st_uni,
 				.train_t = a->st_t, .engine = a->engine, .progress = on_progress, .progress_ctx = &pc,
 				.restore = s->restore, .restored = restored};
+	rs_trainer_give_back_now(a->tr); /* the last commit's leftovers first: never three models at once */
 	st = rs_trainer_stage(a->c.cfg, a->tr, &spec, &a->st_tr, rst, err);
 out:
 	free(uoo);
@@ -174,7 +176,8 @@ rs_status rs__agent_commit(rs_agent *a, int64_t gen, int *left, rs_err *err)
 	if (!a->st_tr) { /* leaving: say so first, then let the old model go behind the workers that train on */
 		said = rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_COMMITTED, gen, 0, NULL), err);
 		/* this thread's (the one that frees), for good: the process exits next */
-		if (setpriority(PRIO_PROCESS, 0, 10) != 0)
+		if (sched_setscheduler(0, SCHED_IDLE, &(struct sched_param){0}) != 0 &&
+		    setpriority(PRIO_PROCESS, 0, 10) != 0)
 			RS_WARN("leaving: cannot lower this worker's priority: %s", strerror(errno));
 	}
 	rs_trainer_commit(a->st_tr, a->tr);
@@ -243,6 +246,7 @@ static rs_status precopy_begin(rs_agent *a, const rs_msg_start *s, rs_plan *plan
 	a->pc_reported = 0;
 	a->pace.credit = a->pace.round_s = a->pace.busy_s = 0, a->pace.steps = 0;
 	a->pace.before_s = a->pace.step_s;
+	rs_trainer_give_back_now(a->tr); /* as in stage_rows */
 	RSCHECK(rs_precopy_begin(a->c.cfg, a->tr, &spec, &a->pc, why));
 	RS_INFO("generation %lld: pre-copy began (%lld rounds)", (long long)s->generation,
 		(long long)rs_precopy_pending(a->pc));

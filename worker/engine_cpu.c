@@ -16,13 +16,13 @@
  * where the kernel has them: a lookup reads random rows of gigabytes, and a
  * reshard faults in and gives back whole shards.
  */
-#define HUGE ((size_t)2 << 20)
+#define HUGE_PAGE ((size_t)2 << 20)
 
 static void *cpu_alloc(rs_engine *e, size_t len, rs_err *err)
 {
 	(void)e;
 	/* anonymous pages: zero, and taken from the system only when first touched */
-	size_t extra = len >= HUGE ? HUGE : 0; /* room to start on a huge page */
+	size_t extra = len >= HUGE_PAGE ? HUGE_PAGE : 0; /* room to start on a huge page */
 	char *p = mmap(NULL, (len ? len : 1) + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED) {
 		rs_err_set(err, RS_ENOMEM, "shard memory: mmap of %zu bytes: %s", len, strerror(errno));
@@ -30,10 +30,14 @@ static void *cpu_alloc(rs_engine *e, size_t len, rs_err *err)
 	}
 	if (!extra)
 		return p;
-	size_t head = (HUGE - (uintptr_t)p % HUGE) % HUGE;
-	if ((head && munmap(p, head) != 0) || munmap(p + head + len, extra - head) != 0)
-		RS_WARN("trimming shard memory to a huge page: %s", strerror(errno)); /* kept mapped: only address space */
-	p += head;
+	/* the pages before the first boundary, and those after the shard's last page, go back (cpu_free unmaps the rest) */
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), mapped = (len + extra + page - 1) / page * page;
+	size_t head = (HUGE_PAGE - (uintptr_t)p % HUGE_PAGE) % HUGE_PAGE, end = head + (len + page - 1) / page * page;
+	if (head && munmap(p, head) != 0)
+		RS_WARN("shard memory: unmapping %zu bytes before a huge page: %s", head, strerror(errno));
+	if (mapped > end && munmap(p + end, mapped - end) != 0)
+		RS_WARN("shard memory: unmapping %zu bytes after it: %s", mapped - end, strerror(errno));
+	p += head; /* a failure above leaves address space mapped, no memory */
 	(void)madvise(p, len, MADV_HUGEPAGE); /* advice; small pages work */
 	return p;
 }

@@ -13,12 +13,16 @@
  * waits for the thread first (rs__later_wait).
  *
  * The thread is paced by the owner's steps: it starts after the first
- * step since the commit, and gives back about SLICE bytes a step. Given
- * back at once, in 4 KiB pages, the pages freed made the first step after
- * a 4 GiB reshard up to twice as long as after a 256 MiB one on this
- * 2-core machine (a thread of the lowest priority did no better: unmapping
- * interrupts every thread of the process to flush its TLB). Paced, the
- * memory stays taken a step, or LATER_WAIT_S without one, a slice.
+ * step since the commit (or rs__later_wait_s without one), and gives back
+ * about SLICE bytes a step. Given back at once, in 4 KiB pages, the pages
+ * freed made the first step after a 4 GiB reshard up to twice as long as
+ * after a 256 MiB one on this 2-core machine (a thread of the lowest
+ * priority did no better: unmapping interrupts every thread of the
+ * process to flush its TLB). Paced, the memory stays taken a step, or
+ * rs__later_wait_s without one, a slice. A span or block is cut in
+ * slices; a malloc'd array (a word per row, the hashes) goes whole, its
+ * size counted against the step's slice. Another reshard staging beside
+ * the owner first has the rest done at once (rs_trainer_give_back_now).
  */
 #include "worker/train_internal.h"
 #include "common/grow.h"
@@ -31,7 +35,8 @@
 #include <time.h>
 
 #define SLICE RS__LATER_SLICE
-#define LATER_WAIT_S 0.1 /* the longest a slice waits for a step */
+
+double rs__later_wait_s = 0.1;
 
 enum { FREE, RELEASE, UNMAP };
 
@@ -110,12 +115,16 @@ void rs__later_mem_unref(rs__later *l, rs__mem *m)
 	free(m);
 }
 
-/* Wait for the owner's next step after the `*seen`th (LATER_WAIT_S at most, none once it hurries). */
+/* Wait for the owner's next step after the `*seen`th (rs__later_wait_s at most, none once it hurries). */
 static void next_step(rs__later *l, unsigned long *seen)
 {
 	struct timespec until;
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_nsec += (long)(LATER_WAIT_S * 1e9);
+	if (clock_gettime(CLOCK_MONOTONIC, &until) != 0) { /* cannot fail with this clock: on without waiting */
+		*seen = l->steps; /* unlocked: a stale count only paces less */
+		return;
+	}
+	until.tv_sec += (time_t)rs__later_wait_s;
+	until.tv_nsec += (long)((rs__later_wait_s - (double)(time_t)rs__later_wait_s) * 1e9);
 	until.tv_sec += until.tv_nsec / 1000000000L;
 	until.tv_nsec %= 1000000000L;
 	pthread_mutex_lock(&l->mu);
@@ -202,6 +211,8 @@ void rs__later_stepped(rs_trainer *tr)
 	pthread_cond_signal(&l->stepped);
 	pthread_mutex_unlock(&l->mu);
 }
+
+void rs_trainer_give_back_now(rs_trainer *tr) { rs__later_wait(tr); }
 
 void rs__later_wait(rs_trainer *tr)
 {

@@ -282,9 +282,17 @@ void rs_precopy_free(rs_precopy *pc);
  * Phase two: `staged` (from rs_trainer_stage) takes over what it borrowed
  * from `old` (the data source, the memory of the rows it kept), `old` is
  * destroyed, and the memory that held the rows that moved away goes back
- * to the system. old may be NULL.
+ * to the system: on a thread, a slice after each of staged's steps.
+ * old may be NULL.
  */
 void rs_trainer_commit(rs_trainer *staged, rs_trainer *old);
+
+/*
+ * What tr's commit still has to give back, given back now: before another
+ * reshard stages beside tr, so that the old model's memory is not still
+ * held beside two newer ones.
+ */
+void rs_trainer_give_back_now(rs_trainer *tr);
 
 /*
  * Whether this trainer can go on after its last step failed on a lost peer:

@@ -42,7 +42,11 @@ void rs__mem_unref(rs__mem *m);
  */
 void rs__mem_populate(rs__mem *m);
 
-/* The bytes of m that shards of trainer tr use: [*lo, *hi), 0 when none does (reshard.c). */
+/*
+ * The bytes of m that shards of trainer tr use: [*lo, *hi), from the
+ * lowest to the highest; 0 when none does (reshard.c). One span: the shards
+ * sharing a block are one old shard's kept rows, which are contiguous.
+ */
 int rs__mem_used(const rs_trainer *tr, const rs__mem *m, char **lo, char **hi);
 
 typedef struct i32vec {
@@ -228,7 +232,8 @@ rs_status rs__zch_undo(rs_trainer *tr);
  * tells it (rs__later_stepped).
  */
 typedef struct rs__later rs__later;
-#define RS__LATER_SLICE ((size_t)64 << 20) /* given back a step: 10-25 ms here in 4 KiB pages, far less in huge ones */
+#define RS__LATER_SLICE ((size_t)64 << 20) /* given back a step (4-25 ms here in 4 KiB pages, under 1 in huge ones) */
+extern double rs__later_wait_s;           /* the longest a slice waits for a step: 0.1 s (tests lengthen it) */
 rs__later *rs__later_new(void);
 void rs__later_free(rs__later *l, void *p);
 void rs__later_release(rs__later *l, rs_engine *e, void *p, size_t len); /* engine->ops->release */

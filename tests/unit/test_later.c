@@ -1,10 +1,12 @@
 /*
  * test_later.c - tests the commit's freeing (worker/later.c): a span given
  * back in slices a step apart loses exactly the whole pages inside it, as
- * one call would, and the bytes beside it are kept; a block unmapped in
- * slices is unmapped whole; a list done at once (a trainer destroyed
- * uncommitted) does every job; and waiting for the thread ends its pacing,
- * so that it never waits for steps that will not come.
+ * one call would, and the bytes beside it are kept; nothing goes back
+ * before the owner's first step, a slice or two after it; a block
+ * unmapped in slices is unmapped whole; a list done at once (a trainer
+ * destroyed uncommitted) does every job; and waiting for the thread ends
+ * its pacing, so that it never waits for steps that will not come. Also
+ * the CPU engine's shard memory on huge-page boundaries, trimmed whole.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -85,6 +87,41 @@ static void test_release_in_slices(void **state)
 	free(tr);
 }
 
+/* Nothing goes back before the owner's first step since the commit, a slice or two after it, the rest once it waits. */
+static void test_paced_by_steps(void **state)
+{
+	(void)state;
+	double keep = rs__later_wait_s;
+	rs__later_wait_s = 60; /* without steps, a minute a slice: only the steps and the wait move it */
+	size_t pg = page_size(), len = 4 * RS__LATER_SLICE, all = len / pg;
+	unsigned char *p = touched(len);
+	rs_trainer *tr = owner();
+	rs__later *l = rs__later_new();
+	assert_non_null(l);
+	rs__later_release(l, rs_engine_cpu(), p, len);
+	rs__later_start(l, tr);
+	rs_sleep(0.05);
+	assert_int_equal(resident(p, len), (long)all); /* no step yet: nothing given back */
+	rs__later_stepped(tr);
+	long now = (long)all;
+	for (int k = 0; k < 1000 && now == (long)all; k++) { /* the thread's first slice: 10 s at most */
+		rs_sleep(0.01);
+		now = resident(p, len);
+	}
+	rs_sleep(0.05);
+	now = resident(p, len);
+	/* the first part runs to a 64 MiB boundary, then a whole slice: between one and two slices */
+	assert_true(now < (long)all);
+	assert_true(now >= (long)(all - 2 * RS__LATER_SLICE / pg));
+	double t0 = rs_now();
+	rs__later_wait(tr); /* the rest at once: not a minute a slice */
+	assert_true(rs_now() - t0 < 30);
+	assert_int_equal(resident(p, len), 0);
+	assert_int_equal(munmap(p, len), 0);
+	free(tr);
+	rs__later_wait_s = keep;
+}
+
 /* A block of 2.5 slices whose last reference goes: unmapped, all of it, with no step ever made. */
 static void test_unmap_in_slices(void **state)
 {
@@ -99,10 +136,13 @@ static void test_unmap_in_slices(void **state)
 	assert_non_null(l);
 	rs__later_mem_unref(l, m); /* its last reference: listed */
 	assert_int_equal(resident(base, len), (long)(len / page_size()));
+	double keep = rs__later_wait_s;
+	rs__later_wait_s = 60;
 	rs__later_start(l, tr);
 	double t0 = rs_now();
-	rs__later_wait(tr); /* no step: the wait itself ends the pacing */
-	assert_true(rs_now() - t0 < 5.0);
+	rs__later_wait(tr); /* no step: the wait itself ends the pacing (not 3 slices of a minute) */
+	assert_true(rs_now() - t0 < 30);
+	rs__later_wait_s = keep;
 	assert_int_equal(resident(base, len), -1);
 	free(tr);
 }
@@ -123,10 +163,39 @@ static void test_now(void **state)
 	rs__later_now(NULL); /* out of memory for a list: nothing to do */
 }
 
+/*
+ * The CPU engine's shard memory (worker/engine_cpu.c): 2 MiB or more starts
+ * on a 2 MiB boundary, with nothing of the slack it was cut from left
+ * mapped after its last page, whatever its length; freed, none of it stays.
+ */
+static void test_cpu_alloc_trims(void **state)
+{
+	(void)state;
+	rs_engine *e = rs_engine_cpu();
+	size_t pg = page_size(), lens[] = {((size_t)2 << 20) + 100, 3000000, (size_t)4 << 20, 1000, (size_t)1 << 20};
+	unsigned char v;
+	for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+		rs_err err = {0};
+		size_t len = lens[k], end = (len + pg - 1) / pg * pg;
+		unsigned char *p = e->ops->alloc(e, len, &err);
+		assert_non_null(p);
+		if (len >= (size_t)2 << 20)
+			assert_int_equal((uintptr_t)p % ((size_t)2 << 20), 0);
+		memset(p, 7, len);
+		assert_int_equal(resident(p, end), (long)(end / pg));
+		if (len >= (size_t)2 << 20) /* the slack after it went back: its next page is not mapped */
+			assert_int_equal(mincore(p + end, pg, &v), -1);
+		e->ops->free(e, p, len);
+		assert_int_equal(mincore(p, pg, &v), -1);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_cpu_alloc_trims),
 		cmocka_unit_test(test_release_in_slices),
+		cmocka_unit_test(test_paced_by_steps),
 		cmocka_unit_test(test_unmap_in_slices),
 		cmocka_unit_test(test_now),
 	};

@@ -283,7 +283,6 @@ static int roll_back(int g, int32_t u, rs_trainer *tr, rs_transport *t, rs_trans
 	return rc;
 }
 
-/* Member m's end (rc so far): its final model dumped as TAG-rN (N its last rank), when it has one; the exit code. */
 /* Whole pages of [a, b): in *pages, and of those, resident ones in *resident. */
 static void count_pages(char *a, char *b, uint64_t *pages, uint64_t *resident)
 {
@@ -325,6 +324,7 @@ static void record_outside(int m, int g, rs_trainer *tr)
 	record(m, "outside", g, v, 2);
 }
 
+/* Member m's end (rc so far): its final model dumped as TAG-rN (N its last rank), when it has one; the exit code. */
 static int dump_and_end(int m, const char *tag, rs_trainer *tr, rs_transport *t, rs_transport *uni, int rc)
 {
 	if (tr && rc == 0) {
