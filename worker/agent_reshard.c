@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -176,8 +175,7 @@ rs_status rs__agent_commit(rs_agent *a, int64_t gen, int *left, rs_err *err)
 	if (!a->st_tr) { /* leaving: say so first, then let the old model go behind the workers that train on */
 		said = rs_link_status(&a->link, rs_proto_make_generation(RS_MSG_COMMITTED, gen, 0, NULL), err);
 		/* this thread's (the one that frees), for good: the process exits next */
-		if (sched_setscheduler(0, SCHED_IDLE, &(struct sched_param){0}) != 0 &&
-		    setpriority(PRIO_PROCESS, 0, 10) != 0)
+		if (setpriority(PRIO_PROCESS, 0, 10) != 0)
 			RS_WARN("leaving: cannot lower this worker's priority: %s", strerror(errno));
 	}
 	rs_trainer_commit(a->st_tr, a->tr);
