@@ -177,10 +177,25 @@ int rs_precopy_last_pass_left(const rs_precopy *pc) { return pc->next == pc->rou
 
 static rs_status send_delta(stager *g);
 
+/*
+ * Every old row updated since it was hashed, hashed again: the checksums
+ * at the pause then hash only what the last steps updated. Left to the
+ * pause, they hashed 46-48 ms of rows at 4 GiB of state (11 ms at 256
+ * MiB), while every member stood still.
+ */
+static void rehash_stale(const rs_precopy *pc)
+{
+	const rs_trainer *old = pc->g.old;
+	for (int i = 0; old && i < old->nshards; i++)
+		if (old->shards[i].rsum)
+			rs__rowsums_fill(old, &old->shards[i], 0, old->shards[i].s.rows, INT64_MAX);
+}
+
 /* One background pass of the rows updated since sent; counted apart from what the pause sends again. */
 static rs_status pass(rs_precopy *pc)
 {
 	uint64_t rows = pc->stats.dirty_rows, bytes = pc->stats.dirty_bytes;
+	rehash_stale(pc);
 	RSCHECK(send_delta(&pc->g));
 	pc->stats.resent_rows += pc->stats.dirty_rows - rows, pc->stats.resent_bytes += pc->stats.dirty_bytes - bytes;
 	pc->stats.dirty_rows = rows, pc->stats.dirty_bytes = bytes;
