@@ -19,9 +19,9 @@
  * after a 256 MiB one on this 2-core machine (a thread of the lowest
  * priority did no better: unmapping interrupts every thread of the
  * process to flush its TLB). Paced, the memory stays taken a step, or
- * rs__later_wait_s without one, a slice. A span or block is cut in
- * slices; a malloc'd array (a word per row, the hashes) goes whole, its
- * size counted against the step's slice. Another reshard staging beside
+ * rs__later_wait_s without one, a slice. Spans, blocks and malloc'd
+ * arrays (a word per row, the hashes: tens of MiB at 4 GiB of state) are
+ * all cut in slices. Another reshard staging beside
  * the owner first has the rest done at once (rs_trainer_give_back_now).
  */
 #include "worker/train_internal.h"
@@ -75,18 +75,34 @@ rs__later *rs__later_new(void)
 	return l;
 }
 
-/* Job j's bytes [from, to), of the host's memory or another engine's (then all at once: from 0 to len). */
-static void run_part(const struct job *j, size_t from, size_t to)
+/*
+ * Job j's bytes [from, to), of the host's memory or another engine's (then
+ * all at once: from 0 to len); `last`: its last part. A malloc'd array's
+ * pages go back part by part (its first and last pages, which hold the
+ * allocator's own words, stay: a release keeps partial pages), and it is
+ * freed with its last part.
+ */
+static void run_part(const struct job *j, size_t from, size_t to, int last)
 {
-	if (j->kind == FREE)
-		free(j->p);
-	else if (j->kind == RELEASE)
+	if (j->kind == FREE) {
+		rs_engine *host = rs_engine_cpu();
+		host->ops->release(host, (char *)j->p + from, to - from);
+		if (last)
+			free(j->p);
+	} else if (j->kind == RELEASE) {
 		j->engine->ops->release(j->engine, (char *)j->p + from, to - from);
-	else
+	} else {
 		j->engine->ops->free(j->engine, (char *)j->p + from, to - from);
+	}
 }
 
-static void run(const struct job *j) { run_part(j, 0, j->len); }
+static void run(const struct job *j)
+{
+	if (j->kind == FREE)
+		free(j->p); /* at once: nothing to give back first */
+	else
+		run_part(j, 0, j->len, 1);
+}
 
 /* List a job, or do it now: without a list, for another engine than the host's, or when the list cannot grow. */
 static void add(rs__later *l, struct job j)
@@ -150,9 +166,9 @@ static void *work(void *arg)
 				spent = 0;
 			}
 			size_t to = len, cut = SLICE - ((uintptr_t)j->p + at) % SLICE;
-			if (j->kind != FREE && len - at > cut)
+			if (len - at > cut)
 				to = at + cut; /* only the host's memory is listed: any page-aligned part of it may go alone */
-			run_part(j, at, to);
+			run_part(j, at, to, to == len);
 			spent += to - at;
 			at = to;
 		} while (at < len);

@@ -2,7 +2,8 @@
  * test_later.c - tests the commit's freeing (worker/later.c): a span given
  * back in slices a step apart loses exactly the whole pages inside it, as
  * one call would, and the bytes beside it are kept; nothing goes back
- * before the owner's first step, a slice or two after it; a block
+ * before the owner's first step, a slice or two after it (a malloc'd
+ * array too, before it is freed); a block
  * unmapped in slices is unmapped whole; a list done at once (a trainer
  * destroyed uncommitted) does every job; and waiting for the thread ends
  * its pacing, so that it never waits for steps that will not come. Also
@@ -122,6 +123,39 @@ static void test_paced_by_steps(void **state)
 	rs__later_wait_s = keep;
 }
 
+/* A malloc'd array of 3 slices: given back a slice or two after the first step, before it is freed. */
+static void test_array_in_slices(void **state)
+{
+	(void)state;
+	double keep = rs__later_wait_s;
+	rs__later_wait_s = 60;
+	size_t pg = page_size(), len = 3 * RS__LATER_SLICE;
+	unsigned char *a = malloc(len);
+	assert_non_null(a);
+	memset(a, 3, len);
+	unsigned char *lo = (unsigned char *)(((uintptr_t)a + pg - 1) / pg * pg); /* its whole pages */
+	size_t span = ((uintptr_t)(a + len) - (uintptr_t)lo) / pg * pg, all = span / pg;
+	rs_trainer *tr = owner();
+	rs__later *l = rs__later_new();
+	assert_non_null(l);
+	rs__later_free(l, a);
+	rs__later_start(l, tr);
+	rs_sleep(0.05);
+	assert_int_equal(resident(lo, span), (long)all);
+	rs__later_stepped(tr);
+	long now = (long)all;
+	for (int k = 0; k < 1000 && now == (long)all; k++) {
+		rs_sleep(0.01);
+		now = resident(lo, span);
+	}
+	rs_sleep(0.05);
+	now = resident(lo, span); /* still allocated (a minute to the next slice): part of it given back */
+	assert_true(now < (long)all && now >= (long)(all - 2 * RS__LATER_SLICE / pg));
+	rs__later_wait(tr); /* the rest, and the free (ASan and valgrind see it freed, once) */
+	free(tr);
+	rs__later_wait_s = keep;
+}
+
 /* A block of 2.5 slices whose last reference goes: unmapped, all of it, with no step ever made. */
 static void test_unmap_in_slices(void **state)
 {
@@ -196,6 +230,7 @@ int main(void)
 		cmocka_unit_test(test_cpu_alloc_trims),
 		cmocka_unit_test(test_release_in_slices),
 		cmocka_unit_test(test_paced_by_steps),
+		cmocka_unit_test(test_array_in_slices),
 		cmocka_unit_test(test_unmap_in_slices),
 		cmocka_unit_test(test_now),
 	};
