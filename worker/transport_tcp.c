@@ -115,13 +115,8 @@ static rs_status set_nonblocking(int fd)
 static void tune_socket(int fd)
 {
 	int one = 1;
-	/*
-	 * Best effort: a socket without it still works, only slower. The
-	 * buffers are left to the kernel's autotuning (net.ipv4.tcp_rmem and
-	 * tcp_wmem): fixed at 4 MiB, they held point-to-point on loopback to
-	 * 0.69-0.76 of a plain socket's rate here, 0.79-0.96 without (six
-	 * runs of bench_transport each).
-	 */
+	/* best effort: a socket without it still works, only slower. Buffers: the kernel's autotuning (fixed at 4
+	 * MiB, they held point-to-point on loopback to 0.69-0.76 of a plain socket's rate here, 0.79-0.96 without) */
 	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
 		RS_DEBUG("setsockopt on fd %d: %s", fd, strerror(errno));
 }
