@@ -139,12 +139,19 @@ static rs_status on_paused(rs_job *j, member *m, json_t *msg, rs_err *err)
 		RSCHECK(rs_proto_checksums(pa.held, m->held_sum, j->ntables, err));
 		m->has_held = 1;
 	}
-	/* the pause began when the first member stopped, before it computed its checksums */
-	double stopped = rs__job_now(j) - pa.stopped_s;
+	/*
+	 * The pause began when the first member of the world stopped, before it
+	 * computed its checksums: its stopped_s, from the world's generation
+	 * alone, and never more than a wait for a worker may take (a figure only:
+	 * the pause's reports, not the cycle, read it).
+	 */
+	double took = pa.stopped_s < j->o.timeout_ms / 1000.0 ? pa.stopped_s : j->o.timeout_ms / 1000.0;
+	int counts = pa.generation == j->cur.generation && rs__member_in_world(j, (int)(m - j->mem.v));
+	double stopped = rs__job_now(j) - (counts ? took : 0);
 	if (j->ph == P_TRAINING && !j->cur.pausing) {
 		j->t.first_paused = stopped;
 		j->cur.pausing = 1;
-	} else if (j->cur.pausing && stopped < j->t.first_paused) {
+	} else if (j->cur.pausing && counts && stopped < j->t.first_paused) {
 		j->t.first_paused = stopped;
 	}
 	m->st = M_PAUSED, m->gen = pa.generation, m->step = pa.step;

@@ -184,7 +184,7 @@ rs_status rs__agent_commit(rs_agent *a, int64_t gen, int *left, rs_err *err)
 		 * and the world's first step goes by before it does: workers sharing
 		 * a host's cores (local mode; several to a node) waited for the
 		 * freeing. bench-1g's 4 -> 3 here: that step took 13-23 ms beside
-		 * 10-12 ms with the freeing half a second later.
+		 * 10-13 ms with the freeing three steps later.
 		 */
 		double wait = LEAVER_STEPS * a->pace.step_s;
 		rs_sleep(wait < LEAVER_WAIT_MAX_S ? wait : LEAVER_WAIT_MAX_S);

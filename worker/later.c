@@ -78,9 +78,9 @@ rs__later *rs__later_new(void)
 /*
  * Job j's bytes [from, to), of the host's memory or another engine's (then
  * all at once: from 0 to len); `last`: its last part. A malloc'd array's
- * pages go back part by part (its first and last pages, which hold the
- * allocator's own words, stay: a release keeps partial pages), and it is
- * freed with its last part.
+ * whole pages go back part by part (partial pages stay: the allocator's
+ * words beside the array may share them), and it is freed with its last
+ * part.
  */
 static void run_part(const struct job *j, size_t from, size_t to, int last)
 {

@@ -24,6 +24,7 @@ wait_for() { # wait_for FILE PATTERN SECONDS
 }
 fail=0
 runs=${RUNS:-3}
+[ "$runs" -ge 1 ] 2>/dev/null || { echo "bench pause sizes: RUNS must be a whole number >= 1"; exit 1; }
 for size in 256 1024 4096; do
 	python3 - "$size" "$tmp/m$size.json" <<'PY'
 import json, sys
@@ -64,16 +65,18 @@ for size in (256, 1024, 4096):
                       r"then its first step ([\d.]+) s\)", out)
         st = re.search(r"generation 2: staged and verified: moved ([\d.]+) MiB .* move ([\d.]+) s for what was left", out)
         again = re.findall(r"generation 2: pre-copied in (\d+) rounds while training; (\d+) rows \(([\d.]+) MiB\)", err)
-        if p and st and again:
+        if not (p and st and again):
+            print(f"bench pause_{size}MiB: run {run} left no complete report (resumed, staged or pre-copied line)")
+        else:
             got.append((float(p.group(1)), float(p.group(2)), float(p.group(3)), st.group(1), float(st.group(2)),
                         max(int(r) for r, _, _ in again), sum(int(n) for _, n, _ in again),
                         sum(float(m) for _, _, m in again)))
-    if len(got) < runs:
+    if len(got) < runs or not got:
         continue
     got.sort()
-    mid = got[len(got) // 2]  # the median run by its pause
+    mid = got[(len(got) - 1) // 2]  # the median run by its pause (the lower middle of an even count)
     pauses[size] = mid[0]
-    stopped[size] = statistics.median(g[1] for g in got)
+    stopped[size] = statistics.median_low(g[1] for g in got)
     print(f"bench pause_{size}MiB: pause {mid[0]:.3f} s (move {mid[4]:.3f} s for what was left) | "
           f"moved {mid[3]} MiB, up to {mid[5]} rounds while training, {mid[6]} rows ({mid[7]:.2f} MiB) again at the pause "
           f"| target <= 0.050 s {'MET' if mid[0] <= 0.05 else 'MISSED'} | median of {runs} runs: "

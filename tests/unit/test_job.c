@@ -35,6 +35,52 @@ static void test_grow_commits(void **state)
 	assert_true(H.published > 0);
 }
 
+/* Worker k of generation gen at step 40 says it paused, having stopped `stopped_s` before (its checksums). */
+static void paused_after(int k, int64_t gen, double stopped_s)
+{
+	char addr[32];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", 3000 + k);
+	json_t *cs = sums(10 * (uint64_t)k + 1, 10 * (uint64_t)k + 2);
+	rs_msg_paused p = {.rank = k, .generation = gen, .step = 40, .addr = addr, .checksum = cs, .stopped_s = stopped_s};
+	say(k, rs_proto_make_paused(&p));
+	json_decref(cs);
+}
+
+/*
+ * The pause counts from the earliest stop of a member of the world: its
+ * "paused" says how long it had stopped before it (its checksums), and a
+ * later message can tell of an earlier stop.
+ */
+static void test_pause_counts_from_the_first_stop(void **state)
+{
+	(void)state;
+	start(2);
+	H.replicas = 3;
+	join(2);
+	tick(0.05);
+	tick(0.2);
+	double t0 = H.now;
+	paused_after(0, 1, 0.25); /* stopped a quarter second ago */
+	tick(0.1);
+	paused_after(1, 1, 0.5); /* came later, but had stopped earlier still: the pause began then */
+	tick(0.01);
+	tick(0.01);
+	assert_phase("migrating");
+	for (int k = 0; k < 3; k++)
+		say(k, rs_proto_make_generation(RS_MSG_STAGING, 2, 0, NULL));
+	all_staged(2, 3, 0);
+	tick(0.01);
+	for (int k = 0; k < 3; k++)
+		say(k, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
+	tick(0.01);
+	assert_phase("training");
+	rs_msg_progress p = {.rank = 0, .step = 40, .loss = 0.5, .samples_per_s = 100, .auc = -1, .teacher_auc = -1};
+	say(0, rs_proto_make_progress(&p));
+	char want[128];
+	snprintf(want, sizeof(want), "generation 2 resumed at step 40: paused %.3f s", H.now - (t0 + 0.1 - 0.5));
+	assert_true(reported(want));
+}
+
 /* Rank 0's first step reported before the last member's "committed" arrives still completes the report. */
 static void test_first_step_before_the_last_commit(void **state)
 {
@@ -533,6 +579,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_grow_commits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_first_step_before_the_last_commit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pause_counts_from_the_first_stop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_done_before_the_last_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_leave_drains_and_exits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_abort_when_a_member_fails_to_stage, setup, teardown),
