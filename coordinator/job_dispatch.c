@@ -145,7 +145,7 @@ static rs_status on_paused(rs_job *j, member *m, json_t *msg, rs_err *err)
 	 * alone, and never more than a wait for a worker may take (a figure only:
 	 * the pause's reports, not the cycle, read it).
 	 */
-	double took = pa.stopped_s < j->o.timeout_ms / 1000.0 ? pa.stopped_s : j->o.timeout_ms / 1000.0;
+	double most = j->o.timeout_ms / 1000.0, took = pa.stopped_s < most ? pa.stopped_s : most;
 	int counts = pa.generation == j->cur.generation && rs__member_in_world(j, (int)(m - j->mem.v));
 	double stopped = rs__job_now(j) - (counts ? took : 0);
 	if (j->ph == P_TRAINING && !j->cur.pausing) {

@@ -61,8 +61,8 @@ rs_status rs__agent_report_paused(rs_agent *a, rs_err *err)
 	rs_msg_paused m = {.rank = a->cur.rank, .generation = a->cur.generation, .step = a->cur.step, .addr = a->addr,
 			   .prepared = a->tr ? rs_trainer_prepared(a->tr) : 0};
 	m.checksum = rs__agent_checksums(a, a->tr, heals ? &m.held : NULL);
-	m.stopped_s = rs_now() - t0; /* the world is stopped for this too: the coordinator counts it in the pause */
-	m.stopped_s = m.stopped_s < 3600 ? m.stopped_s : 3600; /* what the message may say */
+	double took = rs_now() - t0; /* the world is stopped for this too: the coordinator counts it in the pause */
+	m.stopped_s = took < 3600 ? took : 3600; /* what the message may say */
 	/* never a pause without the model's checksums */
 	json_t *j = m.checksum && (m.held || !heals) ? rs_proto_make_paused(&m) : NULL;
 	json_decref(m.checksum);

@@ -86,7 +86,6 @@ static rs_status stage_rows(rs_agent *a, const rs_msg_start *s, double t0, rs_re
 	rs_reshard_spec spec = {.old_plan = prev, .new_plan = a->st_plan, .union_of_old = uoo, .uni = a->st_uni,
 				.train_t = a->st_t, .engine = a->engine, .progress = on_progress, .progress_ctx = &pc,
 				.restore = s->restore, .restored = restored};
-	rs_trainer_give_back_now(a->tr); /* the last commit's leftovers first: never three models at once */
 	st = rs_trainer_stage(a->c.cfg, a->tr, &spec, &a->st_tr, rst, err);
 out:
 	free(uoo);
@@ -255,7 +254,6 @@ static rs_status precopy_begin(rs_agent *a, const rs_msg_start *s, rs_plan *plan
 	a->pc_reported = 0;
 	a->pace.credit = a->pace.round_s = a->pace.busy_s = 0, a->pace.steps = 0;
 	a->pace.before_s = a->pace.step_s;
-	rs_trainer_give_back_now(a->tr); /* as in stage_rows */
 	RSCHECK(rs_precopy_begin(a->c.cfg, a->tr, &spec, &a->pc, why));
 	RS_INFO("generation %lld: pre-copy began (%lld rounds)", (long long)s->generation,
 		(long long)rs_precopy_pending(a->pc));
@@ -376,9 +374,11 @@ float rs__precopy_pace(const rs_pace_in *in)
 	if (in->last_pass_left && in->steps_left > LAST_PASS_LEAD && in->step_s > 0 &&
 	    (double)in->steps_left * in->step_s < held)
 		return in->since_round + (double)in->steps_left * in->step_s < held ? 0 : 1;
-	double r = in->share >= 1 ? PRECOPY_MAX_ROUNDS_PER_STEP : in->share / (1 - in->share) * in->step_s / in->round_s;
+	double r = PRECOPY_MAX_ROUNDS_PER_STEP; /* a share of 1: all of it */
 	if (in->step_s <= 0 || in->round_s <= 0)
 		r = 1;
+	else if (in->share < 1)
+		r = in->share / (1 - in->share) * in->step_s / in->round_s;
 	double due = (double)in->pending / (0.8 * (double)in->steps_left);
 	r = r > due ? r : due;
 	return (float)(r < PRECOPY_MAX_ROUNDS_PER_STEP ? r : PRECOPY_MAX_ROUNDS_PER_STEP);

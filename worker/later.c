@@ -22,7 +22,7 @@
  * rs__later_wait_s without one, a slice. Spans, blocks and malloc'd
  * arrays (a word per row, the hashes: tens of MiB at 4 GiB of state) are
  * all cut in slices. Another reshard staging beside
- * the owner first has the rest done at once (rs_trainer_give_back_now).
+ * the owner first has the rest done at once (rs__stage_open).
  */
 #include "worker/train_internal.h"
 #include "common/grow.h"
@@ -227,8 +227,6 @@ void rs__later_stepped(rs_trainer *tr)
 	pthread_cond_signal(&l->stepped);
 	pthread_mutex_unlock(&l->mu);
 }
-
-void rs_trainer_give_back_now(rs_trainer *tr) { rs__later_wait(tr); }
 
 void rs__later_wait(rs_trainer *tr)
 {

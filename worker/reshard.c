@@ -579,6 +579,7 @@ static rs_status check_spec(const rs_reshard_spec *sp, int have_old, rs_err *err
 rs_status rs__stage_open(stager *g, const rs_config *cfg, rs_trainer *old, const rs_reshard_spec *spec,
 			 rs_reshard_stats *stats, rs_err *err)
 {
+	rs__later_wait(old); /* the last commit's leftovers first: the old model is never held beside two newer */
 	*g = (stager){.cfg = cfg, .old = old, .spec = spec, .err = err};
 	g->stats = stats ? stats : &g->own_stats;
 	int32_t nold = spec->old_plan->world.ranks;
@@ -674,7 +675,8 @@ rs_status rs_trainer_stage(const rs_config *cfg, const rs_trainer *old, const rs
 	int64_t rounds = 0;
 	rs_status st;
 	*out = NULL;
-	/* old is only read: the dirty marks pre-copy clears are off here (g.precopy == 0) */
+	/* old's rows are only read: the dirty marks pre-copy clears are off here (g.precopy == 0); its last commit's
+	 * freeing is finished first (rs__stage_open) */
 	RSCHECKGOTO(rs__stage_open(&g, cfg, (rs_trainer *)old, spec, stats, err), st, out);
 	double t0 = rs_now();
 	if (old && g.nt)

@@ -36,7 +36,7 @@ typedef enum { RS__MOVES_ALL, RS__MOVES_AHEAD, RS__MOVES_AT_PAUSE } rs__moves;
 
 typedef struct stager {
 	const rs_config *cfg;
-	rs_trainer *old;            /* not modified, but for pre-copy's dirty marks */
+	rs_trainer *old;            /* not modified, but for pre-copy's dirty marks and its freeing finished */
 	rs_trainer *nt;
 	const rs_reshard_spec *spec;
 	int32_t me, nunion;

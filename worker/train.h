@@ -288,13 +288,6 @@ void rs_precopy_free(rs_precopy *pc);
 void rs_trainer_commit(rs_trainer *staged, rs_trainer *old);
 
 /*
- * What tr's commit still has to give back, given back now: before another
- * reshard stages beside tr, so that the old model's memory is not still
- * held beside two newer ones.
- */
-void rs_trainer_give_back_now(rs_trainer *tr);
-
-/*
  * Whether this trainer can go on after its last step failed on a lost peer:
  * its failed step changed nothing (rs_trainer_step updates only after its
  * last collective), and the world is 2D with exact replica sync (a copy of

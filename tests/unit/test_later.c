@@ -88,12 +88,29 @@ static void test_release_in_slices(void **state)
 	free(tr);
 }
 
+/*
+ * [p, p + len) (whole pages, listed on tr's started list) stays resident
+ * until tr's first step; the pages still resident once the thread's first
+ * slice after it is done (10 s at most).
+ */
+static long after_first_step(rs_trainer *tr, const void *p, size_t len)
+{
+	long all = (long)(len / page_size()), now = all;
+	rs_sleep(0.05);
+	assert_int_equal(resident(p, len), all); /* no step yet: nothing given back */
+	rs__later_stepped(tr);
+	for (int k = 0; k < 1000 && now == all; k++) {
+		rs_sleep(0.01);
+		now = resident(p, len);
+	}
+	rs_sleep(0.05); /* the slice's last part */
+	return resident(p, len);
+}
+
 /* Nothing goes back before the owner's first step since the commit, a slice or two after it, the rest once it waits. */
 static void test_paced_by_steps(void **state)
 {
 	(void)state;
-	double keep = rs__later_wait_s;
-	rs__later_wait_s = 60; /* without steps, a minute a slice: only the steps and the wait move it */
 	size_t pg = page_size(), len = 4 * RS__LATER_SLICE, all = len / pg;
 	unsigned char *p = touched(len);
 	rs_trainer *tr = owner();
@@ -101,16 +118,7 @@ static void test_paced_by_steps(void **state)
 	assert_non_null(l);
 	rs__later_release(l, rs_engine_cpu(), p, len);
 	rs__later_start(l, tr);
-	rs_sleep(0.05);
-	assert_int_equal(resident(p, len), (long)all); /* no step yet: nothing given back */
-	rs__later_stepped(tr);
-	long now = (long)all;
-	for (int k = 0; k < 1000 && now == (long)all; k++) { /* the thread's first slice: 10 s at most */
-		rs_sleep(0.01);
-		now = resident(p, len);
-	}
-	rs_sleep(0.05);
-	now = resident(p, len);
+	long now = after_first_step(tr, p, len);
 	/* the first part runs to a 64 MiB boundary, then a whole slice: between one and two slices */
 	assert_true(now < (long)all);
 	assert_true(now >= (long)(all - 2 * RS__LATER_SLICE / pg));
@@ -120,15 +128,12 @@ static void test_paced_by_steps(void **state)
 	assert_int_equal(resident(p, len), 0);
 	assert_int_equal(munmap(p, len), 0);
 	free(tr);
-	rs__later_wait_s = keep;
 }
 
 /* A malloc'd array of 3 slices: given back a slice or two after the first step, before it is freed. */
 static void test_array_in_slices(void **state)
 {
 	(void)state;
-	double keep = rs__later_wait_s;
-	rs__later_wait_s = 60;
 	size_t pg = page_size(), len = 3 * RS__LATER_SLICE;
 	unsigned char *a = malloc(len);
 	assert_non_null(a);
@@ -140,20 +145,10 @@ static void test_array_in_slices(void **state)
 	assert_non_null(l);
 	rs__later_free(l, a);
 	rs__later_start(l, tr);
-	rs_sleep(0.05);
-	assert_int_equal(resident(lo, span), (long)all);
-	rs__later_stepped(tr);
-	long now = (long)all;
-	for (int k = 0; k < 1000 && now == (long)all; k++) {
-		rs_sleep(0.01);
-		now = resident(lo, span);
-	}
-	rs_sleep(0.05);
-	now = resident(lo, span); /* still allocated (a minute to the next slice): part of it given back */
+	long now = after_first_step(tr, lo, span); /* still allocated (a minute to the next slice): part of it given back */
 	assert_true(now < (long)all && now >= (long)(all - 2 * RS__LATER_SLICE / pg));
 	rs__later_wait(tr); /* the rest, and the free (ASan and valgrind see it freed, once) */
 	free(tr);
-	rs__later_wait_s = keep;
 }
 
 /* A block of 2.5 slices whose last reference goes: unmapped, all of it, with no step ever made. */
@@ -170,13 +165,10 @@ static void test_unmap_in_slices(void **state)
 	assert_non_null(l);
 	rs__later_mem_unref(l, m); /* its last reference: listed */
 	assert_int_equal(resident(base, len), (long)(len / page_size()));
-	double keep = rs__later_wait_s;
-	rs__later_wait_s = 60;
 	rs__later_start(l, tr);
 	double t0 = rs_now();
 	rs__later_wait(tr); /* no step: the wait itself ends the pacing (not 3 slices of a minute) */
 	assert_true(rs_now() - t0 < 30);
-	rs__later_wait_s = keep;
 	assert_int_equal(resident(base, len), -1);
 	free(tr);
 }
@@ -226,6 +218,7 @@ static void test_cpu_alloc_trims(void **state)
 
 int main(void)
 {
+	rs__later_wait_s = 60; /* without steps, a minute a slice: only the steps and the owner's wait move the thread */
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cpu_alloc_trims),
 		cmocka_unit_test(test_release_in_slices),
