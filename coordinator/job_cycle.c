@@ -284,6 +284,7 @@ int rs__cycle_send_starts(rs_job *j)
 		if (msg && j->att.precopy && json_object_set_new(msg, "precopy", json_true()) != 0)
 			json_decref(msg), msg = NULL;
 		rs__job_send(j, m, msg);
+		m->start_gen = j->att.generation;
 		m->staged_ok = 0;
 		m->precopied = 0;
 		m->step = j->cur.step; /* its reports from here on (install_attempt reads the new rank 0's) */
@@ -662,7 +663,15 @@ static void tick_migrating(rs_job *j)
 			abort_attempt(j, "%s: %s", m->name, m->staged_why);
 			return;
 		}
-		if ((m->st == M_PAUSED || m->st == M_TRAINING || m->st == M_IDLE) && m->gen != j->att.generation) {
+		/*
+		 * A report of another generation tells only when the start cannot
+		 * have reached it (it rejoined since): on one connection, messages
+		 * keep their order, so one that came after the start went out
+		 * answers something sent before it (an abort of a called-off
+		 * pre-copy, say), and the member stages next.
+		 */
+		if ((m->st == M_PAUSED || m->st == M_TRAINING || m->st == M_IDLE) && m->gen != j->att.generation &&
+		    m->start_gen != j->att.generation) {
 			abort_attempt(j, "%s never started staging generation %lld", m->name, (long long)j->att.generation);
 			return;
 		}

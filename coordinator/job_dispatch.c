@@ -56,7 +56,7 @@ void rs__dispatch_join(void *ctx, rs_conn *c, const rs_msg_join *jm)
 	}
 	m->pid = jm->pid;
 	snprintf(m->incarnation, sizeof(m->incarnation), "%s", jm->incarnation);
-	m->conn = c;
+	m->conn = c, m->start_gen = 0; /* nothing sent on this connection yet */
 	m->away_since = 0;
 	m->exited = 0;
 	if (m->st == M_UNKNOWN && !holds)
@@ -83,7 +83,7 @@ void rs__dispatch_close(void *ctx, rs_conn *c)
 	if (i < 0)
 		return;
 	member *m = &j->mem.v[i];
-	m->conn = NULL;
+	m->conn = NULL, m->start_gen = 0; /* a start sent on it may be lost */
 	m->away_since = rs__job_now(j);
 	if (m->st != M_DONE)
 		RS_INFO("%s disconnected", m->name);

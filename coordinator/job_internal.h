@@ -59,6 +59,7 @@ typedef struct member {
 	char addr[300];           /* where its transport listens for the next generation */
 	mstate st;
 	int64_t gen, step;        /* the generation and step it last reported */
+	int64_t start_gen;        /* the generation whose start (or finish) went out on its present connection, or 0 */
 	int leaving;              /* it asked to leave (SIGTERM) */
 	int exited;               /* the membership source saw its process go */
 	int replaced;             /* a new process took its name: the one that held its rows is gone */

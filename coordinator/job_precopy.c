@@ -152,7 +152,7 @@ void rs__cycle_precopy_finish(rs_job *j)
 	rs__cycle_send_union(j, rs_proto_make_finish(&f));
 	for (int32_t u = 0; u < j->att.nuni; u++) {
 		member *m = &j->mem.v[j->att.uni[u]];
-		m->st = M_STAGING, m->gen = j->att.generation, m->staged_ok = 0;
+		m->st = M_STAGING, m->gen = m->start_gen = j->att.generation, m->staged_ok = 0;
 	}
 	j->t.attempt = rs__job_now(j);
 	RS_INFO("generation %lld: the world paused at step %lld; finishing the pre-copy", (long long)j->att.generation,
