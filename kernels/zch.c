@@ -504,6 +504,22 @@ static int cmp_u64(const void *a, const void *b)
 	return (*(const uint64_t *)a > *(const uint64_t *)b) - (*(const uint64_t *)a < *(const uint64_t *)b);
 }
 
+/* Sort n records: one step's records of one block are few (about 20 in bench_zch), unless a burst came. */
+static void sort_records(uint64_t *v, uint32_t n)
+{
+	if (n > 32) {
+		qsort(v, n, sizeof(uint64_t), cmp_u64);
+		return;
+	}
+	for (uint32_t i = 1; i < n; i++) { /* insertion: no call a comparison */
+		uint64_t r = v[i];
+		uint32_t at = i;
+		for (; at > 0 && v[at - 1] > r; at--)
+			v[at] = v[at - 1];
+		v[at] = r;
+	}
+}
+
 /* Sort the records of the queue's first step (a past step: it can grow no more) by slot, dropping stale ones. */
 static void queue_sort_front(rs_zch_table *z, uint32_t l)
 {
@@ -513,15 +529,15 @@ static void queue_sort_front(rs_zch_table *z, uint32_t l)
 	while (end < bk->qtail && (uint32_t)(q[end] >> 32) == last)
 		end++;
 	k = end;
+	for (uint32_t i = bk->qhead; i < end; i++) /* all at once: independent misses */
+		__builtin_prefetch(&z->slot[(size_t)l * z->spb + (uint32_t)q[i]]);
 	for (uint32_t i = end; i-- > bk->qhead;) { /* backwards: the current ones gather at the end, in order */
-		if (i >= bk->qhead + QPF)
-			__builtin_prefetch(&z->slot[(size_t)l * z->spb + (uint32_t)q[i - QPF]]);
 		if (qcurrent(z, l, q[i]))
 			q[--k] = q[i];
 		else
 			qdrop(z, l, q[i]);
 	}
-	qsort(q + k, end - k, sizeof(uint64_t), cmp_u64);
+	sort_records(q + k, end - k);
 	bk->qhead = k;
 	bk->qsorted = end;
 }
@@ -716,35 +732,45 @@ static __attribute__((noinline)) int64_t insert(rs_zch_table *z, const struct zp
 	return (int64_t)p->b * z->spb + s;
 }
 
+/* The slot of p's ID at `step`, found or given (-1: its bucket not owned, or none to give); *lost counts the first. */
+static inline int64_t settle(rs_zch_table *z, const struct zpend *p, uint32_t step, int64_t *fresh, size_t *nf,
+			     size_t *lost)
+{
+	int found;
+	if (p->l < 0) {
+		(*lost)++;
+		return -1;
+	}
+	block_enter(z, (uint32_t)p->l, step);
+	uint32_t at = probe(z, p->index, z->slot + p->sbase, p->id, p->h, &found), s = p->index[at].slot1 - 1;
+	if (!found)
+		return insert(z, p, at, step, fresh, nf);
+	hit(z, p, s, step);
+	return (int64_t)p->b * z->spb + s;
+}
+
 /* Hits are counted at the end: each ID of an owned bucket is a hit, insert, eviction or overflow. */
 rs_status rs_zch_find_or_insert(rs_zch_table *z, const uint64_t *ids, size_t n, uint32_t step,
 				int64_t *slots, int64_t *fresh, size_t *nfresh)
 {
 	struct zpend ring[PF_RING];
-	size_t nf = 0, lost = 0;
+	size_t nf = 0, lost = 0, i = 0;
 	rs_zch_stats before = z->stats;
 	z->epoch_now = step / z->decay_steps;
-	for (size_t i = 0; i < n && i < PF_FAR; i++)
-		pend_start(z, ids[i], &ring[i]);
-	for (size_t i = 0; i < n; i++) {
-		if (i + PF_FAR < n)
-			pend_start(z, ids[i + PF_FAR], &ring[(i + PF_FAR) % PF_RING]);
+	for (size_t k = 0; k < n && k < PF_FAR; k++)
+		pend_start(z, ids[k], &ring[k]);
+	for (; i + PF_FAR < n; i++) { /* every stage of the pipeline has an ID */
+		pend_start(z, ids[i + PF_FAR], &ring[(i + PF_FAR) % PF_RING]);
+		pend_slot(z, &ring[(i + PF_NEAR) % PF_RING]);
+		pend_victim(z, &ring[(i + PF_VICTIM) % PF_RING]);
+		slots[i] = settle(z, &ring[i % PF_RING], step, fresh, &nf, &lost);
+	}
+	for (; i < n; i++) { /* the last ones */
 		if (i + PF_NEAR < n)
 			pend_slot(z, &ring[(i + PF_NEAR) % PF_RING]);
 		if (i + PF_VICTIM < n)
 			pend_victim(z, &ring[(i + PF_VICTIM) % PF_RING]);
-		const struct zpend *p = &ring[i % PF_RING];
-		if (p->l < 0) {
-			slots[i] = -1;
-			lost++;
-			continue;
-		}
-		int found;
-		block_enter(z, (uint32_t)p->l, step);
-		uint32_t at = probe(z, p->index, z->slot + p->sbase, p->id, p->h, &found), s = p->index[at].slot1 - 1;
-		if (found)
-			hit(z, p, s, step);
-		slots[i] = found ? (int64_t)p->b * z->spb + s : insert(z, p, at, step, fresh, &nf);
+		slots[i] = settle(z, &ring[i % PF_RING], step, fresh, &nf, &lost);
 	}
 	z->stats.hits += n - lost - (z->stats.inserts - before.inserts) - (z->stats.evictions - before.evictions) -
 			 (z->stats.overflows - before.overflows);
