@@ -637,7 +637,7 @@ static inline void pend_start(const rs_zch_table *z, uint64_t id, struct zpend *
 	uint64_t hash = hash_id(id);
 	p->id = id;
 	p->b = (uint32_t)(((unsigned __int128)hash * z->nbuckets) >> 64);
-	p->h = (uint32_t)mix64(hash);
+	p->h = (uint32_t)hash;
 	p->l = z->local[p->b];
 	p->victim = 0;
 	if (p->l < 0)
@@ -653,7 +653,6 @@ static inline void pend_slot(const rs_zch_table *z, struct zpend *p)
 		return;
 	uint32_t at = p->h & z->imask;
 	const struct zblock *bk = &z->blk[p->l];
-	__builtin_prefetch(&z->queue[2 * p->sbase + bk->qtail], 1);
 	for (uint32_t k = at; k <= (at | 7); k++) { /* the mask keeps a block of less than a line in it */
 		struct zent e = p->index[k & z->imask];
 		if (e.slot1 == 0)
@@ -733,8 +732,8 @@ static __attribute__((noinline)) int64_t insert(rs_zch_table *z, const struct zp
 }
 
 /* The slot of p's ID at `step`, found or given (-1: its bucket not owned, or none to give); *lost counts the first. */
-static inline int64_t settle(rs_zch_table *z, const struct zpend *p, uint32_t step, int64_t *fresh, size_t *nf,
-			     size_t *lost)
+static inline __attribute__((always_inline)) int64_t settle(rs_zch_table *z, const struct zpend *p, uint32_t step,
+							    int64_t *fresh, size_t *nf, size_t *lost)
 {
 	int found;
 	if (p->l < 0) {

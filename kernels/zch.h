@@ -20,7 +20,8 @@
  * Hash (the GPU version must match it bit for bit):
  *   h      = mix64(id ^ 0x9E3779B97F4A7C15), mix64 = splitmix64's finalizer
  *   bucket = (h * buckets) >> 64            (128-bit product)
- *   probe  = mix64(h) & (index size - 1)    (start of the linear probe)
+ * Each version's index is its own, and so is where a probe starts (CPU:
+ * h's low bits; CUDA: mix64(h)'s): no result depends on it.
  *
  * Eviction, when a bucket is full and a new ID arrives: the victim is the
  * slot with the smallest last step (LRU) or the smallest decayed count (LFU,

@@ -73,8 +73,12 @@ struct hent {
 	uint32_t slot;
 };
 
-/* The probe hash's low 32 bits: the index's hint, and (masked) the start of the linear probe. */
-static inline uint32_t hint_of(uint64_t id) { return (uint32_t)mix64(hash_id(id)); }
+/*
+ * The index's hint, and (masked) the start of the linear probe: the ID's
+ * hash's low 32 bits. Its bucket comes from the high ones (the product in
+ * rs_zch_bucket_of), so that within a bucket these are as good as fresh.
+ */
+static inline uint32_t hint_of(uint64_t id) { return (uint32_t)hash_id(id); }
 
 /* Put every used slot of block l in its heap, as they are now, and none in its queue (zch.c). */
 void rs__zch_heap_rebuild(rs_zch_table *z, uint32_t l);
