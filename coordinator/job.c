@@ -25,15 +25,17 @@ double rs__unix_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void rs__job_send(rs_job *j, member *m, json_t *msg)
+int rs__job_send(rs_job *j, member *m, json_t *msg)
 {
 	if (!msg) { /* a word of the cycle that never goes out would leave it waiting: fail (the state stands) */
 		rs__job_fail(j, "out of memory building a message to %s", m->name);
-		return;
+		return 0;
 	}
-	if (m->conn && j->io.send && j->io.send(j->io.ctx, m->conn, msg) != RS_OK)
+	int queued = m->conn && j->io.send && j->io.send(j->io.ctx, m->conn, msg) == RS_OK;
+	if (m->conn && !queued)
 		RS_WARN("control: cannot queue a message to %s", m->name);
 	json_decref(msg);
+	return queued;
 }
 
 int64_t rs__job_step(const rs_job *j) { return j->rep.last.step > j->cur.step ? j->rep.last.step : j->cur.step; }

@@ -283,8 +283,7 @@ int rs__cycle_send_starts(rs_job *j)
 					j->cur.step, j->att.bound);
 		if (msg && j->att.precopy && json_object_set_new(msg, "precopy", json_true()) != 0)
 			json_decref(msg), msg = NULL;
-		rs__job_send(j, m, msg);
-		m->start_gen = j->att.generation;
+		m->start_gen = rs__job_send(j, m, msg) ? j->att.generation : 0;
 		m->staged_ok = 0;
 		m->precopied = 0;
 		m->step = j->cur.step; /* its reports from here on (install_attempt reads the new rank 0's) */
@@ -664,15 +663,17 @@ static void tick_migrating(rs_job *j)
 			return;
 		}
 		/*
-		 * A report of another generation tells only when the start cannot
-		 * have reached it (it rejoined since): on one connection, messages
-		 * keep their order, so one that came after the start went out
-		 * answers something sent before it (an abort of a called-off
-		 * pre-copy, say), and the member stages next.
+		 * A report of another generation between the start going out and
+		 * the member's answer to it answers something sent before the start
+		 * (an abort of a called-off pre-copy, say): on one connection,
+		 * messages keep their order, and the member stages next. Otherwise
+		 * (it answered already, or rejoined since and the start may be
+		 * lost) it is not staging.
 		 */
 		if ((m->st == M_PAUSED || m->st == M_TRAINING || m->st == M_IDLE) && m->gen != j->att.generation &&
 		    m->start_gen != j->att.generation) {
-			abort_attempt(j, "%s never started staging generation %lld", m->name, (long long)j->att.generation);
+			abort_attempt(j, "%s is not staging generation %lld (it reports generation %lld)", m->name,
+				      (long long)j->att.generation, (long long)m->gen);
 			return;
 		}
 		all &= m->st == M_STAGED && m->gen == j->att.generation;

@@ -189,6 +189,8 @@ static rs_status on_staged(rs_job *j, member *m, json_t *msg, rs_err *err)
 	    rs__member_in_world(j, (int)(m - j->mem.v)))
 		return RS_OK; /* a copy called off already, failing late under a member that trains on */
 	m->st = M_STAGED, m->gen = s.generation, m->staged_ok = s.ok;
+	if (s.generation == m->start_gen) /* answered (see on_generation) */
+		m->start_gen = 0;
 	snprintf(m->staged_why, sizeof(m->staged_why), "%s", s.reason ? s.reason : "");
 	m->staged = s;
 	m->staged.reason = NULL, m->staged.checksum = m->staged.restored = NULL;
@@ -220,6 +222,8 @@ static rs_status on_generation(rs_job *j, member *m, rs_msg_type type, json_t *m
 	}
 	m->st = type == RS_MSG_STAGING ? M_STAGING : type == RS_MSG_COMMITTED ? M_COMMITTED : M_TRAINING;
 	m->gen = gen;
+	if (gen == m->start_gen) /* answered: what it says of another generation from here on is news */
+		m->start_gen = 0;
 	if (step >= 0)
 		m->step = step;
 	return RS_OK;

@@ -59,7 +59,8 @@ typedef struct member {
 	char addr[300];           /* where its transport listens for the next generation */
 	mstate st;
 	int64_t gen, step;        /* the generation and step it last reported */
-	int64_t start_gen;        /* the generation whose start (or finish) went out on its present connection, or 0 */
+	int64_t start_gen;        /* the generation whose start (or finish) went out on its present connection,
+				     not answered yet (job_cycle.c, tick_migrating), or 0 */
 	int leaving;              /* it asked to leave (SIGTERM) */
 	int exited;               /* the membership source saw its process go */
 	int replaced;             /* a new process took its name: the one that held its rows is gone */
@@ -248,8 +249,8 @@ struct rs_job {
 double rs__job_now(const rs_job *j);
 double rs__unix_now(void);
 
-/* Queue msg (stolen) to member m, when connected. */
-void rs__job_send(rs_job *j, member *m, json_t *msg);
+/* Queue msg (stolen) to member m, when connected: 1 when queued. */
+int rs__job_send(rs_job *j, member *m, json_t *msg);
 
 /* Where training stands: the last step reported, or where the current run started. */
 int64_t rs__job_step(const rs_job *j);

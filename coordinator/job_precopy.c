@@ -149,11 +149,13 @@ void rs__cycle_precopy_finish(rs_job *j)
 	rs__emit(j, &(job_event){.kind = EV_ATTEMPT}); /* now that its step is known */
 	j->t.plan_s = 0; /* planned long before the pause: not part of it */
 	rs_msg_finish f = {j->att.generation, j->cur.step, j->att.bound, j->att.bound >= j->o.steps};
-	rs__cycle_send_union(j, rs_proto_make_finish(&f));
+	json_t *fin = rs_proto_make_finish(&f);
 	for (int32_t u = 0; u < j->att.nuni; u++) {
 		member *m = &j->mem.v[j->att.uni[u]];
-		m->st = M_STAGING, m->gen = m->start_gen = j->att.generation, m->staged_ok = 0;
+		m->start_gen = rs__job_send(j, m, json_incref(fin)) ? j->att.generation : 0;
+		m->st = M_STAGING, m->gen = j->att.generation, m->staged_ok = 0;
 	}
+	json_decref(fin);
 	j->t.attempt = rs__job_now(j);
 	RS_INFO("generation %lld: the world paused at step %lld; finishing the pre-copy", (long long)j->att.generation,
 		(long long)j->cur.step);

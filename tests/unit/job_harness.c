@@ -245,9 +245,10 @@ void start(int n)
 /*
  * From a training world of `from` (worker-0..from-1), a scale to `to`:
  * joiners join, the world pauses (each old member's rows checksum 10*k+1,
- * 10*k+2), the attempt starts. Ends in MIGRATING with generation 2 sent.
+ * 10*k+2), the attempt starts. Ends in MIGRATING with generation 2 sent,
+ * every member saying it stages but worker `quiet` (-1: none).
  */
-void to_migrating(int from, int to)
+void to_migrating_but(int from, int to, int quiet)
 {
 	H.replicas = to;
 	for (int k = from; k < to; k++)
@@ -270,11 +271,14 @@ void to_migrating(int from, int to)
 		assert_int_equal(field(s, "union_world"), nu);
 		assert_int_equal(field(s, "first_step"), 40);
 		assert_non_null(json_object_get(s, "previous_plan"));
-		say(k, rs_proto_make_generation(RS_MSG_STAGING, 2, 0, NULL));
+		if (k != quiet)
+			say(k, rs_proto_make_generation(RS_MSG_STAGING, 2, 0, NULL));
 	}
 	assert_int_equal(H.saved[H.nsaved - 1], RS_STATE_MIGRATING);
 	assert_true(reported("generation 2: "));
 }
+
+void to_migrating(int from, int to) { to_migrating_but(from, to, -1); }
 
 /* Sums of the old world's per-table checksums (see to_migrating). */
 uint64_t before_sum(int from, int t)

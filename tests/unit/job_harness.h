@@ -68,6 +68,7 @@ void world_paused(int n);
 void staged(int k, int64_t gen, int ok, int has_rows, uint64_t a, uint64_t b);
 void start(int n);
 void to_migrating(int from, int to);
+void to_migrating_but(int from, int to, int quiet);
 void all_staged(int from, int to, uint64_t skew);
 void to_committing(void);
 void to_aborting(void);

@@ -186,35 +186,60 @@ static void test_abort_when_a_joiner_is_lost(void **state)
 
 /*
  * A report of the generation before, come after the start on the same
- * connection, answers something sent before the start (an abort of a
- * called-off pre-copy): the member stages next, the attempt waits for it.
- * After the member rejoined, the start may be lost: the same report ends
- * the attempt at once.
+ * connection and before the member's answer to it, answers something sent
+ * before the start (an abort of a called-off pre-copy): the member stages
+ * next, the attempt waits for it. Once it answered, or after it rejoined
+ * (the start may be lost), the same report ends the attempt at once.
  */
 static void test_a_late_report_is_not_a_refusal(void **state)
 {
 	(void)state;
 	start(2);
-	to_migrating(2, 3);
+	to_migrating_but(2, 3, 1);
 	paused(1, 1, 1, 40, 11, 12);
-	say(2, rs_proto_make_idle("127.0.0.1:2002")); /* a joiner's answer to that abort */
 	tick(0.01);
 	assert_phase("migrating");
+	say(1, rs_proto_make_generation(RS_MSG_STAGING, 2, 0, NULL));
 	all_staged(2, 3, 0);
 	tick(0.01);
 	assert_phase("committing");
+}
+
+static void test_a_joiners_late_idle_is_not_a_refusal(void **state)
+{
+	(void)state;
+	start(2);
+	to_migrating_but(2, 3, 2);
+	say(2, rs_proto_make_idle("127.0.0.1:2002")); /* its answer to the abort of a called-off pre-copy */
+	tick(0.01);
+	assert_phase("migrating");
+	tick(41); /* it never stages: the phase's timeout still ends the wait */
+	assert_phase("aborting");
+	assert_true(reported("not every member staged within 40000 ms"));
+}
+
+static void test_a_report_after_the_answer_is_a_refusal(void **state)
+{
+	(void)state;
+	start(2);
+	to_migrating(2, 3); /* each said it stages */
+	paused(1, 1, 1, 40, 11, 12);
+	tick(0.01);
+	assert_phase("aborting");
+	assert_true(reported("worker-1 is not staging generation 2 (it reports generation 1)"));
 }
 
 static void test_a_report_after_a_rejoin_is_a_refusal(void **state)
 {
 	(void)state;
 	start(2);
-	to_migrating(2, 3);
-	join(1); /* the same process, on a new connection */
+	to_migrating_but(2, 3, 1);
+	H.h.on_close(H.h.ctx, conn(1)); /* its connection drops, the start on it perhaps lost */
+	join(1);                      /* the same process, on a new connection */
 	paused(1, 1, 1, 40, 11, 12);
 	tick(0.01);
 	assert_phase("aborting");
-	assert_true(reported("worker-1 never started staging generation 2"));
+	assert_true(reported("worker-1 is not staging generation 2 (it reports generation 1)"));
 }
 
 static void test_abort_on_staging_timeout_then_give_up(void **state)
@@ -608,6 +633,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_abort_on_checksum_mismatch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_abort_when_a_joiner_is_lost, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_late_report_is_not_a_refusal, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_joiners_late_idle_is_not_a_refusal, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_report_after_the_answer_is_a_refusal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_report_after_a_rejoin_is_a_refusal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_abort_on_staging_timeout_then_give_up, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_commit_timeout_fails, setup, teardown),
