@@ -469,7 +469,7 @@ static inline void qdrop(rs_zch_table *z, uint32_t l, uint64_t r)
 		heap_push(z, l, (uint32_t)r);
 }
 
-/* How far the loops over records read ahead: their slots are misses, independent ones. */
+/* How far queue_compact (and queue_sort_front in a burst) reads ahead: the records' slots are independent misses. */
 #define QPF 8
 
 /* Drop block l's stale records, moving the rest to the queue's start (at most nused remain). */
@@ -529,9 +529,12 @@ static void queue_sort_front(rs_zch_table *z, uint32_t l)
 	while (end < bk->qtail && (uint32_t)(q[end] >> 32) == last)
 		end++;
 	k = end;
-	for (uint32_t i = bk->qhead; i < end; i++) /* all at once: independent misses */
+	int burst = end - bk->qhead > 32;
+	for (uint32_t i = bk->qhead; !burst && i < end; i++) /* all at once: independent misses */
 		__builtin_prefetch(&z->slot[(size_t)l * z->spb + (uint32_t)q[i]]);
 	for (uint32_t i = end; i-- > bk->qhead;) { /* backwards: the current ones gather at the end, in order */
+		if (burst && i >= bk->qhead + QPF) /* more than the line fill buffers hold: read ahead as it goes */
+			__builtin_prefetch(&z->slot[(size_t)l * z->spb + (uint32_t)q[i - QPF]]);
 		if (qcurrent(z, l, q[i]))
 			q[--k] = q[i];
 		else

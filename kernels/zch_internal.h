@@ -58,9 +58,9 @@ struct zslot {
 };
 
 /*
- * An index entry: the slot + 1 (0 = empty) and the low 32 bits of its ID's
- * probe hash, which give the ID's home (deletion reads no slot) and filter
- * the probe (a probe reads the slot of no other ID, almost).
+ * An index entry: the slot + 1 (0 = empty) and its ID's hint (hint_of),
+ * which gives the ID's home (deletion reads no slot) and filters the probe
+ * (a probe reads the slot of no other ID, almost).
  */
 struct zent {
 	uint32_t slot1;
