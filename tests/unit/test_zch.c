@@ -18,6 +18,7 @@
 #include "common/buckets.h"
 #include "common/rng.h"
 #include "kernels/zch.h"
+#include "kernels/zch_internal.h" /* hint_of */
 
 #include <stdlib.h>
 #include <string.h>
@@ -713,6 +714,30 @@ static void test_restore_from_later_steps(void **state)
 	}
 }
 
+/*
+ * The index's hint is the ID hash's low bits, its bucket the high ones
+ * (zch_internal.h): among the IDs of one bucket, the homes of a 1,024-entry
+ * index spread evenly. A bucket taken from the low bits (h % buckets)
+ * would leave them on 1 home in 64.
+ */
+static void test_hint_spreads_within_a_bucket(void **state)
+{
+	(void)state;
+	enum { BUCKETS = 64, HOMES = 1024, PER = 16 };
+	uint32_t *count = calloc(HOMES, sizeof(uint32_t)), n = 0, used = 0, most = 0;
+	assert_non_null(count);
+	for (uint64_t id = 1; n < HOMES * PER; id++)
+		if (rs_zch_bucket_of(id, BUCKETS) == 5)
+			count[hint_of(id) & (HOMES - 1)]++, n++;
+	for (uint32_t k = 0; k < HOMES; k++) {
+		used += count[k] > 0;
+		most = count[k] > most ? count[k] : most;
+	}
+	assert_true(used > HOMES * 99 / 100); /* Poisson(16): a home left empty once in 9 million */
+	assert_true(most < 4 * PER);
+	free(count);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -727,6 +752,7 @@ int main(void)
 		cmocka_unit_test(test_eviction_matches_rule),
 		cmocka_unit_test(test_eviction_matches_rule_zipf),
 		cmocka_unit_test(test_restore_from_later_steps),
+		cmocka_unit_test(test_hint_spreads_within_a_bucket),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
