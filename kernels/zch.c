@@ -37,7 +37,7 @@
 
 uint32_t rs_zch_bucket_of(uint64_t id, uint32_t buckets)
 {
-	return (uint32_t)(((unsigned __int128)hash_id(id) * buckets) >> 64);
+	return bucket_of_hash(hash_id(id), buckets);
 }
 
 rs_status rs_zch_create(const rs_zch_config *cfg, rs_zch_table **out, rs_err *err)
@@ -504,14 +504,16 @@ static int cmp_u64(const void *a, const void *b)
 	return (*(const uint64_t *)a > *(const uint64_t *)b) - (*(const uint64_t *)a < *(const uint64_t *)b);
 }
 
-/* Sort n records: one step's records of one block are few (about 20 in bench_zch), unless a burst came. */
+/* One step's records of one block are few (about 20 in bench_zch), unless a burst came: more than this. */
+#define FEW_RECORDS 32
+
 static void sort_records(uint64_t *v, uint32_t n)
 {
-	if (n > 32) {
+	if (n > FEW_RECORDS) {
 		qsort(v, n, sizeof(uint64_t), cmp_u64);
 		return;
 	}
-	for (uint32_t i = 1; i < n; i++) { /* insertion: no call a comparison */
+	for (uint32_t i = 1; i < n; i++) { /* insertion: no call per comparison */
 		uint64_t r = v[i];
 		uint32_t at = i;
 		for (; at > 0 && v[at - 1] > r; at--)
@@ -529,7 +531,7 @@ static void queue_sort_front(rs_zch_table *z, uint32_t l)
 	while (end < bk->qtail && (uint32_t)(q[end] >> 32) == last)
 		end++;
 	k = end;
-	int burst = end - bk->qhead > 32;
+	int burst = end - bk->qhead > FEW_RECORDS;
 	for (uint32_t i = bk->qhead; !burst && i < end; i++) /* all at once: independent misses */
 		__builtin_prefetch(&z->slot[(size_t)l * z->spb + (uint32_t)q[i]]);
 	for (uint32_t i = end; i-- > bk->qhead;) { /* backwards: the current ones gather at the end, in order */
@@ -639,8 +641,8 @@ static inline void pend_start(const rs_zch_table *z, uint64_t id, struct zpend *
 {
 	uint64_t hash = hash_id(id);
 	p->id = id;
-	p->b = (uint32_t)(((unsigned __int128)hash * z->nbuckets) >> 64);
-	p->h = (uint32_t)hash;
+	p->b = bucket_of_hash(hash, z->nbuckets);
+	p->h = hint_of_hash(hash);
 	p->l = z->local[p->b];
 	p->victim = 0;
 	if (p->l < 0)

@@ -74,11 +74,16 @@ struct hent {
 };
 
 /*
- * The index's hint, and (masked) the start of the linear probe: the ID's
- * hash's low 32 bits. Its bucket comes from the high ones (the product in
- * rs_zch_bucket_of), so that within a bucket these are as good as fresh.
+ * An ID's bucket and its index's hint (masked, the start of the linear
+ * probe), from the ID's hash: the bucket from its high bits (a product),
+ * the hint its low 32, so that within a bucket these are as good as fresh.
  */
-static inline uint32_t hint_of(uint64_t id) { return (uint32_t)hash_id(id); }
+static inline uint32_t bucket_of_hash(uint64_t hash, uint32_t buckets)
+{
+	return (uint32_t)(((unsigned __int128)hash * buckets) >> 64);
+}
+static inline uint32_t hint_of_hash(uint64_t hash) { return (uint32_t)hash; }
+static inline uint32_t hint_of(uint64_t id) { return hint_of_hash(hash_id(id)); }
 
 /* Put every used slot of block l in its heap, as they are now, and none in its queue (zch.c). */
 void rs__zch_heap_rebuild(rs_zch_table *z, uint32_t l);
