@@ -87,17 +87,17 @@ rs_status rs__rowsums_start(lshard *ls)
 	if (ls->rsum)
 		return RS_OK;
 	rs__rowsums *c = calloc(1, sizeof(*c));
-	size_t words = (size_t)(ls->s.rows + 63) / 64 + 1, blocks = (size_t)(ls->s.rows / RS__ROWSUM_BLOCK) + 1;
-	if (c && (c->h = calloc((size_t)ls->s.rows + 1, sizeof(uint64_t))) && (c->stale = malloc(sizeof(uint64_t) * words)) &&
+	size_t blocks = (size_t)(ls->s.rows / RS__ROWSUM_BLOCK) + 1;
+	/* every row stale: nothing hashed yet (each term 0 meanwhile) */
+	if (c && (c->h = calloc((size_t)ls->s.rows + 1, sizeof(uint64_t))) && rs__marks_init(&c->stale, ls->s.rows, 1) &&
 	    (c->block = calloc(blocks, sizeof(uint64_t)))) {
-		memset(c->stale, 0xff, sizeof(uint64_t) * words); /* nothing hashed yet (each term 0 meanwhile) */
 		c->refs = 1;
 		ls->rsum = c, ls->rsum_off = 0;
 		return RS_OK;
 	}
 	if (c) {
 		free(c->h);
-		free(c->stale);
+		free(c->stale.bit);
 	}
 	free(c);
 	return RS_ENOMEM;
@@ -116,7 +116,7 @@ static void unref_later(rs__rowsums *c, rs__later *later)
 	if (!c || --c->refs > 0)
 		return;
 	rs__later_free(later, c->h);
-	rs__later_free(later, c->stale);
+	rs__later_free(later, c->stale.bit);
 	rs__later_free(later, c->block);
 	free(c);
 }
@@ -142,21 +142,14 @@ void rs__rowsums_stale(lshard *ls, int64_t r0, int64_t n)
 int64_t rs__rowsums_fill(const rs_trainer *tr, const lshard *ls, int64_t r0, int64_t n, int64_t most)
 {
 	rs__rowsums *c = ls->rsum;
-	int64_t done = 0, off = c ? ls->rsum_off : 0;
-	for (int64_t k = off + r0; c && k < off + r0 + n && done < most;) {
-		uint64_t *word = &c->stale[k >> 6];
-		if (!*word) { /* 64 rows hashed already: on to the next word */
-			k = (k | 63) + 1;
-			continue;
-		}
-		if ((*word >> (k & 63)) & 1) {
-			uint64_t h = row_hash(tr, ls, k - off);
-			c->block[k / RS__ROWSUM_BLOCK] += h - c->h[k]; /* sums wrap, as the checksum's do */
-			c->h[k] = h;
-			*word &= ~((uint64_t)1 << (k & 63));
-			done++;
-		}
-		k++;
+	int64_t done = 0, off = c ? ls->rsum_off : 0, end = off + r0 + n;
+	for (int64_t k = c ? rs__marks_next(&c->stale, off + r0, end) : end; k < end && done < most;
+	     k = rs__marks_next(&c->stale, k + 1, end)) {
+		uint64_t h = row_hash(tr, ls, k - off);
+		c->block[k / RS__ROWSUM_BLOCK] += h - c->h[k]; /* sums wrap, as the checksum's do */
+		c->h[k] = h;
+		rs__marks_unset(&c->stale, k);
+		done++;
 	}
 	return done;
 }

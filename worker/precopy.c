@@ -240,8 +240,8 @@ static int ahead_move(const stager *g, const rs_move *m, int32_t src, int32_t ds
 
 /*
  * The dirty rows of plain move m in old shard os: their offsets in the move
- * into rows[] (rising), how many: a word of marks at a time (rs__dirty_next;
- * a bit at a time took 3 ms of the pause at 4 GiB of state).
+ * into rows[] (rising), how many: rs__dirty_next skips 64 words of unmarked
+ * rows at a time (a bit at a time took 3 ms of the pause at 4 GiB of state).
  */
 static int64_t dirty_of(const lshard *os, const rs_move *m, int64_t *rows)
 {

@@ -289,8 +289,8 @@ rs_status rs__dirty_start(rs_trainer *tr)
 {
 	for (int i = 0; i < tr->nshards; i++) {
 		lshard *ls = &tr->shards[i];
-		free(ls->dirty);
-		if (!(ls->dirty = calloc((size_t)(ls->s.rows + 63) / 64 + 1, sizeof(uint64_t)))) {
+		free(ls->dirty.bit);
+		if (!rs__marks_init(&ls->dirty, ls->s.rows, 0)) {
 			rs__dirty_stop(tr);
 			return RS_ENOMEM;
 		}
@@ -301,22 +301,16 @@ rs_status rs__dirty_start(rs_trainer *tr)
 void rs__dirty_stop(rs_trainer *tr)
 {
 	for (int i = 0; tr && i < tr->nshards; i++) {
-		free(tr->shards[i].dirty);
-		tr->shards[i].dirty = NULL;
+		free(tr->shards[i].dirty.bit);
+		tr->shards[i].dirty = (rs__marks){0};
 	}
 	rs__rowsums_drop(tr); /* unmarked from now on */
 }
 
 void rs__dirty_clear(lshard *ls, int64_t row, int64_t n)
 {
-	for (int64_t r = row; ls->dirty && r < row + n; r++) {
-		if ((r & 63) == 0 && r + 64 <= row + n) {
-			ls->dirty[r >> 6] = 0;
-			r += 63;
-			continue;
-		}
-		ls->dirty[r >> 6] &= ~((uint64_t)1 << (r & 63));
-	}
+	if (ls->dirty.bit)
+		rs__marks_unset_range(&ls->dirty, row, n);
 }
 
 static void drop_prepared(rs_trainer *tr);
@@ -366,7 +360,7 @@ void rs__trainer_destroy_later(rs_trainer *tr, rs__later *later)
 		free(ls->bids.v);
 		free(ls->bdst.v);
 		free(ls->bval.v);
-		rs__later_free(later, ls->dirty);
+		rs__later_free(later, ls->dirty.bit);
 	}
 	for (int t = 0; tr->tables && t < tr->cfg->ntables; t++) {
 		for (int b = 0; b < tr->tables[t].nblocks; b++) {

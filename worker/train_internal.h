@@ -14,6 +14,7 @@
 #include "kernels/zch.h"
 #include "worker/data.h"
 #include "worker/dense.h"
+#include "worker/marks.h"
 #include "common/batch.h"
 #include "common/checkpoint.h"
 
@@ -70,7 +71,8 @@ typedef struct fvec {
  */
 #define RS__ROWSUM_BLOCK 1024
 typedef struct rs__rowsums {
-	uint64_t *h, *stale, *block;
+	uint64_t *h, *block;
+	rs__marks stale;
 	int refs;               /* a new shard sharing an old shard's memory shares its hashes */
 } rs__rowsums;
 
@@ -92,7 +94,7 @@ typedef struct lshard {
 	i32vec boff;
 	i64vec bids, bdst;
 	fvec bval;              /* the bags' pooled sums, then their gradients */
-	uint64_t *dirty;        /* pre-copy: a bit per row updated since it was sent; NULL when not tracked */
+	rs__marks dirty;        /* pre-copy: rows updated since they were sent; bit NULL when not tracked */
 	rs__rowsums *rsum;      /* pre-copy: its rows' hashes from row rsum_off on; NULL when not kept */
 	int64_t rsum_off;
 } lshard;
@@ -346,34 +348,27 @@ void rs__dirty_clear(lshard *ls, int64_t row, int64_t n);
 /* Row `row` of ls written: its cached hash (when kept) is stale. */
 static inline void rs__rowsum_stale(lshard *ls, int64_t row)
 {
-	if (ls->rsum) {
-		int64_t k = ls->rsum_off + row;
-		ls->rsum->stale[k >> 6] |= (uint64_t)1 << (k & 63);
-	}
+	if (ls->rsum)
+		rs__marks_set(&ls->rsum->stale, ls->rsum_off + row);
 }
 static inline void rs__dirty_mark(lshard *ls, int64_t row)
 {
 	if (row < 0)
 		return;
-	if (ls->dirty)
-		ls->dirty[row >> 6] |= (uint64_t)1 << (row & 63);
+	if (ls->dirty.bit)
+		rs__marks_set(&ls->dirty, row);
 	rs__rowsum_stale(ls, row); /* and its hash is stale */
 }
 /* Rows rows[0..n) of ls about to be updated: marked (when a pre-copy tracks them). */
 static inline void rs__dirty_mark_rows(lshard *ls, const int64_t *rows, int64_t n)
 {
-	for (int64_t k = 0; (ls->dirty || ls->rsum) && k < n; k++)
+	for (int64_t k = 0; (ls->dirty.bit || ls->rsum) && k < n; k++)
 		rs__dirty_mark(ls, rows[k]);
 }
-/* The first marked row of ls in [row, end), or end: a word of marks at a time (few rows are marked). */
+/* The first marked row of ls in [row, end), or end (few rows are marked: marks.h skips the rest). */
 static inline int64_t rs__dirty_next(const lshard *ls, int64_t row, int64_t end)
 {
-	for (int64_t w = row >> 6; row < end; w++, row = w * 64) {
-		uint64_t bits = ls->dirty[w] >> (row & 63);
-		if (bits)
-			return row + __builtin_ctzll(bits) < end ? row + __builtin_ctzll(bits) : end;
-	}
-	return end;
+	return rs__marks_next(&ls->dirty, row, end);
 }
 
 /*
