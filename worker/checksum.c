@@ -139,17 +139,43 @@ void rs__rowsums_stale(lshard *ls, int64_t r0, int64_t n)
 		rs__rowsum_stale(ls, r);
 }
 
+/* Stale rows hashed together (rs__rowsums_fill) */
+#define FILL_BATCH 16
+
+/* Row r of ls (shard-relative) is about to be hashed: its weights (their first lines; the hardware reads on along
+ * a wide row) and state on their way into the cache. */
+static void prefetch_row(const rs_trainer *tr, const lshard *ls, int64_t r)
+{
+	void *w, *s;
+	size_t wl, sl;
+	rs__row_blocks(tr->cfg, ls, r, 1, &w, &wl, &s, &sl);
+	for (size_t o = 0; o < wl && o < 256; o += 64)
+		__builtin_prefetch((const char *)w + o);
+	if (sl)
+		__builtin_prefetch(s);
+}
+
 int64_t rs__rowsums_fill(const rs_trainer *tr, const lshard *ls, int64_t r0, int64_t n, int64_t most)
 {
 	rs__rowsums *c = ls->rsum;
 	int64_t done = 0, off = c ? ls->rsum_off : 0, end = off + r0 + n;
-	for (int64_t k = c ? rs__marks_next(&c->stale, off + r0, end) : end; k < end && done < most;
-	     k = rs__marks_next(&c->stale, k + 1, end)) {
-		uint64_t h = row_hash(tr, ls, k - off);
-		c->block[k / RS__ROWSUM_BLOCK] += h - c->h[k]; /* sums wrap, as the checksum's do */
-		c->h[k] = h;
-		rs__marks_unset(&c->stale, k);
-		done++;
+	int64_t k = c ? rs__marks_next(&c->stale, off + r0, end) : end;
+	while (k < end && done < most) {
+		/* a batch of stale rows, read ahead together: scattered rows are independent misses */
+		int64_t batch[FILL_BATCH];
+		int nb = 0;
+		for (; k < end && nb < FILL_BATCH && done + nb < most; k = rs__marks_next(&c->stale, k + 1, end)) {
+			batch[nb++] = k;
+			prefetch_row(tr, ls, k - off);
+			__builtin_prefetch(&c->h[k], 1);
+		}
+		for (int i = 0; i < nb; i++) {
+			uint64_t h = row_hash(tr, ls, batch[i] - off);
+			c->block[batch[i] / RS__ROWSUM_BLOCK] += h - c->h[batch[i]]; /* sums wrap, as the checksum's do */
+			c->h[batch[i]] = h;
+			rs__marks_unset(&c->stale, batch[i]);
+		}
+		done += nb;
 	}
 	return done;
 }
