@@ -6,7 +6,11 @@
 #     step of the new generation) of 2 -> 4 and 4 -> 3, and its parts (drain,
 #     waiting for joiners, plan, migrate = connect + move + verify, commit);
 #   - the migration throughput (bytes moved / the slowest member's move time)
-#     beside raw loopback TCP measured in the same run (target >= 80%);
+#     beside raw loopback TCP measured in the same run (target >= 80%), and
+#     beside raw loopback TCP from as many senders to as many receivers as
+#     the reshard had (each to each, equal shares of as many bytes, from and
+#     into memory in 2 MiB pages as the shards are): the one-pair figure
+#     sends a cache-resident buffer over and over, the faster reference;
 #   - bytes moved beside the plan diff and the planner's lower bound;
 #   - the restart-based approach on the same model in the same run, with
 #     rowshift's own checkpoint code: write a checkpoint of the old world,
@@ -42,6 +46,24 @@ raw=$("$BUILD/tests/bench/bench_transport" --raw | sed -n 's/raw loopback TCP \(
 if ! coord --workers 2 --steps 30 --schedule 10:4,20:3 >"$tmp/live.out" 2>"$tmp/live.err"; then
 	echo "bench reshard: the live run failed"; tail -5 "$tmp/live.err"; exit 1
 fi
+# the chunk rounds' like-for-like reference: raw loopback TCP in each reshard's pattern (its senders to its
+# receivers, the bytes it moved, from and into memory), right after that run: before the restart-based runs' checkpoints
+# are written back (measured after them, the reference fell to half)
+python3 - "$tmp/live.err" >"$tmp/patterns" <<'PY'
+import re, sys
+seen = {}
+for gen, sent, got in re.findall(r"generation (\d+) staged in [\d.]+ s: sent ([\d.]+) MiB, received ([\d.]+) MiB",
+                                 open(sys.argv[1]).read()):
+    s, r, m = seen.get(gen, (0, 0, 0.0))
+    seen[gen] = (s + (float(sent) > 0), r + (float(got) > 0), m + float(sent))
+for gen, (s, r, m) in sorted(seen.items()):
+    print(gen, s, r, int(m))
+PY
+while read -r gen s r mib; do
+	# GB/s, then the pattern; a failed measurement leaves no figure (reported as not measured)
+	"$BUILD/tests/bench/bench_transport" --raw-mesh "$s" "$r" "$mib" | sed -n 's/.* \([0-9.]*\) GB\/s$/\1/p' >"$tmp/mesh$gen"
+	echo "$s $r" >>"$tmp/mesh$gen"
+done <"$tmp/patterns"
 # pre-copied: the same reshards, with 150 steps before each for the background rounds (paced to a fifth of
 # the old members' time, the default precopy_share, they take 70-80 of them here; the workers of a
 # scheduled step are asked for as the run toward it starts)
@@ -90,6 +112,15 @@ for i, (gen, a, b, mib, lb, plan_ms) in enumerate(plans):
     print(f"bench reshard_{a}_to_{b}_migration: {rate:.0f} MiB/s moving chunks (all pairs together) | raw loopback TCP "
           f"{raw:.0f} MiB/s (one pair) | ratio {rate / raw:.2f} | target >= 0.80 {'MET' if rate / raw >= 0.8 else 'MISSED'} "
           f"| end to end (connect, prepare, move, verify) {e2e:.0f} MiB/s, ratio {e2e / raw:.2f}")
+    try:
+        mesh_gbs, pattern = open(f"{tmp}/mesh{gen}").read().split("\n")[:2]
+        mesh, (ns, nr) = float(mesh_gbs) * 1e9 / 2**20, pattern.split()
+        print(f"bench reshard_{a}_to_{b}_migration_vs_pattern: {rate:.0f} MiB/s moving chunks | raw loopback TCP from "
+              f"its {ns} sender{'s' * (ns != '1')} to its {nr} receiver{'s' * (nr != '1')} (each to each, equal shares of "
+              f"{moved_mib} MiB, from and into memory) "
+              f"{mesh:.0f} MiB/s | ratio {rate / mesh:.2f}")
+    except (OSError, ValueError):
+        print(f"bench reshard_{a}_to_{b}_migration_vs_pattern: the reference was not measured"); wrong += 1
     print(f"bench reshard_{a}_to_{b}_vs_restart: live pause {pause:.3f} s | restart-based {restart:.3f} s "
           f"(checkpoint write {save:.3f} s + new world started and loaded to its first step {start:.3f} s) | "
           f"{restart / pause:.1f}x shorter | target >= 10x {'MET' if restart / pause >= 10 else 'MISSED'}")

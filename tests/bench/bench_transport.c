@@ -6,7 +6,8 @@
  * receives half the buffer twice, and on loopback both directions of a
  * copy take the same cores, so about half of one direction's rate is the
  * ceiling on 2 cores). Received data is checked; a mismatch fails the
- * benchmark.
+ * benchmark. `--raw` prints the raw reference alone; `--raw-mesh S R MiB`
+ * raw loopback in a reshard's pattern (bench_reshard.sh's reference).
  */
 #include "common/rng.h"
 #include "worker/transport_tcp.h"
@@ -15,7 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -128,6 +132,119 @@ static void run_rank(int32_t rank, int lfd, const char **addrs, size_t total, in
 	_exit(0);
 }
 
+/* A buffer of len bytes, its pages touched, in 2 MiB pages where the kernel has them (as the CPU engine's shards are). */
+static char *touched_buffer(size_t len, int fill)
+{
+	void *p;
+	if (posix_memalign(&p, (size_t)2 << 20, len) != 0)
+		return NULL;
+	(void)madvise(p, len, MADV_HUGEPAGE); /* advice; small pages work */
+	memset(p, fill, len);
+	return p;
+}
+
+/*
+ * Raw loopback in a reshard's pattern, the reference for its chunk rounds:
+ * `senders` processes each send total / senders bytes, an equal share to
+ * each of `receivers` processes, from and into buffers as large as the
+ * state moved (memory, not a cache-resident buffer sent over and over as
+ * raw_loopback does), their pages touched first (touched_buffer). Plain sockets, poll. GB/s
+ * from the start signal to the last byte received; -1 on a failure.
+ */
+static double raw_mesh(int senders, int receivers, size_t total)
+{
+	int lfd[16], port[16], ready[2], go[2], done[2];
+	size_t pair = total / (size_t)senders / (size_t)receivers;
+	rs_err err = {0};
+	if (senders < 1 || receivers < 1 || senders > 16 || receivers > 16 || pair == 0 || pipe(ready) != 0 ||
+	    pipe(go) != 0 || pipe(done) != 0)
+		return -1;
+	for (int r = 0; r < receivers; r++)
+		if (rs_tcp_listen("127.0.0.1", 0, &lfd[r], &port[r], &err) != RS_OK)
+			return -1;
+	for (int r = 0; r < receivers; r++) /* receivers: one region per sender */
+		if (fork() == 0) {
+			int fd[16];
+			size_t got[16] = {0};
+			char *buf = touched_buffer(pair * (size_t)senders, 0), one = 1;
+			if (!buf)
+				_exit(1);
+			for (int k = 0; k < senders; k++)
+				if ((fd[k] = accept(lfd[r], NULL, NULL)) < 0)
+					_exit(1);
+			if (write(ready[1], &one, 1) != 1)
+				_exit(1);
+			for (int left = senders; left > 0;) {
+				struct pollfd pfd[16];
+				for (int k = 0; k < senders; k++)
+					pfd[k] = (struct pollfd){.fd = got[k] < pair ? fd[k] : -1, .events = POLLIN};
+				if (poll(pfd, (nfds_t)senders, 10000) <= 0)
+					_exit(1);
+				for (int k = 0; k < senders; k++) {
+					if (got[k] == pair || !pfd[k].revents)
+						continue;
+					ssize_t n = recv(fd[k], buf + pair * (size_t)k + got[k], pair - got[k], 0);
+					if (n <= 0)
+						_exit(1);
+					got[k] += (size_t)n;
+					left -= got[k] == pair;
+				}
+			}
+			_exit(write(done[1], &one, 1) == 1 ? 0 : 1);
+		}
+	for (int s = 0; s < senders; s++) /* senders: one region per receiver */
+		if (fork() == 0) {
+			int fd[16];
+			size_t sent[16] = {0};
+			char *buf = touched_buffer(pair * (size_t)receivers, 1), one = 1;
+			if (!buf)
+				_exit(1);
+			for (int r = 0; r < receivers; r++) {
+				struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port[r]),
+							.sin_addr.s_addr = htonl(0x7f000001)};
+				if ((fd[r] = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
+				    connect(fd[r], (struct sockaddr *)&a, sizeof(a)) != 0)
+					_exit(1);
+			}
+			if (write(ready[1], &one, 1) != 1 || read(go[0], &one, 1) != 1)
+				_exit(1);
+			for (int left = receivers; left > 0;) {
+				struct pollfd pfd[16];
+				for (int r = 0; r < receivers; r++)
+					pfd[r] = (struct pollfd){.fd = sent[r] < pair ? fd[r] : -1, .events = POLLOUT};
+				if (poll(pfd, (nfds_t)receivers, 10000) <= 0)
+					_exit(1);
+				for (int r = 0; r < receivers; r++) {
+					if (sent[r] == pair || !pfd[r].revents)
+						continue;
+					ssize_t n = send(fd[r], buf + pair * (size_t)r + sent[r], pair - sent[r], MSG_DONTWAIT);
+					if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+						_exit(1);
+					sent[r] += n > 0 ? (size_t)n : 0;
+					left -= sent[r] == pair;
+				}
+			}
+			_exit(0);
+		}
+	char c;
+	int ok = 1;
+	for (int k = 0; k < senders + receivers; k++)
+		ok = ok && read(ready[0], &c, 1) == 1;
+	double t0 = now();
+	for (int s = 0; ok && s < senders; s++)
+		ok = write(go[1], &c, 1) == 1;
+	for (int r = 0; ok && r < receivers; r++)
+		ok = read(done[0], &c, 1) == 1;
+	double t = now() - t0;
+	int status;
+	while (wait(&status) > 0)
+		ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	for (int r = 0; r < receivers; r++)
+		close(lfd[r]);
+	close(ready[0]), close(ready[1]), close(go[0]), close(go[1]), close(done[0]), close(done[1]);
+	return ok ? (double)(pair * (size_t)senders * (size_t)receivers) / t / 1e9 : -1;
+}
+
 int main(int argc, char **argv)
 {
 	int quick = argc > 1 && !strcmp(argv[1], "--quick");
@@ -135,6 +252,11 @@ int main(int argc, char **argv)
 		double raw = raw_loopback((size_t)2 << 30);
 		printf("raw loopback TCP %.2f GB/s\n", raw);
 		return raw > 0 ? 0 : 1;
+	}
+	if (argc > 4 && !strcmp(argv[1], "--raw-mesh")) { /* raw_mesh's reference alone: SENDERS RECEIVERS MiB */
+		double gbs = raw_mesh(atoi(argv[2]), atoi(argv[3]), (size_t)strtoull(argv[4], NULL, 10) << 20);
+		printf("raw loopback TCP mesh %s -> %s from memory %.2f GB/s\n", argv[2], argv[3], gbs);
+		return gbs > 0 ? 0 : 1;
 	}
 	size_t total = (size_t)(quick ? 256 : 2048) << 20;
 	double raw = raw_loopback(total);
