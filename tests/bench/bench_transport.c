@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -132,6 +133,9 @@ static void run_rank(int32_t rank, int lfd, const char **addrs, size_t total, in
 	_exit(0);
 }
 
+/* How long raw_mesh's processes wait for each other at most. */
+#define MESH_WAIT_MS 30000
+
 /* A buffer of len bytes, its pages touched, in 2 MiB pages where the kernel has them (as the CPU engine's shards are). */
 static char *touched_buffer(size_t len, int fill)
 {
@@ -143,105 +147,134 @@ static char *touched_buffer(size_t len, int fill)
 	return p;
 }
 
+/* One byte from fd within `ms` milliseconds: 1, or 0 at a timeout, an error or the end (every writer gone). */
+static int byte_within(int fd, int ms)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	char c;
+	return poll(&p, 1, ms) == 1 && read(fd, &c, 1) == 1;
+}
+
+/* Receiver r of raw_mesh: a connection from each sender, their shares into one region each. Exits 0 when all came. */
+static void mesh_receiver(int lfd, int senders, size_t pair, int ready, int done)
+{
+	int fd[16];
+	size_t got[16] = {0};
+	char *buf = touched_buffer(pair * (size_t)senders, 0), one = 1;
+	if (!buf)
+		_exit(1);
+	for (int k = 0; k < senders; k++) {
+		struct pollfd p = {.fd = lfd, .events = POLLIN};
+		if (poll(&p, 1, MESH_WAIT_MS) != 1 || (fd[k] = accept(lfd, NULL, NULL)) < 0)
+			_exit(1);
+	}
+	if (write(ready, &one, 1) != 1)
+		_exit(1);
+	for (int left = senders; left > 0;) {
+		struct pollfd pfd[16];
+		for (int k = 0; k < senders; k++)
+			pfd[k] = (struct pollfd){.fd = got[k] < pair ? fd[k] : -1, .events = POLLIN};
+		if (poll(pfd, (nfds_t)senders, MESH_WAIT_MS) <= 0)
+			_exit(1);
+		for (int k = 0; k < senders; k++) {
+			if (got[k] == pair || !pfd[k].revents)
+				continue;
+			ssize_t n = recv(fd[k], buf + pair * (size_t)k + got[k], pair - got[k], 0);
+			if (n <= 0)
+				_exit(1);
+			got[k] += (size_t)n;
+			left -= got[k] == pair;
+		}
+	}
+	_exit(write(done, &one, 1) == 1 ? 0 : 1);
+}
+
+/* Sender s of raw_mesh: connected to every receiver, it sends each its share once the parent says go. */
+static void mesh_sender(const int *port, int receivers, size_t pair, int ready, int go)
+{
+	int fd[16];
+	size_t sent[16] = {0};
+	char *buf = touched_buffer(pair * (size_t)receivers, 1), one = 1;
+	if (!buf)
+		_exit(1);
+	for (int r = 0; r < receivers; r++) {
+		struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port[r]),
+					.sin_addr.s_addr = htonl(0x7f000001)};
+		if ((fd[r] = socket(AF_INET, SOCK_STREAM, 0)) < 0 || connect(fd[r], (struct sockaddr *)&a, sizeof(a)) != 0)
+			_exit(1);
+	}
+	if (write(ready, &one, 1) != 1 || !byte_within(go, MESH_WAIT_MS))
+		_exit(1);
+	for (int left = receivers; left > 0;) {
+		struct pollfd pfd[16];
+		for (int r = 0; r < receivers; r++)
+			pfd[r] = (struct pollfd){.fd = sent[r] < pair ? fd[r] : -1, .events = POLLOUT};
+		if (poll(pfd, (nfds_t)receivers, MESH_WAIT_MS) <= 0)
+			_exit(1);
+		for (int r = 0; r < receivers; r++) {
+			if (sent[r] == pair || !pfd[r].revents)
+				continue;
+			ssize_t n = send(fd[r], buf + pair * (size_t)r + sent[r], pair - sent[r], MSG_DONTWAIT | MSG_NOSIGNAL);
+			if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+				_exit(1);
+			sent[r] += n > 0 ? (size_t)n : 0;
+			left -= sent[r] == pair;
+		}
+	}
+	_exit(0);
+}
+
 /*
  * Raw loopback in a reshard's pattern, the reference for its chunk rounds:
  * `senders` processes each send total / senders bytes, an equal share to
  * each of `receivers` processes, from and into buffers as large as the
  * state moved (memory, not a cache-resident buffer sent over and over as
- * raw_loopback does), their pages touched first (touched_buffer). Plain sockets, poll. GB/s
- * from the start signal to the last byte received; -1 on a failure.
+ * raw_loopback does), their pages touched first (touched_buffer). Plain
+ * sockets, poll. GB/s from the start signal to the last byte received; -1
+ * on a failure or when a process is quiet for MESH_WAIT_MS (it is killed).
  */
 static double raw_mesh(int senders, int receivers, size_t total)
 {
-	int lfd[16], port[16], ready[2], go[2], done[2];
-	size_t pair = total / (size_t)senders / (size_t)receivers;
+	int lfd[16], port[16], ready[2], go[2], done[2], nlfd = 0, ok = 1, nkids = 0, status;
+	pid_t kid[32];
 	rs_err err = {0};
-	if (senders < 1 || receivers < 1 || senders > 16 || receivers > 16 || pair == 0 || pipe(ready) != 0 ||
-	    pipe(go) != 0 || pipe(done) != 0)
+	if (senders < 1 || receivers < 1 || senders > 16 || receivers > 16 || total / (size_t)senders / (size_t)receivers == 0)
 		return -1;
-	for (int r = 0; r < receivers; r++)
-		if (rs_tcp_listen("127.0.0.1", 0, &lfd[r], &port[r], &err) != RS_OK)
-			return -1;
-	for (int r = 0; r < receivers; r++) /* receivers: one region per sender */
-		if (fork() == 0) {
-			int fd[16];
-			size_t got[16] = {0};
-			char *buf = touched_buffer(pair * (size_t)senders, 0), one = 1;
-			if (!buf)
-				_exit(1);
-			for (int k = 0; k < senders; k++)
-				if ((fd[k] = accept(lfd[r], NULL, NULL)) < 0)
-					_exit(1);
-			if (write(ready[1], &one, 1) != 1)
-				_exit(1);
-			for (int left = senders; left > 0;) {
-				struct pollfd pfd[16];
-				for (int k = 0; k < senders; k++)
-					pfd[k] = (struct pollfd){.fd = got[k] < pair ? fd[k] : -1, .events = POLLIN};
-				if (poll(pfd, (nfds_t)senders, 10000) <= 0)
-					_exit(1);
-				for (int k = 0; k < senders; k++) {
-					if (got[k] == pair || !pfd[k].revents)
-						continue;
-					ssize_t n = recv(fd[k], buf + pair * (size_t)k + got[k], pair - got[k], 0);
-					if (n <= 0)
-						_exit(1);
-					got[k] += (size_t)n;
-					left -= got[k] == pair;
-				}
-			}
-			_exit(write(done[1], &one, 1) == 1 ? 0 : 1);
+	size_t pair = total / (size_t)senders / (size_t)receivers;
+	if (pipe(ready) != 0 || pipe(go) != 0 || pipe(done) != 0)
+		return -1;
+	for (; ok && nlfd < receivers; nlfd++)
+		ok = rs_tcp_listen("127.0.0.1", 0, &lfd[nlfd], &port[nlfd], &err) == RS_OK;
+	for (int k = 0; ok && k < receivers + senders; k++) {
+		pid_t pid = fork();
+		if (pid == 0) { /* a child keeps the ends it writes or reads */
+			close(ready[0]), close(go[1]), close(done[0]);
+			if (k < receivers)
+				mesh_receiver(lfd[k], senders, pair, ready[1], done[1]);
+			mesh_sender(port, receivers, pair, ready[1], go[0]);
 		}
-	for (int s = 0; s < senders; s++) /* senders: one region per receiver */
-		if (fork() == 0) {
-			int fd[16];
-			size_t sent[16] = {0};
-			char *buf = touched_buffer(pair * (size_t)receivers, 1), one = 1;
-			if (!buf)
-				_exit(1);
-			for (int r = 0; r < receivers; r++) {
-				struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port[r]),
-							.sin_addr.s_addr = htonl(0x7f000001)};
-				if ((fd[r] = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
-				    connect(fd[r], (struct sockaddr *)&a, sizeof(a)) != 0)
-					_exit(1);
-			}
-			if (write(ready[1], &one, 1) != 1 || read(go[0], &one, 1) != 1)
-				_exit(1);
-			for (int left = receivers; left > 0;) {
-				struct pollfd pfd[16];
-				for (int r = 0; r < receivers; r++)
-					pfd[r] = (struct pollfd){.fd = sent[r] < pair ? fd[r] : -1, .events = POLLOUT};
-				if (poll(pfd, (nfds_t)receivers, 10000) <= 0)
-					_exit(1);
-				for (int r = 0; r < receivers; r++) {
-					if (sent[r] == pair || !pfd[r].revents)
-						continue;
-					ssize_t n = send(fd[r], buf + pair * (size_t)r + sent[r], pair - sent[r], MSG_DONTWAIT);
-					if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-						_exit(1);
-					sent[r] += n > 0 ? (size_t)n : 0;
-					left -= sent[r] == pair;
-				}
-			}
-			_exit(0);
-		}
-	char c;
-	int ok = 1;
-	for (int k = 0; k < senders + receivers; k++)
-		ok = ok && read(ready[0], &c, 1) == 1;
+		ok = pid > 0;
+		if (ok)
+			kid[nkids++] = pid;
+	}
+	close(ready[1]), close(go[0]), close(done[1]); /* a child gone early ends the parent's reads */
+	for (int k = 0; ok && k < senders + receivers; k++)
+		ok = byte_within(ready[0], MESH_WAIT_MS);
 	double t0 = now();
+	char c = 1;
 	for (int s = 0; ok && s < senders; s++)
 		ok = write(go[1], &c, 1) == 1;
 	for (int r = 0; ok && r < receivers; r++)
-		ok = read(done[0], &c, 1) == 1;
+		ok = byte_within(done[0], MESH_WAIT_MS);
 	double t = now() - t0;
-	int status;
-	while (wait(&status) > 0)
-		ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-	for (int r = 0; r < receivers; r++)
+	for (int k = 0; !ok && k < nkids; k++)
+		kill(kid[k], SIGKILL);
+	close(go[1]); /* senders still waiting for it: the end */
+	for (int k = 0; k < nkids; k++)
+		ok = waitpid(kid[k], &status, 0) == kid[k] && WIFEXITED(status) && WEXITSTATUS(status) == 0 && ok;
+	for (int r = 0; r < nlfd; r++)
 		close(lfd[r]);
-	close(ready[0]), close(ready[1]), close(go[0]), close(go[1]), close(done[0]), close(done[1]);
+	close(ready[0]), close(done[0]);
 	return ok ? (double)(pair * (size_t)senders * (size_t)receivers) / t / 1e9 : -1;
 }
 
