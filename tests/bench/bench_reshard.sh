@@ -23,7 +23,8 @@
 #     training's speed while they ran beside before the copy began.
 # The lines above those come from a run with pre-copy off (every row moves
 # at the pause), so that both are measured in the same run.
-# Exits non-zero when a run fails or moved bytes differ from the plan diff.
+# Exits non-zero when a run fails, moved bytes differ from the plan diff, or
+# a pattern's reference was not measured.
 set -u
 BUILD=${BUILD:-build}
 bin=$BUILD/bin
@@ -62,7 +63,7 @@ PY
 while read -r gen s r mib; do
 	# GB/s, then the pattern; a failed measurement leaves no figure (reported as not measured)
 	"$BUILD/tests/bench/bench_transport" --raw-mesh "$s" "$r" "$mib" | sed -n 's/.* \([0-9.]*\) GB\/s$/\1/p' >"$tmp/mesh$gen"
-	echo "$s $r" >>"$tmp/mesh$gen"
+	echo "$s $r $mib" >>"$tmp/mesh$gen"
 done <"$tmp/patterns"
 # pre-copied: the same reshards, with 150 steps before each for the background rounds (paced to a fifth of
 # the old members' time, the default precopy_share, they take 70-80 of them here; the workers of a
@@ -114,10 +115,12 @@ for i, (gen, a, b, mib, lb, plan_ms) in enumerate(plans):
           f"| end to end (connect, prepare, move, verify) {e2e:.0f} MiB/s, ratio {e2e / raw:.2f}")
     try:
         mesh_gbs, pattern = open(f"{tmp}/mesh{gen}").read().split("\n")[:2]
-        mesh, (ns, nr) = float(mesh_gbs) * 1e9 / 2**20, pattern.split()
+        mesh, (ns, nr, mesh_mib) = float(mesh_gbs) * 1e9 / 2**20, pattern.split()
+        if mesh <= 0:
+            raise ValueError("no rate")
         print(f"bench reshard_{a}_to_{b}_migration_vs_pattern: {rate:.0f} MiB/s moving chunks | raw loopback TCP from "
               f"its {ns} sender{'s' * (ns != '1')} to its {nr} receiver{'s' * (nr != '1')} (each to each, equal shares of "
-              f"{moved_mib} MiB, from and into memory) "
+              f"{mesh_mib} MiB, from and into memory) "
               f"{mesh:.0f} MiB/s | ratio {rate / mesh:.2f}")
     except (OSError, ValueError):
         print(f"bench reshard_{a}_to_{b}_migration_vs_pattern: the reference was not measured"); wrong += 1

@@ -235,16 +235,15 @@ static void mesh_sender(const int *port, int receivers, size_t pair, int ready, 
  */
 static double raw_mesh(int senders, int receivers, size_t total)
 {
-	int lfd[16], port[16], ready[2], go[2], done[2], nlfd = 0, ok = 1, nkids = 0, status;
+	int lfd[16], port[16], ready[2] = {-1, -1}, go[2] = {-1, -1}, done[2] = {-1, -1}, nlfd = 0, ok, nkids = 0, status;
 	pid_t kid[32];
 	rs_err err = {0};
 	if (senders < 1 || receivers < 1 || senders > 16 || receivers > 16 || total / (size_t)senders / (size_t)receivers == 0)
 		return -1;
 	size_t pair = total / (size_t)senders / (size_t)receivers;
-	if (pipe(ready) != 0 || pipe(go) != 0 || pipe(done) != 0)
-		return -1;
-	for (; ok && nlfd < receivers; nlfd++)
-		ok = rs_tcp_listen("127.0.0.1", 0, &lfd[nlfd], &port[nlfd], &err) == RS_OK;
+	ok = pipe(ready) == 0 && pipe(go) == 0 && pipe(done) == 0;
+	for (; ok && nlfd < receivers && (ok = rs_tcp_listen("127.0.0.1", 0, &lfd[nlfd], &port[nlfd], &err) == RS_OK);)
+		nlfd++;
 	for (int k = 0; ok && k < receivers + senders; k++) {
 		pid_t pid = fork();
 		if (pid == 0) { /* a child keeps the ends it writes or reads */
@@ -257,7 +256,7 @@ static double raw_mesh(int senders, int receivers, size_t total)
 		if (ok)
 			kid[nkids++] = pid;
 	}
-	close(ready[1]), close(go[0]), close(done[1]); /* a child gone early ends the parent's reads */
+	close(ready[1]), close(go[0]), close(done[1]); /* all of them gone early: the parent's reads end (else a wait's limit) */
 	for (int k = 0; ok && k < senders + receivers; k++)
 		ok = byte_within(ready[0], MESH_WAIT_MS);
 	double t0 = now();
@@ -274,7 +273,7 @@ static double raw_mesh(int senders, int receivers, size_t total)
 		ok = waitpid(kid[k], &status, 0) == kid[k] && WIFEXITED(status) && WEXITSTATUS(status) == 0 && ok;
 	for (int r = 0; r < nlfd; r++)
 		close(lfd[r]);
-	close(ready[0]), close(done[0]);
+	close(ready[0]), close(done[0]); /* close(-1) of a pipe never made fails harmlessly */
 	return ok ? (double)(pair * (size_t)senders * (size_t)receivers) / t / 1e9 : -1;
 }
 
@@ -286,8 +285,20 @@ int main(int argc, char **argv)
 		printf("raw loopback TCP %.2f GB/s\n", raw);
 		return raw > 0 ? 0 : 1;
 	}
-	if (argc > 4 && !strcmp(argv[1], "--raw-mesh")) { /* raw_mesh's reference alone: SENDERS RECEIVERS MiB */
-		double gbs = raw_mesh(atoi(argv[2]), atoi(argv[3]), (size_t)strtoull(argv[4], NULL, 10) << 20);
+	if (argc > 1 && !strcmp(argv[1], "--raw-mesh")) { /* raw_mesh's reference alone: SENDERS RECEIVERS MiB */
+		long n[3];
+		for (int k = 0; argc == 5 && k < 3; k++) {
+			char *end;
+			errno = 0;
+			n[k] = strtol(argv[k + 2], &end, 10);
+			if (errno || end == argv[k + 2] || *end || n[k] < 1 || n[k] > (k < 2 ? 16 : 65536))
+				argc = 0;
+		}
+		if (argc != 5) {
+			fprintf(stderr, "usage: bench_transport --raw-mesh SENDERS RECEIVERS MIB (1-16, 1-16, 1-65536)\n");
+			return 2;
+		}
+		double gbs = raw_mesh((int)n[0], (int)n[1], (size_t)n[2] << 20);
 		printf("raw loopback TCP mesh %s -> %s from memory %.2f GB/s\n", argv[2], argv[3], gbs);
 		return gbs > 0 ? 0 : 1;
 	}
