@@ -1,9 +1,12 @@
 /*
  * marks.h - a bit per row, and a bit per word of them that is set exactly
  * when the word holds a mark: finding the few marked rows among millions
- * reads one word in 64 (the pre-copy's dirty rows and stale row hashes,
- * found at the pause, which must not grow with the state).
+ * reads one summary word per 4096 rows and the words that hold marks
+ * (the pre-copy's dirty rows and stale row hashes, found at the pause,
+ * which must not grow with the state).
  *
+ * Rows are 0 <= i < n (init's n), and a scan's end is at most n: nothing
+ * checks either (the callers hold their shard's rows).
  * Both arrays are one allocation: freeing m.bit frees the marks.
  */
 #ifndef RS_MARKS_H

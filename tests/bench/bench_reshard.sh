@@ -58,7 +58,7 @@ for gen, sent, got in re.findall(r"generation (\d+) staged in [\d.]+ s: sent ([\
     s, r, m = seen.get(gen, (0, 0, 0.0))
     seen[gen] = (s + (float(sent) > 0), r + (float(got) > 0), m + float(sent))
 for gen, (s, r, m) in sorted(seen.items()):
-    print(gen, s, r, int(m))
+    print(gen, s, r, max(1, int(m)))  # at least 1 MiB: bench_transport's smallest
 PY
 while read -r gen s r mib; do
 	# GB/s, then the pattern; a failed measurement leaves no figure (reported as not measured)
