@@ -106,11 +106,29 @@ static void test_marks_far_apart(void **state)
 	free(m.bit);
 }
 
+/* Every range of 300 rows unmarked from all marked: exactly its rows go, none beside it (a word's edges, whole words). */
+static void test_marks_every_range(void **state)
+{
+	(void)state;
+	const int64_t n = 300;
+	for (int64_t i = 0; i <= n; i++)
+		for (int64_t len = 0; i + len <= n; len++) {
+			rs__marks m;
+			assert_true(rs__marks_init(&m, n, 1));
+			rs__marks_unset_range(&m, i, len);
+			for (int64_t r = 0; r < n; r++)
+				assert_int_equal((m.bit[r >> 6] >> (r & 63)) & 1, r < i || r >= i + len);
+			check_summary(&m, n);
+			free(m.bit);
+		}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_marks_match_flags),
 		cmocka_unit_test(test_marks_far_apart),
+		cmocka_unit_test(test_marks_every_range),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
