@@ -5,13 +5,14 @@
  * (the pre-copy's dirty rows and stale row hashes, found at the pause,
  * which must not grow with the state).
  *
- * Rows are 0 <= i < n (init's n), and a scan's end is at most n: nothing
- * checks either (the callers hold their shard's rows).
+ * Rows are 0 <= i < n (init's n), and a scan's end is at most n: each
+ * call asserts its own (a row past n would mark a summary bit of no word).
  * Both arrays are one allocation: freeing m.bit frees the marks.
  */
 #ifndef RS_MARKS_H
 #define RS_MARKS_H
 
+#include <assert.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 typedef struct rs__marks {
 	uint64_t *bit; /* row i: bit i & 63 of word i >> 6 */
 	uint64_t *any; /* word w holds a mark: bit w & 63 of any[w >> 6] */
+	int64_t n;     /* rows */
 } rs__marks;
 
 /* Marks for rows [0, n), all set or none; 0 without memory. */
@@ -27,6 +29,7 @@ static inline int rs__marks_init(rs__marks *m, int64_t n, int all)
 	size_t words = (size_t)(n + 63) / 64, groups = (words + 63) / 64;
 	m->bit = malloc(sizeof(uint64_t) * (words + groups + 1));
 	m->any = m->bit ? m->bit + words : NULL;
+	m->n = n;
 	if (!m->bit)
 		return 0;
 	memset(m->bit, 0, sizeof(uint64_t) * (words + groups + 1));
@@ -40,6 +43,7 @@ static inline int rs__marks_init(rs__marks *m, int64_t n, int all)
 
 static inline void rs__marks_set(rs__marks *m, int64_t i)
 {
+	assert(i >= 0 && i < m->n);
 	m->bit[i >> 6] |= (uint64_t)1 << (i & 63);
 	m->any[i >> 12] |= (uint64_t)1 << ((i >> 6) & 63);
 }
@@ -47,6 +51,7 @@ static inline void rs__marks_set(rs__marks *m, int64_t i)
 static inline void rs__marks_unset(rs__marks *m, int64_t i)
 {
 	int64_t w = i >> 6;
+	assert(i >= 0 && i < m->n);
 	if (!(m->bit[w] &= ~((uint64_t)1 << (i & 63))))
 		m->any[w >> 6] &= ~((uint64_t)1 << (w & 63));
 }
@@ -54,6 +59,7 @@ static inline void rs__marks_unset(rs__marks *m, int64_t i)
 /* Rows [i, i + n) unmarked: whole words at a time. */
 static inline void rs__marks_unset_range(rs__marks *m, int64_t i, int64_t n)
 {
+	assert(i >= 0 && n >= 0 && n <= m->n - i);
 	for (int64_t end = i + n; i < end;) {
 		if ((i & 63) == 0 && end - i >= 64) {
 			m->bit[i >> 6] = 0;
@@ -68,6 +74,7 @@ static inline void rs__marks_unset_range(rs__marks *m, int64_t i, int64_t n)
 /* The first marked row in [i, end), or end. */
 static inline int64_t rs__marks_next(const rs__marks *m, int64_t i, int64_t end)
 {
+	assert(i >= 0 && end <= m->n);
 	while (i < end) {
 		int64_t w = i >> 6;
 		uint64_t words = m->any[w >> 6] >> (w & 63); /* this group's words from w on that hold marks */

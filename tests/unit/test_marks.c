@@ -16,8 +16,13 @@
 /* The summary says exactly which words hold marks. */
 static void check_summary(const rs__marks *m, int64_t n)
 {
-	for (int64_t w = 0; w < (n + 63) / 64; w++)
+	int64_t words = (n + 63) / 64;
+	for (int64_t w = 0; w < words; w++)
 		assert_int_equal((m->any[w >> 6] >> (w & 63)) & 1, m->bit[w] != 0);
+	if (n & 63) /* nothing marked past the last row, nor past the last word */
+		assert_int_equal(m->bit[words - 1] >> (n & 63), 0);
+	if (words & 63)
+		assert_int_equal(m->any[words >> 6] >> (words & 63), 0);
 }
 
 /* Every marked row of [lo, hi), in order, and nothing else. */
