@@ -373,8 +373,8 @@ static int cmd_scale(int argc, char **argv)
 	rs_status pst = rs_proto_reply(reply, &r, &perr);
 	const char *why = pst == RS_OK ? r.reason : NULL;
 	if (pst == RS_OK && r.type == RS_MSG_SCALING) {
-		printf("scaling to %lld workers: the job reshards live (pre-copied, by default, while it trains) and resumes\n",
-		       (long long)workers);
+		printf("scaling to %lld worker%s: the job reshards live (pre-copied, by default, while it trains) and resumes\n",
+		       (long long)workers, workers == 1 ? "" : "s");
 		rc = 0;
 	} else {
 		fprintf(stderr, "rowshiftctl scale: refused: %s\n", why ? why : perr.msg[0] ? perr.msg : "no reason given");
