@@ -96,7 +96,7 @@ WORKER_CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_
 $(BUILD)/obj/worker/main.o: CPPFLAGS += -DRS_HAVE_CUDA -DRS_HAVE_NCCL -isystem $(CUDA_HOME)/include
 endif
 
-.PHONY: all deps tools libs test static unit fuzz-build fuzz-bins integration asan ubsan fuzz fuzz-smoke bench bench-gpu test-gpu demo clean
+.PHONY: all deps tools libs test static unit fuzz-build fuzz-bins integration asan ubsan fuzz fuzz-smoke bench bench-gpu test-gpu soak demo clean
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
 .SECONDARY:
@@ -260,6 +260,10 @@ bench-gpu: all
 
 demo: all
 	@BUILD=$(BUILD) bash scripts/demo.sh
+
+# A long job under random faults (tests/soak/chaos.sh): SOAK_STEPS (default 20000), SOAK_SEED.
+soak: all
+	@BUILD=$(BUILD) bash tests/soak/chaos.sh
 
 clean:
 	rm -rf $(BUILD)
