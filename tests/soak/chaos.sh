@@ -3,7 +3,8 @@
 # (seeded, so a failing run can be replayed), and the one thing that must
 # come out of it: the model of an undisturbed run. Not part of make test
 # (it runs for many minutes): `make soak` (SOAK_STEPS, SOAK_SEED, and
-# SOAK_FLAGS for the disturbed job's coordinator, e.g. "--sharding-group 2").
+# SOAK_FLAGS for the disturbed job's coordinator, e.g. "--sharding-group 2",
+# SOAK_GAP=MIN-MAX, seconds between faults, default 2-8).
 #
 # The job: examples/dlrm-small.json (every sharding type, a ZCH table;
 # deterministic training and pre-copy, the defaults) on 3 workers, a
@@ -26,9 +27,13 @@ set -u
 
 steps=${SOAK_STEPS:-20000}
 seed=${SOAK_SEED:-$RANDOM}
+gap=${SOAK_GAP:-2-8}
+[[ $gap =~ ^([0-9]+)-([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -le "${BASH_REMATCH[2]}" ] ||
+	{ echo "SOAK_GAP must be MIN-MAX (seconds), not '$gap'" >&2; exit 2; }
+gap_min=${BASH_REMATCH[1]} gap_span=$((BASH_REMATCH[2] - BASH_REMATCH[1] + 1))
 cfg=examples/dlrm-small.json
 RANDOM=$seed
-echo "chaos: $steps steps, seed $seed (SOAK_SEED=$seed replays the faults' order, not their timing)${SOAK_FLAGS:+, $SOAK_FLAGS}"
+echo "chaos: $steps steps, a fault every $gap s, seed $seed (SOAK_SEED=$seed replays the faults' order, not their timing)${SOAK_FLAGS:+, $SOAK_FLAGS}"
 
 pick() { r=$((RANDOM % $1)); } # pick N: r = 0..N-1 (not in a subshell: that would not advance the seed's sequence)
 log() { echo "$(date +%T) $*" | tee -a "$tmp/chaos.log"; }
@@ -60,8 +65,8 @@ start --workers 3 --steps "$steps" --save "$tmp/job.final" --listen 127.0.0.1:$p
 wait_for "$tmp/coord-0.out" "^step " 60
 actions=0
 while kill -0 $coord 2>/dev/null; do
-	pick 7
-	sleep $((2 + r))
+	pick $gap_span
+	sleep $((gap_min + r))
 	kill -0 $coord 2>/dev/null || break
 	pick 10
 	case $r in
