@@ -10,7 +10,10 @@
  * (rs__ckpt_keep_world). A checkpoint a rank never finishes (it died, left
  * at that reshard, a write failed, a rollback came first) stays without its
  * index. Then the oldest are deleted, keeping --checkpoint-keep
- * complete ones (and anything newer, which may be in flight).
+ * complete ones (and anything newer, which may be in flight); one of a
+ * step past any this run reached is another run's, and left alone. The
+ * state records how far the job reached before a checkpoint's index is
+ * written, so a restarted coordinator knows its checkpoints for its own.
  */
 #include "coordinator/job_internal.h"
 #include "common/checkpoint.h"
@@ -172,12 +175,15 @@ static void remove_step(const char *root, int64_t step)
 
 /*
  * Keep the newest o.ckpt_keep complete checkpoints (those with an index)
- * and whatever is newer than the oldest of them; delete the rest.
+ * and whatever is newer than the oldest of them; delete the rest. Only
+ * this run's count: one past the step it reached (an earlier run's in the
+ * same directory, or a run a rollback abandoned while a member still wrote)
+ * is neither kept in their place nor deleted.
  */
 static void prune(rs_job *j)
 {
 	const char *root = j->o.ckpt_dir;
-	int64_t *steps, oldest_kept = -1;
+	int64_t *steps, oldest_kept = -1, top = rs__ckpt_reached(j);
 	size_t n;
 	int kept = 0;
 	rs_err err = {0};
@@ -186,7 +192,7 @@ static void prune(rs_job *j)
 		return;
 	}
 	for (size_t i = 0; i < n && kept < j->o.ckpt_keep; i++)
-		if (complete_at(root, steps[i]))
+		if (steps[i] <= top && complete_at(root, steps[i]))
 			kept++, oldest_kept = steps[i];
 	for (size_t i = 0; kept == j->o.ckpt_keep && i < n; i++)
 		if (steps[i] < oldest_kept && !(j->rec.healing && j->rec.partial && j->rec.restored_step == steps[i]))
@@ -194,7 +200,30 @@ static void prune(rs_job *j)
 	free(steps);
 }
 
-/* Every rank reported: write the index (last), report the checkpoint, prune the old ones. */
+/*
+ * The state records the step of a checkpoint about to complete (its
+ * "reached") before its index is written: a coordinator started again on
+ * that state rolls back to it, not to a checkpoint from before the
+ * generation began (the state is otherwise saved only at the cycle's
+ * decisions). In a phase that saves no state of its own (starting,
+ * aborting, recovering), the next decision saves it.
+ */
+static int persist_reached(rs_job *j)
+{
+	switch (j->ph) {
+	case P_TRAINING:
+	case P_PAUSED:
+		return rs__persist(j, RS_STATE_TRAINING);
+	case P_MIGRATING:
+		return rs__persist(j, RS_STATE_MIGRATING);
+	case P_COMMITTING:
+		return rs__persist(j, RS_STATE_COMMITTING);
+	default:
+		return 1;
+	}
+}
+
+/* Every rank reported: save how far the job reached, write the index (last), report the checkpoint, prune the old ones. */
 static void complete(rs_job *j, gather *g)
 {
 	char dir[4096];
@@ -213,6 +242,10 @@ static void complete(rs_job *j, gather *g)
 		rs_err_set(&err, RS_EINVAL, "its world's plan is gone");
 	else if (g->dense_params < 0)
 		rs_err_set(&err, RS_EINVAL, "rank 0 did not report the dense network");
+	if (!err.msg[0] && !persist_reached(j)) {
+		gather_free(g);
+		return; /* the job failed */
+	}
 	if (err.msg[0] ||
 	    rs_checkpoint_write_index(dir, j->cfg, plan, step, (size_t)g->dense_params, g->sums, &err) != RS_OK) {
 		RS_WARN("checkpoint of step %lld stays incomplete: %s", (long long)step, err.msg);
@@ -270,7 +303,7 @@ out:
 
 int64_t rs__ckpt_reached(const rs_job *j)
 {
-	int64_t reached = j->ck.last_complete;
+	int64_t reached = j->ck.last_complete > j->ck.known ? j->ck.last_complete : j->ck.known;
 	for (size_t k = 0; k < RS_CKPT_GATHERS; k++)
 		reached = j->ck.g[k].step > reached ? j->ck.g[k].step : reached;
 	return reached;
@@ -283,6 +316,7 @@ void rs__ckpt_rollback(rs_job *j, int64_t step, int64_t reached, int remove)
 	rs_err err = {0};
 	rs__ckpt_free(j);
 	j->ck.last_complete = step;
+	j->ck.known = 0; /* what lies past step is the abandoned run's, deleted below */
 	if (!j->o.ckpt_dir || !remove)
 		return;
 	if (rs_checkpoint_steps(j->o.ckpt_dir, &steps, &n, &err) != RS_OK) {

@@ -180,6 +180,7 @@ struct rs_job {
 			double started;       /* when its first report came */
 		} g[RS_CKPT_GATHERS];
 		int64_t last_complete; /* the step of the latest complete checkpoint, 0: none */
+		int64_t known;        /* the furthest step the state of an earlier coordinator of this job says it reached */
 		int complete;         /* complete checkpoints so far */
 		struct {              /* the world the last reshard replaced: its checkpoints in flight may complete */
 			rs_plan *plan;  /* NULL: none kept */
@@ -432,7 +433,7 @@ void rs__ckpt_rollback(rs_job *j, int64_t step, int64_t reached, int remove);
  * workers check those they restore from. 0 when there is none.
  */
 int rs__ckpt_newest_indexed(const rs_job *j, int64_t near, char *dir, size_t n, int64_t *step);
-/* The highest step this run's checkpoints reached: complete, or being gathered (0: none). */
+/* The highest step this run's checkpoints reached: complete, being gathered, or as an earlier coordinator's state says (0: none). */
 int64_t rs__ckpt_reached(const rs_job *j);
 
 /* ---- job_recover.c -------------------------------------------------------------------- */

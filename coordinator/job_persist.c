@@ -22,10 +22,12 @@ int rs__persist(rs_job *j, rs_state_phase ph)
 	rs_state s = {.phase = ph, .generation = j->cur.generation, .step = j->cur.step, .bound = j->cur.bound,
 		      .attempts = j->att.failures, .next_schedule = j->cur.next_sched, .steps = j->o.steps,
 		      .last_generation = j->att.last_generation,
+		      .reached = rs__ckpt_reached(j) > rs__job_step(j) ? rs__ckpt_reached(j) : rs__job_step(j),
 		      .error = ph == RS_STATE_FAILED ? j->why : NULL,
 		      .replicas = j->src.replicas ? j->src.replicas(j->src.ctx) : 0, .nsched = j->o.nsched,
 		      .config = (char *)j->o.config_path, .save = (char *)j->o.save, .url = (char *)j->o.url,
-		      .token = (char *)j->o.token};
+		      .token = (char *)j->o.token, .ckpt_dir = (char *)j->o.ckpt_dir, .ckpt_every = j->o.ckpt_every,
+		      .ckpt_interval = j->o.ckpt_interval, .ckpt_keep = j->o.ckpt_keep};
 	rs_err err = {0};
 	memcpy(s.sched_step, j->o.sched_step, sizeof(s.sched_step));
 	memcpy(s.sched_workers, j->o.sched_workers, sizeof(s.sched_workers));
@@ -127,6 +129,7 @@ rs_status rs_job_recover(const rs_job_options *o, const rs_job_source *src, cons
 	j->att.last_generation = s->last_generation > s->generation ? s->last_generation : s->generation;
 	j->cur.step = s->step;
 	j->cur.bound = s->bound;
+	j->ck.known = s->reached; /* the checkpoints it reached stay this run's (rs__ckpt_reached) */
 	j->att.failures = s->attempts;
 	j->cur.next_sched = s->next_schedule;
 	if (s->attempt_generation)

@@ -25,7 +25,6 @@
 #include "coordinator/local.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -93,6 +92,9 @@ static rs_status open_local(coord *c, rs_err *err)
 		if (!c->state.token) /* a Kubernetes state (its token is in a Secret) */
 			return bad_usage(c, err, "%s has no join token: not a local job's state", c->f.state_path);
 		c->config = c->state.config, c->steps = c->state.steps, c->save = c->state.save;
+		if (!c->f.checkpoint_dir && c->state.ckpt_dir) /* the job's checkpoints, unless the command line moves them */
+			c->f.checkpoint_dir = c->state.ckpt_dir, c->f.checkpoint_every = c->state.ckpt_every,
+			c->f.checkpoint_interval = c->state.ckpt_interval, c->f.checkpoint_keep = c->state.ckpt_keep;
 		snprintf(c->token, sizeof(c->token), "%s", c->state.token);
 		const char *colon = strrchr(c->state.url, ':');
 		snprintf(c->listen_buf, sizeof(c->listen_buf), "127.0.0.1:%d", colon ? atoi(colon + 1) : 0);
@@ -233,12 +235,10 @@ int main(int argc, char **argv)
 	rs_err err = {0};
 	int rc;
 	rs_status st;
-
 	rs_log_init("coordinator", -1);
 	if ((rc = rs_coord_flags_parse(&c.f, argc, argv)) >= 0)
 		return rc;
-	rc = 1;
-	c.config = c.f.config, c.listen = c.f.listen, c.save = c.f.save, c.workers = c.f.workers, c.steps = c.f.steps;
+	rc = 1, c.config = c.f.config, c.listen = c.f.listen, c.save = c.f.save, c.workers = c.f.workers, c.steps = c.f.steps;
 	struct sigaction sa = {.sa_handler = on_signal};
 	sigemptyset(&sa.sa_mask);
 	if (signal(SIGPIPE, SIG_IGN) == SIG_ERR || sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0) {

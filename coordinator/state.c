@@ -83,6 +83,11 @@ json_t *rs_state_to_json(const rs_state *s)
 	json_t *job = json_pack("{s:s, s:I, s:s*, s:s, s:s*, s:o, s:i, s:o}", "config", s->config, "steps",
 				(json_int_t)s->steps, "save", s->save, "url", s->url, "token", s->token, "schedule", sched,
 				"replicas", (int)s->replicas, "workers", workers);
+	if (job && s->ckpt_dir &&
+	    json_object_set_new(job, "checkpoints", json_pack("{s:s, s:I, s:I, s:I}", "dir", s->ckpt_dir, "every",
+								(json_int_t)s->ckpt_every, "interval",
+								(json_int_t)s->ckpt_interval, "keep", (json_int_t)s->ckpt_keep)))
+		json_decref(job), job = NULL;
 	json_t *incs = json_object();
 	for (int i = 0; incs && i < s->ninc; i++)
 		if (json_object_set_new(incs, s->inc_names[i], json_string(s->inc_values[i])) != 0) {
@@ -96,6 +101,8 @@ json_t *rs_state_to_json(const rs_state *s)
 				 attempt ? attempt : json_null(), "attempts", s->attempts, "next_schedule",
 				 s->next_schedule, "job", job, "incarnations", incs);
 	if (root && s->phase == RS_STATE_FAILED && json_object_set_new(root, "error", json_string(s->error ? s->error : "")))
+		json_decref(root), root = NULL;
+	if (root && s->reached > 0 && json_object_set_new(root, "reached", json_integer(s->reached)))
 		json_decref(root), root = NULL;
 	if (root && s->term && json_object_set_new(root, "term", json_integer(s->term)))
 		json_decref(root), root = NULL;
@@ -237,14 +244,25 @@ static rs_status parse_incarnations(json_t *incs, const char *name, rs_state *s,
 static rs_status parse_job(json_t *job, const char *name, rs_state *s, rs_err *err)
 {
 	json_error_t jerr;
-	const char *config, *save = NULL, *url, *token = NULL;
+	const char *config, *save = NULL, *url, *token = NULL, *ckdir;
 	json_int_t steps, replicas;
-	json_t *sched, *workers, *e;
+	json_t *sched, *workers, *e, *ck = NULL;
 	size_t i;
-	if (json_unpack_ex(job, &jerr, JSON_STRICT, "{s:s, s:I, s?s, s:s, s?s, s:o, s:I, s:o}", "config", &config, "steps",
-			   &steps, "save", &save, "url", &url, "token", &token, "schedule", &sched, "replicas", &replicas,
-			   "workers", &workers) != 0)
+	if (json_unpack_ex(job, &jerr, JSON_STRICT, "{s:s, s:I, s?s, s:s, s?s, s:o, s:I, s:o, s?o}", "config", &config,
+			   "steps", &steps, "save", &save, "url", &url, "token", &token, "schedule", &sched, "replicas",
+			   &replicas, "workers", &workers, "checkpoints", &ck) != 0)
 		return rs_err_set(err, RS_EINVAL, "%s: job: %s", name, jerr.text);
+	if (ck) { /* the ranges --checkpoint-dir, -every, -interval and -keep take */
+		json_int_t every, interval, keep;
+		if (json_unpack_ex(ck, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:I}", "dir", &ckdir, "every", &every, "interval",
+				   &interval, "keep", &keep) != 0 ||
+		    !*ckdir || strlen(ckdir) > 4000 || every < 0 || every > ((int64_t)1 << 40) || interval < 0 ||
+		    interval > 31536000 || keep < 1 || keep > 1000)
+			return bad(err, name, "job.checkpoints", "must be {dir: 1..4000 bytes, every: 0..2^40, interval: "
+				   "0..31536000, keep: 1..1000}");
+		RSCHECK(dup_str(ckdir, &s->ckpt_dir));
+		s->ckpt_every = every, s->ckpt_interval = interval, s->ckpt_keep = keep;
+	}
 	if (!*config || !*url || (token && (!*token || strlen(token) > 1024)))
 		return bad(err, name, "job", "config, url and token (when there is one) must be non-empty (the token at most 1024 "
 					       "bytes)");
@@ -291,7 +309,7 @@ rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state
 	json_error_t jerr;
 	json_t *root, *plan, *world, *attempt, *job, *incs = NULL;
 	const char *format, *phase, *error = NULL;
-	json_int_t version, gen, step, bound, term = 0, last = 0;
+	json_int_t version, gen, step, bound, term = 0, last = 0, reached = 0;
 	int attempts, next;
 	rs_status st = RS_EINVAL;
 
@@ -302,11 +320,11 @@ rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state
 	if (!root)
 		return rs_err_set(err, RS_EINVAL, "%s: line %d: %s", name, jerr.line, jerr.text);
 	if (json_unpack_ex(root, &jerr, JSON_STRICT,
-			   "{s:s, s:I, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:i, s:i, s:o, s?o, s?s, s?I, s?I}", "format",
+			   "{s:s, s:I, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:i, s:i, s:o, s?o, s?s, s?I, s?I, s?I}", "format",
 			   &format, "version", &version, "phase", &phase, "generation", &gen, "step", &step, "bound", &bound,
 			   "plan", &plan, "world", &world, "attempt", &attempt, "attempts", &attempts, "next_schedule",
 			   &next, "job", &job, "incarnations", &incs, "error", &error, "term", &term, "last_generation",
-			   &last) != 0) {
+			   &last, "reached", &reached) != 0) {
 		rs_err_set(err, RS_EINVAL, "%s: %s", name, jerr.text);
 		goto out;
 	}
@@ -342,7 +360,12 @@ rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state
 		st = bad(err, name, "last_generation", "must be past the generation");
 		goto out;
 	}
+	if (reached < 0 || reached > INT64_MAX / 4) {
+		st = bad(err, name, "reached", "must be 0 or more");
+		goto out;
+	}
 	s->term = term;
+	s->reached = reached;
 	s->last_generation = last;
 	s->generation = gen, s->step = step, s->bound = bound, s->attempts = attempts, s->next_schedule = next;
 	RSCHECKGOTO(get_plan(plan, name, "plan", &s->plan, err), st, out);
@@ -403,6 +426,7 @@ void rs_state_free(rs_state *s)
 	free(s->save);
 	free(s->url);
 	free(s->token);
+	free(s->ckpt_dir);
 	free(s->workers);
 	for (int i = 0; i < s->ninc; i++) {
 		free(s->inc_names[i]);

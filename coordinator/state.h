@@ -17,8 +17,15 @@
  *    "attempt": {"generation", "plan", "union": [names], "world": W, "union_of_old": [ranks],
  *                "before": [checksums], "restore": dir (partial recovery)} (migrating, committing),
  *    "attempts": K, "next_schedule": I, "term"?: T (absent: 0),
+ *    "reached"?: R (the furthest step the job is known to have reached, a
+ *    periodic checkpoint's at least, saved before that checkpoint's index is
+ *    written: a restarted coordinator's rollback looks for checkpoints up
+ *    to it; absent: 0),
  *    "job": {"config", "steps", "save", "url", "token", "schedule": [[step, workers]...],
- *            "replicas", "workers": [{"name", "pid"}]}}
+ *            "replicas", "workers": [{"name", "pid"}],
+ *            "checkpoints"?: {"dir", "every", "interval", "keep"} (the periodic
+ *            checkpoints' options: a local coordinator started again with
+ *            --state alone keeps taking them, and rolls back to them)}}
  *
  * "token" (the join token) is there only in local mode's state file (0600):
  * in Kubernetes the state is a ConfigMap, and the token comes from its
@@ -64,6 +71,7 @@ typedef struct rs_state {
 	int64_t generation, step, bound;
 	int64_t last_generation;    /* the highest generation handed out (a pre-copy's included): never again; 0: generation */
 	int64_t term;               /* Kubernetes: the term of the coordinator that wrote it (kube_members.h); 0 elsewhere */
+	int64_t reached;            /* the furthest step known reached (a checkpoint's at least); 0: none known */
 	json_t *plan;               /* owned */
 	char **world;
 	int32_t nworld;
@@ -80,6 +88,8 @@ typedef struct rs_state {
 	/* the job */
 	char *config, *save, *url, *token;
 	int64_t steps;
+	char *ckpt_dir;             /* the periodic checkpoints' directory, or NULL: none; and their options */
+	int64_t ckpt_every, ckpt_interval, ckpt_keep;
 	int64_t sched_step[RS_STATE_MAX_SCHEDULE];
 	int32_t sched_workers[RS_STATE_MAX_SCHEDULE];
 	int nsched;

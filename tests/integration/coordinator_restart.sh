@@ -13,17 +13,25 @@
 #      to step 0), instead of training on with a hole or waiting forever;
 #   3. a worker's pid in the state file is now someone else's (a
 #      bystander): the job recovers the same way, and the bystander,
-#      adopted as a worker by pid, is never signalled.
+#      adopted as a worker by pid, is never signalled;
+#   4. with periodic checkpoints, the same loss rolls the world back to the
+#      newest one, though the state was last saved when the generation
+#      began at step 0 (it records how far the job reached before each
+#      checkpoint completes), not to the start; an earlier run's
+#      checkpoint of a later step in the same directory is neither taken
+#      nor kept in place of this run's.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 cfg=examples/dlrm-small.json
 
-# begin NAME PORT: a long job of 2 workers on PORT, its state in $tmp/NAME.state; its pid in $coord
+# begin NAME PORT [FLAGS...]: a long job of 2 workers on PORT, its state in $tmp/NAME.state; its pid in $coord
 begin() {
-	"$bin/rowshift-coordinator" --local --workers 2 --config $cfg --steps 100000 --listen 127.0.0.1:$2 \
-		--state "$tmp/$1.state" --grace-ms 30000 --admin-file "$tmp/$1.admin" >"$tmp/$1.out" 2>"$tmp/$1.err" &
+	local name=$1 port=$2
+	shift 2
+	"$bin/rowshift-coordinator" --local --workers 2 --config $cfg --steps 100000 --listen 127.0.0.1:$port \
+		--state "$tmp/$name.state" --grace-ms 30000 --admin-file "$tmp/$name.admin" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
 	coord=$!
-	wait_for "$tmp/$1.out" "^step " 60
+	wait_for "$tmp/$name.out" "^step " 60
 }
 # again NAME RUN: the coordinator of NAME started again on its state (output in $tmp/RUN.*); its pid in $coord
 again() {
@@ -66,7 +74,7 @@ check "1. training goes on" test "$(grep -c "^step " "$tmp/one-again.out")" -gt 
 kill -9 $coord
 end_workers $port
 
-# 2. a worker killed while the coordinator was down, and started again by the next one
+# 2. a worker killed while the coordinator was down, and started again by the next one (no checkpoints: to step 0)
 port=$(free_port)
 begin two $port
 kill -9 $coord
@@ -105,6 +113,27 @@ check "3. the job recovers, naming the lost rows" grep -q "recovery: worker-[01]
 kill -9 $coord
 check "3. the bystander holding worker-1's old pid was never signalled" kill -0 $bystander
 kill $bystander
+end_workers $port
+
+# 4. the same with checkpoints, beside an earlier run's of a later step
+port=$(free_port)
+mkdir -p "$tmp/ck4"
+begin four $port --checkpoint-dir "$tmp/ck4" --checkpoint-every 20
+wait_for "$tmp/four.out" "checkpoint of step 40 complete" 60
+cp -r "$tmp/ck4/step-000000040" "$tmp/ck4/step-000900000" # an earlier run's: complete, far ahead
+wait_for "$tmp/four.out" "checkpoint of step 120 complete" 60
+check "4. the job's own newest 2 complete checkpoints (--checkpoint-keep) are kept beside the earlier run's" bash -c \
+	"[ \$(cd '$tmp/ck4' && ls -d step-*/index.json | grep -vc step-000900000) = 2 ] && [ -e '$tmp/ck4/step-000900000/index.json' ]"
+kill -9 $coord
+{ wait $coord; } 2>/dev/null
+newest=$(cd "$tmp/ck4" && ls -d step-*/index.json | grep -v step-000900000 | sort | tail -1 | cut -d/ -f1) # complete
+pkill -9 -f "[r]owshift-worker --coordinator ws://127.0.0.1:$port .*--name worker-1 "
+again four four-again
+wait_for "$tmp/four-again.out" "^recovered: " 60
+check "4. the restarted coordinator rolls back to the newest checkpoint ($newest), not to the start" \
+	grep -q "recovery: worker-[01] .*rolling back to .*/$newest (step $((10#${newest#step-})))" "$tmp/four-again.out"
+check "4. the earlier run's checkpoint is left as it was" test -e "$tmp/ck4/step-000900000/index.json"
+kill -9 $coord
 end_workers $port
 
 finish_checks coordinator_restart

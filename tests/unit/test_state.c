@@ -79,6 +79,8 @@ static rs_state *sample(sample_state *x)
 	w[0] = (rs_state_worker){"worker-0", 100};
 	w[1] = (rs_state_worker){"worker-1", 101};
 	s->workers = w, s->nworkers = 2;
+	s->reached = 140;
+	s->ckpt_dir = "ck", s->ckpt_every = 20, s->ckpt_interval = 600, s->ckpt_keep = 3;
 	return s;
 }
 
@@ -127,6 +129,11 @@ static void test_round_trip(void **state)
 	assert_int_equal(back.sched_workers[1], 2);
 	assert_int_equal(back.nworkers, 2);
 	assert_int_equal(back.workers[1].pid, 101);
+	assert_int_equal(back.reached, 140);
+	assert_string_equal(back.ckpt_dir, "ck");
+	assert_int_equal(back.ckpt_every, 20);
+	assert_int_equal(back.ckpt_interval, 600);
+	assert_int_equal(back.ckpt_keep, 3);
 	rs_state_free(&back);
 	/* a training state has no attempt */
 	s->phase = RS_STATE_TRAINING;
@@ -137,6 +144,13 @@ static void test_round_trip(void **state)
 	assert_int_equal(back.attempt_generation, 0);
 	assert_null(back.uni);
 	assert_string_equal(back.save, "/tmp/ckpt");
+	rs_state_free(&back);
+	/* no checkpoints, nothing known reached: neither is written, and both read back as none */
+	s->ckpt_dir = NULL, s->reached = 0;
+	assert_int_equal(rs_state_write(path, s, &err), RS_OK);
+	assert_int_equal(rs_state_read(path, &back, &err), RS_OK);
+	assert_null(back.ckpt_dir);
+	assert_int_equal(back.reached, 0);
 	rs_state_free(&back);
 	/* a failed job's state keeps the reason */
 	s->phase = RS_STATE_FAILED;
@@ -228,6 +242,11 @@ static void test_refused(void **state)
 	refused("\"next_schedule\":1", "\"next_schedule\":7", "next_schedule");
 	refused("\"version\":2", "\"version\":3", "version");
 	refused("\"term\":3", "\"term\":-1", "term");
+	refused("\"reached\":140", "\"reached\":-1", "reached");
+	refused("\"keep\":3", "\"keep\":0", "job.checkpoints");
+	refused("\"every\":20", "\"every\":-20", "job.checkpoints");
+	refused("\"dir\":\"ck\"", "\"dir\":\"\"", "job.checkpoints");
+	refused("\"keep\":3", "\"keep\":3,\"extra\":1", "job.checkpoints");
 	refused("\"last_generation\":6", "\"last_generation\":4", "last_generation"); /* not past the generation */
 	refused("\"plan\":\"", "\"plan\":\"!", "plan");                          /* not base64 */
 	refused("\"plan\":\"", "\"plan\":\"AAAA", "plan");                       /* base64, not zlib */
