@@ -129,6 +129,7 @@ equal two
 with_precopy examples/dlrm-small.json false "$tmp/stw.json"
 cfg=$tmp/stw.json ROWSHIFT_FAULT=stall-ms=2000 run migrate --checkpoint-dir "$tmp/ck7" --checkpoint-every 30 --schedule 45:4
 wait_for "$tmp/migrate.out" "generation 2: 3 -> 4 workers" 60
+wait_for "$tmp/migrate.out" "checkpoint of step 30 complete" 10 # its files may still be written (2 cores): the stall leaves time
 kill_worker 1
 finished migrate
 check "migrate: the loss during the migration rolled the world back to step 30" \
