@@ -83,6 +83,7 @@ int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
 			  : c->checkpoint_keep < 1 || c->checkpoint_keep > 1000 ? "--checkpoint-keep: 1..1000"
 			  : (c->checkpoint_every > 0 || c->checkpoint_interval > 0) != (c->checkpoint_dir != NULL)
 			  ? "--checkpoint-dir goes with --checkpoint-every or --checkpoint-interval (or both)"
+			  : c->checkpoint_keep != 2 && !c->checkpoint_dir ? "--checkpoint-keep goes with --checkpoint-dir"
 									 : NULL;
 	if (bad) {
 		fprintf(stderr, "rowshift-coordinator: %s\n%s\n", bad, rs_coord_usage);

@@ -205,21 +205,28 @@ static void prune(rs_job *j)
  * "reached") before its index is written: a coordinator started again on
  * that state rolls back to it, not to a checkpoint from before the
  * generation began (the state is otherwise saved only at the cycle's
- * decisions). In a phase that saves no state of its own (starting,
- * aborting, recovering), the next decision saves it.
+ * decisions). A save that fails costs only that (the index is written all
+ * the same: a checkpoint past "reached" is neither taken nor deleted by a
+ * restarted coordinator until its run passes it), so it does not fail the
+ * job. In a phase whose state is its own (starting, recovering), the next
+ * save (a decision's, or the next checkpoint's) catches up.
  */
-static int persist_reached(rs_job *j)
+static void persist_reached(rs_job *j)
 {
 	switch (j->ph) {
 	case P_TRAINING:
 	case P_PAUSED:
-		return rs__persist(j, RS_STATE_TRAINING);
+	case P_ABORTING: /* the abort saved the training state already */
+		rs__persist_try(j, RS_STATE_TRAINING, "a checkpoint's step");
+		break;
 	case P_MIGRATING:
-		return rs__persist(j, RS_STATE_MIGRATING);
+		rs__persist_try(j, RS_STATE_MIGRATING, "a checkpoint's step");
+		break;
 	case P_COMMITTING:
-		return rs__persist(j, RS_STATE_COMMITTING);
+		rs__persist_try(j, RS_STATE_COMMITTING, "a checkpoint's step");
+		break;
 	default:
-		return 1;
+		break;
 	}
 }
 
@@ -242,10 +249,8 @@ static void complete(rs_job *j, gather *g)
 		rs_err_set(&err, RS_EINVAL, "its world's plan is gone");
 	else if (g->dense_params < 0)
 		rs_err_set(&err, RS_EINVAL, "rank 0 did not report the dense network");
-	if (!err.msg[0] && !persist_reached(j)) {
-		gather_free(g);
-		return; /* the job failed */
-	}
+	if (!err.msg[0])
+		persist_reached(j);
 	if (err.msg[0] ||
 	    rs_checkpoint_write_index(dir, j->cfg, plan, step, (size_t)g->dense_params, g->sums, &err) != RS_OK) {
 		RS_WARN("checkpoint of step %lld stays incomplete: %s", (long long)step, err.msg);

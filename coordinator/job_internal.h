@@ -353,6 +353,8 @@ void rs__dispatch_close(void *ctx, rs_conn *c);
 
 /* Persist the job as it stands; 0 (the job failed) when that fails: a restart could not resolve it. */
 int rs__persist(rs_job *j, rs_state_phase ph);
+/* Persist it where a failure only costs what the save would have added (warned, naming why, and the job goes on). */
+void rs__persist_try(rs_job *j, rs_state_phase ph, const char *why);
 
 /* ---- job_events.c --------------------------------------------------------------------- */
 

@@ -11,10 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-int rs__persist(rs_job *j, rs_state_phase ph)
+/* The job's state in phase ph, through the membership source. */
+static rs_status save(rs_job *j, rs_state_phase ph, rs_err *err)
 {
 	if (!j->src.save_state || !j->cur.plan)
-		return 1; /* nothing committed yet: a restarted coordinator starts the job afresh */
+		return RS_OK; /* nothing committed yet: a restarted coordinator starts the job afresh */
 	const char *wnames[RS_MAX_WORKERS];
 	int64_t pids[RS_MAX_WORKERS];
 	rs_state_worker workers[RS_MAX_WORKERS];
@@ -28,7 +29,6 @@ int rs__persist(rs_job *j, rs_state_phase ph)
 		      .config = (char *)j->o.config_path, .save = (char *)j->o.save, .url = (char *)j->o.url,
 		      .token = (char *)j->o.token, .ckpt_dir = (char *)j->o.ckpt_dir, .ckpt_every = j->o.ckpt_every,
 		      .ckpt_interval = j->o.ckpt_interval, .ckpt_keep = j->o.ckpt_keep};
-	rs_err err = {0};
 	memcpy(s.sched_step, j->o.sched_step, sizeof(s.sched_step));
 	memcpy(s.sched_workers, j->o.sched_workers, sizeof(s.sched_workers));
 	s.plan = rs_plan_to_json(j->cur.plan);
@@ -58,16 +58,32 @@ int rs__persist(rs_job *j, rs_state_phase ph)
 	for (int i = 0; i < s.nworkers; i++)
 		workers[i] = (rs_state_worker){(char *)wnames[i], pids[i]};
 	s.workers = workers;
-	rs_status st = !s.plan || (s.attempt_generation && !s.attempt_plan) ? rs_err_set(&err, RS_ENOMEM, "out of memory")
-									   : j->src.save_state(j->src.ctx, &s, &err);
+	rs_status st = !s.plan || (s.attempt_generation && !s.attempt_plan) ? rs_err_set(err, RS_ENOMEM, "out of memory")
+									   : j->src.save_state(j->src.ctx, &s, err);
 	json_decref(s.plan);
 	json_decref(s.attempt_plan);
+	return st;
+}
+
+int rs__persist(rs_job *j, rs_state_phase ph)
+{
+	rs_err err = {0};
+	rs_status st = save(j, ph, &err);
 	if (st != RS_OK) {
 		j->state_broken = 1; /* the API (or disk) may come back: the state that was saved stands, not "failed" */
 		rs__job_fail(j, "cannot persist the job's state: %s", err.msg[0] ? err.msg : rs_status_str(st));
 		return 0;
 	}
 	return 1;
+}
+
+void rs__persist_try(rs_job *j, rs_state_phase ph, const char *why)
+{
+	rs_err err = {0};
+	rs_status st = save(j, ph, &err);
+	if (st != RS_OK)
+		RS_WARN("cannot save the job's state (%s): %s; the state saved before stands", why,
+			err.msg[0] ? err.msg : rs_status_str(st));
 }
 
 /* The members the state names, in its order: *out[k] the member index of names[k]. */

@@ -188,7 +188,8 @@ static int go_partial(rs_job *j)
 		return 0;
 	char load[sizeof(j->rec.load)];
 	int64_t step;
-	if (!rs__ckpt_newest_indexed(j, rs__job_step(j), load, sizeof(load), &step) && !j->o.load) {
+	int64_t near = rs__ckpt_reached(j) > rs__job_step(j) ? rs__ckpt_reached(j) : rs__job_step(j); /* as a rollback's */
+	if (!rs__ckpt_newest_indexed(j, near, load, sizeof(load), &step) && !j->o.load) {
 		RS_WARN("partial recovery: no complete checkpoint yet: rolling back instead");
 		return 0;
 	}

@@ -257,9 +257,9 @@ static rs_status parse_job(json_t *job, const char *name, rs_state *s, rs_err *e
 		if (json_unpack_ex(ck, &jerr, JSON_STRICT, "{s:s, s:I, s:I, s:I}", "dir", &ckdir, "every", &every, "interval",
 				   &interval, "keep", &keep) != 0 ||
 		    !*ckdir || strlen(ckdir) > 4000 || every < 0 || every > ((int64_t)1 << 40) || interval < 0 ||
-		    interval > 31536000 || keep < 1 || keep > 1000)
+		    interval > 31536000 || (every == 0 && interval == 0) || keep < 1 || keep > 1000)
 			return bad(err, name, "job.checkpoints", "must be {dir: 1..4000 bytes, every: 0..2^40, interval: "
-				   "0..31536000, keep: 1..1000}");
+				   "0..31536000 (not both 0), keep: 1..1000}");
 		RSCHECK(dup_str(ckdir, &s->ckpt_dir));
 		s->ckpt_every = every, s->ckpt_interval = interval, s->ckpt_keep = keep;
 	}

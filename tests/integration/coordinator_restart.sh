@@ -19,7 +19,9 @@
 #      began at step 0 (it records how far the job reached before each
 #      checkpoint completes), not to the start; an earlier run's
 #      checkpoint of a later step in the same directory is neither taken
-#      nor kept in place of this run's.
+#      nor kept in place of this run's;
+#   5. the same loss with "recovery": "partial": the restarted coordinator
+#      restores only the lost rows from the newest checkpoint, no rollback.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 cfg=examples/dlrm-small.json
@@ -117,11 +119,11 @@ end_workers $port
 
 # 4. the same with checkpoints, beside an earlier run's of a later step
 port=$(free_port)
-mkdir -p "$tmp/ck4"
+mkdir -p "$tmp/ck4/step-000900000" # an earlier run's: complete (its index is what counts), far ahead
+echo '{}' >"$tmp/ck4/step-000900000/index.json"
 begin four $port --checkpoint-dir "$tmp/ck4" --checkpoint-every 20
-wait_for "$tmp/four.out" "checkpoint of step 40 complete" 60
-cp -r "$tmp/ck4/step-000000040" "$tmp/ck4/step-000900000" # an earlier run's: complete, far ahead
 wait_for "$tmp/four.out" "checkpoint of step 120 complete" 60
+sleep 0.2 # its pruning follows the line
 check "4. the job's own newest 2 complete checkpoints (--checkpoint-keep) are kept beside the earlier run's" bash -c \
 	"[ \$(cd '$tmp/ck4' && ls -d step-*/index.json | grep -vc step-000900000) = 2 ] && [ -e '$tmp/ck4/step-000900000/index.json' ]"
 kill -9 $coord
@@ -133,6 +135,22 @@ wait_for "$tmp/four-again.out" "^recovered: " 60
 check "4. the restarted coordinator rolls back to the newest checkpoint ($newest), not to the start" \
 	grep -q "recovery: worker-[01] .*rolling back to .*/$newest (step $((10#${newest#step-})))" "$tmp/four-again.out"
 check "4. the earlier run's checkpoint is left as it was" test -e "$tmp/ck4/step-000900000/index.json"
+kill -9 $coord
+end_workers $port
+
+# 5. partial recovery after a restart
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c.setdefault("cluster", {})["recovery"] = "partial"
+json.dump(c, open(sys.argv[2], "w"))' $cfg "$tmp/partial.json"
+port=$(free_port)
+cfg=$tmp/partial.json begin five $port --checkpoint-dir "$tmp/ck5" --checkpoint-every 20
+wait_for "$tmp/five.out" "checkpoint of step 100 complete" 60
+kill -9 $coord
+{ wait $coord; } 2>/dev/null
+pkill -9 -f "[r]owshift-worker --coordinator ws://127.0.0.1:$port .*--name worker-1 "
+again five five-again
+wait_for "$tmp/five-again.out" "^recovered: " 60
+check "5. the restarted coordinator restores worker-1's rows from a checkpoint of step 100 or later, no rollback" \
+	grep -q "^recovered: .*(partial: [0-9]* stale rows restored from step [1-9][0-9][0-9]," "$tmp/five-again.out"
 kill -9 $coord
 end_workers $port
 

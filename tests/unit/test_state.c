@@ -245,6 +245,7 @@ static void test_refused(void **state)
 	refused("\"reached\":140", "\"reached\":-1", "reached");
 	refused("\"keep\":3", "\"keep\":0", "job.checkpoints");
 	refused("\"every\":20", "\"every\":-20", "job.checkpoints");
+	refused("\"every\":20,\"interval\":600", "\"every\":0,\"interval\":0", "job.checkpoints"); /* checkpoints, but never */
 	refused("\"dir\":\"ck\"", "\"dir\":\"\"", "job.checkpoints");
 	refused("\"keep\":3", "\"keep\":3,\"extra\":1", "job.checkpoints");
 	refused("\"last_generation\":6", "\"last_generation\":4", "last_generation"); /* not past the generation */
