@@ -314,6 +314,12 @@ int64_t rs__ckpt_reached(const rs_job *j)
 	return reached;
 }
 
+int64_t rs__ckpt_near(const rs_job *j)
+{
+	int64_t reached = rs__ckpt_reached(j); /* progress is reported every 10 steps, checkpoints when they are taken */
+	return reached > rs__job_step(j) ? reached : rs__job_step(j);
+}
+
 void rs__ckpt_rollback(rs_job *j, int64_t step, int64_t reached, int remove)
 {
 	int64_t *steps;

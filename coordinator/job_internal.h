@@ -437,6 +437,8 @@ void rs__ckpt_rollback(rs_job *j, int64_t step, int64_t reached, int remove);
 int rs__ckpt_newest_indexed(const rs_job *j, int64_t near, char *dir, size_t n, int64_t *step);
 /* The highest step this run's checkpoints reached: complete, being gathered, or as an earlier coordinator's state says (0: none). */
 int64_t rs__ckpt_reached(const rs_job *j);
+/* The furthest step this run is known to have reached: by rank 0's reports, or by its checkpoints (rs__ckpt_reached). */
+int64_t rs__ckpt_near(const rs_job *j);
 
 /* ---- job_recover.c -------------------------------------------------------------------- */
 

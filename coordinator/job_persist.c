@@ -23,7 +23,7 @@ static rs_status save(rs_job *j, rs_state_phase ph, rs_err *err)
 	rs_state s = {.phase = ph, .generation = j->cur.generation, .step = j->cur.step, .bound = j->cur.bound,
 		      .attempts = j->att.failures, .next_schedule = j->cur.next_sched, .steps = j->o.steps,
 		      .last_generation = j->att.last_generation,
-		      .reached = rs__ckpt_reached(j) > rs__job_step(j) ? rs__ckpt_reached(j) : rs__job_step(j),
+		      .reached = rs__ckpt_near(j),
 		      .error = ph == RS_STATE_FAILED ? j->why : NULL,
 		      .replicas = j->src.replicas ? j->src.replicas(j->src.ctx) : 0, .nsched = j->o.nsched,
 		      .config = (char *)j->o.config_path, .save = (char *)j->o.save, .url = (char *)j->o.url,

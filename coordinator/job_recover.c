@@ -188,8 +188,7 @@ static int go_partial(rs_job *j)
 		return 0;
 	char load[sizeof(j->rec.load)];
 	int64_t step;
-	int64_t near = rs__ckpt_reached(j) > rs__job_step(j) ? rs__ckpt_reached(j) : rs__job_step(j); /* as a rollback's */
-	if (!rs__ckpt_newest_indexed(j, near, load, sizeof(load), &step) && !j->o.load) {
+	if (!rs__ckpt_newest_indexed(j, rs__ckpt_near(j), load, sizeof(load), &step) && !j->o.load) {
 		RS_WARN("partial recovery: no complete checkpoint yet: rolling back instead");
 		return 0;
 	}
@@ -573,9 +572,7 @@ static void rollback(rs_job *j, int i, const char *why)
 	j->rec.healing = j->rec.partial = j->rec.replica = 0;
 	rs__members_clear_lost(j);
 	char tables[256];
-	int64_t near = m->step > rs__job_step(j) ? m->step : rs__job_step(j);
-	if (rs__ckpt_reached(j) > near) /* progress is reported every 10 steps, checkpoints when they are taken */
-		near = rs__ckpt_reached(j);
+	int64_t near = m->step > rs__ckpt_near(j) ? m->step : rs__ckpt_near(j);
 	rs__member_tables(j, i, tables, sizeof(tables));
 	snprintf(j->rec.why, sizeof(j->rec.why), "%s %s holding the only copy of rows of %s (generation %lld, near step %lld)",
 		 m->name, why, tables[0] ? tables : "its tables", (long long)j->cur.generation, (long long)near);

@@ -155,11 +155,39 @@ static int byte_within(int fd, int ms)
 	return poll(&p, 1, ms) == 1 && read(fd, &c, 1) == 1;
 }
 
+/*
+ * Move `pair` bytes over each of the n sockets fd[], region k of buf for
+ * fd[k]: received (out 0) or sent (out 1), whichever socket is ready.
+ * 1 once all moved; 0 at an error, a peer's end or MESH_WAIT_MS of quiet.
+ */
+static int mesh_pump(const int *fd, int n, char *buf, size_t pair, int out)
+{
+	size_t done[16] = {0};
+	for (int left = n; left > 0;) {
+		struct pollfd pfd[16];
+		for (int k = 0; k < n; k++)
+			pfd[k] = (struct pollfd){.fd = done[k] < pair ? fd[k] : -1, .events = out ? POLLOUT : POLLIN};
+		if (poll(pfd, (nfds_t)n, MESH_WAIT_MS) <= 0)
+			return 0;
+		for (int k = 0; k < n; k++) {
+			if (done[k] == pair || !pfd[k].revents)
+				continue;
+			char *at = buf + pair * (size_t)k + done[k];
+			ssize_t got = out ? send(fd[k], at, pair - done[k], MSG_DONTWAIT | MSG_NOSIGNAL)
+					  : recv(fd[k], at, pair - done[k], MSG_DONTWAIT);
+			if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+				return 0;
+			done[k] += got > 0 ? (size_t)got : 0;
+			left -= done[k] == pair;
+		}
+	}
+	return 1;
+}
+
 /* Receiver r of raw_mesh: a connection from each sender, their shares into one region each. Exits 0 when all came. */
 static void mesh_receiver(int lfd, int senders, size_t pair, int ready, int done)
 {
 	int fd[16];
-	size_t got[16] = {0};
 	char *buf = touched_buffer(pair * (size_t)senders, 0), one = 1;
 	if (!buf)
 		_exit(1);
@@ -168,24 +196,8 @@ static void mesh_receiver(int lfd, int senders, size_t pair, int ready, int done
 		if (poll(&p, 1, MESH_WAIT_MS) != 1 || (fd[k] = accept(lfd, NULL, NULL)) < 0)
 			_exit(1);
 	}
-	if (write(ready, &one, 1) != 1)
+	if (write(ready, &one, 1) != 1 || !mesh_pump(fd, senders, buf, pair, 0))
 		_exit(1);
-	for (int left = senders; left > 0;) {
-		struct pollfd pfd[16];
-		for (int k = 0; k < senders; k++)
-			pfd[k] = (struct pollfd){.fd = got[k] < pair ? fd[k] : -1, .events = POLLIN};
-		if (poll(pfd, (nfds_t)senders, MESH_WAIT_MS) <= 0)
-			_exit(1);
-		for (int k = 0; k < senders; k++) {
-			if (got[k] == pair || !pfd[k].revents)
-				continue;
-			ssize_t n = recv(fd[k], buf + pair * (size_t)k + got[k], pair - got[k], 0);
-			if (n <= 0)
-				_exit(1);
-			got[k] += (size_t)n;
-			left -= got[k] == pair;
-		}
-	}
 	_exit(write(done, &one, 1) == 1 ? 0 : 1);
 }
 
@@ -193,7 +205,6 @@ static void mesh_receiver(int lfd, int senders, size_t pair, int ready, int done
 static void mesh_sender(const int *port, int receivers, size_t pair, int ready, int go)
 {
 	int fd[16];
-	size_t sent[16] = {0};
 	char *buf = touched_buffer(pair * (size_t)receivers, 1), one = 1;
 	if (!buf)
 		_exit(1);
@@ -205,23 +216,7 @@ static void mesh_sender(const int *port, int receivers, size_t pair, int ready, 
 	}
 	if (write(ready, &one, 1) != 1 || !byte_within(go, MESH_WAIT_MS))
 		_exit(1);
-	for (int left = receivers; left > 0;) {
-		struct pollfd pfd[16];
-		for (int r = 0; r < receivers; r++)
-			pfd[r] = (struct pollfd){.fd = sent[r] < pair ? fd[r] : -1, .events = POLLOUT};
-		if (poll(pfd, (nfds_t)receivers, MESH_WAIT_MS) <= 0)
-			_exit(1);
-		for (int r = 0; r < receivers; r++) {
-			if (sent[r] == pair || !pfd[r].revents)
-				continue;
-			ssize_t n = send(fd[r], buf + pair * (size_t)r + sent[r], pair - sent[r], MSG_DONTWAIT | MSG_NOSIGNAL);
-			if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-				_exit(1);
-			sent[r] += n > 0 ? (size_t)n : 0;
-			left -= sent[r] == pair;
-		}
-	}
-	_exit(0);
+	_exit(mesh_pump(fd, receivers, buf, pair, 1) ? 0 : 1);
 }
 
 /*
