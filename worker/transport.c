@@ -105,6 +105,17 @@ static void sum_in_rank_order(char *mine, const char *parts, size_t len, int32_t
 	}
 }
 
+/*
+ * The reduce-scatter goes piece by piece: each chunk is cut into the same
+ * number of pieces on every rank (from n and the world alone), and a piece
+ * is added as soon as it is received, while it is still in the cache,
+ * instead of a whole chunk landing in memory to be read back. Pieces of 2
+ * MiB: 16 MiB on 2 ranks over loopback TCP went from 2.5-2.8 to 2.7-3.0
+ * GB/s here (1 and 4 MiB between the two; 64 and 256 KiB slower: an
+ * exchange each).
+ */
+#define PIECE_BYTES ((size_t)2 << 20)
+
 /* In-place sum of n elements of `size` bytes over all ranks, in rank order (see rs_transport_allreduce_sum). */
 static rs_status allreduce(rs_transport *t, void *buf, size_t n, size_t size, add_fn add)
 {
@@ -114,22 +125,32 @@ static rs_status allreduce(rs_transport *t, void *buf, size_t n, size_t size, ad
 	if (w <= 1 || n == 0)
 		return w <= 1 ? RS_OK : rs_transport_barrier(t);
 	chunk(n, w, me, &lo, &hi);
-	/* reduce-scatter: the others' copies of my chunk (mine stays where it is), summed in rank order */
-	size_t len = (hi - lo) * size;
-	char *parts = malloc(len * (size_t)(w - 1) + 1);
+	/* pieces per chunk: the same on every rank, each at most about a piece's bytes */
+	size_t per = (n + (size_t)w - 1) / (size_t)w, pmax = PIECE_BYTES / size;
+	int32_t np = (int32_t)((per + pmax - 1) / pmax);
+	size_t plen = ((hi - lo + (size_t)np - 1) / (size_t)np + 1) * size;
+	char *parts = malloc(plen * (size_t)(w - 1) + 1);
 	rs_xfer *x = malloc(sizeof(rs_xfer) * 2 * (size_t)w);
 	rs_status st = RS_ENOMEM;
 	if (!parts || !x)
 		goto out;
-	for (int32_t p = 0; p < w; p++) {
-		size_t plo, phi;
-		chunk(n, w, p, &plo, &phi);
-		x[p] = (rs_xfer){p, b + plo * size, p == me ? 0 : (phi - plo) * size};
-		x[w + p] = (rs_xfer){p, p == me ? parts : parts + len * (size_t)(p < me ? p : p - 1), p == me ? 0 : len};
+	/* reduce-scatter: the others' copies of each piece of my chunk (mine stays where it is), summed in rank order */
+	for (int32_t k = 0; k < np; k++) {
+		size_t mlo, mhi;
+		chunk(hi - lo, np, k, &mlo, &mhi);
+		size_t len = (mhi - mlo) * size;
+		for (int32_t p = 0; p < w; p++) {
+			size_t plo, phi, qlo, qhi;
+			chunk(n, w, p, &plo, &phi);
+			chunk(phi - plo, np, k, &qlo, &qhi);
+			x[p] = (rs_xfer){p, b + (plo + qlo) * size, p == me ? 0 : (qhi - qlo) * size};
+			x[w + p] = (rs_xfer){p, p == me ? parts : parts + len * (size_t)(p < me ? p : p - 1), p == me ? 0 : len};
+		}
+		RSCHECKGOTO(rs_transport_exchange(t, x, w, x + w, w), st, out);
+		sum_in_rank_order(b + (lo + mlo) * size, parts, len, w, me, mhi - mlo, size, add);
 	}
-	RSCHECKGOTO(rs_transport_exchange(t, x, w, x + w, w), st, out);
-	sum_in_rank_order(b + lo * size, parts, len, w, me, hi - lo, size, add);
 	/* all-gather the reduced chunks */
+	size_t len = (hi - lo) * size;
 	for (int32_t p = 0; p < w; p++) {
 		size_t plo, phi;
 		chunk(n, w, p, &plo, &phi);

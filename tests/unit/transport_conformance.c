@@ -122,7 +122,7 @@ static float input_of(int32_t rank, size_t i)
 static int all_reduce(rs_transport *t)
 {
 	int failures = 0;
-	size_t sizes[] = {1, 7, 1000, 1 << 20};
+	size_t sizes[] = {1, 7, 1000, 1 << 20, (3 << 20) + 5}; /* the last in pieces of unequal length */
 	for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
 		size_t n = sizes[s];
 		float *buf = malloc(sizeof(float) * n), *want = malloc(sizeof(float) * n);
