@@ -38,7 +38,7 @@ int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
 		RS_PARAM("--listen", "ROWSHIFT_LISTEN", RS_PARAM_STR, "127.0.0.1:0", "HOST:PORT", "where the control channel listens (port 0: any)", &c->listen),
 		RS_PARAM("--log-json", NULL, RS_PARAM_STR, NULL, "FILE", "write one JSON line per progress report and per reshard", &c->log_json),
 		RS_PARAM("--schedule", NULL, RS_PARAM_STR, NULL, "STEP:N,...", "rescale live: at STEP go to N workers (local mode)", &c->schedule),
-		RS_PARAM("--state", "ROWSHIFT_STATE", RS_PARAM_STR, NULL, "FILE", "persist generation, phase and plan here; started again with an unfinished FILE, resume that job", &c->state_path),
+		RS_PARAM("--state", "ROWSHIFT_STATE", RS_PARAM_STR, NULL, "FILE", "persist generation, phase and plan here; started again on FILE, resume its job (a job that is done: say so, exit 0)", &c->state_path),
 		RS_PARAM("--debounce-ms", "ROWSHIFT_DEBOUNCE_MS", RS_PARAM_INT, "1000", "MS", "longest wait for the rest of a membership change (e.g. the 4 new pods of a scale 4 -> 8) before resharding", &c->debounce_ms),
 		RS_PARAM("--sharding-group", "ROWSHIFT_SHARDING_GROUP", RS_PARAM_INT, "0", "S", "2D layout: replica groups of S workers, whenever the world is a multiple of S whose groups divide cluster.ranks_per_node (else 1D); 0: the config's cluster.sharding_group, if any", &c->sharding_group),
 		RS_PARAM("--max-attempts", "ROWSHIFT_MAX_ATTEMPTS", RS_PARAM_INT, "3", "N", "reshard attempts aborted in a row, and recoveries back to the same step, before the job fails", &c->max_attempts),

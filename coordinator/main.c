@@ -6,13 +6,11 @@
  * One start-up for both modes; each mode is a membership source:
  *   --local       the workers are processes on this machine, kept like a
  *                 StatefulSet's pods (coordinator/local.h), scaled by
- *                 `rowshiftctl scale --workers N` or a --schedule; with
- *                 --state FILE the job is persisted, and a coordinator
- *                 started again with the same --state carries it on
- *   --kubernetes  the workers are the pods of a StatefulSet
- *                 (coordinator/kube_members.h): `kubectl scale` changes the
- *                 world; the state lives in a ConfigMap, so a restarted
- *                 coordinator pod carries on; reshards are Events
+ *                 `rowshiftctl scale` or a --schedule; a coordinator
+ *                 started again on its --state carries the job on
+ *   --kubernetes  the pods of a StatefulSet (coordinator/kube_members.h):
+ *                 `kubectl scale` changes the world; the state lives in a
+ *                 ConfigMap, so a restarted pod carries on; reshards are Events
  */
 #include "common/checkpoint.h"
 #include "common/clock.h"
@@ -35,10 +33,7 @@
 
 static volatile sig_atomic_t interrupted;
 
-static void on_signal(int sig)
-{
-	(void)sig, interrupted = 1;
-}
+static void on_signal(int sig) { (void)sig, interrupted = 1; }
 
 /* What start-up builds from the command line. */
 typedef struct coord {
@@ -47,8 +42,8 @@ typedef struct coord {
 	int64_t workers, steps;
 	char token[1100], url[300], listen_buf[300], state_name[300], admin[4096], load[4096];
 	rs_state state;           /* a previous coordinator's, when recovering */
-	int recovering;
-	int usage;                /* the command line (or the state) contradicts itself: exit 2 */
+	int recovering, usage;    /* usage: the command line (or the state) contradicts itself: exit 2 */
+	int over;                 /* --local on the state of a job that is done: nothing to train, exit 0 */
 	rs_job_options o;
 	rs_job_source src;
 	rs_local_members lm;      /* --local */
@@ -83,7 +78,11 @@ static rs_status open_local(coord *c, rs_err *err)
 	if (st == RS_OK && c->state.phase == RS_STATE_FAILED)
 		return rs_err_set(err, RS_EINVAL, "the job of %s failed: %s (remove the file to start afresh)", c->f.state_path,
 				  c->state.error);
-	c->recovering = st == RS_OK && c->state.phase != RS_STATE_DONE;
+	if (st == RS_OK && c->state.phase == RS_STATE_DONE) { /* as in Kubernetes, a job that ended is not trained again */
+		RS_INFO("the job of %s is done (%lld steps): nothing to train (remove the file to start afresh)", c->f.state_path, (long long)c->state.steps);
+		return c->over = 1, RS_OK;
+	}
+	c->recovering = st == RS_OK;
 	err->msg[0] = 0;
 	if (c->recovering) { /* the job as it was started; the command line may not contradict it */
 		if (c->config && strcmp(c->config, c->state.config) != 0)
@@ -246,9 +245,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	st = c.f.local ? open_local(&c, &err) : open_kube(&c, &err);
-	if (c.usage) {
-		fprintf(stderr, "rowshift-coordinator: %s\n%s\n", err.msg, rs_coord_usage);
-		rc = 2;
+	if (c.usage || c.over) {
+		if (c.usage)
+			fprintf(stderr, "rowshift-coordinator: %s\n%s\n", err.msg, rs_coord_usage);
+		rc = c.usage ? 2 : 0;
 		goto out;
 	}
 	if (st == RS_OK)

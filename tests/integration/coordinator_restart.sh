@@ -21,7 +21,10 @@
 #      checkpoint of a later step in the same directory is neither taken
 #      nor kept in place of this run's;
 #   5. the same loss with "recovery": "partial": the restarted coordinator
-#      restores only the lost rows from the newest checkpoint, no rollback.
+#      restores only the lost rows from the newest checkpoint, no rollback;
+#   6. a job that is done is not trained again: started again on its state,
+#      the coordinator says so and exits 0, and starts no worker, saves no
+#      checkpoint and leaves the state as it is.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 cfg=examples/dlrm-small.json
@@ -153,5 +156,21 @@ check "5. the restarted coordinator restores worker-1's rows from a checkpoint o
 	grep -q "^recovered: .*(partial: [0-9]* stale rows restored from step [1-9][0-9][0-9]," "$tmp/five-again.out"
 kill -9 $coord
 end_workers $port
+
+# 6. started again on the state of a job that is done
+port=$(free_port)
+six=(--local --workers 2 --config $cfg --steps 30 --listen 127.0.0.1:$port --state "$tmp/six.state"
+	--checkpoint-dir "$tmp/ck6" --checkpoint-every 10 --admin-file "$tmp/six.admin")
+timeout 120 "$bin/rowshift-coordinator" "${six[@]}" >"$tmp/six.out" 2>"$tmp/six.err"
+check "6. the job of 30 steps ends (exit $?)" grep -q "^training done: 2 workers, 30 steps" "$tmp/six.out"
+before=$(cd "$tmp" && find ck6 six.state -printf '%p %s %T@\n' | sort | md5sum)
+timeout 60 "$bin/rowshift-coordinator" "${six[@]}" >"$tmp/six-again.out" 2>"$tmp/six-again.err" # the same command
+rc=$?
+check "6. started again with the same command, the coordinator says the job is done and exits 0 (exit $rc)" \
+	bash -c "[ $rc = 0 ] && grep -q 'the job of .*six.state is done (30 steps): nothing to train' '$tmp/six-again.err'"
+check "6. it started no worker and trained no step" \
+	bash -c "[ \$(pgrep -fc '[r]owshift-worker --coordinator ws://127.0.0.1:$port ') = 0 ] && ! grep -q '^step \|joined' '$tmp/six-again.out' '$tmp/six-again.err'"
+check "6. its checkpoints and its state are as they were" \
+	test "$(cd "$tmp" && find ck6 six.state -printf '%p %s %T@\n' | sort | md5sum)" = "$before"
 
 finish_checks coordinator_restart

@@ -97,7 +97,7 @@ while kill -0 $coord 2>/dev/null; do
 		kill -9 $coord 2>/dev/null
 		{ wait $coord; } 2>/dev/null
 		rc=$?
-		if [ "$(phase)" = done ]; then # started again, it would begin a new job (README, "Recovery")
+		if [ "$(phase)" = done ]; then # started again, it would only say so (README, "Recovery")
 			log "the job ended before the restart (its coordinator: exit $rc)"
 			ended=1
 			break
