@@ -11,7 +11,10 @@
 # checkpoint without its index is never loaded; --load of the directory of
 # periodic checkpoints takes the newest complete one that checks out. A
 # checkpoint still being written when a reshard commits completes, with
-# the old world's shards, and loads, a shrink's leaver's part included.
+# the old world's shards, and loads, a shrink's leaver's part included. An
+# index left in a step's directory by an earlier run is removed before the
+# first file of that step is written (the directory is not complete again
+# until this run's index lands).
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
@@ -67,7 +70,19 @@ PY
 	check "... and a job of 2 workers loading it ends where the undisturbed job did, bit for bit" same_bits \
 		"$tmp/a.final" "$tmp/$1-loaded.final"
 }
+# an earlier run's index of step 30 in the directory: gone before the first file is written over its checkpoint
+late30=$tmp/ck-late/step-000000030
+mkdir -p "$late30" && echo '{"earlier": "run"}' >"$late30/index.json"
+(for _ in $(seq 1 1200); do
+	if ls "$late30" | grep -qv '^index.json$'; then [ -e "$late30/index.json" ] && echo present || echo absent; exit; fi
+	sleep 0.05
+done; echo "no file written") >"$tmp/late-index.txt" &
+watcher=$!
 across_reshard late 2 3 "a growth (2 -> 3)"
+wait $watcher
+check "an earlier run's index of the same step is gone once a rank's first file is there ($(cat "$tmp/late-index.txt"))" \
+	grep -qx absent "$tmp/late-index.txt"
+check "... and the index that completes the checkpoint is this run's" bash -c "! grep -q earlier '$late30/index.json'"
 across_reshard shrink 3 2 "a shrink (3 -> 2; the leaver reported its part)"
 # at another world size: loaded by 2 workers and saved at once, the model (ZCH identities and eviction state too) is the checkpoint's
 timeout 120 "$bin/rowshift-coordinator" --local --config "$cfg" --workers 2 --steps 90 --load "$tmp/ck/step-000000090" \
