@@ -58,8 +58,7 @@ typedef struct coord {
 } coord;
 
 /* The command line (or the state it names) contradicts itself: say so, and exit 2. */
-static rs_status bad_usage(coord *c, rs_err *err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static rs_status bad_usage(coord *c, rs_err *err, const char *fmt, ...)
+static __attribute__((format(printf, 3, 4))) rs_status bad_usage(coord *c, rs_err *err, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -78,10 +77,6 @@ static rs_status open_local(coord *c, rs_err *err)
 	if (st == RS_OK && c->state.phase == RS_STATE_FAILED)
 		return rs_err_set(err, RS_EINVAL, "the job of %s failed: %s (remove the file to start afresh)", c->f.state_path,
 				  c->state.error);
-	if (st == RS_OK && c->state.phase == RS_STATE_DONE) { /* as in Kubernetes, a job that ended is not trained again */
-		RS_INFO("the job of %s is done (%lld steps): nothing to train (remove the file to start afresh)", c->f.state_path, (long long)c->state.steps);
-		return c->over = 1, RS_OK;
-	}
 	c->recovering = st == RS_OK;
 	err->msg[0] = 0;
 	if (c->recovering) { /* the job as it was started; the command line may not contradict it */
@@ -90,6 +85,10 @@ static rs_status open_local(coord *c, rs_err *err)
 					 c->state.config);
 		if (!c->state.token) /* a Kubernetes state (its token is in a Secret) */
 			return bad_usage(c, err, "%s has no join token: not a local job's state", c->f.state_path);
+		if (c->state.phase == RS_STATE_DONE && c->steps >= 0 && c->steps != c->state.steps)
+			return bad_usage(c, err, "--steps %lld, but the job of %s is done, its %lld steps trained (remove the file to train afresh)", (long long)c->steps, c->f.state_path, (long long)c->state.steps);
+		if (c->state.phase == RS_STATE_DONE) /* as in Kubernetes, a job that ended is not trained again */
+			return RS_WARN("the job of %s is done (%lld steps): nothing to train (remove the file to start afresh)", c->f.state_path, (long long)c->state.steps), c->over = 1, RS_OK;
 		c->config = c->state.config, c->steps = c->state.steps, c->save = c->state.save;
 		if (!c->f.checkpoint_dir && c->state.ckpt_dir) /* the job's checkpoints, unless the command line moves them */
 			c->f.checkpoint_dir = c->state.ckpt_dir, c->f.checkpoint_every = c->state.ckpt_every,

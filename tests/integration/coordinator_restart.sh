@@ -24,7 +24,8 @@
 #      restores only the lost rows from the newest checkpoint, no rollback;
 #   6. a job that is done is not trained again: started again on its state,
 #      the coordinator says so and exits 0, and starts no worker, saves no
-#      checkpoint and leaves the state as it is.
+#      checkpoint and leaves the state as it is; asked for more steps, it
+#      refuses (exit 2).
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 cfg=examples/dlrm-small.json
@@ -170,6 +171,12 @@ check "6. started again with the same command, the coordinator says the job is d
 	bash -c "[ $rc = 0 ] && grep -q 'the job of .*six.state is done (30 steps): nothing to train' '$tmp/six-again.err'"
 check "6. it started no worker and trained no step" \
 	bash -c "[ \$(pgrep -fc '[r]owshift-worker --coordinator ws://127.0.0.1:$port ') = 0 ] && ! grep -q '^step \|joined' '$tmp/six-again.out' '$tmp/six-again.err'"
+longer=("${six[@]}")
+longer[6]=60 # --steps 60: to train more, which a done job does not
+timeout 60 "$bin/rowshift-coordinator" "${longer[@]}" >"$tmp/six-longer.out" 2>"$tmp/six-longer.err"
+rc=$?
+check "6. with --steps 60 instead, it refuses (exit $rc): the job is done, its 30 steps trained" \
+	bash -c "[ $rc = 2 ] && grep -q -- '--steps 60, but the job of .*six.state is done, its 30 steps trained' '$tmp/six-longer.err'"
 check "6. its checkpoints and its state are as they were" \
 	test "$(cd "$tmp" && find ck6 six.state -printf '%p %s %T@\n' | sort | md5sum)" = "$before"
 
