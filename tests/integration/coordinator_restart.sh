@@ -128,8 +128,11 @@ echo '{}' >"$tmp/ck4/step-000900000/index.json"
 begin four $port --checkpoint-dir "$tmp/ck4" --checkpoint-every 20
 wait_for "$tmp/four.out" "checkpoint of step 120 complete" 60
 sleep 0.2 # its pruning follows the line
+# the job trains on meanwhile: for a moment after each newer checkpoint's index lands, before the pruning that
+# follows it, there are 3 of its own (1 if the earlier run's took the place of one of them)
 check "4. the job's own newest 2 complete checkpoints (--checkpoint-keep) are kept beside the earlier run's" bash -c \
-	"[ \$(cd '$tmp/ck4' && ls -d step-*/index.json | grep -vc step-000900000) = 2 ] && [ -e '$tmp/ck4/step-000900000/index.json' ]"
+	"n=\$(cd '$tmp/ck4' && ls -d step-*/index.json 2>/dev/null | grep -vc step-000900000)
+	 [ \$n = 2 -o \$n = 3 ] && [ -e '$tmp/ck4/step-000900000/index.json' ] || { echo \"\$n of its own\"; ls '$tmp/ck4'; false; }"
 kill -9 $coord
 { wait $coord; } 2>/dev/null
 newest=$(cd "$tmp/ck4" && ls -d step-*/index.json | grep -v step-000900000 | sort | tail -1 | cut -d/ -f1) # complete
