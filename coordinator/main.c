@@ -80,15 +80,14 @@ static rs_status open_local(coord *c, rs_err *err)
 	c->recovering = st == RS_OK;
 	err->msg[0] = 0;
 	if (c->recovering) { /* the job as it was started; the command line may not contradict it */
-		if (c->config && strcmp(c->config, c->state.config) != 0)
-			return bad_usage(c, err, "--config %s, but %s resumes a job of %s", c->config, c->f.state_path,
-					 c->state.config);
-		if (!c->state.token) /* a Kubernetes state (its token is in a Secret) */
-			return bad_usage(c, err, "%s has no join token: not a local job's state", c->f.state_path);
-		if (c->state.phase == RS_STATE_DONE && c->steps >= 0 && c->steps != c->state.steps)
-			return bad_usage(c, err, "--steps %lld, but the job of %s is done, its %lld steps trained (remove the file to train afresh)", (long long)c->steps, c->f.state_path, (long long)c->state.steps);
-		if (c->state.phase == RS_STATE_DONE) /* as in Kubernetes, a job that ended is not trained again */
-			return RS_WARN("the job of %s is done (%lld steps): nothing to train (remove the file to start afresh)", c->f.state_path, (long long)c->state.steps), c->over = 1, RS_OK;
+		if (rs_state_local_resume(&c->state, c->f.state_path, c->config, c->steps, &c->over, err) != RS_OK) {
+			c->usage = 1;
+			return RS_EINVAL;
+		}
+		if (c->over) { /* as in Kubernetes, a job that ended is not trained again */
+			RS_WARN("%s", err->msg);
+			return RS_OK;
+		}
 		c->config = c->state.config, c->steps = c->state.steps, c->save = c->state.save;
 		if (!c->f.checkpoint_dir && c->state.ckpt_dir) /* the job's checkpoints, unless the command line moves them */
 			c->f.checkpoint_dir = c->state.ckpt_dir, c->f.checkpoint_every = c->state.ckpt_every,

@@ -406,6 +406,25 @@ rs_status rs_state_read(const char *path, rs_state *s, rs_err *err)
 	return st;
 }
 
+rs_status rs_state_local_resume(const rs_state *s, const char *path, const char *config, int64_t steps, int *done,
+				rs_err *err)
+{
+	*done = 0;
+	if (config && strcmp(config, s->config) != 0)
+		return rs_err_set(err, RS_EINVAL, "--config %s, but %s resumes a job of %s", config, path, s->config);
+	if (!s->token) /* a Kubernetes state (its token is in a Secret) */
+		return rs_err_set(err, RS_EINVAL, "%s has no join token: not a local job's state", path);
+	if (s->phase != RS_STATE_DONE)
+		return RS_OK;
+	if (steps >= 0 && steps != s->steps)
+		return rs_err_set(err, RS_EINVAL, "--steps %lld, but the job of %s is done, its %lld steps trained (remove the "
+				  "file to train afresh)", (long long)steps, path, (long long)s->steps);
+	*done = 1;
+	rs_err_set(err, RS_OK, "the job of %s is done (%lld steps): nothing to train (remove the file to start afresh)", path,
+		   (long long)s->steps);
+	return RS_OK;
+}
+
 void rs_state_free(rs_state *s)
 {
 	json_decref(s->plan);

@@ -128,6 +128,18 @@ rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state
 /* Read and parse path. RS_ENOTFOUND when it does not exist. */
 rs_status rs_state_read(const char *path, rs_state *out, rs_err *err);
 
+/*
+ * Whether a local coordinator started on s (read from path) with the
+ * command line's --config (NULL: not given) and --steps (-1: not given)
+ * carries its job on: RS_OK with *done 0. RS_OK with *done 1 when the job
+ * is done, err saying so (nothing to train: the same command run again
+ * does nothing). RS_EINVAL with err when the command line contradicts the
+ * state (another config; other steps for a job that is done) or s is not a
+ * local job's (no join token: a Kubernetes one).
+ */
+rs_status rs_state_local_resume(const rs_state *s, const char *path, const char *config, int64_t steps, int *done,
+				rs_err *err);
+
 /* Free what s owns and zero it. */
 void rs_state_free(rs_state *s);
 

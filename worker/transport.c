@@ -110,10 +110,9 @@ static void sum_in_rank_order(char *mine, const char *parts, size_t len, int32_t
  * number of pieces on every rank (from n and the world alone), and the
  * others' copies of a piece are added as soon as they are received, while
  * they are still in the cache (2 MiB from each other rank), instead of a
- * whole chunk landing in memory to be read back. Pieces of 2
- * MiB: 16 MiB on 2 ranks over loopback TCP went from 2.5-2.8 to 2.7-3.0
- * GB/s here (1 and 4 MiB between the two; 64 and 256 KiB slower: an
- * exchange each).
+ * whole chunk landing in memory to be read back. Pieces of 2 MiB: 16 MiB
+ * on 2 ranks over loopback TCP went from 2.5-2.8 to 2.7-3.0 GB/s here (1
+ * and 4 MiB between the two; 64 and 256 KiB slower: an exchange each).
  */
 #define PIECE_BYTES ((size_t)2 << 20)
 

@@ -305,6 +305,36 @@ static void test_version1(void **state)
  * With RS_BIG_STATE_OUT it is written there too (k8s_complete.sh stores it
  * in the simulator, which enforces the limit).
  */
+/* A local coordinator carries the job of a state on, says it is done, or refuses a command line that contradicts it. */
+static void test_local_resume(void **state)
+{
+	(void)state;
+	sample_state x;
+	rs_state *s = sample(&x);
+	int done = -1;
+	rs_err err = {0};
+	assert_int_equal(rs_state_local_resume(s, "st.json", NULL, -1, &done, &err), RS_OK);
+	assert_int_equal(done, 0);
+	assert_int_equal(rs_state_local_resume(s, "st.json", s->config, 999, &done, &err), RS_OK); /* steps: the state's */
+	assert_int_equal(done, 0);
+	assert_int_equal(rs_state_local_resume(s, "st.json", "other.json", -1, &done, &err), RS_EINVAL);
+	assert_non_null(strstr(err.msg, "--config other.json, but st.json resumes a job of examples/dlrm-small.json"));
+	s->phase = RS_STATE_DONE;
+	err.msg[0] = 0;
+	assert_int_equal(rs_state_local_resume(s, "st.json", s->config, 200, &done, &err), RS_OK);
+	assert_int_equal(done, 1);
+	assert_string_equal(err.msg, "the job of st.json is done (200 steps): nothing to train (remove the file to start afresh)");
+	err.msg[0] = 0;
+	assert_int_equal(rs_state_local_resume(s, "st.json", NULL, 300, &done, &err), RS_EINVAL);
+	assert_int_equal(done, 0);
+	assert_non_null(strstr(err.msg, "--steps 300, but the job of st.json is done, its 200 steps trained"));
+	s->token = NULL;
+	err.msg[0] = 0;
+	assert_int_equal(rs_state_local_resume(s, "st.json", NULL, -1, &done, &err), RS_EINVAL);
+	assert_non_null(strstr(err.msg, "st.json has no join token: not a local job's state"));
+	sample_free(&x);
+}
+
 static void test_big_job_fits(void **state)
 {
 	(void)state;
@@ -370,6 +400,7 @@ int main(void)
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_damaged),
 		cmocka_unit_test(test_version1),
+		cmocka_unit_test(test_local_resume),
 		cmocka_unit_test(test_big_job_fits),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
