@@ -55,7 +55,7 @@ rs_status rs_zch_create(const rs_zch_config *cfg, rs_zch_table **out, rs_err *er
 		return RS_ENOMEM;
 	z->nbuckets = cfg->buckets;
 	z->spb = (uint32_t)(cfg->slots / cfg->buckets);
-	z->isize = 2;
+	z->isize = 4; /* an eviction holds S + 1 entries a moment (insert): one stays empty, probes end */
 	while (z->isize < 2 * z->spb)
 		z->isize <<= 1;
 	z->imask = z->isize - 1;
@@ -158,6 +158,8 @@ rs_status rs_zch_add_bucket(rs_zch_table *z, uint32_t bucket)
 	z->local[bucket] = (int32_t)l;
 	memset(z->slot + (size_t)l * z->spb, 0, sizeof(struct zslot) * z->spb);
 	memset(z->index + (size_t)l * z->isize, 0, sizeof(struct zent) * z->isize);
+	/* the queue holds nothing yet: written only to fault its pages in here, not in the lookups to come */
+	memset(z->queue + (size_t)l * 2 * z->spb, 0, sizeof(uint64_t) * 2 * z->spb);
 	z->blk[l] = (struct zblock){.bucket = bucket};
 	return RS_OK;
 }
@@ -716,6 +718,7 @@ static __attribute__((noinline)) int64_t insert(rs_zch_table *z, const struct zp
 		s = bk->nused++;
 		record(z, l, s, UNDO_FREE);
 		z->stats.inserts++;
+		p->index[i] = (struct zent){.slot1 = s + 1, .hint = p->h};
 	} else {
 		int64_t v = pick_victim(z, l, step);
 		if (v < 0) {
@@ -724,12 +727,18 @@ static __attribute__((noinline)) int64_t insert(rs_zch_table *z, const struct zp
 		}
 		s = (uint32_t)v;
 		record(z, l, s, UNDO_EVICTED);
-		index_delete(z, p->index, probe(z, p->index, slot, slot[s].id, hint_of(slot[s].id), &found));
-		i = probe(z, p->index, slot, p->id, p->h, &found); /* the hole may have moved */
+		/*
+		 * The victim's entry is found first (the new one points at the same slot), the
+		 * new ID's goes in the empty place i (which moves no entry), and the victim's
+		 * leaves after: its backward shift may move the new entry, a probe fewer than
+		 * deleting first and looking for the hole again.
+		 */
+		uint32_t gone = probe(z, p->index, slot, slot[s].id, hint_of(slot[s].id), &found);
+		p->index[i] = (struct zent){.slot1 = s + 1, .hint = p->h};
+		index_delete(z, p->index, gone);
 		z->stats.evictions++;
 	}
 	slot[s] = (struct zslot){.id = p->id, .last = step + 1, .count = 1};
-	p->index[i] = (struct zent){.slot1 = s + 1, .hint = p->h};
 	queue_push(z, l, step + 1, s);
 	if (fresh)
 		fresh[(*nfresh)++] = (int64_t)p->b * z->spb + s;

@@ -15,7 +15,7 @@
 
 struct rs_zch_table {
 	uint32_t nbuckets, spb;   /* buckets, slots per bucket */
-	uint32_t isize, imask;    /* index entries per bucket (a power of two >= 2 * spb) */
+	uint32_t isize, imask;    /* index entries per bucket (a power of two >= 2 * spb, >= 4) */
 	rs_eviction eviction;
 	uint32_t decay_steps;
 	uint32_t epoch_now;       /* step / decay_steps for the lookup under way */
