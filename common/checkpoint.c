@@ -77,6 +77,15 @@ out:
 	return st;
 }
 
+rs_status rs_checkpoint_drop_index(const char *dir, rs_err *err)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/index.json", dir);
+	if (unlink(path) != 0 && errno != ENOENT)
+		return rs_err_set(err, RS_EIO, "checkpoint: cannot remove the earlier index %s: %s", path, strerror(errno));
+	return RS_OK;
+}
+
 rs_status rs_checkpoint_verify_file(const char *dir, const char *file, const rs_ckpt_sum *sum, rs_err *err)
 {
 	char path[4096];

@@ -44,6 +44,15 @@ void rs_checkpoint_shard_file(const rs_table_config *t, const rs_shard *s, char 
 rs_status rs_checkpoint_write_index(const char *dir, const rs_config *cfg, const rs_plan *plan, int64_t step,
 				    size_t dense_params, const json_t *sums, rs_err *err);
 
+/*
+ * Remove dir/index.json, if there is one (RS_EIO naming it when it stays).
+ * A directory is complete when it holds its index, written last: an index
+ * already there (an earlier run's, or an earlier save's) goes before the
+ * files it names are replaced, so the directory is never taken for
+ * complete, nor loaded, while it mixes the two.
+ */
+rs_status rs_checkpoint_drop_index(const char *dir, rs_err *err);
+
 /* A file's checksum as an index gives it (periodic checkpoints have them). */
 typedef struct rs_ckpt_sum {
 	int has;

@@ -39,22 +39,6 @@ static rs_status make_dir(const char *path, rs_err *err)
 	return RS_OK;
 }
 
-/*
- * A checkpoint's directory is complete when it holds its index, which the
- * coordinator writes last. An index already there (an earlier run's of the
- * same step, in the same directory) goes before this rank's files replace
- * its, so that the directory is never taken for complete, nor loaded,
- * while it mixes the two. Every rank removes it; none writes it.
- */
-static rs_status drop_index(const char *dir, rs_err *err)
-{
-	char path[4200];
-	snprintf(path, sizeof(path), "%s/index.json", dir);
-	if (unlink(path) != 0 && errno != ENOENT)
-		return rs_err_set(err, RS_EIO, "checkpoint: cannot remove the earlier index %s: %s", path, strerror(errno));
-	return RS_OK;
-}
-
 static void *write_thread(void *arg)
 {
 	rs_checkpointer *c = arg;
@@ -70,8 +54,8 @@ static void *write_thread(void *arg)
 	c->st = make_dir(root, &c->err);
 	if (c->st == RS_OK)
 		c->st = make_dir(c->dir, &c->err);
-	if (c->st == RS_OK)
-		c->st = drop_index(c->dir, &c->err);
+	if (c->st == RS_OK) /* every rank removes an earlier index (rs_checkpoint_drop_index); the coordinator writes it */
+		c->st = rs_checkpoint_drop_index(c->dir, &c->err);
 	if (c->st == RS_OK)
 		c->st = rs_snapshot_write(c->snap, c->dir, &c->err);
 	c->seconds = rs_now() - t0;

@@ -245,28 +245,45 @@ int rs_snapshot_files(const rs_snapshot *s, const rs_ckpt_file_report **files)
 int64_t rs_snapshot_dense_params(const rs_snapshot *s) { return s->dense_params; }
 size_t rs_snapshot_bytes(const rs_snapshot *s) { return s->bytes; }
 
+/*
+ * Whether every rank did what it had to (`what`, for the message), its own
+ * failure first: all learn it, so none goes on unless all can.
+ */
+static rs_status all_did(rs_trainer *tr, rs_status st, const char *dir, const char *what, rs_err *err)
+{
+	int64_t failed = st != RS_OK;
+	rs_status bst = rs_transport_allreduce_i64(tr->t, &failed, 1);
+	if (st != RS_OK)
+		return st;
+	if (bst != RS_OK)
+		return rs_err_set(err, bst, "checkpoint: waiting for the other ranks: %s", rs_transport_error(tr->t));
+	if (failed > 0)
+		return rs_err_set(err, RS_EIO, "checkpoint %s: %lld other rank(s) could not %s", dir, (long long)failed, what);
+	return RS_OK;
+}
+
+/*
+ * The final save, at the end of the job: rank 0 removes an earlier save's
+ * index before any rank writes, and writes the new one once every rank's
+ * files are in place (so a save that fails part-way, or a rank that dies,
+ * leaves no index naming a model that is not whole). Every rank says how
+ * each stage went, and a rank that returns RS_OK (then says "done") knows
+ * the whole model is on disk with its index: the coordinator counts on it
+ * when a peer is lost after the end.
+ */
 rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err *err)
 {
 	rs_snapshot *s = NULL;
+	RSCHECK(all_did(tr, tr->rank == 0 ? rs_checkpoint_drop_index(dir, err) : RS_OK, dir,
+			"remove the earlier index", err));
 	rs_status st = snapshot(tr, 1, &s, err); /* written before training goes on: nothing to copy */
 	if (st == RS_OK)
 		st = rs_snapshot_write(s, dir, err);
-	if (st == RS_OK && tr->rank == 0)
-		st = rs_checkpoint_write_index(dir, tr->cfg, tr->plan, step, rs_dense_nparams(tr->dense), NULL, err);
 	rs_snapshot_free(s);
-	/*
-	 * Every rank says whether its files are written, and none goes on unless
-	 * all are: a rank that says "done" after this holds a whole model on
-	 * disk (the coordinator counts on it when a peer is lost after the end).
-	 */
-	int64_t failed = st != RS_OK;
-	rs_status bst = rs_transport_allreduce_i64(tr->t, &failed, 1);
-	if (st == RS_OK && bst != RS_OK)
-		rs_err_set(err, bst, "checkpoint: waiting for the other ranks: %s", rs_transport_error(tr->t));
-	else if (st == RS_OK && failed > 0)
-		bst = rs_err_set(err, RS_EIO, "checkpoint %s: %lld other rank(s) could not write their part", dir,
-				 (long long)failed);
-	return st != RS_OK ? st : bst;
+	RSCHECK(all_did(tr, st, dir, "write their part", err));
+	st = tr->rank == 0 ? rs_checkpoint_write_index(dir, tr->cfg, tr->plan, step, rs_dense_nparams(tr->dense), NULL, err)
+			   : RS_OK;
+	return all_did(tr, st, dir, "write the index", err);
 }
 
 /* ---- loading a checkpoint ----------------------------------------------------------- */

@@ -467,7 +467,11 @@ static int snapshot_body(int32_t rank, rs_transport *t, rs_status st, const char
 	return code;
 }
 
-/* Rank 1 cannot write its part of the final save: neither rank reports it saved (none would say "done"). */
+/*
+ * Rank 1 cannot write its part of the final save: neither rank reports it
+ * saved (none would say "done"), and rank 0's directory is left without an
+ * index (an earlier save's is removed first; the new one is never written).
+ */
 static int save_fail_body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
 {
 	(void)msg;
@@ -498,6 +502,10 @@ static void test_a_failed_save_fails_every_rank(void **state)
 	FILE *f = fopen(path, "w");
 	assert_non_null(f);
 	fclose(f);
+	snprintf(path, sizeof(path), "%s/save-fail/index.json", dir); /* an earlier save's */
+	assert_non_null(f = fopen(path, "w"));
+	fputs("{\"format\": \"rowshift-checkpoint\"}\n", f);
+	fclose(f);
 	rs_world w = rs_world_make(cfg, 2, 0, 0, 0);
 	assert_int_equal(rs_planner_plan(cfg, &w, NULL, NULL, &plan, &err), RS_OK);
 	world wo = {.n = 2, .timeout_ms = 20000, .absent = -1, .bad_token = -1, .bad_generation = -1, .reap_last = -1,
@@ -506,6 +514,8 @@ static void test_a_failed_save_fails_every_rank(void **state)
 	for (int r = 0; r < 2; r++)
 		if (wo.exit_code[r] != 0)
 			fail_msg("rank %d exited %d", r, wo.exit_code[r]);
+	if (access(path, F_OK) == 0)
+		fail_msg("%s: an index naming a model that is not whole", path);
 	rs_plan_free(plan);
 	plan = NULL;
 }
