@@ -129,11 +129,16 @@ equal two
 with_precopy examples/dlrm-small.json false "$tmp/stw.json"
 cfg=$tmp/stw.json ROWSHIFT_FAULT=stall-ms=2000 run migrate --checkpoint-dir "$tmp/ck7" --checkpoint-every 30 --schedule 45:4
 wait_for "$tmp/migrate.out" "generation 2: 3 -> 4 workers" 60
-wait_for "$tmp/migrate.out" "checkpoint of step 30 complete" 10 # its files may still be written (2 cores): the stall leaves time
-kill_worker 1
+kill_worker 1 # at once: the stall is 2 s; waiting for step 30's checkpoint too lost the race on a loaded machine
 finished migrate
-check "migrate: the loss during the migration rolled the world back to step 30" \
-	grep -q "recovery: worker-1 was lost during the migration .*(step 30)" "$tmp/migrate.out"
+check "migrate: the loss during the migration was seen as one" \
+	grep -q "recovery: worker-1 was lost during the migration .*; rolling back to" "$tmp/migrate.out"
+# step 30's checkpoint may still have been written when worker-1 died: the world goes back to it, or to the
+# start when it was not yet complete (not reported before the loss)
+check "migrate: it rolled the world back to step 30's checkpoint, or to the start before it was complete" bash -c "awk '
+	/^checkpoint of step 30 complete/ { done = 1 }
+	/^recovery: / { ok = index(\$0, \"(step 30)\") || (!done && index(\$0, \"the start (step 0)\")); exit }
+	END { exit !ok }' '$tmp/migrate.out'"
 check "migrate: the job ended on 4 workers" grep -q "training done: 4 workers, 120 steps" "$tmp/migrate.out"
 
 # 7b. the same with pre-copy: an old member SIGKILLed while the world trains beside the background copy
