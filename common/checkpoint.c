@@ -80,10 +80,9 @@ out:
 rs_status rs_checkpoint_drop_index(const char *dir, rs_err *err)
 {
 	char path[4200];
-	snprintf(path, sizeof(path), "%s/index.json", dir);
-	if (unlink(path) != 0 && errno != ENOENT)
-		return rs_err_set(err, RS_EIO, "checkpoint: cannot remove the earlier index %s: %s", path, strerror(errno));
-	return RS_OK;
+	if (snprintf(path, sizeof(path), "%s/index.json", dir) >= (int)sizeof(path))
+		return rs_err_set(err, RS_EINVAL, "checkpoint: directory name too long: %.64s...", dir);
+	return rs_file_remove(path, err); /* its message names the path */
 }
 
 rs_status rs_checkpoint_verify_file(const char *dir, const char *file, const rs_ckpt_sum *sum, rs_err *err)

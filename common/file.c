@@ -136,6 +136,13 @@ static rs_status sync_dir(const char *path, rs_err *err)
 	return RS_OK;
 }
 
+rs_status rs_file_remove(const char *path, rs_err *err)
+{
+	if (unlink(path) != 0)
+		return errno == ENOENT ? RS_OK : rs_err_set(err, RS_EIO, "cannot remove %s: %s", path, strerror(errno));
+	return sync_dir(path, err);
+}
+
 rs_status rs_file_write_atomic(const char *path, mode_t mode, rs_file_writer fn, void *ctx, rs_err *err)
 {
 	char tmp[PATH_MAX];

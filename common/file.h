@@ -52,6 +52,9 @@ rs_status rs_file_write_buf(const char *path, mode_t mode, const void *buf, size
 /* The same with j as JSON text (json_dumps flags, e.g. JSON_COMPACT), and a final newline. */
 rs_status rs_file_write_json(const char *path, mode_t mode, const json_t *j, size_t flags, rs_err *err);
 
+/* Remove path, durably (its directory synced); a path already gone is RS_OK. */
+rs_status rs_file_remove(const char *path, rs_err *err);
+
 /*
  * A directory only this user can use, for files that hold secrets (the
  * admin files of local jobs): $XDG_RUNTIME_DIR/NAME when the session has a

@@ -734,6 +734,7 @@ static __attribute__((noinline)) int64_t insert(rs_zch_table *z, const struct zp
 		 * deleting first and looking for the hole again.
 		 */
 		uint32_t gone = probe(z, p->index, slot, slot[s].id, hint_of(slot[s].id), &found);
+		assert(found); /* else gone is empty and may be i: the delete would take the new entry */
 		p->index[i] = (struct zent){.slot1 = s + 1, .hint = p->h};
 		index_delete(z, p->index, gone);
 		z->stats.evictions++;

@@ -418,7 +418,7 @@ rs_status rs_cuda_zch_create(const rs_zch_config *cfg, const uint32_t *buckets, 
 		return rs_err_set(err, RS_ENOMEM, "cuda zch: out of host memory");
 	z->d.nbuckets = cfg->buckets;
 	z->d.spb = (uint32_t)(cfg->slots / cfg->buckets);
-	uint32_t isize = 2;
+	uint32_t isize = 2; /* 2 is enough here: an eviction deletes before it inserts (the CPU's inserts first: 4) */
 	while (isize < 2 * z->d.spb)
 		isize <<= 1;
 	z->d.imask = isize - 1;

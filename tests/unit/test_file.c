@@ -1,7 +1,8 @@
 /*
  * test_file.c - tests common/file.c: whole files read within their limit,
  * FIFOs and directories refused without blocking, atomic writes with the
- * mode asked for and no temporary file left, and the private directory
+ * mode asked for and no temporary file left, removal (gone already is
+ * fine; what cannot go is named), and the private directory
  * refused when someone could have prepared it (a link, a directory open to
  * others).
  */
@@ -88,6 +89,23 @@ static void test_not_regular_files(void **state)
 	assert_int_equal(rs_file_read_json(path, 100, &j, &err), RS_EINVAL);
 }
 
+static void test_remove(void **state)
+{
+	(void)state;
+	char path[128];
+	rs_err err = {0};
+	snprintf(path, sizeof(path), "%s/gone", dir);
+	assert_int_equal(rs_file_write_buf(path, 0600, "x", 1, &err), RS_OK);
+	assert_int_equal(rs_file_remove(path, &err), RS_OK);
+	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(rs_file_remove(path, &err), RS_OK); /* already gone */
+	snprintf(path, sizeof(path), "%s/a-dir", dir);
+	assert_int_equal(mkdir(path, 0700), 0);
+	assert_int_equal(rs_file_remove(path, &err), RS_EIO);
+	assert_non_null(strstr(err.msg, path));
+	assert_int_equal(rmdir(path), 0);
+}
+
 static void test_private_dir(void **state)
 {
 	(void)state;
@@ -120,6 +138,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_read_and_write),
 		cmocka_unit_test(test_not_regular_files),
+		cmocka_unit_test(test_remove),
 		cmocka_unit_test(test_private_dir),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

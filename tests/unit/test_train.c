@@ -468,56 +468,85 @@ static int snapshot_body(int32_t rank, rs_transport *t, rs_status st, const char
 }
 
 /*
- * Rank 1 cannot write its part of the final save: neither rank reports it
- * saved (none would say "done"), and rank 0's directory is left without an
- * index (an earlier save's is removed first; the new one is never written).
+ * A final save that fails on one rank fails on every rank (none would say
+ * "done"), and leaves no index naming a model that is not whole. Two ways:
+ * rank 1 cannot write its part (an earlier save's index, removed first, is
+ * not replaced), or rank 0 cannot remove the earlier index (no rank writes).
  */
+static int drop_fails;    /* 0: rank 1's part fails, 1: rank 0's removal of the earlier index */
+static char save_dir[128]; /* where the ranks save */
+
 static int save_fail_body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
 {
 	(void)msg;
 	rs_trainer *tr;
 	rs_err err = {0};
-	char good[128], bad[160];
-	snprintf(good, sizeof(good), "%s/save-fail", dir);
-	snprintf(bad, sizeof(bad), "%s/not-a-dir/save", good); /* under a regular file: cannot be made */
+	char bad[160];
+	snprintf(bad, sizeof(bad), "%s/not-a-dir/save", save_dir); /* under a regular file: cannot be made */
 	if (st != RS_OK || rs_trainer_create(cfg, plan, t, NULL, &tr, &err) != RS_OK)
 		return 100;
 	if (rs_trainer_step(tr, 0, NULL, NULL) != RS_OK)
 		return 101;
-	rs_status saved = rs_trainer_save(tr, rank == 1 ? bad : good, 1, &err);
+	rs_status saved = rs_trainer_save(tr, rank == 1 && !drop_fails ? bad : save_dir, 1, &err);
 	rs_trainer_destroy(tr);
 	if (saved == RS_OK)
 		return 102;
+	if (drop_fails)
+		return strstr(err.msg, rank == 0 ? "index.json" : "other rank(s) could not remove the earlier index") ? 0
+														   : 103;
 	return rank == 0 && !strstr(err.msg, "other rank(s) could not write their part") ? 103 : 0;
 }
 
-static void test_a_failed_save_fails_every_rank(void **state)
+static void save_fails(const char *name, int drop)
 {
-	(void)state;
 	rs_err err = {0};
-	char path[128];
-	snprintf(path, sizeof(path), "%s/save-fail", dir);
-	assert_int_equal(mkdir(path, 0700), 0);
-	snprintf(path, sizeof(path), "%s/save-fail/not-a-dir", dir);
+	char path[200];
+	snprintf(save_dir, sizeof(save_dir), "%s/%s", dir, name);
+	assert_int_equal(mkdir(save_dir, 0700), 0);
+	snprintf(path, sizeof(path), "%s/not-a-dir", save_dir);
 	FILE *f = fopen(path, "w");
 	assert_non_null(f);
 	fclose(f);
-	snprintf(path, sizeof(path), "%s/save-fail/index.json", dir); /* an earlier save's */
+	snprintf(path, sizeof(path), "%s/index.json", save_dir); /* an earlier save's */
+	if (drop) { /* one that cannot be removed */
+		assert_int_equal(mkdir(path, 0700), 0);
+		snprintf(path, sizeof(path), "%s/index.json/x", save_dir);
+	}
 	assert_non_null(f = fopen(path, "w"));
 	fputs("{\"format\": \"rowshift-checkpoint\"}\n", f);
 	fclose(f);
 	rs_world w = rs_world_make(cfg, 2, 0, 0, 0);
 	assert_int_equal(rs_planner_plan(cfg, &w, NULL, NULL, &plan, &err), RS_OK);
+	drop_fails = drop;
 	world wo = {.n = 2, .timeout_ms = 20000, .absent = -1, .bad_token = -1, .bad_generation = -1, .reap_last = -1,
 		    .body = save_fail_body};
 	world_run(&wo);
 	for (int r = 0; r < 2; r++)
 		if (wo.exit_code[r] != 0)
 			fail_msg("rank %d exited %d", r, wo.exit_code[r]);
-	if (access(path, F_OK) == 0)
-		fail_msg("%s: an index naming a model that is not whole", path);
+	DIR *d = opendir(save_dir);
+	assert_non_null(d);
+	for (struct dirent *e; (e = readdir(d));) {
+		if (!drop && !strcmp(e->d_name, "index.json"))
+			fail_msg("%s/index.json: an index naming a model that is not whole", save_dir);
+		if (drop && e->d_name[0] != '.' && strcmp(e->d_name, "index.json") && strcmp(e->d_name, "not-a-dir"))
+			fail_msg("%s/%s written after the earlier index could not be removed", save_dir, e->d_name);
+	}
+	closedir(d);
 	rs_plan_free(plan);
 	plan = NULL;
+}
+
+static void test_a_failed_save_fails_every_rank(void **state)
+{
+	(void)state;
+	save_fails("save-fail", 0);
+}
+
+static void test_an_index_that_cannot_go_stops_every_rank(void **state)
+{
+	(void)state;
+	save_fails("save-stuck", 1);
 }
 
 static void test_snapshot_cancel_and_load(void **state)
@@ -552,6 +581,7 @@ int main(void)
 		cmocka_unit_test(test_learns_toward_the_teacher),
 		cmocka_unit_test(test_killed_worker_stops_the_others),
 		cmocka_unit_test(test_a_failed_save_fails_every_rank),
+		cmocka_unit_test(test_an_index_that_cannot_go_stops_every_rank),
 		cmocka_unit_test(test_malformed_request_is_refused),
 		cmocka_unit_test(test_snapshot_cancel_and_load),
 	};
