@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/safetensors.h"
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +76,7 @@ struct rs_snapshot {
 	int64_t dense_params;   /* rank 0: the dense network's; else -1 */
 	rs_ckpt_file_report *written; /* per file, after rs_snapshot_write */
 	size_t bytes;           /* of the copies */
+	int64_t size;           /* of every tensor, copied or not: what the files hold */
 	int borrow;             /* the trainer's own buffers are written as they are (a save that waits for its write) */
 	atomic_int cancel;      /* rs_snapshot_cancel: stop before the next file */
 };
@@ -112,6 +114,7 @@ static void *snap_tensor(rs_snapshot *s, snap_file *f, const char *name, rs_st_d
 	f->own[f->n] = p == src ? NULL : p;
 	if (p != src)
 		s->bytes += bytes;
+	s->size += (int64_t)bytes;
 	f->t[f->n++] = (rs_st_tensor_in){name, dtype, ndim, {d0, d1}, p};
 	return p;
 }
@@ -247,12 +250,25 @@ size_t rs_snapshot_bytes(const rs_snapshot *s) { return s->bytes; }
 
 /*
  * Whether every rank did what it had to (`what`, for the message), its own
- * failure first: all learn it, so none goes on unless all can.
+ * failure first: all learn it, so none goes on unless all can. With
+ * largest, every rank also learns the most bytes any rank gave as `mine`.
  */
-static rs_status all_did(rs_trainer *tr, rs_status st, const char *dir, const char *what, rs_err *err)
+static rs_status all_did(rs_trainer *tr, rs_status st, const char *dir, const char *what, int64_t mine,
+			 int64_t *largest, rs_err *err)
 {
-	int64_t failed = st != RS_OK;
-	rs_status bst = rs_transport_allreduce_i64(tr->t, &failed, 1);
+	size_t n = largest ? 1 + (size_t)tr->world : 1;
+	int64_t one, *v = largest ? calloc(n, sizeof(*v)) : &one;
+	if (!v) /* the others time out: what a rank that cannot take part leaves them */
+		return rs_err_set(err, RS_ENOMEM, "checkpoint %s: out of memory", dir);
+	v[0] = st != RS_OK;
+	if (largest)
+		v[1 + tr->rank] = mine;
+	rs_status bst = rs_transport_allreduce_i64(tr->t, v, n);
+	int64_t failed = v[0];
+	for (size_t i = 1; largest && i < n; i++)
+		*largest = v[i] > *largest ? v[i] : *largest;
+	if (largest)
+		free(v);
 	if (st != RS_OK)
 		return st;
 	if (bst != RS_OK)
@@ -260,6 +276,22 @@ static rs_status all_did(rs_trainer *tr, rs_status st, const char *dir, const ch
 	if (failed > 0)
 		return rs_err_set(err, RS_EIO, "checkpoint %s: %lld other rank(s) could not %s", dir, (long long)failed, what);
 	return RS_OK;
+}
+
+int64_t rs_save_floor_bytes_per_s_for_tests;
+
+/*
+ * How long a rank waits for the others' files: the transport's own bound,
+ * plus the largest rank's part written at 10 MiB/s (slower than any disk
+ * we expect): a rank with more rows, or a slower disk, is waited for (with
+ * the bound alone, a save whose parts took 30 s more on one rank failed on
+ * all), and one that hangs is still given up on.
+ */
+static int save_wait_ms(rs_trainer *tr, int64_t largest)
+{
+	int64_t floor = rs_save_floor_bytes_per_s_for_tests > 0 ? rs_save_floor_bytes_per_s_for_tests : 10 << 20;
+	int64_t ms = rs_transport_timeout(tr->t, 0) + largest / floor * 1000 + largest % floor * 1000 / floor;
+	return ms < INT_MAX / 2 ? (int)ms : INT_MAX / 2;
 }
 
 /*
@@ -274,16 +306,22 @@ static rs_status all_did(rs_trainer *tr, rs_status st, const char *dir, const ch
 rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err *err)
 {
 	rs_snapshot *s = NULL;
-	RSCHECK(all_did(tr, tr->rank == 0 ? rs_checkpoint_drop_index(dir, err) : RS_OK, dir,
-			"remove the earlier index", err));
-	rs_status st = snapshot(tr, 1, &s, err); /* written before training goes on: nothing to copy */
-	if (st == RS_OK)
-		st = rs_snapshot_write(s, dir, err);
-	rs_snapshot_free(s);
-	RSCHECK(all_did(tr, st, dir, "write their part", err));
+	int64_t largest = 0;
+	rs_status st = snapshot(tr, 1, &s, err); /* the trainer's own buffers: written before training goes on */
+	if (st == RS_OK && tr->rank == 0)
+		st = rs_checkpoint_drop_index(dir, err);
+	int was = rs_transport_timeout(tr->t, 0);
+	RSCHECKGOTO(all_did(tr, st, dir, "begin (list their files; rank 0: remove the earlier index)", s ? s->size : 0, &largest, err), st, out);
+	rs_transport_timeout(tr->t, save_wait_ms(tr, largest));
+	st = rs_snapshot_write(s, dir, err);
+	RSCHECKGOTO(all_did(tr, st, dir, "write their part", 0, NULL, err), st, out);
 	st = tr->rank == 0 ? rs_checkpoint_write_index(dir, tr->cfg, tr->plan, step, rs_dense_nparams(tr->dense), NULL, err)
 			   : RS_OK;
-	return all_did(tr, st, dir, "write the index", err);
+	st = all_did(tr, st, dir, "write the index", 0, NULL, err);
+out:
+	rs_transport_timeout(tr->t, was);
+	rs_snapshot_free(s);
+	return st;
 }
 
 /* ---- loading a checkpoint ----------------------------------------------------------- */

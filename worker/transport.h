@@ -56,6 +56,8 @@ typedef struct rs_transport_ops {
 	 * the view shuts down the connections it shares: t is then of no use.
 	 */
 	rs_status (*subset)(rs_transport *t, int32_t n, rs_transport **out);
+	/* The bound on each later call's waits: ms > 0 sets it; returns the one before (ms 0: only reads it). */
+	int (*timeout)(rs_transport *t, int ms);
 } rs_transport_ops;
 
 struct rs_transport {
@@ -77,6 +79,8 @@ static inline void rs_transport_destroy(rs_transport *t)
 	if (t)
 		t->ops->destroy(t);
 }
+
+static inline int rs_transport_timeout(rs_transport *t, int ms) { return t->ops->timeout(t, ms); }
 
 static inline const char *rs_transport_error(const rs_transport *t) { return t->error; }
 

@@ -361,12 +361,22 @@ static void nccl_destroy(rs_transport *base)
 
 static rs_status nccl_subset(rs_transport *base, int32_t n, rs_transport **out);
 
+static int nccl_timeout(rs_transport *base, int ms)
+{
+	nccl *t = (nccl *)base;
+	int was = t->timeout_ms;
+	if (ms > 0)
+		t->timeout_ms = ms;
+	return was;
+}
+
 static const rs_transport_ops nccl_ops = {
 	.name = "nccl",
 	.exchange = nccl_exchange,
 	.abort = nccl_abort,
 	.destroy = nccl_destroy,
 	.subset = nccl_subset,
+	.timeout = nccl_timeout,
 };
 
 /* A transport struct around cr (shared or new), with its own event, staging and (maybe) stream. */

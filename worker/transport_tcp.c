@@ -812,12 +812,22 @@ static void tcp_destroy(rs_transport *base)
 
 static rs_status tcp_subset(rs_transport *base, int32_t n, rs_transport **out);
 
+static int tcp_timeout(rs_transport *base, int ms)
+{
+	tcp *t = (tcp *)base;
+	int was = t->timeout_ms;
+	if (ms > 0)
+		t->timeout_ms = ms;
+	return was;
+}
+
 static const rs_transport_ops tcp_ops = {
 	.name = "tcp",
 	.exchange = tcp_exchange,
 	.abort = tcp_abort,
 	.destroy = tcp_destroy,
 	.subset = tcp_subset,
+	.timeout = tcp_timeout,
 };
 
 static rs_status tcp_subset(rs_transport *base, int32_t n, rs_transport **out)

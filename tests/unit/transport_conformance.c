@@ -169,7 +169,19 @@ static int all_reduce(rs_transport *t)
 	return failures;
 }
 
+/* The bound on waits reads back as set, and a call under a longer one still completes. */
+static int timeout(rs_transport *t)
+{
+	int failures = 0, was = rs_transport_timeout(t, 0);
+	CHECK(was > 0, "the transport's timeout reads %d ms", was);
+	CHECK(rs_transport_timeout(t, was + 1234) == was, "setting the timeout does not return the one before");
+	CHECK(rs_transport_timeout(t, 0) == was + 1234, "the timeout set does not read back");
+	CHECK(rs_transport_barrier(t) == RS_OK, "barrier under a longer timeout");
+	CHECK(rs_transport_timeout(t, was) == was + 1234, "the timeout does not go back");
+	return failures;
+}
+
 int rs_transport_conformance(rs_transport *t)
 {
-	return point_to_point(t) + all_to_all(t) + all_reduce(t);
+	return point_to_point(t) + all_to_all(t) + all_reduce(t) + timeout(t);
 }
