@@ -56,13 +56,12 @@ typedef struct rs_transport_ops {
 	 * the view shuts down the connections it shares: t is then of no use.
 	 */
 	rs_status (*subset)(rs_transport *t, int32_t n, rs_transport **out);
-	/* The bound on each later call's waits: ms > 0 sets it; returns the one before (ms 0: only reads it). */
-	int (*timeout)(rs_transport *t, int ms);
 } rs_transport_ops;
 
 struct rs_transport {
 	const rs_transport_ops *ops;
 	int32_t rank, world;
+	int timeout_ms; /* the bound on each call's waits (rs_transport_timeout) */
 	char error[256];
 };
 
@@ -80,7 +79,13 @@ static inline void rs_transport_destroy(rs_transport *t)
 		t->ops->destroy(t);
 }
 
-static inline int rs_transport_timeout(rs_transport *t, int ms) { return t->ops->timeout(t, ms); }
+/* The bound on each later call's waits: ms > 0 sets it; returns the one before (ms 0: only reads it). */
+static inline int rs_transport_timeout(rs_transport *t, int ms)
+{
+	int was = t->timeout_ms;
+	t->timeout_ms = ms > 0 ? ms : was;
+	return was;
+}
 
 static inline const char *rs_transport_error(const rs_transport *t) { return t->error; }
 

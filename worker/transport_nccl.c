@@ -35,7 +35,6 @@ typedef struct nccl {
 	cudaStream_t stream;
 	int own_stream;
 	int device;
-	int timeout_ms;
 	atomic_int aborted;
 	int broken;
 	int view;           /* a subset view: the communicator has more ranks than base.world */
@@ -113,7 +112,7 @@ static rs_status poll_comm(nccl *t, const char *what, int64_t deadline, int *rea
 	*ready = ar == ncclSuccess;
 	if (!*ready && rs_now_ms() > deadline)
 		return fail(t, RS_ETIMEDOUT, "transport nccl: rank %d: %s timed out after %d ms (a peer gone or hung?)",
-			    t->base.rank, what, t->timeout_ms);
+			    t->base.rank, what, t->base.timeout_ms);
 	return RS_OK;
 }
 
@@ -145,7 +144,7 @@ static rs_status wait_stream(nccl *t, const char *what, int64_t deadline)
 			return st;
 		if (rs_now_ms() > deadline)
 			return fail(t, RS_ETIMEDOUT, "transport nccl: rank %d: %s timed out after %d ms (a peer gone or hung?)",
-				    t->base.rank, what, t->timeout_ms);
+				    t->base.rank, what, t->base.timeout_ms);
 		nap();
 	}
 }
@@ -232,7 +231,7 @@ static rs_status nccl_exchange(rs_transport *base, const rs_xfer *sends, int nse
 			total += align_up(x->len);
 		}
 	}
-	int64_t deadline = rs_now_ms() + t->timeout_ms;
+	int64_t deadline = rs_now_ms() + t->base.timeout_ms;
 	st = RS_OK;
 	if ((st = stage_reserve(t, total)) != RS_OK)
 		goto out;
@@ -296,7 +295,7 @@ rs_status rs_nccl_allreduce_sum(rs_transport *base, float *buf, size_t n)
 		return RS_EUNSUPPORTED;
 	if (n == 0)
 		return RS_OK;
-	int64_t deadline = rs_now_ms() + t->timeout_ms;
+	int64_t deadline = rs_now_ms() + t->base.timeout_ms;
 	float *d = buf;
 	size_t bytes = n * sizeof(float);
 	int staged = !on_device(buf);
@@ -333,7 +332,7 @@ static void nccl_destroy(rs_transport *base)
 			if (!t->broken && !atomic_load(&t->aborted)) {
 				ncclResult_t r = ncclCommFinalize(t->cr->comm);
 				st = r == ncclSuccess || r == ncclInProgress
-					     ? wait_comm(t, "finalize", rs_now_ms() + t->timeout_ms)
+					     ? wait_comm(t, "finalize", rs_now_ms() + t->base.timeout_ms)
 					     : fail(t, RS_ENCCL, "ncclCommFinalize: %s", ncclGetErrorString(r));
 			}
 			if (st == RS_OK && !t->broken && !atomic_load(&t->aborted)) {
@@ -361,22 +360,12 @@ static void nccl_destroy(rs_transport *base)
 
 static rs_status nccl_subset(rs_transport *base, int32_t n, rs_transport **out);
 
-static int nccl_timeout(rs_transport *base, int ms)
-{
-	nccl *t = (nccl *)base;
-	int was = t->timeout_ms;
-	if (ms > 0)
-		t->timeout_ms = ms;
-	return was;
-}
-
 static const rs_transport_ops nccl_ops = {
 	.name = "nccl",
 	.exchange = nccl_exchange,
 	.abort = nccl_abort,
 	.destroy = nccl_destroy,
 	.subset = nccl_subset,
-	.timeout = nccl_timeout,
 };
 
 /* A transport struct around cr (shared or new), with its own event, staging and (maybe) stream. */
@@ -389,7 +378,7 @@ static rs_status wrap(int32_t rank, int32_t world, int device, cudaStream_t stre
 		return rs_err_set(err, RS_ENOMEM, "transport nccl: out of memory");
 	t->base = (rs_transport){.ops = &nccl_ops, .rank = rank, .world = world};
 	t->device = device;
-	t->timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
+	t->base.timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
 	t->stream = stream;
 	cudaError_t e = cudaSuccess;
 	if (!stream) {
@@ -414,7 +403,7 @@ static rs_status nccl_subset(rs_transport *base, int32_t n, rs_transport **out)
 	if (n < 1 || n > base->world || base->rank >= n)
 		return RS_EINVAL;
 	RSCHECK(usable(parent));
-	RSCHECK(wrap(base->rank, n, parent->device, parent->stream, parent->timeout_ms, &t, NULL));
+	RSCHECK(wrap(base->rank, n, parent->device, parent->stream, parent->base.timeout_ms, &t, NULL));
 	t->cr = parent->cr;
 	t->cr->refs++;
 	t->view = 1;
@@ -471,7 +460,7 @@ rs_status rs_nccl_transport_create(const rs_nccl_config *cfg, rs_transport **out
 		return RS_ENCCL;
 	}
 	t->cr->dead = 0;
-	rs_status st = wait_comm(t, "joining the communicator", rs_now_ms() + t->timeout_ms);
+	rs_status st = wait_comm(t, "joining the communicator", rs_now_ms() + t->base.timeout_ms);
 	if (st != RS_OK) {
 		rs_err_set(err, st, "%s (generation %llu)", t->base.error, (unsigned long long)cfg->generation);
 		nccl_destroy(&t->base);
@@ -523,11 +512,11 @@ rs_status rs_nccl_transport_split(rs_transport *base, int32_t n, rs_transport **
 	ncclConfig_t c = nonblocking_config();
 	NCCLCHECK(parent, ncclCommSplit(parent->cr->comm, in ? 0 : NCCL_SPLIT_NOCOLOR, base->rank, &child, &c));
 	/* the parent's async state covers the split; the child's its own set-up */
-	RSCHECK(wait_comm(parent, "split", rs_now_ms() + parent->timeout_ms));
+	RSCHECK(wait_comm(parent, "split", rs_now_ms() + parent->base.timeout_ms));
 	if (!in)
 		return RS_OK;
 	rs_err err = {{0}};
-	rs_status st = wrap(base->rank, n, parent->device, NULL, parent->timeout_ms, &t, &err);
+	rs_status st = wrap(base->rank, n, parent->device, NULL, parent->base.timeout_ms, &t, &err);
 	if (st == RS_OK && !(t->cr = calloc(1, sizeof(*t->cr))))
 		st = RS_ENOMEM;
 	if (st != RS_OK) {
@@ -539,7 +528,7 @@ rs_status rs_nccl_transport_split(rs_transport *base, int32_t n, rs_transport **
 	}
 	t->cr->comm = child;
 	t->cr->refs = 1;
-	if ((st = wait_comm(t, "split (child set-up)", rs_now_ms() + t->timeout_ms)) != RS_OK) {
+	if ((st = wait_comm(t, "split (child set-up)", rs_now_ms() + t->base.timeout_ms)) != RS_OK) {
 		fail(parent, st, "transport nccl: split: %s", t->base.error);
 		nccl_destroy(&t->base);
 		return st;

@@ -81,7 +81,6 @@ typedef struct tcp {
 	int wake[2];          /* abort writes here to interrupt poll */
 	atomic_int aborted;
 	int broken;           /* a failed call leaves the mesh unusable */
-	int timeout_ms;
 	uint64_t seq;         /* exchanges so far: both ends count the same */
 	int borrowed;         /* a subset view: the connections are its parent's */
 } tcp;
@@ -731,7 +730,7 @@ static rs_status tcp_exchange(rs_transport *base, const rs_xfer *sends, int nsen
 	out[me].cur = out[me].n;
 	in[me].cur = in[me].n;
 
-	int64_t deadline = rs_now_ms() + t->timeout_ms;
+	int64_t deadline = rs_now_ms() + t->base.timeout_ms;
 	for (;;) {
 		int np = 0;
 		for (int32_t p = 0; p < w; p++) {
@@ -757,7 +756,7 @@ static rs_status tcp_exchange(rs_transport *base, const rs_xfer *sends, int nsen
 		}
 		if (rc == 0) {
 			st = fail(t, RS_ETIMEDOUT, "transport: rank %d: exchange %llu timed out after %d ms waiting for rank %d",
-				  me, (unsigned long long)t->seq, t->timeout_ms, pfd_peer[0]);
+				  me, (unsigned long long)t->seq, t->base.timeout_ms, pfd_peer[0]);
 			goto done;
 		}
 		for (int k = 0; k < np; k++) {
@@ -812,22 +811,12 @@ static void tcp_destroy(rs_transport *base)
 
 static rs_status tcp_subset(rs_transport *base, int32_t n, rs_transport **out);
 
-static int tcp_timeout(rs_transport *base, int ms)
-{
-	tcp *t = (tcp *)base;
-	int was = t->timeout_ms;
-	if (ms > 0)
-		t->timeout_ms = ms;
-	return was;
-}
-
 static const rs_transport_ops tcp_ops = {
 	.name = "tcp",
 	.exchange = tcp_exchange,
 	.abort = tcp_abort,
 	.destroy = tcp_destroy,
 	.subset = tcp_subset,
-	.timeout = tcp_timeout,
 };
 
 static rs_status tcp_subset(rs_transport *base, int32_t n, rs_transport **out)
@@ -841,9 +830,8 @@ static rs_status tcp_subset(rs_transport *base, int32_t n, rs_transport **out)
 		free(t);
 		return RS_ENOMEM;
 	}
-	t->base = (rs_transport){.ops = &tcp_ops, .rank = base->rank, .world = n};
+	t->base = (rs_transport){.ops = &tcp_ops, .rank = base->rank, .world = n, .timeout_ms = base->timeout_ms};
 	memcpy(t->fd, parent->fd, sizeof(int) * (size_t)n);
-	t->timeout_ms = parent->timeout_ms;
 	t->borrowed = 1;
 	t->wake[0] = t->wake[1] = -1;
 	if (pipe2(t->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -874,7 +862,7 @@ rs_status rs_tcp_transport_create(const rs_tcp_config *cfg, rs_transport **out, 
 		return RS_ENOMEM;
 	}
 	t->base = (rs_transport){.ops = &tcp_ops, .rank = cfg->rank, .world = cfg->world};
-	t->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 30000;
+	t->base.timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 30000;
 	t->wake[0] = t->wake[1] = -1;
 	for (int32_t p = 0; p < cfg->world; p++)
 		t->fd[p] = -1;
@@ -888,7 +876,7 @@ rs_status rs_tcp_transport_create(const rs_tcp_config *cfg, rs_transport **out, 
 		}
 		RSCHECKGOTO(rs_tcp_listen(host, atoi(port), &lfd, &bound, err), st, fail_out);
 	}
-	int64_t deadline = rs_now_ms() + t->timeout_ms;
+	int64_t deadline = rs_now_ms() + t->base.timeout_ms;
 	for (int32_t j = 0; j < cfg->rank; j++)
 		RSCHECKGOTO(connect_peer(t, cfg, j, deadline, err), st, fail_out);
 	if (cfg->rank < cfg->world - 1)

@@ -296,17 +296,8 @@ static rs_status no_subset(rs_transport *t, int32_t n, rs_transport **out)
 	(void)t, (void)n, (void)out;
 	return RS_EINVAL;
 }
-static int no_timeout(rs_transport *t, int ms)
-{
-	(void)t, (void)ms;
-	return 30000;
-}
-static const rs_transport_ops unused_ops = {.name = "unused",
-					     .exchange = no_exchange,
-					     .abort = no_abort,
-					     .destroy = no_abort,
-					     .subset = no_subset,
-					     .timeout = no_timeout};
+static const rs_transport_ops unused_ops = {
+	.name = "unused", .exchange = no_exchange, .abort = no_abort, .destroy = no_abort, .subset = no_subset};
 
 static int guard_body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
 {
