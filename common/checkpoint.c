@@ -82,7 +82,9 @@ rs_status rs_checkpoint_drop_index(const char *dir, rs_err *err)
 	char path[4200];
 	if (snprintf(path, sizeof(path), "%s/index.json", dir) >= (int)sizeof(path))
 		return rs_err_set(err, RS_EINVAL, "checkpoint: directory name too long: %.64s...", dir);
-	return rs_file_remove(path, err); /* its message names the path */
+	rs_err why = {0};
+	rs_status st = rs_file_remove(path, &why);
+	return st == RS_OK ? RS_OK : rs_err_set(err, st, "checkpoint: the earlier index: %s", why.msg);
 }
 
 rs_status rs_checkpoint_verify_file(const char *dir, const char *file, const rs_ckpt_sum *sum, rs_err *err)

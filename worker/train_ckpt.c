@@ -250,31 +250,23 @@ size_t rs_snapshot_bytes(const rs_snapshot *s) { return s->bytes; }
 
 /*
  * Whether every rank did what it had to (`what`, for the message), its own
- * failure first: all learn it, so none goes on unless all can. With
- * largest, every rank also learns the most bytes any rank gave as `mine`.
+ * failure first: all learn it, so none goes on unless all can. With total,
+ * every rank also learns the sum of the bytes they gave as `mine`.
  */
 static rs_status all_did(rs_trainer *tr, rs_status st, const char *dir, const char *what, int64_t mine,
-			 int64_t *largest, rs_err *err)
+			 int64_t *total, rs_err *err)
 {
-	size_t n = largest ? 1 + (size_t)tr->world : 1;
-	int64_t one, *v = largest ? calloc(n, sizeof(*v)) : &one;
-	if (!v) /* the others time out: what a rank that cannot take part leaves them */
-		return rs_err_set(err, RS_ENOMEM, "checkpoint %s: out of memory", dir);
-	v[0] = st != RS_OK;
-	if (largest)
-		v[1 + tr->rank] = mine;
-	rs_status bst = rs_transport_allreduce_i64(tr->t, v, n);
-	int64_t failed = v[0];
-	for (size_t i = 1; largest && i < n; i++)
-		*largest = v[i] > *largest ? v[i] : *largest;
-	if (largest)
-		free(v);
+	int64_t v[2] = {st != RS_OK, mine};
+	rs_status bst = rs_transport_allreduce_i64(tr->t, v, total ? 2 : 1);
+	if (total)
+		*total = v[1];
 	if (st != RS_OK)
 		return st;
 	if (bst != RS_OK)
-		return rs_err_set(err, bst, "checkpoint: waiting for the other ranks: %s", rs_transport_error(tr->t));
-	if (failed > 0)
-		return rs_err_set(err, RS_EIO, "checkpoint %s: %lld other rank(s) could not %s", dir, (long long)failed, what);
+		return rs_err_set(err, bst, "checkpoint %s: waiting for the other ranks to %s: %s", dir, what,
+				  rs_transport_error(tr->t));
+	if (v[0] > 0)
+		return rs_err_set(err, RS_EIO, "checkpoint %s: %lld other rank(s) could not %s", dir, (long long)v[0], what);
 	return RS_OK;
 }
 
@@ -282,15 +274,16 @@ int64_t rs_save_floor_bytes_per_s_for_tests;
 
 /*
  * How long a rank waits for the others' files: the transport's own bound,
- * plus the largest rank's part written at 10 MiB/s (slower than any disk
- * we expect): a rank with more rows, or a slower disk, is waited for (with
- * the bound alone, a save whose parts took 30 s more on one rank failed on
- * all), and one that hangs is still given up on.
+ * plus every rank's part written at 10 MiB/s (the ranks share the disk, or
+ * the volume, in the worst case; slower than any we expect): a rank with
+ * more rows, or a slower disk, is waited for (with the bound alone, a save
+ * whose parts took 30 s more on one rank failed on all), and one that
+ * hangs is still given up on.
  */
-static int save_wait_ms(rs_trainer *tr, int64_t largest)
+static int save_wait_ms(rs_trainer *tr, int64_t total)
 {
 	int64_t floor = rs_save_floor_bytes_per_s_for_tests > 0 ? rs_save_floor_bytes_per_s_for_tests : 10 << 20;
-	int64_t ms = rs_transport_timeout(tr->t, 0) + largest / floor * 1000 + largest % floor * 1000 / floor;
+	int64_t ms = rs_transport_timeout(tr->t, 0) + total / floor * 1000 + total % floor * 1000 / floor;
 	return ms < INT_MAX / 2 ? (int)ms : INT_MAX / 2;
 }
 
@@ -306,13 +299,15 @@ static int save_wait_ms(rs_trainer *tr, int64_t largest)
 rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err *err)
 {
 	rs_snapshot *s = NULL;
-	int64_t largest = 0;
+	int64_t total = 0;
 	rs_status st = snapshot(tr, 1, &s, err); /* the trainer's own buffers: written before training goes on */
 	if (st == RS_OK && tr->rank == 0)
 		st = rs_checkpoint_drop_index(dir, err);
 	int was = rs_transport_timeout(tr->t, 0);
-	RSCHECKGOTO(all_did(tr, st, dir, "begin (list their files; rank 0: remove the earlier index)", s ? s->size : 0, &largest, err), st, out);
-	rs_transport_timeout(tr->t, save_wait_ms(tr, largest));
+	RSCHECKGOTO(all_did(tr, st, dir, "begin the save (rank 0 removes the earlier index)", s ? s->size : 0, &total,
+			    err),
+		    st, out);
+	rs_transport_timeout(tr->t, save_wait_ms(tr, total));
 	st = rs_snapshot_write(s, dir, err);
 	RSCHECKGOTO(all_did(tr, st, dir, "write their part", 0, NULL, err), st, out);
 	st = tr->rank == 0 ? rs_checkpoint_write_index(dir, tr->cfg, tr->plan, step, rs_dense_nparams(tr->dense), NULL, err)
