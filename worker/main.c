@@ -129,7 +129,7 @@ int main(int argc, char **argv)
 		RS_PARAM("--config", "ROWSHIFT_CONFIG", RS_PARAM_STR, NULL, "FILE", "model config (JSON)", &config),
 		RS_PARAM("--name", "POD_NAME", RS_PARAM_STR, NULL, "NAME", "this worker's name (the pod name)", &name),
 		RS_PARAM("--host", "POD_IP", RS_PARAM_STR, "127.0.0.1", "ADDR", "address peers reach this worker's transport on", &host),
-		RS_PARAM("--timeout-ms", "ROWSHIFT_TIMEOUT_MS", RS_PARAM_INT, "30000", "MS", "bound on every wait for a peer or the coordinator's answer (at the final save, plus all ranks' parts at 10 MiB/s)", &timeout_ms),
+		RS_PARAM("--timeout-ms", "ROWSHIFT_TIMEOUT_MS", RS_PARAM_INT, "30000", "MS", "bound on every wait for a peer or the coordinator's answer (at the final save, plus the whole model at 10 MiB/s)", &timeout_ms),
 		RS_PARAM("--coordinator-grace-ms", "ROWSHIFT_COORDINATOR_GRACE_MS", RS_PARAM_INT, "60000", "MS", "how long to wait for a lost coordinator to come back before exiting", &grace_ms),
 		RS_PARAM("--device", "ROWSHIFT_DEVICE", RS_PARAM_STR, "auto", "DEV", "where the shards live and the kernels run: auto (a CUDA device if there is one), cpu, cuda or cuda:N", &device),
 		RS_PARAM("--fault", "ROWSHIFT_FAULT", RS_PARAM_STR, NULL, "HOOK", "tests only: corrupt-chunk (the first chunk received is damaged), stall-ms=N (every reshard waits N ms before moving rows), stall-connect-ms=N (before connecting its transport), checkpoint-stall-ms=N[@STEP] (a checkpoint's writer, after its first file; only STEP's), exit-after-checkpoint=STEP[@NAME] (exit once the checkpoint of STEP is complete) or exit-before-done[@NAME] (exit after the last step and the final save, before saying done)", &fault),

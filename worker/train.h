@@ -348,7 +348,7 @@ extern int rs_reshard_fault_for_tests;
  * only the checkpoint of rs_checkpoint_stall_step_for_tests where that is >= 0. */
 extern int64_t rs_checkpoint_stall_ms_for_tests;
 extern int64_t rs_checkpoint_stall_step_for_tests;
-/* Tests only: the disk speed (bytes/s) a final save's ranks allow all their parts (default 10 MiB/s). */
+/* Tests only: the disk speed (bytes/s) a final save's ranks allow the whole model (default 10 MiB/s). */
 extern int64_t rs_save_floor_bytes_per_s_for_tests;
 
 #endif

@@ -76,7 +76,6 @@ struct rs_snapshot {
 	int64_t dense_params;   /* rank 0: the dense network's; else -1 */
 	rs_ckpt_file_report *written; /* per file, after rs_snapshot_write */
 	size_t bytes;           /* of the copies */
-	int64_t size;           /* of every tensor, copied or not: what the files hold */
 	int borrow;             /* the trainer's own buffers are written as they are (a save that waits for its write) */
 	atomic_int cancel;      /* rs_snapshot_cancel: stop before the next file */
 };
@@ -114,7 +113,6 @@ static void *snap_tensor(rs_snapshot *s, snap_file *f, const char *name, rs_st_d
 	f->own[f->n] = p == src ? NULL : p;
 	if (p != src)
 		s->bytes += bytes;
-	s->size += (int64_t)bytes;
 	f->t[f->n++] = (rs_st_tensor_in){name, dtype, ndim, {d0, d1}, p};
 	return p;
 }
@@ -250,69 +248,70 @@ size_t rs_snapshot_bytes(const rs_snapshot *s) { return s->bytes; }
 
 /*
  * Whether every rank did what it had to (`what`, for the message), its own
- * failure first: all learn it, so none goes on unless all can. With total,
- * every rank also learns the sum of the bytes they gave as `mine`.
+ * failure first: all learn it, so none goes on unless all can.
  */
-static rs_status all_did(rs_trainer *tr, rs_status st, const char *dir, const char *what, int64_t mine,
-			 int64_t *total, rs_err *err)
+static rs_status all_did(rs_trainer *tr, rs_status st, const char *dir, const char *what, rs_err *err)
 {
-	int64_t v[2] = {st != RS_OK, mine};
-	rs_status bst = rs_transport_allreduce_i64(tr->t, v, total ? 2 : 1);
-	if (total)
-		*total = v[1];
+	int64_t failed = st != RS_OK;
+	rs_status bst = rs_transport_allreduce_i64(tr->t, &failed, 1);
 	if (st != RS_OK)
 		return st;
 	if (bst != RS_OK)
 		return rs_err_set(err, bst, "checkpoint %s: waiting for the other ranks to %s: %s", dir, what,
 				  rs_transport_error(tr->t));
-	if (v[0] > 0)
-		return rs_err_set(err, RS_EIO, "checkpoint %s: %lld other rank(s) could not %s", dir, (long long)v[0], what);
+	if (failed > 0)
+		return rs_err_set(err, RS_EIO, "checkpoint %s: %lld other rank(s) could not %s", dir, (long long)failed, what);
 	return RS_OK;
 }
 
 int64_t rs_save_floor_bytes_per_s_for_tests;
 
 /*
- * How long a rank waits for the others' files: the transport's own bound,
- * plus every rank's part written at 10 MiB/s (the ranks share the disk, or
- * the volume, in the worst case; slower than any we expect): a rank with
- * more rows, or a slower disk, is waited for (with the bound alone, a save
- * whose parts took 30 s more on one rank failed on all), and one that
- * hangs is still given up on.
+ * How long a rank waits for the others at the final save: the transport's
+ * own bound, plus the whole model (what all ranks write together: every
+ * row once, with its optimizer state and ZCH metadata) at 10 MiB/s, as the
+ * ranks may share one disk or volume (slower than any we expect). A rank
+ * with more rows, or a slower disk, is waited for (with the bound alone, a
+ * save whose part took 30 s more on one rank failed on all), and one that
+ * hangs is still given up on. The same on every rank: it needs only the
+ * config.
  */
-static int save_wait_ms(rs_trainer *tr, int64_t total)
+static int save_wait_ms(const rs_config *cfg, int bound_ms)
 {
 	int64_t floor = rs_save_floor_bytes_per_s_for_tests > 0 ? rs_save_floor_bytes_per_s_for_tests : 10 << 20;
-	int64_t ms = rs_transport_timeout(tr->t, 0) + total / floor * 1000 + total % floor * 1000 / floor;
+	int64_t total = 0;
+	for (int t = 0; t < cfg->ntables; t++) {
+		const rs_table_config *tc = &cfg->tables[t];
+		total += tc->rows * (int64_t)(rs_table_row_bytes(cfg, tc) + (tc->has_zch ? 20 : 0));
+	}
+	int64_t ms = bound_ms + total / floor * 1000 + total % floor * 1000 / floor;
 	return ms < INT_MAX / 2 ? (int)ms : INT_MAX / 2;
 }
 
 /*
- * The final save, at the end of the job: rank 0 removes an earlier save's
- * index before any rank writes, and writes the new one once every rank's
- * files are in place (so a save that fails part-way, or a rank that dies,
- * leaves no index naming a model that is not whole). Every rank says how
- * each stage went, and a rank that returns RS_OK (then says "done") knows
- * the whole model is on disk with its index: the coordinator counts on it
- * when a peer is lost after the end.
+ * The final save, at the end of the job: once every rank has its part in
+ * hand, rank 0 removes an earlier save's index before any rank writes, and
+ * writes the new one once every rank's files are in place (so a save that
+ * fails part-way, or a rank that dies, leaves no index naming a model that
+ * is not whole, and one that fails before writing leaves the earlier save
+ * as it was). Every rank says how each stage went, and a rank that returns
+ * RS_OK (then says "done") knows the whole model is on disk with its index:
+ * the coordinator counts on it when a peer is lost after the end.
  */
 rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err *err)
 {
 	rs_snapshot *s = NULL;
-	int64_t total = 0;
-	rs_status st = snapshot(tr, 1, &s, err); /* the trainer's own buffers: written before training goes on */
-	if (st == RS_OK && tr->rank == 0)
-		st = rs_checkpoint_drop_index(dir, err);
 	int was = rs_transport_timeout(tr->t, 0);
-	RSCHECKGOTO(all_did(tr, st, dir, "begin the save (rank 0 removes the earlier index)", s ? s->size : 0, &total,
-			    err),
-		    st, out);
-	rs_transport_timeout(tr->t, save_wait_ms(tr, total));
+	rs_transport_timeout(tr->t, save_wait_ms(tr->cfg, was));
+	rs_status st = snapshot(tr, 1, &s, err); /* the trainer's own buffers where it can: written before training goes on */
+	RSCHECKGOTO(all_did(tr, st, dir, "take their part out", err), st, out);
+	st = tr->rank == 0 ? rs_checkpoint_drop_index(dir, err) : RS_OK;
+	RSCHECKGOTO(all_did(tr, st, dir, "remove the earlier index", err), st, out);
 	st = rs_snapshot_write(s, dir, err);
-	RSCHECKGOTO(all_did(tr, st, dir, "write their part", 0, NULL, err), st, out);
+	RSCHECKGOTO(all_did(tr, st, dir, "write their part", err), st, out);
 	st = tr->rank == 0 ? rs_checkpoint_write_index(dir, tr->cfg, tr->plan, step, rs_dense_nparams(tr->dense), NULL, err)
 			   : RS_OK;
-	st = all_did(tr, st, dir, "write the index", 0, NULL, err);
+	st = all_did(tr, st, dir, "write the index", err);
 out:
 	rs_transport_timeout(tr->t, was);
 	rs_snapshot_free(s);

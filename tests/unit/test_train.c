@@ -492,7 +492,7 @@ static int save_fail_body(int32_t rank, rs_transport *t, rs_status st, const cha
 	if (saved == RS_OK)
 		return 102;
 	if (drop_fails)
-		return strstr(err.msg, rank == 0 ? "index.json" : "other rank(s) could not begin the save (rank 0 removes the earlier index)") ? 0
+		return strstr(err.msg, rank == 0 ? "index.json" : "other rank(s) could not remove the earlier index") ? 0
 														   : 103;
 	return rank == 0 && !strstr(err.msg, "other rank(s) could not write their part") ? 103 : 0;
 }
@@ -552,7 +552,7 @@ static void test_an_index_that_cannot_go_stops_every_rank(void **state)
 /*
  * One rank's part of the final save takes longer than the transport's
  * bound (its writer stalls 1 s; the bound is 0.3 s): the others wait for it
- * when the parts at the floor's speed take longer (40 kB/s: about 6 s for
+ * when the parts at the floor's speed take longer (40 kB/s: about 5 s for
  * this model), and the bound is back after; they do not when the parts take
  * less (1 GB/s: the save's bound stays about 0.3 s).
  */
