@@ -282,7 +282,7 @@ static int save_wait_ms(const rs_config *cfg, int bound_ms)
 	int64_t total = 0;
 	for (int t = 0; t < cfg->ntables; t++) {
 		const rs_table_config *tc = &cfg->tables[t];
-		int64_t zch = tc->has_zch ? 8 + 3 * 4 : 0; /* zch_ids, zch_meta */
+		int64_t zch = tc->has_zch ? sizeof(int64_t) + 3 * sizeof(uint32_t) : 0; /* zch_ids, zch_meta */
 		total += tc->rows * ((int64_t)rs_table_row_bytes(cfg, tc) + zch);
 	}
 	int64_t ms = bound_ms + total / floor * 1000 + total % floor * 1000 / floor;

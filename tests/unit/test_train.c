@@ -94,13 +94,14 @@ static int train_body(int32_t rank, rs_transport *t, rs_status st, const char *m
 	return rc;
 }
 
-static void run(int32_t w)
+/* A world of w ranks, planned afresh, each running body: every rank must exit 0. */
+static void run_world(int32_t w, rank_body body)
 {
 	rs_world wd = rs_world_make(cfg, w, 0, 0, 0);
 	rs_err err = {0};
 	assert_int_equal(rs_planner_plan(cfg, &wd, NULL, NULL, &plan, &err), RS_OK);
 	world wo = {.n = w, .timeout_ms = 20000, .absent = -1, .bad_token = -1, .bad_generation = -1, .reap_last = -1,
-		    .body = train_body};
+		    .body = body};
 	world_run(&wo);
 	for (int32_t r = 0; r < w; r++)
 		if (wo.exit_code[r] != 0)
@@ -108,6 +109,8 @@ static void run(int32_t w)
 	rs_plan_free(plan);
 	plan = NULL;
 }
+
+static void run(int32_t w) { run_world(w, train_body); }
 
 static void test_world_size_invariance(void **state)
 {
@@ -499,7 +502,6 @@ static int save_fail_body(int32_t rank, rs_transport *t, rs_status st, const cha
 
 static void save_fails(const char *name, int drop)
 {
-	rs_err err = {0};
 	char path[200];
 	snprintf(save_dir, sizeof(save_dir), "%s/%s", dir, name);
 	assert_int_equal(mkdir(save_dir, 0700), 0);
@@ -515,15 +517,8 @@ static void save_fails(const char *name, int drop)
 	assert_non_null(f = fopen(path, "w"));
 	fputs("{\"format\": \"rowshift-checkpoint\"}\n", f);
 	fclose(f);
-	rs_world w = rs_world_make(cfg, 2, 0, 0, 0);
-	assert_int_equal(rs_planner_plan(cfg, &w, NULL, NULL, &plan, &err), RS_OK);
 	drop_fails = drop;
-	world wo = {.n = 2, .timeout_ms = 20000, .absent = -1, .bad_token = -1, .bad_generation = -1, .reap_last = -1,
-		    .body = save_fail_body};
-	world_run(&wo);
-	for (int r = 0; r < 2; r++)
-		if (wo.exit_code[r] != 0)
-			fail_msg("rank %d exited %d", r, wo.exit_code[r]);
+	run_world(2, save_fail_body);
 	DIR *d = opendir(save_dir);
 	assert_non_null(d);
 	for (struct dirent *e; (e = readdir(d));) {
@@ -533,8 +528,6 @@ static void save_fails(const char *name, int drop)
 			fail_msg("%s/%s written after the earlier index could not be removed", save_dir, e->d_name);
 	}
 	closedir(d);
-	rs_plan_free(plan);
-	plan = NULL;
 }
 
 static void test_a_failed_save_fails_every_rank(void **state)
@@ -584,23 +577,13 @@ static int slow_save_body(int32_t rank, rs_transport *t, rs_status st, const cha
 
 static void slow_save(int64_t floor)
 {
-	rs_err err = {0};
 	char path[128];
 	slow_floor = floor;
 	snprintf(path, sizeof(path), "%s/save-slow-%lld", dir, (long long)floor);
 	assert_int_equal(mkdir(path, 0700), 0);
-	rs_world w = rs_world_make(cfg, 2, 0, 0, 0);
-	assert_int_equal(rs_planner_plan(cfg, &w, NULL, NULL, &plan, &err), RS_OK);
-	world wo = {.n = 2, .timeout_ms = 20000, .absent = -1, .bad_token = -1, .bad_generation = -1, .reap_last = -1,
-		    .body = slow_save_body};
-	world_run(&wo);
-	for (int r = 0; r < 2; r++)
-		if (wo.exit_code[r] != 0)
-			fail_msg("rank %d exited %d", r, wo.exit_code[r]);
+	run_world(2, slow_save_body);
 	snprintf(path, sizeof(path), "%s/save-slow-%lld/index.json", dir, (long long)floor);
 	assert_int_equal(access(path, F_OK), floor > 1000000 ? -1 : 0);
-	rs_plan_free(plan);
-	plan = NULL;
 }
 
 static void test_a_slow_rank_is_waited_for(void **state)
