@@ -162,7 +162,7 @@ r["rules"] = [x for x in r["rules"] if "statefulsets/scale" not in x.get("resour
 print(json.dumps(r))' >"$tmp/role.json"
 check "the Role loses its patch on statefulsets/scale" bash -c "timeout 30 $kubectl -n $ns replace -f '$tmp/role.json' >/dev/null"
 kill -TERM $coord
-wait $coord
+wait_pid $coord 60
 rc=$?
 check "SIGTERM ends the first coordinator, exit 0, the Lease given back (exit $rc)" bash -c \
 	"[ $rc = 0 ] && grep -q 'lease rowshift-worker-leader: given back' '$tmp/coord.err'"
@@ -207,7 +207,7 @@ big_state_fits() {
 check "the state of 2,000 tables on 1,024 workers in mid-reshard is stored under the simulator's 1 MiB limit, read back whole" \
 	big_state_fits
 kill -TERM $coord
-wait $coord
+wait_pid $coord 60
 kill -TERM $sim_pid
 timeout 20 tail --pid=$sim_pid -f /dev/null
 check "the simulator stops and leaves no worker process behind" bash -c "! pgrep -f '[r]owshift-worker .*$tmp/pods' >/dev/null"

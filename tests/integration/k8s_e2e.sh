@@ -233,7 +233,7 @@ check "the lost worker is a WorkerLost Warning Event on the StatefulSet (posted 
 check "no worker failed, the job did not fail" bash -c "! grep -q 'job failed\|exited with status [1-9]' $tmp/coord.err $tmp/coord.out"
 
 kill -TERM $coord
-wait $coord
+wait_pid $coord 60
 rc=$?
 check "the coordinator, interrupted, exits 0 and leaves the workers for the next one (exit $rc)" \
 	bash -c "[ $rc = 0 ] && grep -q 'interrupted: the workers carry on' $tmp/coord.err"

@@ -83,12 +83,12 @@ kill -STOP $a
 check "A frozen, B takes the Lease over and claims the state, term 2" \
 	wait_for "$tmp/coord-b.err" "acting coordinator, term 2" 30
 check "the state says term 2" wait_term 2
-wait $b
+wait_pid $b 30
 rc=$?
 check "B cannot listen on A's port (exit $rc) and gives the Lease back" bash -c \
 	"[ $rc != 0 ] && grep -q 'cannot listen' '$tmp/coord-b.err' && grep -q 'lease $lease: given back' '$tmp/coord-b.err'"
 kill -CONT $a
-wait $a
+wait_pid $a 30
 rc=$?
 # thawed, A finds its Lease expired at its next tick, or (frozen inside a write) that write refused: the
 # state's (fenced) or the Lease's (B wrote it meanwhile, and gave it back), or timed out (frozen inside the
@@ -135,7 +135,7 @@ first_c_then_d() { # C exits before D acts
 	return 1
 }
 check "cut off, C stops acting by itself before D may take over" first_c_then_d
-wait $c
+wait_pid $c 30
 rc=$?
 check "C exits 3, saying it no longer acts (exit $rc)" bash -c "[ $rc = 3 ] && grep -q 'not renewed for' '$tmp/coord-c.err' &&
 	grep -q 'another coordinator took the job over (the lease was lost)' '$tmp/coord-c.err'"
@@ -151,11 +151,11 @@ check "... and on (more steps a few seconds later)" bash -c "sleep 3; [ \$(grep 
 
 # 5. D ends and gives the Lease back
 kill -TERM $d
-wait $d
+wait_pid $d 30
 rc=$?
 check "SIGTERM ends D (exit $rc)" test $rc = 0
 check "and D gave the Lease back: no holder" bash -c \
 	"[ -z \"\$(timeout 30 $kubectl -n $ns get lease $lease -o jsonpath='{.spec.holderIdentity}')\" ] && grep -q 'lease $lease: given back' '$tmp/coord-d.err'"
 kill -TERM $sim_pid
-wait $sim_pid
+wait_pid $sim_pid 30
 finish_checks k8s_leader

@@ -1,17 +1,34 @@
 # itest.sh - what the integration scripts share; sourced, not run.
 #   BUILD, bin   the build folder and its binaries
 #   tmp          a scratch folder, removed at exit with every background job
-#                killed (KEEP=1 keeps the folder)
+#                killed (KEEP=1 keeps the folder); when a check failed, its
+#                small files (outputs and logs) are kept in
+#                $BUILD/test-logs/NAME.files first
 #   check DESCRIPTION COMMAND...   run COMMAND; print ok/FAILED; count failures in $fails
 #   wait_for FILE PATTERN SECONDS  until FILE has a line matching PATTERN (bounded)
+#   wait_pid PID SECONDS           PID's exit status, or 124 (and PID SIGKILLed) after SECONDS
 #   free_port                      a free TCP port on loopback
 #   moved_is_plan_diff FILE N      FILE (a coordinator's output) shows N reshards, each moving exactly its plan diff
 #   finish_checks NAME             print "NAME: N failed" and return the verdict
 BUILD=${BUILD:-build}
 bin=$BUILD/bin
 tmp=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 fails=0
+# at_exit: every background job killed; the scratch folder removed, its small files kept
+# first when the script failed (what its processes said, to tell why)
+at_exit() {
+	local rc=$? keep
+	kill -9 $(jobs -p) 2>/dev/null
+	if [ "$rc" != 0 ] || [ "$fails" != 0 ]; then
+		keep="$BUILD/test-logs/$(basename "$0" .sh).files"
+		rm -rf "$keep" && mkdir -p "$keep" &&
+			find "$tmp" -maxdepth 1 -type f -size -1024k -exec cp {} "$keep/" \; &&
+			echo "(its scratch files: $keep)"
+	fi
+	[ -n "${KEEP:-}" ] || rm -rf "$tmp"
+}
+trap at_exit EXIT
+trap 'exit 143' TERM # (run.sh's timeout): the files are kept too
 check() {
 	local what=$1; shift
 	if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fails=$((fails + 1)); fi
@@ -19,6 +36,17 @@ check() {
 wait_for() {
 	for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
 	return 1
+}
+wait_pid() {
+	local _
+	for _ in $(seq 1 $(($2 * 20))); do
+		kill -0 "$1" 2>/dev/null || { wait "$1"; return; }
+		sleep 0.05
+	done
+	echo "wait_pid: $1 still ran after $2 s: killed" >&2
+	kill -9 "$1" 2>/dev/null
+	wait "$1" 2>/dev/null
+	return 124
 }
 # same_bits A B: the checkpoints are equal bit for bit (deterministic training, the default); the diff goes to stdout when not
 same_bits() {
