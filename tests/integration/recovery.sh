@@ -83,12 +83,16 @@ check "kill: /metrics counts it" grep -q '^rowshift_recoveries_total{kind="rollb
 check "kill: rowshiftctl status shows it" grep -q "last recovery: back to step 60 from step .*: worker-1 was lost" "$tmp/kill.status"
 equal kill
 
-# 3. the newest checkpoint damaged, then a SIGKILL
+# 3. the newest checkpoint damaged, then a SIGKILL (the workers frozen meanwhile: on a loaded machine, the
+# world trained on to step 90's checkpoint while the byte was flipped)
 run flip --checkpoint-dir "$tmp/ck3" --checkpoint-every 30
 wait_for "$tmp/flip.out" "checkpoint of step 60 complete" 60
+workers=$(pgrep -P "$(pgrep -P $coord)")
+kill -STOP $workers
 shard=$(ls "$tmp/ck3/step-000000060/"*.safetensors | head -1)
 python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(-3, 2); b = f.read(1); f.seek(-3, 2); f.write(bytes([b[0] ^ 0x10]))' "$shard"
 kill_worker 1
+kill -CONT $workers 2>/dev/null # (worker-1 is gone)
 finished flip
 rolled_back_to flip 30
 check "flip: the damaged checkpoint was passed over, naming its file" \
