@@ -171,6 +171,10 @@ lines=$(wc -l <"$tmp/coord.out")
 evict $sts-2 >"$tmp/evict-2.out"
 check "the eviction of $sts-2 is granted (201 Success)" grep -q '"status":"Success"' "$tmp/evict-2.out"
 check "the evicted worker leaves gracefully: one reshard 3 -> 2, resumed at the same step, checksums equal" reshard 5 3 2
+# The coordinator is frozen from here until the second eviction was tried: the replacement cannot be resharded in
+# (its readiness file comes with its rows), however slowly kubectl runs. On a loaded machine it was Ready first.
+kill -STOP $coord
+check "(the coordinator was frozen before the replacement joined)" bash -c "! grep -q '^generation 6' '$tmp/coord.out'"
 evicted_clean() { # SIGTERM only, exit 0, its rows handed over; the coordinator neither recovered nor rolled back
 	curl -sS --max-time 10 --cacert "$tmp/tls/ca.crt" -H "Authorization: Bearer $simtok" \
 		"https://127.0.0.1:$simport/_sim/pods" | python3 -c '
@@ -193,6 +197,7 @@ check "then an eviction of $sts-0 is refused: 429, the PDB's message" grep -qxF 
 	"Error from server (TooManyRequests): Cannot evict pod as it would violate the pod's disruption budget." "$tmp/evict-0.out"
 check "... while the replacement was not yet Ready (its probe had not seen it joined)" replacement_unready
 check "... and $sts-0 is not being deleted" test -z "$(k get pod $sts-0 -o jsonpath='{.metadata.deletionTimestamp}')"
+kill -CONT $coord
 check "the replacement rejoins: one reshard 2 -> 3" reshard 6 2 3
 check "once it is Ready the PDB allows 1 disruption again" until_true 20 pdb_allows 1/3
 check "the coordinator's members are the 3 pods" members_are "$sts-0 $sts-1 $sts-2 "
