@@ -5,8 +5,9 @@
 #   run.sh --summary         print "N passed, N failed, N skipped" and fail if any failed
 #
 # KIND is static, unit, gpu, fuzz or integration. A program exiting 0 passed, 77
-# skipped (it prints why), anything else failed. Results (with each program's
-# wall and CPU seconds) accumulate in $BUILD/test-results until the summary;
+# skipped (it prints why), anything else failed. Results (passed and failed ones
+# with the program's wall and CPU seconds) accumulate in $BUILD/test-results
+# until the summary, which prints the failed and skipped ones;
 # each program's output goes to $BUILD/test-logs/KIND-NAME.log, and to the
 # terminal as it runs (or whole once it ends, for programs run side by side).
 #   RS_TEST_TIMEOUT  seconds per program (default 300)
@@ -35,8 +36,9 @@ kind=$1; shift
 [ $# -gt 0 ] || exit 0
 timeout_s=${RS_TEST_TIMEOUT:-300}
 
-# children_cpu: $cpu, the CPU ticks this shell's finished children have used
-# (user and system, theirs and those of the children they waited for)
+# children_cpu: $cpu, the CPU ticks this shell's reaped children have used (user
+# and system, theirs and those of the children they reaped): at least what a
+# program used, less what it left running or killed without waiting for
 children_cpu() {
 	local st
 	read -r -a st <"/proc/$BASHPID/stat" # one word per field: this shell's name has no space
@@ -46,7 +48,7 @@ hz=$(getconf CLK_TCK)
 
 # run_one PROG: run it, record its result line (wall and CPU seconds)
 run_one() {
-	local prog=$1 name log start rc elapsed cpu cpu0
+	local prog=$1 name log start rc elapsed cpu cpu0 took
 	name=$(basename "$prog" .sh)
 	log="$logs/$kind-$name.log"
 	start=$(date +%s)
@@ -67,12 +69,12 @@ run_one() {
 		;;
 	integration|static)
 		if [ "$jobs_max" -gt 1 ]; then # side by side: each script's output whole, once it ends
-			BUILD=$BUILD timeout -k 10 "$timeout_s" bash "$prog" >"$log" 2>&1
+			BUILD=$BUILD timeout -k 30 "$timeout_s" bash "$prog" >"$log" 2>&1
 			rc=$?
 			{ echo "== $kind $name"; cat "$log"; } | flock "$logs/.print.lock" cat
 		else
 			echo "== $kind $name"
-			BUILD=$BUILD timeout -k 10 "$timeout_s" bash "$prog" 2>&1 | tee "$log"
+			BUILD=$BUILD timeout -k 30 "$timeout_s" bash "$prog" 2>&1 | tee "$log"
 			rc=${PIPESTATUS[0]}
 		fi
 		;;
@@ -84,16 +86,17 @@ run_one() {
 	esac
 	elapsed=$(( $(date +%s) - start ))
 	children_cpu
+	took="${elapsed}s, $(((cpu - cpu0) / hz))s CPU"
 	case $rc in
-	0) echo "PASS $kind $name (${elapsed}s, $(((cpu - cpu0) / hz))s CPU)" >>"$results" ;;
+	0) echo "PASS $kind $name ($took)" >>"$results" ;;
 	77)
 		if [ "$kind" = gpu ] && [ "${RS_REQUIRE_GPU:-0}" = 1 ]; then
 			echo "FAIL $kind $name: skipped but a GPU is required" >>"$results"
 		else
 			echo "SKIP $kind $name: $(tail -n 1 "$log")" >>"$results"
 		fi ;;
-	124|137) echo "FAIL $kind $name: timed out after ${timeout_s}s" >>"$results" ;;
-	*) echo "FAIL $kind $name: exit $rc (log: $log)" >>"$results" ;;
+	124|137) echo "FAIL $kind $name ($took): timed out after ${timeout_s}s" >>"$results" ;;
+	*) echo "FAIL $kind $name ($took): exit $rc (log: $log)" >>"$results" ;;
 	esac
 }
 

@@ -18,7 +18,7 @@ python3 - "$cfg" <<'PY'
 import json, sys
 c = json.load(open("examples/dlrm-small.json"))
 c["train"]["deterministic"] = True
-c["train"]["global_batch"] = 256  # a quarter of the demo's: the same tables and code, a third of the CPU time
+c["train"]["global_batch"] = 256  # a quarter of the demo's: the same tables, a third of the CPU time
 c["data"]["eval_every"] = 100
 c["data"]["eval_samples"] = 2048
 json.dump(c, open(sys.argv[1], "w"))

@@ -171,8 +171,10 @@ lines=$(wc -l <"$tmp/coord.out")
 evict $sts-2 >"$tmp/evict-2.out"
 check "the eviction of $sts-2 is granted (201 Success)" grep -q '"status":"Success"' "$tmp/evict-2.out"
 check "the evicted worker leaves gracefully: one reshard 3 -> 2, resumed at the same step, checksums equal" reshard 5 3 2
-# The coordinator is frozen from here until the second eviction was tried: the replacement cannot be resharded in
-# (its readiness file comes with its rows), however slowly kubectl runs. On a loaded machine it was Ready first.
+# The coordinator is frozen from here until the second eviction was tried, so the replacement cannot be resharded
+# in and turn Ready meanwhile (its readiness file comes with its rows): on a loaded machine it was Ready before
+# kubectl got to the eviction. The freeze must stay under 20 s, when the coordinator would give up its Lease (30 s,
+# renewed every 5 s); it is a few seconds (the leaver's exit needs no coordinator).
 kill -STOP $coord
 check "(the coordinator was frozen before the replacement joined)" bash -c "! grep -q '^generation 6' '$tmp/coord.out'"
 evicted_clean() { # SIGTERM only, exit 0, its rows handed over; the coordinator neither recovered nor rolled back

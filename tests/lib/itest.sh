@@ -1,8 +1,9 @@
 # itest.sh - what the integration scripts share; sourced, not run.
 #   BUILD, bin   the build folder and its binaries
 #   tmp          a scratch folder, removed at exit with every background job
-#                killed (KEEP=1 keeps the folder); when a check failed, its
-#                small files (outputs and logs) are kept in
+#                killed (KEEP=1 keeps the folder); when the script failed (a
+#                check failed, or it exited neither 0 nor 77), its files under
+#                1 MiB but checkpoints (outputs, logs, pods' logs) are kept in
 #                $BUILD/test-logs/NAME.files first
 #   check DESCRIPTION COMMAND...   run COMMAND; print ok/FAILED; count failures in $fails
 #   wait_for FILE PATTERN SECONDS  until FILE has a line matching PATTERN (bounded)
@@ -14,21 +15,28 @@ BUILD=${BUILD:-build}
 bin=$BUILD/bin
 tmp=$(mktemp -d)
 fails=0
-# at_exit: every background job killed; the scratch folder removed, its small files kept
-# first when the script failed (what its processes said, to tell why)
+# at_exit: every background job killed, with what it started (a job run through
+# `timeout` leads a process group: that group); the scratch folder removed, its
+# small files kept first when the script failed (what its processes said, to tell
+# why). run.sh's timeout sends TERM, then KILL 30 s later: the files are kept
+# then too, unless the command the script waits on outlasts those 30 s.
 at_exit() {
-	local rc=$? keep
-	kill -9 $(jobs -p) 2>/dev/null
-	if [ "$rc" != 0 ] || [ "$fails" != 0 ]; then
-		keep="$BUILD/test-logs/$(basename "$0" .sh).files"
-		rm -rf "$keep" && mkdir -p "$keep" &&
-			find "$tmp" -maxdepth 1 -type f -size -1024k -exec cp {} "$keep/" \; &&
-			echo "(its scratch files: $keep)"
+	local rc=$? keep dest p
+	keep="$BUILD/test-logs/$(basename "$0" .sh).files"
+	{ # (without bash's word on each job it killed)
+		for p in $(jobs -p); do kill -9 -- "-$p" || kill -9 "$p"; done
+		wait
+	} 2>/dev/null
+	rm -rf "$keep"
+	if [ "$fails" != 0 ] || { [ "$rc" != 0 ] && [ "$rc" != 77 ]; }; then
+		mkdir -p "$keep" && dest=$(cd "$keep" && pwd) && (cd "$tmp" &&
+			find . -type f -size -1024k ! -name '*.safetensors' -print0 | xargs -0 -r cp --parents -t "$dest") &&
+			echo "(its scratch files: $keep)" >&2
 	fi
 	[ -n "${KEEP:-}" ] || rm -rf "$tmp"
 }
 trap at_exit EXIT
-trap 'exit 143' TERM # (run.sh's timeout): the files are kept too
+trap 'exit 143' TERM
 check() {
 	local what=$1; shift
 	if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fails=$((fails + 1)); fi
