@@ -178,6 +178,8 @@ check "partial: --log-json has it, with the stale rows" \
 equal partial
 port=$(free_port)
 cfg=$tmp/partial.json run stale --checkpoint-dir "$tmp/ck9" --checkpoint-every 30 --listen "127.0.0.1:$port"
+# step 60's checkpoint complete too: run beside another script, its writers were still at it at step 75
+wait_for "$tmp/stale.out" "checkpoint of step 60 complete" 60
 wait_for "$tmp/stale.out" "^step *7[0-9] " 60
 kill_worker 1
 wait_for "$tmp/stale.out" "^recovered:" 60
