@@ -114,8 +114,7 @@ ROWSHIFT_FAULT=stall-connect-ms=1500 "$bin/rowshift-coordinator" --local --worke
 coord=$!
 timeout 120 python3 tests/integration/idle_listeners.py 20 $coord >"$tmp/idle.json" &
 idle=$!
-timeout 120 tail --pid=$coord -f /dev/null
-wait $coord
+wait_pid $coord 120
 rc=$?
 wait $idle
 cat "$tmp/idle.json"
@@ -132,8 +131,7 @@ ROWSHIFT_FAULT=stall-connect-ms=1500 "$bin/rowshift-coordinator" --local --worke
 coord=$!
 timeout 150 python3 tests/integration/idle_listeners.py --per 600 120 $coord >"$tmp/flood.json" &
 flood=$!
-timeout 150 tail --pid=$coord -f /dev/null
-wait $coord
+wait_pid $coord 150
 rc=$?
 wait $flood
 cat "$tmp/flood.json"

@@ -209,7 +209,7 @@ check "the state of 2,000 tables on 1,024 workers in mid-reshard is stored under
 kill -TERM $coord
 wait_pid $coord 60
 kill -TERM $sim_pid
-timeout 20 tail --pid=$sim_pid -f /dev/null
+wait_pid $sim_pid 20
 check "the simulator stops and leaves no worker process behind" bash -c "! pgrep -f '[r]owshift-worker .*$tmp/pods' >/dev/null"
 [ "$fails" = 0 ] || { tail -20 "$tmp/coord.out"; tail -30 "$tmp/coord.err"; tail -20 "$tmp/sim.err"; }
 finish_checks k8s_complete

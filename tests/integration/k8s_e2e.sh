@@ -245,7 +245,7 @@ rc=$?
 check "the coordinator, interrupted, exits 0 and leaves the workers for the next one (exit $rc)" \
 	bash -c "[ $rc = 0 ] && grep -q 'interrupted: the workers carry on' $tmp/coord.err"
 kill -TERM $sim_pid
-timeout 20 tail --pid=$sim_pid -f /dev/null
+wait_pid $sim_pid 20
 check "the simulator stops and leaves no worker process behind" \
 	bash -c "! pgrep -f '[r]owshift-worker .*$tmp/pods' >/dev/null && ! pgrep -f '[r]owshift-worker' -P $sim_pid >/dev/null"
 [ "$fails" = 0 ] || { tail -30 "$tmp/coord.out"; tail -40 "$tmp/coord.err"; tail -20 "$tmp/sim.err"; }

@@ -106,7 +106,7 @@ check "... and trains nothing" bash -c "sleep 1; ! timeout 30 $kubectl -n $ns lo
 check "kubectl rollout status deploy/$deploy succeeds again" bash -c \
 	"timeout 40 $kubectl -n $ns rollout status deploy/$deploy --timeout=35s >'$tmp/rollout2.out' 2>&1 || { cat '$tmp/rollout2.out'; false; }"
 kill -TERM $sim_pid
-timeout 20 tail --pid=$sim_pid -f /dev/null
+wait_pid $sim_pid 20
 check "the simulator stops and leaves no process behind" bash -c "! pgrep -f '[r]owshift-(worker|coordinator) .*$tmp/pods' >/dev/null"
 [ "$fails" = 0 ] || { for p in "$tmp/pods/$ns"/*/; do echo "== $p"; tail -15 "$p"/*.log; done; tail -30 "$tmp/sim.err"; }
 finish_checks k8s_incluster

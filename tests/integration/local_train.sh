@@ -72,8 +72,7 @@ for _ in $(seq 1 100); do grep -q "^step" "$tmp/scale.out" && break; sleep 0.1; 
 "$bin/rowshiftctl" scale --workers 3 --admin-file "$tmp/admin.json" >"$tmp/scale1.out" 2>&1
 for _ in $(seq 1 100); do grep -q "resumed" "$tmp/scale.out" && break; sleep 0.1; done
 "$bin/rowshiftctl" scale --workers 1 --admin-file "$tmp/admin.json" >"$tmp/scale2.out" 2>&1
-timeout 120 tail --pid=$job -f /dev/null
-wait $job
+wait_pid $job 120
 check "a job scaled by rowshiftctl finishes (exit $?)" grep -q "training done: 1 workers, 200 steps, 3 generation(s), 2 reshard(s)" "$tmp/scale.out"
 check "rowshiftctl scale went 2 -> 3 -> 1" bash -c "grep -q '2 -> 3 workers' $tmp/scale.out && grep -q '3 -> 1 workers' $tmp/scale.out"
 check "rowshiftctl reports what it asked" grep -q "scaling to 3 workers" "$tmp/scale1.out"

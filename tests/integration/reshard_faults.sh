@@ -45,8 +45,7 @@ run() {
 	job=$!
 }
 finish() { # finish NAME: wait (bounded) for the job; its exit status
-	timeout 120 tail --pid=$job -f /dev/null
-	wait $job
+	wait_pid $job 120
 }
 
 timeout 120 "$bin/rowshift-coordinator" --local --workers 2 --config $cfg --steps $steps --save "$tmp/static" \
