@@ -172,7 +172,11 @@ rs_status rs_job_parse_schedule(const char *s, rs_job_options *o, rs_err *err)
 
 void rs_job_changed(rs_job *j) { rs__members_changed(j); }
 
-void rs_job_tick(rs_job *j) { rs__cycle_tick(j); }
+void rs_job_tick(rs_job *j)
+{
+	rs__persist_tick(j);
+	rs__cycle_tick(j);
+}
 
 int rs_job_finished(const rs_job *j) { return j->ph == P_DONE ? 1 : j->ph == P_FAILED ? -1 : 0; }
 

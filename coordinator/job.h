@@ -73,8 +73,15 @@ typedef struct rs_job_source {
 	void (*ending)(void *ctx);
 	/* Something a platform engineer should see (Kubernetes: an Event on the StatefulSet). */
 	void (*event)(void *ctx, int warning, const char *reason, const char *message);
-	/* Persist the job's state (a file, a ConfigMap); NULL: not persisted. */
-	rs_status (*save_state)(void *ctx, const rs_state *s, rs_err *err);
+	/*
+	 * Persist the job's state (a file, a ConfigMap); NULL: not persisted.
+	 * patient: a decision's save, which the cycle waits for: transient
+	 * failures (RS_ECURL, RS_EIO: an API server that blinks) are tried
+	 * again for a while. 0: one try, and a transient failure is returned
+	 * at once; the job tries again later from its tick, with whatever its
+	 * state is by then, while it goes on serving its members.
+	 */
+	rs_status (*save_state)(void *ctx, const rs_state *s, int patient, rs_err *err);
 	/*
 	 * A failure is final: the state says "failed" with the reason, and a
 	 * restart refuses it (local mode). Without, a failure leaves the state

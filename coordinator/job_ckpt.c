@@ -208,29 +208,13 @@ static void prune(rs_job *j)
  * decisions). A save that fails costs only that (the index is written all
  * the same: a checkpoint past "reached" is neither taken nor deleted by a
  * restarted coordinator until its run passes it), so it does not fail the
- * job. In a phase whose state is its own (starting, recovering), the next
- * save (a decision's, or the next checkpoint's) catches up.
+ * job, nor does it wait: it is tried again from the tick (rs__persist_soon).
+ * In a phase whose state is its own (starting, recovering), the next save
+ * (a decision's, or the next checkpoint's) catches up.
+ *
+ * Every rank reported: save how far the job reached, write the index
+ * (last), report the checkpoint, prune the old ones.
  */
-static void persist_reached(rs_job *j)
-{
-	switch (j->ph) {
-	case P_TRAINING:
-	case P_PAUSED:
-	case P_ABORTING: /* the abort saved the training state already */
-		rs__persist_try(j, RS_STATE_TRAINING, "a checkpoint's step");
-		break;
-	case P_MIGRATING:
-		rs__persist_try(j, RS_STATE_MIGRATING, "a checkpoint's step");
-		break;
-	case P_COMMITTING:
-		rs__persist_try(j, RS_STATE_COMMITTING, "a checkpoint's step");
-		break;
-	default:
-		break;
-	}
-}
-
-/* Every rank reported: save how far the job reached, write the index (last), report the checkpoint, prune the old ones. */
 static void complete(rs_job *j, gather *g)
 {
 	char dir[4096];
@@ -250,7 +234,7 @@ static void complete(rs_job *j, gather *g)
 	else if (g->dense_params < 0)
 		rs_err_set(&err, RS_EINVAL, "rank 0 did not report the dense network");
 	if (!err.msg[0])
-		persist_reached(j);
+		rs__persist_soon(j, "a checkpoint's step");
 	if (err.msg[0] ||
 	    rs_checkpoint_write_index(dir, j->cfg, plan, step, (size_t)g->dense_params, g->sums, &err) != RS_OK) {
 		RS_WARN("checkpoint of step %lld stays incomplete: %s", (long long)step, err.msg);

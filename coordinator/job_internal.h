@@ -120,6 +120,11 @@ struct rs_job {
 	double ph_at;             /* when the phase began */
 	char why[512];            /* a failed job's reason */
 	int state_broken;         /* it failed because its state could not be saved: a restart resumes it */
+	struct {                  /* a save that may wait (rs__persist_soon) and failed: tried again from the tick */
+		double due;           /* when; 0: none pending */
+		double wait;          /* the wait before the try after that */
+		const char *why;
+	} later;
 
 	/* the members: every worker that joined (or that the state named) */
 	struct {
@@ -353,8 +358,17 @@ void rs__dispatch_close(void *ctx, rs_conn *c);
 
 /* Persist the job as it stands; 0 (the job failed) when that fails: a restart could not resolve it. */
 int rs__persist(rs_job *j, rs_state_phase ph);
-/* Persist it where a failure only costs what the save would have added (warned, naming why, and the job goes on). */
-void rs__persist_try(rs_job *j, rs_state_phase ph, const char *why);
+/*
+ * Persist the job in the phase it is in, where a failure only costs what the
+ * save would have added: one try (the loop goes on serving its members);
+ * one that fails is warned, naming why, and when the failure may pass (the
+ * API away, a 5xx: RS_ECURL, RS_EIO) tried again from the tick with a
+ * growing wait, with the state as it is by then, until a save lands or a
+ * decision's save (rs__persist) makes it moot.
+ */
+void rs__persist_soon(rs_job *j, const char *why);
+/* The save rs__persist_soon left for later, when it is due. */
+void rs__persist_tick(rs_job *j);
 
 /* ---- job_events.c --------------------------------------------------------------------- */
 

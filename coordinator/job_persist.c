@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The job's state in phase ph, through the membership source. */
-static rs_status save(rs_job *j, rs_state_phase ph, rs_err *err)
+/* The job's state in phase ph, through the membership source (patient: see rs_job_source.save_state). */
+static rs_status save(rs_job *j, rs_state_phase ph, int patient, rs_err *err)
 {
 	if (!j->src.save_state || !j->cur.plan)
 		return RS_OK; /* nothing committed yet: a restarted coordinator starts the job afresh */
@@ -59,7 +59,7 @@ static rs_status save(rs_job *j, rs_state_phase ph, rs_err *err)
 		workers[i] = (rs_state_worker){(char *)wnames[i], pids[i]};
 	s.workers = workers;
 	rs_status st = !s.plan || (s.attempt_generation && !s.attempt_plan) ? rs_err_set(err, RS_ENOMEM, "out of memory")
-									   : j->src.save_state(j->src.ctx, &s, err);
+									   : j->src.save_state(j->src.ctx, &s, patient, err);
 	json_decref(s.plan);
 	json_decref(s.attempt_plan);
 	return st;
@@ -68,22 +68,84 @@ static rs_status save(rs_job *j, rs_state_phase ph, rs_err *err)
 int rs__persist(rs_job *j, rs_state_phase ph)
 {
 	rs_err err = {0};
-	rs_status st = save(j, ph, &err);
+	rs_status st = save(j, ph, 1, &err);
 	if (st != RS_OK) {
 		j->state_broken = 1; /* the API (or disk) may come back: the state that was saved stands, not "failed" */
 		rs__job_fail(j, "cannot persist the job's state: %s", err.msg[0] ? err.msg : rs_status_str(st));
 		return 0;
 	}
+	j->later.due = 0; /* a save left for later: this one holds all it would have */
 	return 1;
 }
 
-void rs__persist_try(rs_job *j, rs_state_phase ph, const char *why)
+#define LATER_FIRST_S 0.25 /* the first wait after a save that may wait failed; doubled up to LATER_MAX_S */
+#define LATER_MAX_S 8.0
+
+/* The phase the state is saved in while the job is in its phase; -1: none (a phase whose state is its own). */
+static int state_phase(const rs_job *j)
 {
+	switch (j->ph) {
+	case P_TRAINING:
+	case P_PAUSED:
+	case P_ABORTING: /* the abort saved the training state already */
+		return RS_STATE_TRAINING;
+	case P_MIGRATING:
+		return RS_STATE_MIGRATING;
+	case P_COMMITTING:
+		return RS_STATE_COMMITTING;
+	default: /* starting, recovering: the next decision's save catches up; done, failed: saved as such */
+		return -1;
+	}
+}
+
+/* A save that may wait failed (st, err): tried again in j->later.wait when the failure may pass, else given up. */
+static void later(rs_job *j, rs_status st, const rs_err *err)
+{
+	int passes = st == RS_ECURL || st == RS_EIO; /* the API away, or its 5xx; a disk's error */
+	j->later.due = passes ? rs__job_now(j) + j->later.wait : 0;
+	if (passes)
+		RS_WARN("cannot save the job's state (%s): %s; the state saved before stands; trying again in %.2f s",
+			j->later.why, err->msg[0] ? err->msg : rs_status_str(st), j->later.wait);
+	else
+		RS_WARN("cannot save the job's state (%s): %s; the state saved before stands until the next save",
+			j->later.why, err->msg[0] ? err->msg : rs_status_str(st));
+}
+
+void rs__persist_soon(rs_job *j, const char *why)
+{
+	int ph = state_phase(j);
+	if (ph < 0) {
+		j->later.due = 0;
+		return;
+	}
+	if (j->later.due) { /* one is pending already: its try, when due, saves the state as it is then */
+		j->later.why = why;
+		return;
+	}
 	rs_err err = {0};
-	rs_status st = save(j, ph, &err);
-	if (st != RS_OK)
-		RS_WARN("cannot save the job's state (%s): %s; the state saved before stands", why,
-			err.msg[0] ? err.msg : rs_status_str(st));
+	rs_status st = save(j, (rs_state_phase)ph, 0, &err);
+	if (st == RS_OK)
+		return;
+	j->later.wait = LATER_FIRST_S;
+	j->later.why = why;
+	later(j, st, &err);
+}
+
+void rs__persist_tick(rs_job *j)
+{
+	if (!j->later.due || rs__job_now(j) < j->later.due)
+		return;
+	int ph = state_phase(j);
+	rs_err err = {0};
+	rs_status st = ph < 0 ? RS_OK : save(j, (rs_state_phase)ph, 0, &err);
+	if (st == RS_OK) {
+		if (ph >= 0)
+			RS_INFO("the job's state is saved again (%s)", j->later.why);
+		j->later.due = 0;
+		return;
+	}
+	j->later.wait = j->later.wait * 2 > LATER_MAX_S ? LATER_MAX_S : j->later.wait * 2;
+	later(j, st, &err);
 }
 
 /* The members the state names, in its order: *out[k] the member index of names[k]. */

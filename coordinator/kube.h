@@ -76,11 +76,15 @@ const rs_kube_pod *rs_kube_pod_named(const rs_kube *k, const char *name);
 int rs_kube_npods(const rs_kube *k);
 const rs_kube_pod *rs_kube_pod_at(const rs_kube *k, int i);
 
-/* ConfigMap `name` as its JSON object (a new reference) into *obj; RS_ENOTFOUND when it does not exist. */
-rs_status rs_kube_configmap_read(rs_kube *k, const char *name, json_t **obj, rs_err *err);
+/*
+ * ConfigMap `name` as its JSON object (a new reference) into *obj, within
+ * timeout_ms (RS_KUBE_WRITE_TIMEOUT_MS: as other reads); RS_ENOTFOUND when
+ * it does not exist.
+ */
+rs_status rs_kube_configmap_read(rs_kube *k, const char *name, int timeout_ms, json_t **obj, rs_err *err);
 
 /*
- * Write ConfigMap `name`, fenced: *obj without metadata.resourceVersion
+ * Write ConfigMap `name` within timeout_ms, fenced: *obj without metadata.resourceVersion
  * creates it, and fails if it exists; with one, it replaces the ConfigMap
  * only if nobody wrote it since that version (never retried with a newer
  * one: the caller decides what a conflict means). Either failure is
@@ -88,7 +92,7 @@ rs_status rs_kube_configmap_read(rs_kube *k, const char *name, json_t **obj, rs_
  * forbidden, invalid) is RS_EINVAL; the API away, RS_ECURL or RS_EIO. On
  * success *obj is replaced by the stored object (its new resourceVersion).
  */
-rs_status rs_kube_configmap_write(rs_kube *k, const char *name, json_t **obj, rs_err *err);
+rs_status rs_kube_configmap_write(rs_kube *k, const char *name, int timeout_ms, json_t **obj, rs_err *err);
 
 /*
  * One blocking request (bounded by a few seconds) to path under the API

@@ -6,12 +6,12 @@
 
 #include <stdio.h>
 
-rs_status rs_kube_configmap_read(rs_kube *k, const char *name, json_t **obj, rs_err *err)
+rs_status rs_kube_configmap_read(rs_kube *k, const char *name, int timeout_ms, json_t **obj, rs_err *err)
 {
 	char path[1024], msg[256];
 	long code;
 	snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps/%s", rs_kube_namespace(k), name);
-	RSCHECK(rs_kube_object(k, "GET", path, NULL, RS_KUBE_WRITE_TIMEOUT_MS, &code, obj, msg, sizeof(msg), err));
+	RSCHECK(rs_kube_object(k, "GET", path, NULL, timeout_ms, &code, obj, msg, sizeof(msg), err));
 	if (code == 404)
 		return RS_ENOTFOUND;
 	if (code != 200) {
@@ -21,7 +21,7 @@ rs_status rs_kube_configmap_read(rs_kube *k, const char *name, json_t **obj, rs_
 	return *obj ? RS_OK : rs_err_set(err, RS_EINVAL, "kubernetes: configmap %s: not a JSON object", name);
 }
 
-rs_status rs_kube_configmap_write(rs_kube *k, const char *name, json_t **obj, rs_err *err)
+rs_status rs_kube_configmap_write(rs_kube *k, const char *name, int timeout_ms, json_t **obj, rs_err *err)
 {
 	char path[1024], msg[256];
 	long code;
@@ -29,7 +29,7 @@ rs_status rs_kube_configmap_write(rs_kube *k, const char *name, json_t **obj, rs
 	int create = !json_object_get(json_object_get(*obj, "metadata"), "resourceVersion");
 	snprintf(path, sizeof(path), create ? "/api/v1/namespaces/%s/configmaps" : "/api/v1/namespaces/%s/configmaps/%s",
 		 rs_kube_namespace(k), name);
-	RSCHECK(rs_kube_object(k, create ? "POST" : "PUT", path, *obj, RS_KUBE_WRITE_TIMEOUT_MS, &code, &got, msg, sizeof(msg),
+	RSCHECK(rs_kube_object(k, create ? "POST" : "PUT", path, *obj, timeout_ms, &code, &got, msg, sizeof(msg),
 			       err));
 	if (got) {
 		json_decref(*obj);

@@ -11,7 +11,8 @@
 #include <unistd.h>
 
 #define STATE_KEY "state.json"
-#define SAVE_PATIENCE_S 30.0 /* how long a state write keeps trying */
+#define SAVE_PATIENCE_S 30.0 /* how long a patient state write keeps trying */
+#define SOON_TIMEOUT_MS 2000 /* an impatient one's request: the loop is blocked meanwhile */
 
 /* A worker is wanted while its pod exists, is not being deleted and runs. */
 static int usable(const rs_kube_pod *p) { return p && !p->terminating && !p->ended; }
@@ -45,7 +46,7 @@ static void event(void *ctx, int warning, const char *reason, const char *messag
 	rs_kube_event(m->kube, "StatefulSet", m->statefulset, warning ? "Warning" : "Normal", reason, message);
 }
 
-static rs_status save_state(void *ctx, const rs_state *s, rs_err *err);
+static rs_status save_state(void *ctx, const rs_state *s, int patient, rs_err *err);
 
 rs_job_source rs_kube_members_source(rs_kube_members *m)
 {
@@ -97,12 +98,36 @@ static void tick(void *ctx)
 		deposed("the lease was lost");
 }
 
+static void forget_unanswered(rs_kube_members *m)
+{
+	for (int i = 0; i < m->nunanswered; i++)
+		free(m->unanswered[i]);
+	m->nunanswered = 0;
+}
+
+/* text was written and no answer came: it may have landed (kept, the oldest given up when full). */
+static void remember_unanswered(rs_kube_members *m, const char *text)
+{
+	if (m->nunanswered && !strcmp(m->unanswered[m->nunanswered - 1], text))
+		return;
+	char *copy = strdup(text);
+	if (!copy)
+		return; /* then a conflict it caused ends this coordinator: safe, a restart resumes the job */
+	if (m->nunanswered == RS_KUBE_UNANSWERED_MAX) {
+		free(m->unanswered[0]);
+		memmove(m->unanswered, m->unanswered + 1, sizeof(char *) * (RS_KUBE_UNANSWERED_MAX - 1));
+		m->nunanswered--;
+	}
+	m->unanswered[m->nunanswered++] = copy;
+}
+
 static void closing(void *ctx)
 {
 	rs_kube_members *m = ctx;
 	rs_lease_release(&m->lease);
 	json_decref(m->cm);
 	m->cm = NULL;
+	forget_unanswered(m);
 }
 
 rs_kube_handler rs_kube_members_handler(rs_kube_members *m)
@@ -112,28 +137,52 @@ rs_kube_handler rs_kube_members_handler(rs_kube_members *m)
 }
 
 /*
- * A write whose answer was lost may have landed: the ConfigMap holds text
- * exactly. Then m->cm becomes it (its resourceVersion is ours to write on).
+ * A write whose answer was lost may have landed, and a write after it on
+ * the version before it then conflicts. Whether the ConfigMap holds exactly
+ * the text of one of those writes (only this coordinator wrote them): 1,
+ * and m->cm becomes it, its resourceVersion ours to write on; 0 when it
+ * holds anything else (another coordinator wrote it); -1 when it could not
+ * be read (e with why).
  */
-static int landed(rs_kube_members *m, const char *text)
+static int ours(rs_kube_members *m, int timeout_ms, rs_err *e)
 {
 	json_t *cur = NULL;
-	rs_err e = {0};
-	const char *stored = rs_kube_configmap_read(m->kube, m->configmap, &cur, &e) == RS_OK
-				     ? json_string_value(json_object_get(json_object_get(cur, "data"), STATE_KEY))
-				     : NULL;
-	int same = stored && !strcmp(stored, text);
+	rs_status st = rs_kube_configmap_read(m->kube, m->configmap, timeout_ms, &cur, e);
+	const char *stored = st == RS_OK ? json_string_value(json_object_get(json_object_get(cur, "data"), STATE_KEY))
+					 : NULL;
+	int same = 0;
+	for (int i = 0; stored && i < m->nunanswered && !same; i++)
+		same = !strcmp(stored, m->unanswered[i]);
 	if (same) {
 		json_decref(m->cm);
 		m->cm = cur, cur = NULL;
-		RS_INFO("the state's last write landed though its answer was lost");
+		RS_INFO("a state write landed though its answer was lost");
 	}
 	json_decref(cur);
-	return same;
+	return same ? 1 : st == RS_OK || st == RS_ENOTFOUND ? 0 : -1;
 }
 
-/* The source's save_state: the state document into the ConfigMap, retried while the API blinks. */
-static rs_status save_state(void *ctx, const rs_state *s, rs_err *err)
+/* text as the state in m->cm (made when there is none yet); 0: out of memory. */
+static int put_text(rs_kube_members *m, const char *text)
+{
+	if (!m->cm) /* none yet: created, which fails if another coordinator created it first */
+		m->cm = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{}}", "apiVersion", "v1", "kind", "ConfigMap",
+				  "metadata", "name", m->configmap, "namespace", rs_kube_namespace(m->kube), "labels",
+				  "app.kubernetes.io/part-of", "rowshift", "data");
+	json_t *data = json_object_get(m->cm, "data");
+	if (m->cm && !json_is_object(data))
+		json_object_set_new(m->cm, "data", data = json_object());
+	return data && json_object_set_new(data, STATE_KEY, json_string(text)) == 0;
+}
+
+/*
+ * The source's save_state: the state document into the ConfigMap, always
+ * on the version this coordinator last wrote. A patient save tries again
+ * while the API blinks (the loop is blocked meanwhile, so the Lease is
+ * renewed between the tries, and a Lease lost ends it); an impatient one
+ * tries once and leaves the next try to the job.
+ */
+static rs_status save_state(void *ctx, const rs_state *s, int patient, rs_err *err)
 {
 	rs_kube_members *m = ctx;
 	rs_state open = *s;
@@ -142,38 +191,44 @@ static rs_status save_state(void *ctx, const rs_state *s, rs_err *err)
 	json_t *j = rs_state_to_json(&open);
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
-	if (!m->cm) /* none yet: created, which fails if another coordinator created it first */
-		m->cm = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{}}", "apiVersion", "v1", "kind", "ConfigMap",
-				  "metadata", "name", m->configmap, "namespace", rs_kube_namespace(m->kube), "labels",
-				  "app.kubernetes.io/part-of", "rowshift", "data");
-	json_t *data = json_object_get(m->cm, "data");
-	if (m->cm && !json_is_object(data))
-		json_object_set_new(m->cm, "data", data = json_object());
-	if (!text || !data || json_object_set_new(data, STATE_KEY, json_string(text)) != 0) {
+	if (!text || !put_text(m, text)) {
 		free(text);
 		return rs_err_set(err, RS_ENOMEM, "state: out of memory");
 	}
-	/*
-	 * An API server that blinks must not fail the job: try for a while (the
-	 * loop is blocked meanwhile, so the Lease is renewed between the tries,
-	 * and a Lease lost ends it), always on the version we last wrote.
-	 */
 	rs_status st;
 	rs_err e = {0}; /* each attempt's own: the error returned is the last one's */
-	double until = rs_now() + SAVE_PATIENCE_S, wait = 0.25;
-	int unanswered = 0;
+	double until = rs_now() + (patient ? SAVE_PATIENCE_S : 0), wait = 0.25;
+	int timeout_ms = patient ? RS_KUBE_WRITE_TIMEOUT_MS : SOON_TIMEOUT_MS;
 	tick(m); /* a Lease past its deadline: no write at all */
-	while ((st = rs_kube_configmap_write(m->kube, m->configmap, &m->cm, &e)) != RS_OK &&
-	       (st == RS_ECURL || st == RS_EIO) && rs_now() + wait < until) {
-		RS_WARN("%s; trying again in %.2f s", e.msg, wait);
+	for (;;) {
 		e.msg[0] = 0;
-		unanswered = 1; /* no answer, or a 5xx: the write may have landed all the same */
+		st = rs_kube_configmap_write(m->kube, m->configmap, timeout_ms, &m->cm, &e);
+		int unanswered = st == RS_ECURL || st == RS_EIO; /* no answer, or a 5xx: the write may have landed */
+		if (unanswered)
+			remember_unanswered(m, text);
+		else if (st == RS_OK)
+			forget_unanswered(m);
+		if (st == RS_EABORTED && m->nunanswered) {
+			int o = ours(m, timeout_ms, &e);
+			if (o < 0) {
+				st = RS_EIO; /* not known yet: the unanswered writes are kept, and asked about again */
+			} else if (o > 0) {
+				forget_unanswered(m); /* a conflict from here on is another coordinator's doing */
+				if (!put_text(m, text)) {
+					st = rs_err_set(&e, RS_ENOMEM, "state: out of memory");
+					break;
+				}
+				tick(m);
+				continue; /* at once, on the version it landed as */
+			}
+		}
+		if ((st != RS_ECURL && st != RS_EIO) || rs_now() + wait >= until)
+			break;
+		RS_WARN("%s; trying again in %.2f s", e.msg, wait);
 		for (double t = rs_now() + wait; rs_now() < t; rs_sleep(0.05))
 			tick(m);
 		wait = wait * 2 > 4 ? 4 : wait * 2;
 	}
-	if (st == RS_EABORTED && unanswered && landed(m, text))
-		st = RS_OK; /* an earlier try landed, its answer lost: that is our write */
 	free(text);
 	if (st == RS_EABORTED)
 		deposed(e.msg);
@@ -187,7 +242,7 @@ static rs_status load_once(rs_kube_members *m, rs_state *s, rs_err *err)
 	memset(s, 0, sizeof(*s));
 	json_decref(m->cm);
 	m->cm = NULL;
-	RSCHECK(rs_kube_configmap_read(m->kube, m->configmap, &m->cm, err));
+	RSCHECK(rs_kube_configmap_read(m->kube, m->configmap, RS_KUBE_WRITE_TIMEOUT_MS, &m->cm, err));
 	const char *text = json_string_value(json_object_get(json_object_get(m->cm, "data"), STATE_KEY));
 	if (!text)
 		return RS_ENOTFOUND;
@@ -211,7 +266,7 @@ rs_status rs_kube_members_load(rs_kube_members *m, rs_state *s, int timeout_ms, 
 			m->term = (st == RS_OK ? s->term : 0) + 1;
 			RS_INFO("acting coordinator, term %lld", (long long)m->term);
 			if (st == RS_OK) { /* claimed: a predecessor's write after this one conflicts (it is deposed) */
-				rs_status ws = save_state(m, s, err);
+				rs_status ws = save_state(m, s, 1, err);
 				if (ws != RS_OK)
 					return ws;
 			}

@@ -20,6 +20,8 @@
 
 #include <signal.h>
 
+#define RS_KUBE_UNANSWERED_MAX 8 /* unanswered state writes remembered (the oldest forgotten first) */
+
 typedef struct rs_kube_members {
 	rs_kube *kube;
 	rs_job *job;             /* set once the job exists; events before that are only cached */
@@ -30,6 +32,8 @@ typedef struct rs_kube_members {
 	rs_lease lease;
 	json_t *cm;              /* the state ConfigMap as this coordinator last read or wrote it (its resourceVersion) */
 	int64_t term;            /* this coordinator's term: the state's + 1; workers refuse a lower one than they saw */
+	char *unanswered[RS_KUBE_UNANSWERED_MAX]; /* the texts of the state writes that got no answer (or a 5xx) */
+	int nunanswered;         /* ... since the last that did: any of them may have landed all the same */
 } rs_kube_members;
 
 /* The job's source and the client's handler, both over m (which must outlive them). */

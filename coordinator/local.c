@@ -299,8 +299,9 @@ static void src_joined(void *ctx, const char *name, int64_t pid)
 		RS_WARN("%s", err.msg);
 }
 
-static rs_status src_save(void *ctx, const rs_state *s, rs_err *err)
+static rs_status src_save(void *ctx, const rs_state *s, int patient, rs_err *err)
 {
+	(void)patient; /* a local file: nothing to wait for */
 	return rs_state_write(((rs_local_members *)ctx)->state_path, s, err);
 }
 

@@ -223,8 +223,17 @@ sleep 6.5
 check "the coordinator noticed the API was gone" grep -q "kubernetes: .*trying again in" "$tmp/coord.err"
 check "it kept training with the same members meanwhile" bash -c \
 	"[ \$(sed -n 's/^step *\([0-9]*\).*/\1/p' $tmp/coord.out | tail -1) -gt $before ] && ! grep -q '^generation 8' $tmp/coord.out"
+# 5b. a state write is done but its answer is lost (the connection cut first): the coordinator's next write on the
+# version before it conflicts, and it must tell its own landed write from a successor's, not stop acting
+sim "lose-answers?resource=configmaps&count=1" >/dev/null
 k scale statefulset/$sts --replicas=3 >/dev/null
 check "after it, a scale is acted on: one reshard 4 -> 3" reshard 8 4 3
+answers_lost() { curl -sS --max-time 10 --cacert "$tmp/tls/ca.crt" -H "Authorization: Bearer $simtok" \
+	"https://127.0.0.1:$simport/_sim/healthz" | grep -q '"answersLost": *1\b'; }
+check "(the simulator lost a state write's answer)" answers_lost
+check "the coordinator found its own write there, and went on acting" bash -c \
+	"grep -q 'a state write landed though its answer was lost' '$tmp/coord.err' &&
+	 ! grep -q 'another coordinator took the job over' '$tmp/coord.err'"
 # 6. a worker pod force-deleted: no grace, its rows gone with it
 wait_for "$tmp/coord.out" "checkpoint of step [0-9]* complete" 120
 k delete pod $sts-1 --grace-period=0 --force >/dev/null 2>&1

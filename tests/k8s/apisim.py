@@ -15,7 +15,8 @@ processes on this machine, each pod on its own loopback address
 (127.0.1.N), with its service account's token at the standard path (in a
 mount namespace of its own), and a "kube-proxy" makes Services' cluster IPs
 (127.1.0.N) forward to their pods. Fault endpoints under /_sim/ drop
-watches, forget the history and make the API unreachable.
+watches, forget the history, lose writes' answers and make the API
+unreachable.
 
 Python 3.9+ standard library only (and node for the schemas). See
 tests/k8s/README.md.
@@ -3578,6 +3579,7 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "apisim/1.33"
     sys_version = ""
     disable_nagle_algorithm = True  # watch events are small writes that must leave at once
+    write_of = None  # the resource a write request is of (dispatch sets it per request)
 
     # -- plumbing
 
@@ -3636,6 +3638,18 @@ class Handler(BaseHTTPRequestHandler):
         return self.rfile.read(n) if n > 0 else b""
 
     def send(self, code, body, ctype="application/json"):
+        sim = self.server.sim
+        kind = self.write_of
+        if kind and code < 300:
+            with sim.faults_lock:
+                lose = sim.lost_answers.get(kind, 0) > 0
+                if lose:
+                    sim.lost_answers[kind] -= 1
+                    sim.answers_lost += 1
+            if lose:  # done, and the connection cut before the answer: the client cannot tell that it landed
+                log("%s %s: done, the answer lost (/_sim/lose-answers)" % (self.command, self.path))
+                self.close_connection = True
+                return
         if not isinstance(body, bytes):
             body = (dumps(body) + "\n").encode() if ctype.startswith("application/json") else body.encode()
         self.send_response(code)
@@ -3690,6 +3704,7 @@ class Handler(BaseHTTPRequestHandler):
     def dispatch(self):
         sim = self.server.sim
         url = urlsplit(self.path)
+        self.write_of = None  # this request's (the handler serves a connection's requests one after another)
         self.q = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         path = url.path.rstrip("/") or "/"
         try:
@@ -3758,7 +3773,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def sim_endpoint(self, sim, what):
         if what == "healthz":
-            return self.send(200, {"ok": True, "resourceVersion": str(sim.store.rv), "mountNamespaces": MOUNT_NS})
+            return self.send(200, {"ok": True, "resourceVersion": str(sim.store.rv), "mountNamespaces": MOUNT_NS,
+                                   "answersLost": sim.answers_lost})
         if what == "pods" and self.command == "GET":
             return self.send(200, sim.kubelet.sim_records())
         if self.command != "POST":
@@ -3774,6 +3790,22 @@ class Handler(BaseHTTPRequestHandler):
                 raise err_bad("seconds must be a number")
             sim.watches_held_until = time.monotonic() + seconds
             return self.send(200, {"dropped": drop_watches(sim.store), "held": seconds})
+        if what == "lose-answers":
+            # the next N writes (create, update, patch) of one resource are done, and their connection is
+            # cut before the answer: what a client sees when a proxy or the network fails at that moment
+            try:
+                count = int(self.q.get("count", "1"))
+            except ValueError:
+                count = -1
+            if count < 0:
+                raise err_bad("count must be a whole number, 0 or more")
+            resource = self.q.get("resource", "")
+            if not any(r.plural == resource for r in BY_GVR.values()):
+                raise err_bad("resource must be a served resource's plural, such as configmaps")
+            with sim.faults_lock:
+                sim.lost_answers[resource] = count
+                lost = sim.answers_lost
+            return self.send(200, {"resource": resource, "count": count, "answersLost": lost})
         if what == "compact":
             return self.send(200, {"compacted": str(sim.store.compact())})
         if what == "unreachable":
@@ -3816,6 +3848,8 @@ class Handler(BaseHTTPRequestHandler):
             raise err_no_route()
         store, cmd, q = sim.store, self.command, self.q
         dry = q.get("dryRun") == "All"
+        if cmd in ("POST", "PUT", "PATCH") and sub is None and not dry:
+            self.write_of = res.plural  # its answer may be lost (/_sim/lose-answers)
         if watch_path or (name is None and cmd == "GET" and q.get("watch") in ("1", "true", "True")):
             if name is not None:  # /watch/namespaces/ns/pods/name
                 q["fieldSelector"] = ",".join(x for x in (q.get("fieldSelector"), "metadata.name=" + name) if x)
@@ -4181,6 +4215,9 @@ class Simulator:
         self.stop = threading.Event()
         self.store = Store(opt.history)
         self.watches_held_until = 0.0  # /_sim/hold-watches
+        self.lost_answers = {}  # /_sim/lose-answers: resource plural -> writes left whose answer is lost
+        self.answers_lost = 0
+        self.faults_lock = threading.Lock()
         self.ssl_ctx = None
         self.port = opt.port
         self.server = None

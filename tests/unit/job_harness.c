@@ -45,16 +45,25 @@ static void src_event(void *ctx, int warning, const char *reason, const char *me
 	snprintf(H.event, sizeof(H.event), "%s %s: %s", warning ? "Warning" : "Normal", reason, message);
 }
 
-static rs_status src_save(void *ctx, const rs_state *s, rs_err *err)
+static rs_status src_save(void *ctx, const rs_state *s, int patient, rs_err *err)
 {
 	(void)ctx;
+	H.save_tries++;
+	H.impatient += !patient;
 	if (H.save_fails)
 		return rs_err_set(err, RS_EIO, "the disk is full");
+	if (H.save_refused)
+		return rs_err_set(err, RS_EINVAL, "kubernetes: writing configmap state: HTTP 413: Request entity too large");
+	if (H.api_down)
+		return rs_err_set(err, RS_ECURL, "kubernetes: PUT /api/v1/namespaces/ns/configmaps/state: Couldn't connect to server");
 	assert_true(H.nsaved < 64);
 	H.saved[H.nsaved++] = s->phase;
 	json_decref(H.state);
 	H.state = rs_state_to_json(s);
 	assert_non_null(H.state);
+	json_decref(H.plan);
+	H.plan = json_deep_copy(s->plan);
+	assert_non_null(H.plan);
 	return RS_OK;
 }
 
@@ -133,6 +142,7 @@ int teardown(void **state)
 	rs_job_destroy(H.job);
 	rs_config_free(H.cfg);
 	json_decref(H.state);
+	json_decref(H.plan);
 	fclose(H.report);
 	return 0;
 }

@@ -39,9 +39,13 @@ typedef struct job_harness {
 	/* the membership source */
 	int32_t replicas;
 	int scales, ending, save_fails;
+	int api_down;           /* saves fail as an unreachable API server's do (RS_ECURL) */
+	int save_refused;       /* saves fail as one refused for good does (RS_EINVAL: a 413) */
+	int save_tries, impatient; /* saves asked for; how many of them were impatient */
 	rs_state_phase saved[64];
 	int nsaved;
 	json_t *state;          /* the last state saved */
+	json_t *plan;           /* its plan */
 	char event[256];
 	/* the post office: one mailbox per worker connection (index WORKERS: rowshiftctl) */
 	mailbox box[WORKERS + 1];

@@ -8,9 +8,13 @@
  * reaches. Recovery from a lost member: test_job_recover.c.
  */
 #include "tests/unit/job_harness.h"
+#include "tests/unit/scratch.h"
+#include "common/checkpoint.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void test_grow_commits(void **state)
 {
@@ -415,6 +419,105 @@ static void test_done_is_not_reported_unless_persisted(void **state)
 	assert_false(reported("training done"));
 }
 
+/* Every rank of generation 1's world of n reports its files of the checkpoint at step (the plan's shards and the dense network's). */
+static void checkpointed(const char *root, int n, int64_t step)
+{
+	char dir[512], names[64][128];
+	rs_ckpt_file_report files[64];
+	rs_plan *plan;
+	rs_err err = {0};
+	rs_checkpoint_step_dir(root, step, dir, sizeof(dir));
+	assert_int_equal(mkdir(dir, 0700), 0);
+	assert_int_equal(rs_plan_from_json(H.plan, H.cfg, "the plan saved", &plan, &err), RS_OK);
+	for (int r = 0; r < n; r++) {
+		int nf = 0;
+		if (r == 0)
+			files[nf++] = (rs_ckpt_file_report){"dense.safetensors", 1, 8};
+		for (int t = 0; t < H.cfg->ntables; t++)
+			for (int k = 0; k < plan->tables[t].nshards; k++) {
+				const rs_shard *sh = &plan->tables[t].shards[k];
+				if (sh->rank != r || sh->replica != 0)
+					continue;
+				assert_true(nf < 64);
+				rs_checkpoint_shard_file(&H.cfg->tables[t], sh, names[nf], sizeof(names[nf]));
+				files[nf] = (rs_ckpt_file_report){names[nf], 2, 16};
+				nf++;
+			}
+		rs_msg_checkpointed m = {.generation = 1, .rank = r, .step = step, .dense_params = r == 0 ? 2 : -1,
+					 .files = files, .nfiles = nf};
+		say(r, rs_proto_make_checkpointed(&m));
+	}
+	rs_plan_free(plan);
+}
+
+/*
+ * A checkpoint's save (its step "reached") while the API server is down is
+ * tried once, not waited for: the job goes on serving its members and
+ * tries again from its tick, with a growing wait, saving the state as it
+ * is by then (a later checkpoint's step included). A decision's save,
+ * which is patient, makes a pending one moot.
+ */
+static void test_a_checkpoint_save_does_not_wait_for_the_api(void **state)
+{
+	(void)state;
+	char root[256], index[600], dir[512];
+	assert_int_equal(rs_scratch_make(root, sizeof(root), "job"), 0);
+	H.o.ckpt_dir = root, H.o.ckpt_every = 10, H.o.ckpt_keep = 5;
+	start(2);
+	int saved = H.nsaved, tries = H.save_tries;
+	assert_int_equal(H.impatient, 0); /* the cycle's decisions wait for theirs */
+	H.api_down = 1;
+	checkpointed(root, 2, 10);
+	assert_int_equal(H.save_tries, tries + 1);
+	assert_int_equal(H.impatient, 1);
+	rs_checkpoint_step_dir(root, 10, dir, sizeof(dir));
+	snprintf(index, sizeof(index), "%s/index.json", dir);
+	assert_int_equal(access(index, F_OK), 0); /* complete all the same */
+	assert_phase("training");
+	say(0, rs_proto_make_progress(&(rs_msg_progress){.rank = 0, .step = 15, .auc = -1, .teacher_auc = -1}));
+	assert_int_equal(rs_job_step(H.job), 16); /* step 15 done: the loop serves its members meanwhile */
+	tick(0.2);
+	assert_int_equal(H.save_tries, tries + 1); /* not due before 0.25 s */
+	checkpointed(root, 2, 20);
+	assert_int_equal(H.save_tries, tries + 1); /* one is pending: this one's step is in its next try */
+	tick(0.1);
+	assert_int_equal(H.save_tries, tries + 2); /* due: tried again, and failed */
+	tick(0.4);
+	assert_int_equal(H.save_tries, tries + 2); /* the wait doubled: 0.5 s */
+	H.api_down = 0;
+	tick(0.2);
+	assert_int_equal(H.save_tries, tries + 3);
+	assert_int_equal(H.nsaved, saved + 1);
+	assert_int_equal(H.saved[H.nsaved - 1], RS_STATE_TRAINING);
+	assert_int_equal(json_integer_value(json_object_get(H.state, "reached")), 20);
+	tick(30);
+	assert_int_equal(H.save_tries, tries + 3); /* landed: nothing pending */
+	assert_phase("training");
+
+	/* pending again; a decision's save (a scale asked for) holds all it would have added */
+	H.api_down = 1;
+	checkpointed(root, 2, 30);
+	assert_int_equal(H.save_tries, tries + 4);
+	H.api_down = 0;
+	rs_msg_join tool = {.worker = "rowshiftctl", .addr = "", .pid = 1, .incarnation = ""};
+	H.h.on_join(H.h.ctx, conn(WORKERS), &tool);
+	say(WORKERS, rs_proto_make_scale(3));
+	assert_int_equal(H.save_tries, tries + 5);
+	assert_int_equal(json_integer_value(json_object_get(H.state, "reached")), 30);
+	tick(30);
+	assert_int_equal(H.save_tries, tries + 5);
+	assert_int_equal(H.impatient, 4); /* the checkpoints' three tries and one; the scale's was patient */
+
+	/* refused for good (too large, forbidden): warned, not tried again until the next save */
+	H.save_refused = 1;
+	checkpointed(root, 2, 40);
+	assert_int_equal(H.save_tries, tries + 6);
+	tick(30);
+	assert_int_equal(H.save_tries, tries + 6);
+	assert_phase("training");
+	assert_int_equal(rs_scratch_remove(root), 0);
+}
+
 static void test_scale_while_starting(void **state)
 {
 	(void)state;
@@ -627,6 +730,7 @@ static void test_restart_during_precopy_never_reuses_its_generation(void **state
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_a_checkpoint_save_does_not_wait_for_the_api, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_grow_commits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_first_step_before_the_last_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pause_counts_from_the_first_stop, setup, teardown),
