@@ -12,6 +12,7 @@
 # terminal as it runs (or whole once it ends, for programs run side by side).
 #   RS_TEST_TIMEOUT  seconds per program (default 300)
 #   FUZZ_SECONDS     fuzz: seconds of exploration per target after its corpus
+#   RS_UNIT_JOBS     unit: test programs run at once (default 2)
 #   RS_FUZZ_JOBS     fuzz: targets run at once (default 2)
 #   RS_TEST_JOBS     integration: scripts run at once (default 1; the scripts that
 #                    start the API simulator always run one after another)
@@ -100,13 +101,15 @@ run_one() {
 	esac
 }
 
-# Fuzz targets (RS_FUZZ_JOBS, default 2) and integration scripts (RS_TEST_JOBS,
-# default 1) may run side by side, their lines recorded in the order given.
+# Unit tests (RS_UNIT_JOBS, default 2), fuzz targets (RS_FUZZ_JOBS, default 2)
+# and integration scripts (RS_TEST_JOBS, default 1) may run side by side, their
+# lines recorded in the order given.
 # Everything else, one by one. On 2 cores, 2 integration scripts at a time took
 # about a fifth off their wall time (they are mostly CPU-bound: training), and
 # some timing windows of theirs were still found too narrow under that load.
 jobs_max=1 jobs_var=
 case $kind in
+unit) jobs_var=RS_UNIT_JOBS jobs_max=${RS_UNIT_JOBS:-2} ;;
 fuzz) jobs_var=RS_FUZZ_JOBS jobs_max=${RS_FUZZ_JOBS:-2} ;;
 integration) jobs_var=RS_TEST_JOBS jobs_max=${RS_TEST_JOBS:-1} ;;
 esac
