@@ -490,7 +490,8 @@ static rs_status parse_data(const json_t *root, rs_config *cfg, rs_err *err)
 
 static rs_status parse_train(const json_t *root, rs_config *cfg, rs_err *err)
 {
-	static const char *const keys[] = {"global_batch", "steps", "seed", "deterministic", "micro_batch", NULL};
+	static const char *const keys[] = {"global_batch", "steps", "seed", "deterministic", "micro_batch", "min_step_ms",
+					   NULL};
 	where w = {.file = cfg->path, .index = -1, .section = "train"};
 	rs_train_config *t = &cfg->train;
 	json_t *j;
@@ -503,6 +504,7 @@ static rs_status parse_train(const json_t *root, rs_config *cfg, rs_err *err)
 	RSCHECK(check_keys(j, keys, &w, err));
 	RSCHECK(get_int(j, "global_batch", 1, RS_MAX_GLOBAL_BATCH, &t->global_batch, 0, &w, err));
 	RSCHECK(get_int(j, "steps", 0, INT64_MAX / 2, &t->steps, 0, &w, err));
+	RSCHECK(get_int(j, "min_step_ms", 0, 10000, &t->min_step_ms, 0, &w, err));
 	v = (int64_t)t->seed;
 	RSCHECK(get_int(j, "seed", 0, INT64_MAX, &v, 0, &w, err));
 	t->seed = (uint64_t)v;

@@ -89,6 +89,13 @@ typedef struct rs_train_config {
 	 */
 	int deterministic;
 	int64_t micro_batch;
+	/*
+	 * Each step takes at least this long (ms; 0, the default: as fast as
+	 * the workers can): a demo one can follow, or tests sharing a small
+	 * machine, where the workers idle between steps instead of training
+	 * flat out. Only the pace changes, never a result.
+	 */
+	int64_t min_step_ms;
 } rs_train_config;
 
 /* Defaults for the world, used when the command line does not say. */

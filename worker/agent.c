@@ -423,6 +423,7 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 	a->pace.mark = 0; /* the time since the last step is not a step's */
 	while (r->step < r->steps) {
 		int64_t step = r->step;
+		double began = rs_now();
 		rs_step_stats stats;
 		rs_err why = {0};
 		if (r->ckpt_interval > 0 && rs_now() - a->ckpt_at >= (double)r->ckpt_interval)
@@ -460,6 +461,9 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 			t0 = t1;
 			since = r->step;
 		}
+		double rest = (double)a->c.cfg->train.min_step_ms / 1e3 - (rs_now() - began);
+		if (rest > 0) /* train.min_step_ms: the rest of the step idle */
+			rs_sleep(rest);
 		st = poll_between_steps(a, stop, lost);
 		if (st == RS_EINVAL)
 			return rs_err_set(err, st, "the coordinator refused this worker's rejoin");

@@ -32,6 +32,17 @@ for w in 1 3; do
 done
 check "1 and 3 workers end with the same bits" bash -c \
 	"'$bin/rowshiftctl' checkpoint diff '$tmp/ckpt1' '$tmp/ckpt3' | tail -n 1 | grep -qx identical"
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["train"]["min_step_ms"] = 100
+json.dump(c, open(sys.argv[2], "w"))' examples/dlrm-small.json "$tmp/paced.json"
+t0=$EPOCHREALTIME
+timeout 120 "$bin/rowshift-coordinator" --local --workers 2 --config "$tmp/paced.json" --steps 40 --save "$tmp/paced" \
+	>"$tmp/paced.out" 2>&1
+t1=$EPOCHREALTIME
+took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+check "train.min_step_ms 100: 40 steps take at least 4 s, the start included (took $took s; unpaced about 1 s)" \
+	awk -v t="$took" 'BEGIN { exit !(t >= 4) }'
+check "... and end with the same bits as an unpaced run" bash -c \
+	"'$bin/rowshiftctl' checkpoint diff '$tmp/ckpt1' '$tmp/paced' | tail -n 1 | grep -qx identical"
 check "every checkpoint file reads as safetensors in Python" bash -c \
 	"for f in $tmp/ckpt3/*.safetensors; do python3 tests/integration/safetensors_check.py \$f >/dev/null || exit 1; done"
 sed 's/"rows": 1000,/"rows": 999,/' examples/dlrm-small.json > "$tmp/other.json"

@@ -54,6 +54,7 @@ static void test_minimal_gets_defaults(void **state)
 	assert_int_equal(cfg->train.global_batch, 1024);
 	assert_int_equal(cfg->train.steps, 200);
 	assert_int_equal(cfg->train.micro_batch, 32);
+	assert_int_equal(cfg->train.min_step_ms, 0); /* as fast as the workers can */
 	assert_int_equal(cfg->train.deterministic, 1);
 	assert_int_equal(cfg->cluster.ranks_per_node, 8);
 	assert_true(cfg->cluster.memory_per_rank == 16ull << 30);
@@ -74,7 +75,7 @@ static void test_every_field(void **state)
 		"\"dense\": {\"bottom_mlp\": [8, 32], \"top_mlp\": [16], \"interaction\": \"dot\", \"lr\": 0.2},"
 		"\"data\": {\"source\": \"criteo\", \"paths\": [\"day_0.tsv\"], \"seed\": 9, \"zipf_alpha\": 1.2,"
 		" \"eval_samples\": 5, \"eval_every\": 3},"
-		"\"train\": {\"global_batch\": 64, \"steps\": 11, \"seed\": 12, \"deterministic\": false},"
+		"\"train\": {\"global_batch\": 64, \"steps\": 11, \"seed\": 12, \"deterministic\": false, \"min_step_ms\": 40},"
 		"\"cluster\": {\"ranks_per_node\": 2, \"memory_per_rank\": \"512MiB\", \"sharding_group\": 4,"
 		" \"replica_sync\": {\"every\": 6}, \"recovery\": \"partial\", \"precopy\": false, \"precopy_share\": 0.5}}");
 	const rs_table_config *a = &cfg->tables[0], *b = &cfg->tables[1];
@@ -100,6 +101,7 @@ static void test_every_field(void **state)
 	assert_int_equal(cfg->train.global_batch, 64);
 	assert_int_equal(cfg->train.deterministic, 0);
 	assert_int_equal(cfg->train.micro_batch, 32); /* the largest divisor of 64 up to 32 */
+	assert_int_equal(cfg->train.min_step_ms, 40);
 	assert_true(cfg->cluster.memory_per_rank == 512ull << 20);
 	assert_int_equal(cfg->cluster.sharding_group, 4);
 	assert_int_equal(cfg->cluster.replica_sync_every, 6);
@@ -170,6 +172,7 @@ static const struct bad_case {
 	{"micro batch", "{\"tables\": [" T1 "}], \"train\": {\"global_batch\": 100, \"micro_batch\": 30}}", {"train.micro_batch", "divide", "100"}},
 	{"micro batch plain", "{\"tables\": [" T1 "}], \"train\": {\"global_batch\": 100, \"micro_batch\": 30, \"deterministic\": false}}", {"train.micro_batch", "divide"}},
 	{"micro batch default", "{\"tables\": [" T1 "}], \"train\": {\"global_batch\": 1031}}", {"train.micro_batch", "1031", "deterministic"}},
+	{"min step", "{\"tables\": [" T1 "}], \"train\": {\"min_step_ms\": 10001}}", {"train.min_step_ms"}},
 	{"micro batch big", "{\"tables\": [" T1 "}], \"train\": {\"global_batch\": 100, \"micro_batch\": 101}}", {"train.micro_batch"}},
 	{"memory", "{\"tables\": [" T1 "}], \"cluster\": {\"memory_per_rank\": \"lots\"}}", {"cluster.memory_per_rank"}},
 	{"ranks per node", "{\"tables\": [" T1 "}], \"cluster\": {\"ranks_per_node\": 0}}", {"cluster.ranks_per_node"}},
