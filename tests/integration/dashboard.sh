@@ -7,9 +7,11 @@
 # Screenshots go to $BUILD/dashboard-*.png.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
+light=$tmp/light.json # a lighter dlrm-small: these jobs train until stopped
+light_config examples/dlrm-small.json "$light"
 [ -f tools/node_modules/playwright-core/package.json ] || { echo "FAILED: playwright-core is not installed (make tools)"; exit 1; }
 port=$(free_port)
-"$bin/rowshift-coordinator" --local --workers 2 --config examples/dlrm-small.json --steps 100000 --schedule 30:4 \
+"$bin/rowshift-coordinator" --local --workers 2 --config "$light" --steps 100000 --schedule 30:4 \
 	--listen 127.0.0.1:$port --admin-file "$tmp/admin.json" >"$tmp/run.out" 2>"$tmp/run.err" &
 job=$!
 wait_for "$tmp/run.out" "resumed at step 30" 60

@@ -27,11 +27,13 @@
 # 620 MiB), and it hangs up.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
+light=$tmp/light.json # a lighter dlrm-small: these jobs train until stopped
+light_config examples/dlrm-small.json "$light"
 
 port=$(free_port)
 (
 	ulimit -n 512
-	exec "$bin/rowshift-coordinator" --local --workers 2 --config examples/dlrm-small.json --steps 100000 \
+	exec "$bin/rowshift-coordinator" --local --workers 2 --config "$light" --steps 100000 \
 		--listen 127.0.0.1:$port --admin-file "$tmp/admin.json" >"$tmp/run.out" 2>"$tmp/run.err"
 ) &
 coord=$!
@@ -83,12 +85,12 @@ kill $coord 2>/dev/null
 
 # status clients that never read a byte, past the cap of 512 (the job starts while a worker meets an impostor)
 port=$(free_port)
-"$bin/rowshift-coordinator" --local --workers 2 --config examples/dlrm-small.json --steps 100000 \
+"$bin/rowshift-coordinator" --local --workers 2 --config "$light" --steps 100000 \
 	--listen 127.0.0.1:$port --admin-file "$tmp/admin-status.json" >"$tmp/status.out" 2>"$tmp/status.err" &
 coord=$!
 
 # a worker against an impostor on its coordinator's address
-timeout 120 python3 tests/integration/hostile_clients.py impostor "$bin/rowshift-worker" examples/dlrm-small.json \
+timeout 120 python3 tests/integration/hostile_clients.py impostor "$bin/rowshift-worker" "$light" \
 	>"$tmp/impostor.json"
 cat "$tmp/impostor.json"
 read -r conns cut peak wrc <<<"$(values "$tmp/impostor.json" connections big_cut_off worker_peak_kib worker_exit)"
@@ -108,7 +110,7 @@ kill $coord 2>/dev/null
 
 # an idle connection to every worker listener during a rescale
 port=$(free_port)
-ROWSHIFT_FAULT=stall-connect-ms=1500 "$bin/rowshift-coordinator" --local --workers 2 --config examples/dlrm-small.json \
+ROWSHIFT_FAULT=stall-connect-ms=1500 "$bin/rowshift-coordinator" --local --workers 2 --config "$light" \
 	--steps 80 --schedule 30:3 --listen 127.0.0.1:$port --timeout-ms 10000 --admin-file "$tmp/admin2.json" \
 	>"$tmp/idle.out" 2>"$tmp/idle.err" &
 coord=$!
@@ -125,7 +127,7 @@ check "the rescale committed at the first attempt (exit $rc)" bash -c \
 
 # more connections than a listener keeps in their handshake, to every worker listener during a rescale
 port=$(free_port)
-ROWSHIFT_FAULT=stall-connect-ms=1500 "$bin/rowshift-coordinator" --local --workers 2 --config examples/dlrm-small.json \
+ROWSHIFT_FAULT=stall-connect-ms=1500 "$bin/rowshift-coordinator" --local --workers 2 --config "$light" \
 	--steps 80 --schedule 30:3 --listen 127.0.0.1:$port --timeout-ms 10000 --admin-file "$tmp/admin3.json" \
 	>"$tmp/flood.out" 2>"$tmp/flood.err" &
 coord=$!

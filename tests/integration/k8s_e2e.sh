@@ -35,7 +35,8 @@ set -u
 . "$(dirname "$0")/../lib/apisim.sh"
 kubectl=tools/bin/kubectl
 helm=tools/bin/helm
-model=examples/dlrm-small.json
+model=$tmp/light.json # a lighter dlrm-small: the job trains until stopped
+light_config examples/dlrm-small.json "$model"
 ns=rowshift-e2e
 sts=rowshift-worker
 sel=app.kubernetes.io/name=rowshift,app.kubernetes.io/instance=rowshift,app.kubernetes.io/component=worker

@@ -23,6 +23,8 @@
 #   5. SIGTERM ends D (exit 0) and gives the Lease back (no holder).
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
+light=$tmp/light.json # a lighter dlrm-small: these jobs train until stopped
+light_config examples/dlrm-small.json "$light"
 . "$(dirname "$0")/../lib/apisim.sh"
 kubectl=tools/bin/kubectl
 ns=rowshift-leader
@@ -33,7 +35,7 @@ sel=app.kubernetes.io/name=rowshift,app.kubernetes.io/instance=rowshift,app.kube
 start_apisim_for $ns
 
 cport=$(free_port)
-render_chart $ns $cport
+render_chart $ns $cport --set-file modelJson="$light" # the workers' model: the same as the coordinators'
 check "kubectl apply creates the chart's objects" bash -c "timeout 30 $kubectl apply -f $tmp/chart.yaml >$tmp/apply.out 2>&1"
 jointok=$(k get secret rowshift-join-token -o jsonpath='{.data.token}' | base64 -d)
 python3 tests/integration/cutproxy.py "$tmp/proxy.port" "$simport" "$tmp/cut" "$tmp/hold" 2>"$tmp/proxy.err" &
@@ -42,7 +44,7 @@ sed "s#127.0.0.1:$simport#127.0.0.1:$(cat "$tmp/proxy.port")#" "$tmp/sa.kubeconf
 coordinator() { # NAME KUBECONFIG: as the Deployment runs it, as its ServiceAccount
 	ROWSHIFT_POD_NAME=$1 ROWSHIFT_LEASE_DURATION_S=$duration ROWSHIFT_KUBE_WATCH_IDLE_S=4 ROWSHIFT_JOIN_TOKEN=$jointok \
 		"$bin/rowshift-coordinator" --kubernetes --kubeconfig "$2" --namespace $ns --statefulset $sts \
-		--selector "$sel" --state-configmap rowshift-state --lease $lease --config examples/dlrm-small.json \
+		--selector "$sel" --state-configmap rowshift-state --lease $lease --config "$light" \
 		--listen 127.0.0.1:$cport --steps 100000000 --debounce-ms 1000 >"$tmp/$1.out" 2>"$tmp/$1.err" &
 }
 term() { k get configmap rowshift-state -o jsonpath='{.data.state\.json}' |

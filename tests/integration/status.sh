@@ -15,6 +15,8 @@
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 cfg=examples/dlrm-small.json
+light=$tmp/light.json # for the jobs that train until stopped
+light_config $cfg "$light"
 http() { python3 - "$@" <<'PY'
 import sys, urllib.request, urllib.error
 try:
@@ -71,7 +73,7 @@ PY
 
 # 2. one shot, metrics, health
 port=$(free_port)
-"$bin/rowshift-coordinator" --local --workers 2 --config $cfg --steps 100000 --listen 127.0.0.1:$port \
+"$bin/rowshift-coordinator" --local --workers 2 --config "$light" --steps 100000 --listen 127.0.0.1:$port \
 	--admin-file "$tmp/admin2.json" >"$tmp/run2.out" 2>"$tmp/run2.err" &
 job=$!
 wait_for "$tmp/run2.out" "^step" 30
@@ -112,7 +114,7 @@ check "the job still has 2 workers and trains (the status stream is read-only)" 
 	"grep -q ' 2 workers' $tmp/after.out && kill -0 $job && ! grep -q 'scale to' $tmp/run2.err"
 kill $job; wait $job 2>/dev/null
 port=$(free_port)
-ROWSHIFT_STATUS_TOKEN=s3cret "$bin/rowshift-coordinator" --local --workers 1 --config $cfg --steps 100000 \
+ROWSHIFT_STATUS_TOKEN=s3cret "$bin/rowshift-coordinator" --local --workers 1 --config "$light" --steps 100000 \
 	--listen 127.0.0.1:$port --admin-file "$tmp/admin3.json" >/dev/null 2>"$tmp/run3.err" &
 job=$!
 wait_for "$tmp/admin3.json" url 30
@@ -136,7 +138,7 @@ kill $job; wait $job 2>/dev/null
 
 # 4. 200 clients, half of them never reading, through a reshard
 port=$(free_port)
-"$bin/rowshift-coordinator" --local --workers 2 --config $cfg --steps 100000 --listen 127.0.0.1:$port \
+"$bin/rowshift-coordinator" --local --workers 2 --config "$light" --steps 100000 --listen 127.0.0.1:$port \
 	--admin-file "$tmp/admin4.json" >"$tmp/run4.out" 2>"$tmp/run4.err" &
 job=$!
 wait_for "$tmp/run4.out" "^step" 30
