@@ -11,20 +11,25 @@ set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
 coord() { timeout 120 "$bin/rowshift-coordinator" --local "$@"; }
+# dlrm-small at a quarter of its batch: parts 1 and 3 as fast as they train; parts 2 and 4 paced (25 ms a step),
+# so that a pre-copy has steps to run its rounds beside, and a kill at a step lands well before the run's end
+model=$tmp/quarter.json paced=$tmp/paced.json
+quarter_config examples/dlrm-small.json "$model"
+light_config examples/dlrm-small.json "$paced"
 
 # 1. exact sync: 2 x 2 equals 1 x 4
-coord --workers 4 --sharding-group 2 --config examples/dlrm-small.json --steps 40 --save "$tmp/twod" \
+coord --workers 4 --sharding-group 2 --config $model --steps 40 --save "$tmp/twod" \
 	>"$tmp/twod.out" 2>"$tmp/twod.err"
 check "a 2 x 2 run finishes" test $? = 0
 check "it says it trains in 2 replica groups of 2" grep -q "generation 1: 4 workers in 2 replica groups of 2" "$tmp/twod.err"
-coord --workers 4 --config examples/dlrm-small.json --steps 40 --save "$tmp/oned" >/dev/null 2>&1
+coord --workers 4 --config $model --steps 40 --save "$tmp/oned" >/dev/null 2>&1
 check "2 groups of 2 end with 1 x 4's bits, ZCH table included" bash -c \
 	"'$bin/rowshiftctl' checkpoint diff '$tmp/oned' '$tmp/twod' | tail -n 1 | grep -qx identical"
 
 # 2. elastic 2D: 2 x 2 -> 3 groups -> 2 x 2, every table of the demo model (deterministic training, the
 # default, makes even the data-parallel table's all-reduce independent of the world size)
 python3 -c "
-import json; c = json.load(open('examples/dlrm-small.json'))
+import json; c = json.load(open('$paced'))
 c['cluster'].update({'ranks_per_node': 6, 'sharding_group': 2})
 json.dump(c, open('$tmp/groups.json', 'w'))"
 coord --workers 4 --config "$tmp/groups.json" --steps 45 --schedule 15:6,30:4 --save "$tmp/elastic" \
@@ -63,7 +68,7 @@ check "3 (1D) -> 4 (2 groups of 2): moved at the pause, committed at the first a
 
 # 3. local SGD: replicas averaged every K steps trains to the end
 python3 -c "
-import json; c = json.load(open('examples/dlrm-small.json'))
+import json; c = json.load(open('$model'))
 c['cluster'].update({'sharding_group': 2, 'replica_sync': {'every': 5}, 'ranks_per_node': 6})
 json.dump(c, open('$tmp/every.json', 'w'))
 c['cluster']['replica_sync'] = {'every': 0}
@@ -79,7 +84,7 @@ check "replica_sync every 0 is refused, naming the field" grep -q "replica_sync.
 heal_run() { # heal_run NAME FLAGS...: 2 x 2 to step 90 in the background
 	local name=$1
 	shift
-	timeout 200 "$bin/rowshift-coordinator" --local --workers 4 --sharding-group 2 --config examples/dlrm-small.json \
+	timeout 200 "$bin/rowshift-coordinator" --local --workers 4 --sharding-group 2 --config "$paced" \
 		--steps 90 --save "$tmp/$name.final" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
 	job=$!
 }
