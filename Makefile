@@ -154,6 +154,10 @@ $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(UNIT_SUPPORT_OBJS) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ -lcmocka $(LDLIBS) -o $@
 
+# Tests that stand in for the API server's calls at a module boundary (-Wl,--wrap).
+WRAP_test_kube_members := rs_kube_configmap_read rs_kube_configmap_write rs_kube_namespace rs_lease_tick rs_lease_release
+$(BUILD)/tests/unit/test_kube_members: LDFLAGS += $(WRAP_test_kube_members:%=-Wl,--wrap=%)
+
 # Torture tests: every allocation goes through tests/unit/alloc/alloc_fail.c, which can fail the N-th.
 ALLOC_WRAP := $(foreach f,malloc calloc realloc strdup strndup asprintf vasprintf posix_memalign aligned_alloc,-Wl,--wrap=$(f))
 $(BUILD)/tests/unit/test_alloc_%: $(BUILD)/obj/tests/unit/test_alloc_%.o $(BUILD)/obj/tests/unit/alloc/alloc_fail.o \
