@@ -120,16 +120,21 @@ if [ "$jobs_max" -le 1 ]; then
 	exit 0
 fi
 parts=$(mktemp -d)
-# Interrupted: each job's timeout is told (it passes TERM on to its program, whose
-# own exit cleans up), then the jobs themselves.
+# Interrupted: no job starts another program; each job's timeout is told (it
+# passes TERM on to its program, whose own exit cleans up), then the jobs
+# themselves; the results of the programs that ended are kept.
 stop_jobs() {
 	local jp
+	[ -d "$parts" ] || return 0
+	touch "$parts/stop"
 	jp=$(jobs -p | paste -sd, -)
 	[ -z "$jp" ] || { pkill -TERM -P "$jp"; kill ${jp//,/ }; } 2>/dev/null
+	cat "$parts"/[0-9]* >>"$results" 2>/dev/null
 	rm -rf "$parts"
 }
 trap stop_jobs EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
 # Integration scripts that start the Kubernetes API simulator make one job, run
 # one after another: their pods share this machine's loopback addresses and
 # ports (the coordinator listens on 0.0.0.0:7070). Every other program is a job
@@ -146,7 +151,10 @@ done
 [ -z "$sim_job" ] || job_list=("$sim_job" "${job_list[@]}")
 run_job() { # run_job INDEX...: those programs, one after another
 	local i
-	for i in "$@"; do results="$parts/$(printf %04d "$i")" run_one "${progs[$i]}"; done
+	for i in "$@"; do
+		[ ! -e "$parts/stop" ] || return 0
+		results="$parts/$(printf %04d "$i")" run_one "${progs[$i]}"
+	done
 }
 for job in "${job_list[@]}"; do
 	while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
@@ -155,4 +163,5 @@ for job in "${job_list[@]}"; do
 done
 wait
 cat "$parts"/* >>"$results"
+rm -rf "$parts"
 exit 0

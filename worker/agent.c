@@ -321,6 +321,21 @@ static rs_status poll_between_steps(rs_agent *a, int *stop, rs_err *lost)
 }
 
 /*
+ * train.min_step_ms: the rest of the step idle until `until`, listening to
+ * the coordinator meanwhile (a stop or an abort is not held up; a pause
+ * asked for is taken at the next step's end, as without the idle). The
+ * link's trouble is left to the caller's poll.
+ */
+static void idle_out(rs_agent *a, double until, int *stop, rs_err *lost)
+{
+	for (double now = rs_now(); now < until && !*stop && !lost->msg[0]; now = rs_now()) {
+		if (poll_between_steps(a, stop, lost) != RS_OK)
+			return;
+		rs_sleep(until - now < 0.005 ? until - now : 0.005);
+	}
+}
+
+/*
  * One write at a time: wait for the one in flight, listening to the
  * coordinator meanwhile, so that a stop or an abort of this generation (a
  * member was lost) is not held up by a slow write (*stop, lost). 0 when
@@ -461,9 +476,8 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 			t0 = t1;
 			since = r->step;
 		}
-		double rest = (double)a->c.cfg->train.min_step_ms / 1e3 - (rs_now() - began);
-		if (rest > 0) /* train.min_step_ms: the rest of the step idle */
-			rs_sleep(rest);
+		if (!stats.pause && !end) /* not before a pause or the end: they would wait for it */
+			idle_out(a, began + (double)a->c.cfg->train.min_step_ms / 1e3, stop, lost);
 		st = poll_between_steps(a, stop, lost);
 		if (st == RS_EINVAL)
 			return rs_err_set(err, st, "the coordinator refused this worker's rejoin");

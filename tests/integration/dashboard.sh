@@ -10,6 +10,7 @@ set -u
 light=$tmp/light.json # a lighter dlrm-small: these jobs train until stopped
 light_config examples/dlrm-small.json "$light"
 [ -f tools/node_modules/playwright-core/package.json ] || { echo "FAILED: playwright-core is not installed (make tools)"; exit 1; }
+rm -f "$BUILD"/dashboard-*.png # this run's screenshots, not an earlier one's
 port=$(free_port)
 "$bin/rowshift-coordinator" --local --workers 2 --config "$light" --steps 100000 --schedule 30:4 \
 	--listen 127.0.0.1:$port --admin-file "$tmp/admin.json" >"$tmp/run.out" 2>"$tmp/run.err" &

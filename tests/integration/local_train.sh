@@ -145,7 +145,7 @@ kill -9 $coord
 { wait $coord; } 2>/dev/null
 gone=0
 for _ in $(seq 1 100); do
-	if ! pgrep -f "[r]owshift-worker --coordinator ws://127.0.0.1:$port" >/dev/null; then gone=1; break; fi
+	if ! pgrep -f "[r]owshift-worker --coordinator ws://127.0.0.1:$port " >/dev/null; then gone=1; break; fi
 	sleep 0.1
 done
 check "workers exit within 10 s of the coordinator's death" test "$gone" = 1
