@@ -18,7 +18,8 @@
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
-cfg=examples/dlrm-small.json # with its ZCH table: identities and eviction metadata are checkpointed too
+cfg=$tmp/quarter.json # dlrm-small (with its ZCH table: identities and eviction metadata are checkpointed too)
+quarter_config examples/dlrm-small.json "$cfg" # at a quarter of its batch: the same tables, checkpoints and cycle
 run() { # run NAME FLAGS...: a local job of dlrm-small (no ZCH) to step 120, saved to $tmp/NAME.final
 	local name=$1
 	shift
@@ -166,7 +167,9 @@ rc=$?
 check "a checkpoint without its index is never loaded (exit $rc)" bash -c "[ $rc != 0 ] && grep -q 'index.json' '$tmp/d.err'"
 
 # --checkpoint-interval: by time, at a step every worker agrees on (any step, not a multiple of anything)
-run i --workers 2 --steps 400 --checkpoint-dir "$tmp/cki" --checkpoint-interval 1 --checkpoint-keep 1000
+# (the whole batch: a quarter's 400 steps may end within the first second)
+cfg=examples/dlrm-small.json run i --workers 2 --steps 400 --checkpoint-dir "$tmp/cki" --checkpoint-interval 1 \
+	--checkpoint-keep 1000
 rc=$?
 check "a job with --checkpoint-interval 1 (and no --checkpoint-every) finishes (exit $rc)" test "$rc" = 0
 grep -o 'checkpoint of step [0-9]* complete' "$tmp/i.out" | awk '{print $4}' >"$tmp/i.steps"
@@ -174,6 +177,6 @@ check "it took checkpoints by time ($(tr '\n' ' ' <"$tmp/i.steps")), each comple
 	"[ \$(wc -l <'$tmp/i.steps') -ge 2 ] && for s in \$(cat '$tmp/i.steps'); do
 	 [ -e '$tmp/cki/'\$(printf 'step-%09d' \$s)/index.json ] || exit 1; done"
 first=$(head -1 "$tmp/i.steps")
-run j --workers 2 --steps 400 --load "$tmp/cki/$(printf 'step-%09d' "$first")"
+cfg=examples/dlrm-small.json run j --workers 2 --steps 400 --load "$tmp/cki/$(printf 'step-%09d' "$first")"
 check "a job loading the first of them ends where the undisturbed one did, bit for bit" same_bits "$tmp/i.final" "$tmp/j.final"
 finish_checks checkpoints
