@@ -152,11 +152,10 @@ $(BUILD)/bin/rowshiftctl: $(CTL_OBJS) $(call layer_lib,common)
 
 $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(UNIT_SUPPORT_OBJS) $(LIB)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) $^ -lcmocka $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(LDFLAGS) $(foreach f,$(WRAP_$*),-Wl,--wrap=$(f)) $^ -lcmocka $(LDLIBS) -o $@
 
-# Tests that stand in for the API server's calls at a module boundary (-Wl,--wrap).
+# Unit tests that stand in for functions at a module boundary: WRAP_test_NAME lists them (-Wl,--wrap=each).
 WRAP_test_kube_members := rs_kube_configmap_read rs_kube_configmap_write rs_kube_namespace rs_lease_tick rs_lease_release
-$(BUILD)/tests/unit/test_kube_members: LDFLAGS += $(WRAP_test_kube_members:%=-Wl,--wrap=%)
 
 # Torture tests: every allocation goes through tests/unit/alloc/alloc_fail.c, which can fail the N-th.
 ALLOC_WRAP := $(foreach f,malloc calloc realloc strdup strndup asprintf vasprintf posix_memalign aligned_alloc,-Wl,--wrap=$(f))
