@@ -162,6 +162,9 @@ static int ours(rs_kube_members *m, int timeout_ms, rs_err *e)
 	return same ? 1 : st == RS_OK || st == RS_ENOTFOUND ? 0 : -1;
 }
 
+/* No answer, or a 5xx: the API may come back, and the write may have landed all the same. */
+static int transient(rs_status st) { return st == RS_ECURL || st == RS_EIO; }
+
 /* text as the state in m->cm (made when there is none yet); 0: out of memory. */
 static int put_text(rs_kube_members *m, const char *text)
 {
@@ -203,8 +206,7 @@ static rs_status save_state(void *ctx, const rs_state *s, int patient, rs_err *e
 	for (;;) {
 		e.msg[0] = 0;
 		st = rs_kube_configmap_write(m->kube, m->configmap, timeout_ms, &m->cm, &e);
-		int unanswered = st == RS_ECURL || st == RS_EIO; /* no answer, or a 5xx: the write may have landed */
-		if (unanswered)
+		if (transient(st))
 			remember_unanswered(m, text);
 		else if (st == RS_OK)
 			forget_unanswered(m);
@@ -222,7 +224,7 @@ static rs_status save_state(void *ctx, const rs_state *s, int patient, rs_err *e
 				continue; /* at once, on the version it landed as */
 			}
 		}
-		if ((st != RS_ECURL && st != RS_EIO) || rs_now() + wait >= until)
+		if (!transient(st) || rs_now() + wait >= until)
 			break;
 		RS_WARN("%s; trying again in %.2f s", e.msg, wait);
 		for (double t = rs_now() + wait; rs_now() < t; rs_sleep(0.05))

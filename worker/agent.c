@@ -476,7 +476,7 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 			t0 = t1;
 			since = r->step;
 		}
-		if (!stats.pause && !end) /* not before a pause or the end: they would wait for it */
+		if (a->c.cfg->train.min_step_ms > 0 && !stats.pause && !end) /* not before a pause or the end */
 			idle_out(a, began + (double)a->c.cfg->train.min_step_ms / 1e3, stop, lost);
 		st = poll_between_steps(a, stop, lost);
 		if (st == RS_EINVAL)

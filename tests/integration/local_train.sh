@@ -37,8 +37,7 @@ for w in 1 3; do
 done
 check "1 and 3 workers end with the same bits" bash -c \
 	"'$bin/rowshiftctl' checkpoint diff '$tmp/ckpt1' '$tmp/ckpt3' | tail -n 1 | grep -qx identical"
-python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["train"]["min_step_ms"] = 100
-json.dump(c, open(sys.argv[2], "w"))' "$quarter" "$tmp/paced.json"
+light_config examples/dlrm-small.json "$tmp/paced.json" 100 # the quarter batch, each step at least 100 ms
 t0=$EPOCHREALTIME
 timeout 120 "$bin/rowshift-coordinator" --local --workers 2 --config "$tmp/paced.json" --steps 40 --save "$tmp/paced" \
 	>"$tmp/paced.out" 2>&1

@@ -82,8 +82,8 @@ with_precopy() { # with_precopy CONFIG true|false OUT: CONFIG with "cluster": {"
 	python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c.setdefault("cluster", {})["precopy"] = sys.argv[2] == "true"
 json.dump(c, open(sys.argv[3], "w"))' "$1" "$2" "$3"
 }
-# light_config CONFIG OUT: CONFIG with a quarter of its batch (256), 2048 held-out samples and steps of at least
-# 25 ms, written to OUT. For scripts that train until they stop the job: the same tables, plans and cycle at about
+# light_config CONFIG OUT [MS]: CONFIG with a quarter of its batch (256), 2048 held-out samples and steps of at
+# least MS (default 25) ms, written to OUT. For scripts that train until they stop the job: the same tables, plans and cycle at about
 # the demo's pace here, for about a third of the CPU (the workers idle out each step's rest), so that the control
 # plane under test is not starved on a 2-core machine.
 light_config() {
