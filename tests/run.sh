@@ -14,6 +14,7 @@
 #   FUZZ_SECONDS     fuzz: seconds of exploration per target after its corpus
 #   RS_UNIT_JOBS     unit: test programs run at once (default 2)
 #   RS_FUZZ_JOBS     fuzz: targets run at once (default 2)
+#   RS_CUDASIM_JOBS  cudasim: programs run at once under the CUDA simulator (default 2)
 #   RS_TEST_JOBS     integration: scripts run at once (default 2; the scripts that
 #                    start the API simulator always run one after another)
 #   RS_REQUIRE_GPU=1 gpu: a skip (no device) counts as a failure
@@ -102,14 +103,16 @@ run_one() {
 	esac
 }
 
-# Unit tests (RS_UNIT_JOBS), fuzz targets (RS_FUZZ_JOBS) and integration
-# scripts (RS_TEST_JOBS) run two at a time by default, their lines recorded in
-# the order given; everything else one by one. On 2 cores, the integration
+# Unit tests (RS_UNIT_JOBS), fuzz targets (RS_FUZZ_JOBS), the CUDA simulator's
+# programs (RS_CUDASIM_JOBS) and integration scripts (RS_TEST_JOBS) run two at a
+# time by default, their lines recorded in the order given; everything else one
+# by one. On 2 cores, the integration
 # scripts took 7m18 two at a time against about 10 minutes one by one.
 jobs_max=1 jobs_var=
 case $kind in
 unit) jobs_var=RS_UNIT_JOBS jobs_max=${RS_UNIT_JOBS:-2} ;;
 fuzz) jobs_var=RS_FUZZ_JOBS jobs_max=${RS_FUZZ_JOBS:-2} ;;
+cudasim) jobs_var=RS_CUDASIM_JOBS jobs_max=${RS_CUDASIM_JOBS:-2} ;;
 integration) jobs_var=RS_TEST_JOBS jobs_max=${RS_TEST_JOBS:-2} ;;
 esac
 case $jobs_max in

@@ -44,9 +44,10 @@ CUDASIM_TRAIN_STEPS ?= 18
 
 cudasim: deps $(CUDASIM_RT) $(CUDASIM_BLAS) $(CUDASIM_TEST_BINS) $(CUDASIM_WORKER) $(CUDASIM_RUNS)
 
-# Runs after `make all` (make test) or with the binaries it needs built (make test-cudasim).
+# Runs after `make all` (make test) or with the binaries it needs built (make test-cudasim); train_gpu,
+# the longest, first (run.sh runs two at a time).
 cudasim-run: cudasim $(BINS)
-	@BUILD=$(BUILD) bash tests/run.sh cudasim $(sort $(CUDASIM_RUNS))
+	@BUILD=$(BUILD) bash tests/run.sh cudasim $(CUDASIM)/run/train_gpu $(sort $(filter-out %/train_gpu,$(CUDASIM_RUNS)))
 
 $(CUDASIM_RT): tests/cudasim/runtime.cc | deps
 	@mkdir -p $(@D)

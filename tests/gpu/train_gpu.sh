@@ -53,10 +53,13 @@ identical() { # identical WHAT A B: the two checkpoints are equal bit for bit
 	[ "$fails" = "$before" ] || cat "$tmp/diff.out"
 }
 
-plain="$tmp/dlrm-small-plain.json"
+# dlrm-small at a quarter of its batch (quarter_config): the same tables, plans and moves for a quarter of the
+# simulator's work
+small="$tmp/dlrm-small.json" plain="$tmp/dlrm-small-plain.json"
+quarter_config examples/dlrm-small.json "$small"
 python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["train"]["deterministic"] = False; json.dump(c, open(sys.argv[2], "w"))' \
-	examples/dlrm-small.json "$plain"
-for model in examples/dlrm-small.json tests/data/train-model.json "$plain"; do
+	"$small" "$plain"
+for model in "$small" tests/data/train-model.json "$plain"; do
 	m=$(basename "$model" .json)
 	run "$m-cpu" cpu --workers 2 --config "$model"
 	check "$m: 2 CPU workers train $steps steps" test $? = 0
@@ -73,7 +76,7 @@ done
 
 # elastic on the GPU: 2 -> 3 at a third of the steps -> 2 at two thirds, against the static GPU and CPU runs,
 # with every row moved at the pause
-model=examples/dlrm-small.json
+model=$small
 with_precopy $model false "$tmp/at-pause.json"
 run elastic-pause cuda --workers 2 --config "$tmp/at-pause.json" --schedule "$s1:3,$s2:2"
 check "a 2 -> 3 -> 2 run of GPU workers (pre-copy off) finishes, resharding twice at the scheduled steps" bash -c \
