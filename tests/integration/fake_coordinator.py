@@ -3,9 +3,9 @@ it speaks enough WebSocket to open each connection with a challenge as a
 coordinator would, keeps every message its clients send, and answers each
 join with a refusal it cannot prove.
 
-usage: fake_coordinator.py PORT SECONDS OUT
-  serves PORT for SECONDS, then writes to OUT one line per message received
-  (the raw text), and exits."""
+usage: fake_coordinator.py PORT SECONDS OUT [JOINS]
+  serves PORT for SECONDS (or until it has refused JOINS joins), then writes
+  to OUT one line per message received (the raw text), and exits."""
 import base64
 import hashlib
 import json
@@ -71,7 +71,7 @@ def serve(conn, got):
             got.append(t)
             if '"join"' in t:
                 conn.sendall(frame(json.dumps({"type": "refused", "reason": "bad join token"})))
-                return
+                return True
         r, _, _ = select.select([conn], [], [], 0.2)
         if r:
             chunk = conn.recv(65536)
@@ -82,18 +82,19 @@ def serve(conn, got):
 
 def main():
     port, seconds, out = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+    joins = int(sys.argv[4]) if len(sys.argv) > 4 else None
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind(("127.0.0.1", port))
     ls.listen(64)
-    got = []
+    got, refused = [], 0
     end = time.time() + seconds
-    while time.time() < end:
+    while time.time() < end and (joins is None or refused < joins):
         r, _, _ = select.select([ls], [], [], 0.2)
         if r:
             conn, _ = ls.accept()
             try:
-                serve(conn, got)
+                refused += bool(serve(conn, got))
             except OSError:
                 pass
             conn.close()
