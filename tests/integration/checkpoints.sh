@@ -167,8 +167,9 @@ rc=$?
 check "a checkpoint without its index is never loaded (exit $rc)" bash -c "[ $rc != 0 ] && grep -q 'index.json' '$tmp/d.err'"
 
 # --checkpoint-interval: by time, at a step every worker agrees on (any step, not a multiple of anything)
-# (the whole batch: a quarter's 400 steps may end within the first second)
-cfg=examples/dlrm-small.json run i --workers 2 --steps 400 --checkpoint-dir "$tmp/cki" --checkpoint-interval 1 \
+# (paced, at least 10 ms a step: unpaced, a quarter's 400 steps may end within the first second)
+light_config examples/dlrm-small.json "$tmp/paced.json" 10
+cfg=$tmp/paced.json run i --workers 2 --steps 400 --checkpoint-dir "$tmp/cki" --checkpoint-interval 1 \
 	--checkpoint-keep 1000
 rc=$?
 check "a job with --checkpoint-interval 1 (and no --checkpoint-every) finishes (exit $rc)" test "$rc" = 0
@@ -177,6 +178,6 @@ check "it took checkpoints by time ($(tr '\n' ' ' <"$tmp/i.steps")), each comple
 	"[ \$(wc -l <'$tmp/i.steps') -ge 2 ] && for s in \$(cat '$tmp/i.steps'); do
 	 [ -e '$tmp/cki/'\$(printf 'step-%09d' \$s)/index.json ] || exit 1; done"
 first=$(head -1 "$tmp/i.steps")
-cfg=examples/dlrm-small.json run j --workers 2 --steps 400 --load "$tmp/cki/$(printf 'step-%09d' "$first")"
+cfg=$tmp/paced.json run j --workers 2 --steps 400 --load "$tmp/cki/$(printf 'step-%09d' "$first")"
 check "a job loading the first of them ends where the undisturbed one did, bit for bit" same_bits "$tmp/i.final" "$tmp/j.final"
 finish_checks checkpoints

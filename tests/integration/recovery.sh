@@ -33,7 +33,10 @@
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
-cfg=examples/dlrm-small.json
+# dlrm-small at a quarter of its batch, each step at least 20 ms (light_config): the kills after a checkpoint
+# have 30 steps, 600 ms or more, before the next one, whatever the machine's load
+cfg=$tmp/dlrm-small.json
+light_config examples/dlrm-small.json "$cfg" 20
 run() { # run NAME FLAGS...: a local job of 3 workers to step 120, saved to $tmp/NAME.final, in the background
 	local name=$1
 	shift
@@ -100,7 +103,7 @@ check "flip: the damaged checkpoint was passed over, naming its file" \
 equal flip
 
 # 4. a SIGKILL while the checkpoint of step 60 is being written
-ROWSHIFT_FAULT=checkpoint-stall-ms=4000@60 run midwrite --checkpoint-dir "$tmp/ck4" --checkpoint-every 30
+ROWSHIFT_FAULT=checkpoint-stall-ms=2000@60 run midwrite --checkpoint-dir "$tmp/ck4" --checkpoint-every 30
 wait_for "$tmp/midwrite.out" "checkpoint of step 30 complete" 60
 for _ in $(seq 1 200); do [ -n "$(ls "$tmp/ck4/step-000000060" 2>/dev/null)" ] && break; sleep 0.05; done
 check "midwrite: the checkpoint of step 60 was being written, without its index" \
@@ -130,7 +133,7 @@ check "two: one recovery, back to step 60" bash -c \
 equal two
 
 # 7. a SIGKILL of an old member while a reshard moves rows at the pause (pre-copy off; every reshard stalls 2 s first)
-with_precopy examples/dlrm-small.json false "$tmp/stw.json"
+with_precopy "$cfg" false "$tmp/stw.json"
 cfg=$tmp/stw.json ROWSHIFT_FAULT=stall-ms=2000 run migrate --checkpoint-dir "$tmp/ck7" --checkpoint-every 30 --schedule 45:4
 wait_for "$tmp/migrate.out" "generation 2: 3 -> 4 workers" 60
 kill_worker 1 # at once: the stall is 2 s; waiting for step 30's checkpoint too lost the race on a loaded machine
