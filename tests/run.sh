@@ -4,7 +4,7 @@
 #   run.sh KIND PROGRAM...   run each program with a timeout and record the result
 #   run.sh --summary         print "N passed, N failed, N skipped" and fail if any failed
 #
-# KIND is static, unit, gpu, fuzz or integration. A program exiting 0 passed, 77
+# KIND is static, unit, gpu, cudasim, fuzz or integration. A program exiting 0 passed, 77
 # skipped (it prints why), anything else failed. Results (passed and failed ones
 # with the program's wall and CPU seconds) accumulate in $BUILD/test-results
 # until the summary, which prints the failed and skipped ones;
@@ -106,8 +106,8 @@ run_one() {
 # Unit tests (RS_UNIT_JOBS), fuzz targets (RS_FUZZ_JOBS), the CUDA simulator's
 # programs (RS_CUDASIM_JOBS) and integration scripts (RS_TEST_JOBS) run two at a
 # time by default, their lines recorded in the order given; everything else one
-# by one. On 2 cores, the integration
-# scripts took 7m18 two at a time against about 10 minutes one by one.
+# by one. On 2 cores, the integration scripts took about 7 minutes two at a time
+# (6m17 after they were lightened) against about 10 minutes one by one.
 jobs_max=1 jobs_var=
 case $kind in
 unit) jobs_var=RS_UNIT_JOBS jobs_max=${RS_UNIT_JOBS:-2} ;;

@@ -19,11 +19,12 @@
 # the dense network on the host's loops, so GPU and CPU runs, static or
 # elastic, must end with the same bits ("identical"); the max_rel <= 1e-5
 # checks are of the plain float sums' mode ("deterministic": false, where
-# cuBLAS sums in its own order), run on the demo model.
+# cuBLAS sums in its own order), run on the demo model (dlrm-small, here at
+# a quarter of its batch).
 #
 # Why 18 steps by default: the simulator is slow, and with the plain float
 # sums, runs of the demo model whose rounding differs drift apart early (2
-# CPU workers leave 1 CPU worker's weights at step 19: rounding noise
+# CPU workers leave 1 CPU worker's weights at step 19 at its whole batch: rounding noise
 # meeting row-wise Adagrad), so past that point no 1e-5 comparison holds.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
@@ -86,13 +87,15 @@ identical "elastic GPU (at the pause) = static GPU, bit for bit" "$tmp/dlrm-smal
 identical "elastic GPU (at the pause) = static CPU, bit for bit" "$tmp/dlrm-small-cpu" "$tmp/elastic-pause"
 
 # the same pre-copied (the default: the rows move out of and into managed memory between steps while the old
-# world trains), over three times the steps: a scheduled change is pre-copied only when its joiners are in and
-# the rounds have begun before its step, which the simulator's slow steps make a race over 6 steps. Against a
-# static CPU run of as many steps (the GPU's bits are the CPU's, checked above).
+# world trains), over three times the steps, each at least 100 ms (light_config; the idle changes no result): a
+# scheduled change is pre-copied only when its joiners are in and the rounds have begun before its step, a race
+# over a few fast steps (a joiner starts its process, its device and its transport first). Against a static CPU
+# run of as many steps, unpaced (the GPU's bits are the CPU's, checked above).
 long=$((3 * steps))
+light_config examples/dlrm-small.json "$tmp/paced.json" 100
 run_steps=$long run long-cpu cpu --workers 2 --config $model
 check "2 CPU workers train $long steps" test $? = 0
-run_steps=$long run elastic cuda --workers 2 --config $model --schedule "$steps:3,$((2 * steps)):2"
+run_steps=$long run elastic cuda --workers 2 --config "$tmp/paced.json" --schedule "$steps:3,$((2 * steps)):2"
 check "a pre-copied 2 -> 3 -> 2 run of GPU workers finishes, resharding twice at the scheduled steps" bash -c \
 	"grep -q 'generation 2 resumed at step $steps' $tmp/elastic.out && grep -q 'generation 3 resumed at step $((2 * steps))' $tmp/elastic.out"
 check "the bytes moved at each pre-copied reshard are the plan diff's (rows sent again counted apart)" \

@@ -3,9 +3,11 @@ it speaks enough WebSocket to open each connection with a challenge as a
 coordinator would, keeps every message its clients send, and answers each
 join with a refusal it cannot prove.
 
-usage: fake_coordinator.py PORT SECONDS OUT [JOINS]
-  serves PORT for SECONDS (or until it has refused JOINS joins), then writes
-  to OUT one line per message received (the raw text), and exits."""
+usage: fake_coordinator.py PORT SECONDS OUT [WORKERS REFUSALS MIN_SECONDS]
+  serves PORT for SECONDS, or with WORKERS given, until each of that many
+  workers (by name) has had REFUSALS joins refused, and MIN_SECONDS have
+  passed; then writes to OUT one line per message received (the raw text),
+  and exits."""
 import base64
 import hashlib
 import json
@@ -71,7 +73,10 @@ def serve(conn, got):
             got.append(t)
             if '"join"' in t:
                 conn.sendall(frame(json.dumps({"type": "refused", "reason": "bad join token"})))
-                return True
+                try:
+                    return json.loads(t).get("worker")
+                except ValueError:
+                    return None
         r, _, _ = select.select([conn], [], [], 0.2)
         if r:
             chunk = conn.recv(65536)
@@ -82,19 +87,25 @@ def serve(conn, got):
 
 def main():
     port, seconds, out = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
-    joins = int(sys.argv[4]) if len(sys.argv) > 4 else None
+    workers, refusals, least = (int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])) if len(sys.argv) > 6 \
+        else (None, 0, 0)
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind(("127.0.0.1", port))
     ls.listen(64)
-    got, refused = [], 0
-    end = time.time() + seconds
-    while time.time() < end and (joins is None or refused < joins):
+    got, refused = [], {}
+    start = time.time()
+    while time.time() < start + seconds:
+        if workers and time.time() >= start + least and len(refused) >= workers and \
+                min(refused.values()) >= refusals:
+            break
         r, _, _ = select.select([ls], [], [], 0.2)
         if r:
             conn, _ = ls.accept()
             try:
-                refused += bool(serve(conn, got))
+                name = serve(conn, got)
+                if name:
+                    refused[name] = refused.get(name, 0) + 1
             except OSError:
                 pass
             conn.close()

@@ -33,9 +33,11 @@
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
-# dlrm-small at a quarter of its batch, each step at least 20 ms (light_config): the kills after a checkpoint
-# have 30 steps, 600 ms or more, before the next one, whatever the machine's load
+# dlrm-small at a quarter of its batch, each step at least 20 ms (light_config). A kill aimed between the
+# checkpoints of steps 60 and 90 has the steps between them and the 1.5 s that the writers of step 90 stall
+# for (hold90), whatever the machine's load.
 cfg=$tmp/dlrm-small.json
+hold90=checkpoint-stall-ms=1500@90
 light_config examples/dlrm-small.json "$cfg" 20
 run() { # run NAME FLAGS...: a local job of 3 workers to step 120, saved to $tmp/NAME.final, in the background
 	local name=$1
@@ -67,7 +69,7 @@ finished base
 
 # 2. SIGKILL after a checkpoint completed
 port=$(free_port)
-run kill --checkpoint-dir "$tmp/ck2" --checkpoint-every 30 --listen "127.0.0.1:$port"
+ROWSHIFT_FAULT=$hold90 run kill --checkpoint-dir "$tmp/ck2" --checkpoint-every 30 --listen "127.0.0.1:$port"
 wait_for "$tmp/kill.out" "checkpoint of step 60 complete" 60
 kill_worker 1
 wait_for "$tmp/kill.out" "^recovered:" 60
@@ -88,7 +90,7 @@ equal kill
 
 # 3. the newest checkpoint damaged, then a SIGKILL (the workers frozen meanwhile: on a loaded machine, the
 # world trained on to step 90's checkpoint while the byte was flipped)
-run flip --checkpoint-dir "$tmp/ck3" --checkpoint-every 30
+ROWSHIFT_FAULT=$hold90 run flip --checkpoint-dir "$tmp/ck3" --checkpoint-every 30
 wait_for "$tmp/flip.out" "checkpoint of step 60 complete" 60
 workers=$(pgrep -P "$(pgrep -P $coord)")
 kill -STOP $workers
@@ -124,7 +126,7 @@ rolled_back_to nockpt 0
 equal nockpt
 
 # 6. two at once
-run two --checkpoint-dir "$tmp/ck6" --checkpoint-every 30
+ROWSHIFT_FAULT=$hold90 run two --checkpoint-dir "$tmp/ck6" --checkpoint-every 30
 wait_for "$tmp/two.out" "checkpoint of step 60 complete" 60
 pkill -9 -P "$(pgrep -P $coord)" -f -- "--name worker-[12] "
 finished two
@@ -180,7 +182,7 @@ check "partial: --log-json has it, with the stale rows" \
 	grep -q "\"event\":\"recovered\",\"kind\":\"partial\".*\"restored_step\":60,\"stale_rows\":$held" "$tmp/partial.jsonl"
 equal partial
 port=$(free_port)
-cfg=$tmp/partial.json run stale --checkpoint-dir "$tmp/ck9" --checkpoint-every 30 --listen "127.0.0.1:$port"
+cfg=$tmp/partial.json ROWSHIFT_FAULT=$hold90 run stale --checkpoint-dir "$tmp/ck9" --checkpoint-every 30 --listen "127.0.0.1:$port"
 # step 60's checkpoint complete too: run beside another script, its writers were still at it at step 75
 wait_for "$tmp/stale.out" "checkpoint of step 60 complete" 60
 wait_for "$tmp/stale.out" "^step *7[0-9] " 60

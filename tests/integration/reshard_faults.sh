@@ -33,7 +33,7 @@ set -u
 . "$(dirname "$0")/../lib/itest.sh"
 # dlrm-small at a quarter of its batch, each step at least 25 ms (light_config): a stalled reshard's moves and a
 # killed joiner's return take about as many steps as at the whole batch, for less CPU
-light_config examples/dlrm-small.json "$tmp/light.json"
+light_config examples/dlrm-small.json "$tmp/light.json" 25
 for pc in true false; do
 	with_precopy "$tmp/light.json" $pc "$tmp/precopy-$pc.json"
 done
@@ -112,11 +112,14 @@ check "4. a drained worker logged handing its rows over" wait_for "$tmp/scale.er
 kill -TERM $job
 finish scale
 
-run shrink --workers 4 --steps 300
+# unpaced (quarter_config), so that the leaver is mid-step, not idling out a step's rest, when SIGTERM comes
+quarter_config examples/dlrm-small.json "$tmp/quarter.json"
+with_precopy "$tmp/quarter.json" false "$tmp/quarter-stw.json"
+cfg=$tmp/quarter-stw.json run shrink --workers 4 --steps 1000
 wait_for "$tmp/shrink.out" "^step    60" 60
 "$bin/rowshiftctl" scale --workers 3 --admin-file "$tmp/shrink.admin" >/dev/null
 finish shrink
-check "4. a job scaled 4 -> 3 mid-training finishes (exit $?)" grep -q "training done: 3 workers, 300 steps" "$tmp/shrink.out"
+check "4. a job scaled 4 -> 3 mid-training finishes (exit $?)" grep -q "training done: 3 workers, 1000 steps" "$tmp/shrink.out"
 check "4. the leaver got SIGTERM mid-step and asked to be drained" grep -q "worker-3 .*SIGTERM: asking the coordinator to drain" "$tmp/shrink.err"
 check "4. it exited after the commit, its rows handed over" grep -q "worker-3 .*handed my rows over in generation 2; leaving" "$tmp/shrink.err"
 check "4. no worker failed" bash -c "! grep -q 'exited with status [1-9]\|killed by signal' $tmp/shrink.err"
@@ -135,24 +138,27 @@ check "6. the old world trained on meanwhile (no member lost its generation)" \
 check "6. the next attempt committed" grep -q "generation 3 committed" "$tmp/pc_corrupt.out"
 check "6. the weights equal the static run's" same_as_static "$tmp/pc_corrupt"
 
-kill_joiner_once() { # kill_joiner_once NAME LOG PATTERN DELAY: a stalled pre-copied job whose worker-3 is SIGKILLed once LOG says PATTERN
-	ROWSHIFT_FAULT=stall-ms=1500 run "$1" --workers 2 --schedule 40:4
+kill_joiner_once() { # kill_joiner_once NAME LOG PATTERN DELAY STEP: a stalled pre-copied job scheduled 2 -> 4 at STEP, whose worker-3 is SIGKILLed once LOG says PATTERN
+	ROWSHIFT_FAULT=stall-ms=1500 run "$1" --workers 2 --schedule "$5:4"
 	wait_for "$tmp/$1.$2" "$3" 60
 	"$bin/rowshiftctl" status --admin-file "$tmp/$1.admin" >"$tmp/$1.status" 2>&1
 	sleep "$4"
 	pkill -9 -P $job -f -- "--name worker-3 "
 	finish "$1"
 }
-kill_joiner_once pc_kill err "worker-3 generation 2: pre-copy began" 0.3
+# (at step 60: a joiner begins during the first steps, and the kill must come before the world reaches it)
+kill_joiner_once pc_kill err "worker-3 generation 2: pre-copy began" 0.3 60
 check "7. a run whose joiner was killed during the background copy finishes (exit $?)" \
 	grep -q "training done: 4 workers" "$tmp/pc_kill.out"
+check "7. the world had not paused for the change when the joiner was killed" \
+	bash -c "! grep -q 'generation 2: the world paused at step' '$tmp/pc_kill.err'"
 check "7. rowshiftctl status showed the copy while the old world trained" \
 	grep -q "pre-copying generation 2 (2 -> 4 workers) while training: .* of 4 members done" "$tmp/pc_kill.status"
 check "7. the copy was called off" grep -q "generation 2 aborted: " "$tmp/pc_kill.out"
 check "7. the next attempt committed" grep -q "generation 3 committed" "$tmp/pc_kill.out"
 check "7. the weights equal the static run's" same_as_static "$tmp/pc_kill"
 
-kill_joiner_once pc_pause err "generation 2: the world paused at step 40; finishing the pre-copy" 0.5
+kill_joiner_once pc_pause err "generation 2: the world paused at step 40; finishing the pre-copy" 0.5 40
 check "8. a run whose joiner was killed while the world finished the copy finishes (exit $?)" \
 	grep -q "training done: [34] workers, 100 steps" "$tmp/pc_pause.out" # 3 when the restarted joiner comes too late
 check "8. the attempt aborted at the pause, and the next one committed at the same step" bash -c \
