@@ -8,6 +8,7 @@
  * silently ignored setting.
  */
 #include "common/config.h"
+#include "common/crc32c.h"
 #include "common/file.h"
 #include "common/limits.h"
 #include "common/param.h"
@@ -720,4 +721,90 @@ const char *rs_dtype_name(rs_dtype d)
 const char *rs_optimizer_name(rs_optimizer o)
 {
 	return (unsigned)o <= RS_OPT_ADAM ? optimizer_names[o] : "unknown";
+}
+
+/* ---- the digest ---------------------------------------------------------------------- */
+
+static const char *const digest_sections[RS_CONFIG_DIGEST_SECTIONS] = {"tables", "optimizer", "dense", "data", "train"};
+
+/* Fold a value into a section's CRC: integers as 8 little-endian bytes, floats by their bits, strings with their length. */
+static uint32_t fold(uint32_t crc, const void *p, size_t n) { return rs_crc32c(crc, p, n); }
+static uint32_t fold_i(uint32_t crc, int64_t v)
+{
+	unsigned char b[8];
+	for (int i = 0; i < 8; i++)
+		b[i] = (unsigned char)((uint64_t)v >> (8 * i));
+	return fold(crc, b, 8);
+}
+static uint32_t fold_f(uint32_t crc, double v)
+{
+	int64_t bits;
+	memcpy(&bits, &v, sizeof(bits));
+	return fold_i(crc, bits);
+}
+static uint32_t fold_s(uint32_t crc, const char *v)
+{
+	size_t n = v ? strlen(v) : 0;
+	return fold(fold_i(crc, (int64_t)n), v ? v : "", n);
+}
+
+void rs_config_digest(const rs_config *cfg, char out[RS_CONFIG_DIGEST_LEN + 1])
+{
+	uint32_t d[RS_CONFIG_DIGEST_SECTIONS] = {0};
+	d[0] = fold_i(d[0], cfg->ntables);
+	for (int i = 0; i < cfg->ntables; i++) {
+		const rs_table_config *t = &cfg->tables[i];
+		d[0] = fold_s(d[0], t->name);
+		d[0] = fold_i(fold_i(fold_i(d[0], t->rows), t->dim), t->nfeatures);
+		for (int f = 0; f < t->nfeatures; f++)
+			d[0] = fold_s(d[0], t->features[f]);
+		d[0] = fold_i(fold_i(fold_i(d[0], t->pooling), t->dtype), t->has_zch);
+		if (t->has_zch)
+			d[0] = fold_i(fold_i(fold_i(fold_i(d[0], t->zch.buckets), (int64_t)t->zch.slots), t->zch.eviction),
+				      t->zch.lfu_decay_steps);
+	}
+	const rs_optimizer_config *o = &cfg->optimizer;
+	d[1] = fold_f(fold_f(fold_f(fold_f(fold_i(d[1], o->kind), o->lr), o->eps), o->beta1), o->beta2);
+	const rs_dense_config *n = &cfg->dense;
+	d[2] = fold_i(d[2], n->nbottom);
+	for (int i = 0; i < n->nbottom; i++)
+		d[2] = fold_i(d[2], n->bottom_mlp[i]);
+	d[2] = fold_i(d[2], n->ntop);
+	for (int i = 0; i < n->ntop; i++)
+		d[2] = fold_i(d[2], n->top_mlp[i]);
+	d[2] = fold_f(fold_i(d[2], n->interaction), n->lr);
+	const rs_data_config *a = &cfg->data;
+	d[3] = fold_i(fold_f(fold_i(fold_i(d[3], a->kind), (int64_t)a->seed), a->zipf_alpha), a->eval_samples);
+	d[3] = fold_i(d[3], a->eval_every);
+	const rs_train_config *t = &cfg->train;
+	d[4] = fold_i(fold_i(fold_i(fold_i(d[4], t->global_batch), t->micro_batch), (int64_t)t->seed), t->deterministic);
+	snprintf(out, RS_CONFIG_DIGEST_LEN + 1, "%08x-%08x-%08x-%08x-%08x", d[0], d[1], d[2], d[3], d[4]);
+}
+
+int rs_config_digest_ok(const char *s)
+{
+	if (strlen(s) != RS_CONFIG_DIGEST_LEN)
+		return 0;
+	for (int i = 0; i < RS_CONFIG_DIGEST_LEN; i++)
+		if (i % 9 == 8 ? s[i] != '-' : !strchr("0123456789abcdef", s[i]) || !s[i])
+			return 0;
+	return 1;
+}
+
+int rs_config_digest_diff(const char *a, const char *b, char *out, size_t n)
+{
+	int k = 0;
+	size_t at = 0;
+	if (n)
+		out[0] = 0;
+	for (int i = 0; i < RS_CONFIG_DIGEST_SECTIONS; i++) {
+		if (!strncmp(a + 9 * i, b + 9 * i, 8))
+			continue;
+		if (at < n) {
+			int w = snprintf(out + at, n - at, "%s%s", k ? ", " : "", digest_sections[i]);
+			at += w > 0 ? (size_t)w : 0;
+		}
+		k++;
+	}
+	return k;
 }

@@ -19,6 +19,7 @@
 #include "common/types.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum rs_sharding {
@@ -165,6 +166,27 @@ int rs_config_find_table(const rs_config *cfg, const char *name);
 
 /* Bytes one row of table t takes with its optimizer state. */
 uint64_t rs_table_row_bytes(const rs_config *cfg, const rs_table_config *t);
+
+/*
+ * A digest of what every member of a job must agree on, in five sections:
+ * the tables (names, shapes, features, pooling, dtype, ZCH), the
+ * optimizer, the dense network, the data (source, seed, skew, evaluation)
+ * and training (global batch, micro-batch, seed, deterministic), each a
+ * CRC-32C in 8 hex digits, joined by '-'. Left out, because members may
+ * differ in them without a different result: data file paths (mounts), the
+ * sharding hints (the coordinator plans), steps (the coordinator's
+ * --steps), min_step_ms (pace) and the cluster section (the coordinator's).
+ * A worker's join carries it, and a coordinator refuses a worker whose
+ * digest is not its own (common/proto.h), so that workers started with
+ * another config never train beside the others.
+ */
+#define RS_CONFIG_DIGEST_LEN 44
+#define RS_CONFIG_DIGEST_SECTIONS 5
+void rs_config_digest(const rs_config *cfg, char out[RS_CONFIG_DIGEST_LEN + 1]);
+/* Whether s has a digest's form. */
+int rs_config_digest_ok(const char *s);
+/* The sections in which digests a and b differ, named ("train, dense") in out; how many. */
+int rs_config_digest_diff(const char *a, const char *b, char *out, size_t n);
 
 /* Names as they appear in the config and the plan JSON. */
 const char *rs_sharding_name(rs_sharding s);   /* "table_wise", ... */

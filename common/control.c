@@ -367,14 +367,14 @@ static atomic_llong highest_term;
 
 /* The joiner's half of the handshake on c (see proto.h). */
 static rs_status handshake(rs_control *c, const char *url, const char *token, const char *worker, const char *addr,
-			   int timeout_ms, rs_err *err)
+			   const char *model, int timeout_ms, rs_err *err)
 {
 	json_t *challenge = NULL, *join = NULL, *reply = NULL;
 	const char *snonce, *epoch_only;
 	char nonce[RS_AUTH_NONCE_HEX + 1], proof[RS_AUTH_PROOF_HEX + 1], epoch[RS_AUTH_NONCE_HEX + 32];
 	int64_t term = 0;
 	rs_msg_join jm = {.worker = worker, .addr = addr, .pid = getpid(), .protocol = RS_PROTOCOL_VERSION,
-			  .incarnation = incarnation(), .nonce = nonce, .proof = proof};
+			  .incarnation = incarnation(), .model = model ? model : "", .nonce = nonce, .proof = proof};
 	rs_msg_reply r;
 	rs_err perr = {0};
 	rs_status st = RS_OK;
@@ -432,12 +432,12 @@ out:
 }
 
 rs_status rs_control_connect(const char *url, const char *token, const char *worker, const char *addr,
-			     int timeout_ms, rs_control **out, rs_err *err)
+			     const char *model, int timeout_ms, rs_control **out, rs_err *err)
 {
 	rs_control *c;
 	*out = NULL;
 	RSCHECK(open_client(url, "rowshift-control", "/", NULL, 1, &c, err));
-	rs_status st = handshake(c, url, token, worker, addr, timeout_ms, err);
+	rs_status st = handshake(c, url, token, worker, addr, model, timeout_ms, err);
 	if (st != RS_OK) {
 		rs_control_close(c);
 		return st;

@@ -17,8 +17,9 @@
 typedef struct rs_control rs_control;
 
 /*
- * Connect to url ("ws://HOST:PORT", or "wss://HOST:PORT" over TLS) and join, announcing the worker's name
- * and its transport address, proving knowledge of the token without
+ * Connect to url ("ws://HOST:PORT", or "wss://HOST:PORT" over TLS) and join, announcing the worker's name,
+ * its transport address and its model config's digest (model: rs_config_digest; NULL for a tool that
+ * trains nothing), proving knowledge of the token without
  * sending it and checking the coordinator's own proof (proto.h, "The join
  * handshake"). RS_EINVAL (with the reason) when refused for good: by a
  * coordinator that proved itself, or before any coordinator ever did in
@@ -31,7 +32,7 @@ typedef struct rs_control rs_control;
  * up to 64 MiB (a plan).
  */
 rs_status rs_control_connect(const char *url, const char *token, const char *worker, const char *addr,
-			     int timeout_ms, rs_control **out, rs_err *err);
+			     const char *model, int timeout_ms, rs_control **out, rs_err *err);
 void rs_control_close(rs_control *c);
 
 /*

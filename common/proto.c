@@ -2,6 +2,7 @@
  * proto.c - see proto.h.
  */
 #include "common/proto.h"
+#include "common/config.h"
 #include "common/auth.h"
 #include "common/zjson.h"
 
@@ -116,11 +117,13 @@ rs_status rs_proto_join(json_t *msg, rs_msg_join *m, rs_err *err)
 	if (!type || strcmp(type, "join") != 0)
 		return rs_err_set(err, RS_EINVAL, "the first message must be a join");
 	json_int_t protocol = 0;
-	m->incarnation = "";
-	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s, s:s, s:I, s?s, s?I, s:s, s:s}", "type", &type, "worker",
-			   &m->worker, "addr", &m->addr, "pid", &pid, "incarnation", &m->incarnation, "protocol", &protocol,
-			   "nonce", &m->nonce, "proof", &m->proof) != 0)
+	m->incarnation = m->model = "";
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s, s:s, s:I, s?s, s?s, s?I, s:s, s:s}", "type", &type,
+			   "worker", &m->worker, "addr", &m->addr, "pid", &pid, "incarnation", &m->incarnation, "model",
+			   &m->model, "protocol", &protocol, "nonce", &m->nonce, "proof", &m->proof) != 0)
 		return rs_err_set(err, RS_EINVAL, "join: %s", tame(jerr.text, q));
+	if (m->model[0] && !rs_config_digest_ok(m->model))
+		return rs_err_set(err, RS_EINVAL, "join: model must be a model config's digest");
 	if (protocol < 0 || protocol > INT32_MAX)
 		return rs_err_set(err, RS_EINVAL, "join: protocol must be a version number");
 	if (!rs_auth_nonce_ok(m->nonce) || strlen(m->proof) != RS_AUTH_PROOF_HEX)
@@ -493,8 +496,8 @@ rs_status rs_proto_join_proof(const char *token, const char *challenge, const ch
 	snprintf(pid, sizeof(pid), "%lld", (long long)m->pid);
 	snprintf(protocol, sizeof(protocol), "%lld", (long long)m->protocol);
 	const char *parts[] = {challenge, epoch, m->nonce, m->worker, m->addr, pid, m->incarnation ? m->incarnation : "",
-			       protocol};
-	return rs_auth_proof(token, "rowshift join", parts, 8, out);
+			       protocol, m->model ? m->model : ""};
+	return rs_auth_proof(token, "rowshift join", parts, 9, out);
 }
 
 rs_status rs_proto_answer_proof(const char *token, const char *challenge, const char *epoch, const rs_msg_join *m,
@@ -519,8 +522,9 @@ json_t *rs_proto_make_join(const rs_msg_join *m)
 	json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:s}", "type", "join", "worker", m->worker, "addr",
 			      m->addr, "pid", (json_int_t)m->pid, "protocol", (json_int_t)m->protocol, "nonce", m->nonce,
 			      "proof", m->proof);
-	if (j && m->incarnation && m->incarnation[0] &&
-	    json_object_set_new(j, "incarnation", json_string(m->incarnation)) != 0) {
+	if (j && ((m->incarnation && m->incarnation[0] &&
+		   json_object_set_new(j, "incarnation", json_string(m->incarnation)) != 0) ||
+		  (m->model && m->model[0] && json_object_set_new(j, "model", json_string(m->model)) != 0))) {
 		json_decref(j);
 		return NULL;
 	}

@@ -72,7 +72,7 @@ const char *rs_proto_type_name(rs_msg_type t);
  * rolling upgrade half done) never train together. A join without one is
  * of version 0 (from before joins carried it).
  */
-#define RS_PROTOCOL_VERSION 1
+#define RS_PROTOCOL_VERSION 2 /* 2: joins carry the model config's digest */
 
 /*
  * The join handshake (common/auth.h): the coordinator opens every control
@@ -88,6 +88,7 @@ typedef struct rs_msg_join {
 	int64_t pid;
 	int64_t protocol;        /* RS_PROTOCOL_VERSION of the joiner's build; 0 when absent */
 	const char *incarnation; /* one random value per process, the same on its every join: "" when absent */
+	const char *model;       /* a worker's rs_config_digest; "" when absent (a tool such as rowshiftctl) */
 	const char *nonce;       /* the joiner's, fresh for this join */
 	const char *proof;       /* rs_proto_join_proof */
 } rs_msg_join;

@@ -180,8 +180,10 @@ static rs_status start(coord *c, rs_err *err)
 		RSCHECK(rs_job_create(&c->o, &c->src, (int32_t)c->workers, &c->job, err));
 	c->lm.job = c->km.job = c->job;
 	rs_server_handler h = rs_job_server_handler(c->job);
-	rs_server_opts so = {.listen = c->listen, .token = c->token, .hosts = c->f.allowed_hosts, .tls_cert = c->f.tls_cert,
-			     .tls_key = c->f.tls_key, .term = c->km.term};
+	char model[RS_CONFIG_DIGEST_LEN + 1]; /* workers must join with the same (the server keeps a copy) */
+	rs_config_digest(c->cfg, model);
+	rs_server_opts so = {.listen = c->listen, .token = c->token, .model = model, .hosts = c->f.allowed_hosts,
+			     .tls_cert = c->f.tls_cert, .tls_key = c->f.tls_key, .term = c->km.term};
 	RSCHECK(rs_server_create(&so, &h, &c->srv, err));
 	RSCHECK(rs_coord_status_token(&c->f, &c->token_buf, &c->status_token, err));
 	if (c->status_token && rs_server_set_status_token(c->srv, c->status_token) != RS_OK)

@@ -180,16 +180,15 @@ static void make_room(rs_server *s, rs_conn *c)
 }
 
 /*
- * A joiner that proved it holds the token, of another protocol version: a
- * refusal signed as a welcome would be, so that the worker believes it and
- * stops (an unsigned one it would take for an impostor's after a restart).
+ * A joiner that proved it holds the token, refused for good (another
+ * protocol version, another model config): a refusal signed as a welcome
+ * would be, so that the worker believes it and stops (an unsigned one it
+ * would take for an impostor's after a restart).
  */
-static void refuse_version(rs_conn *c, const rs_msg_join *j)
+static void refuse_signed(rs_conn *c, const rs_msg_join *j, const char *why)
 {
 	rs_server *s = c->srv;
-	char why[160], proof[RS_AUTH_PROOF_HEX + 1];
-	snprintf(why, sizeof(why), "control protocol %lld; this coordinator speaks %d (rowshift %s): run the same "
-		 "rowshift version everywhere", (long long)j->protocol, RS_PROTOCOL_VERSION, RS_VERSION);
+	char proof[RS_AUTH_PROOF_HEX + 1];
 	rs__server_refusal(s, "control: refused worker '%s' from %s: %s", j->worker, c->peer, why);
 	int signed_ok = rs_proto_answer_proof(s->token, c->nonce, s->bound_epoch, j, why, proof) == RS_OK;
 	push(c, rs_proto_make_refused(why, signed_ok ? proof : NULL));
@@ -210,7 +209,17 @@ static void on_join(rs_conn *c, json_t *msg)
 	else if (rs_proto_join_proof(s->token, c->nonce, s->bound_epoch, &j, want) != RS_OK || !rs_auth_equal(want, j.proof))
 		why = "bad join token";
 	else if (j.protocol != RS_PROTOCOL_VERSION) {
-		refuse_version(c, &j);
+		char v[160];
+		snprintf(v, sizeof(v), "control protocol %lld; this coordinator speaks %d (rowshift %s): run the same "
+			 "rowshift version everywhere", (long long)j.protocol, RS_PROTOCOL_VERSION, RS_VERSION);
+		refuse_signed(c, &j, v);
+		return;
+	} else if (s->model[0] && j.model[0] && strcmp(s->model, j.model) != 0) {
+		char v[200], sections[64];
+		rs_config_digest_diff(s->model, j.model, sections, sizeof(sections));
+		snprintf(v, sizeof(v), "its model config differs from the coordinator's in %s: every member of a job must "
+			 "load the same model config", sections);
+		refuse_signed(c, &j, v);
 		return;
 	} else if (rs_proto_answer_proof(s->token, c->nonce, s->bound_epoch, &j, "welcome", answer) != RS_OK)
 		why = "the coordinator cannot make its proof";
@@ -559,12 +568,15 @@ rs_status rs_server_create(const rs_server_opts *o, const rs_server_handler *h, 
 		return rs_err_set(err, RS_EINVAL, "--listen: bad port in '%s'", listen);
 	if (strlen(token) >= sizeof(((rs_server *)0)->token))
 		return rs_err_set(err, RS_EINVAL, "join token longer than 1024 bytes");
+	if (o->model && !rs_config_digest_ok(o->model))
+		return rs_err_set(err, RS_EINVAL, "server: '%.60s' is not a model config digest", o->model);
 	RSCHECK(check_tls(o, err));
 	rs_server *s = calloc(1, sizeof(*s));
 	if (!s)
 		return RS_ENOMEM;
 	s->h = *h;
 	snprintf(s->token, sizeof(s->token), "%s", token);
+	snprintf(s->model, sizeof(s->model), "%s", o->model ? o->model : "");
 	s->refusal_tokens = REFUSAL_BURST;
 	s->refusal_at = s->logged_at = rs_now();
 	unsigned char addr[16];

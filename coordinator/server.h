@@ -90,6 +90,13 @@ typedef struct rs_server_opts {
 	const char *listen; /* "host:port" (port 0: ephemeral; see rs_server_port) */
 	const char *token;  /* the shared join token */
 	/*
+	 * The job's model config digest (rs_config_digest), or NULL: a worker
+	 * whose join carries another is refused (signed, so that it stops),
+	 * the refusal naming the sections that differ. A join without one (a
+	 * tool such as rowshiftctl) is not checked.
+	 */
+	const char *model;
+	/*
 	 * NULL: none; or "name,name,..." (letters, digits, '.', '-'; 2 KiB at
 	 * most), the host names a browser may reach this server by besides IP
 	 * addresses, localhost and the --listen host (a Service's DNS name, an

@@ -8,6 +8,7 @@
 #ifndef RS_SERVER_INTERNAL_H
 #define RS_SERVER_INTERNAL_H
 
+#include "common/config.h"
 #include "common/auth.h"
 #include "coordinator/server.h"
 
@@ -42,6 +43,7 @@ struct rs_server {
 	struct lws_context *ctx;
 	rs_server_handler h;
 	char token[1025];
+	char model[RS_CONFIG_DIGEST_LEN + 1]; /* the job's model config digest ("": not checked) */
 	char status_token[1025];
 	char status_protocol[1500]; /* "bearer.BASE64URL(status token)": how a browser presents it */
 	char hosts[2048];         /* the host names a browser may use besides IP addresses and localhost: "a,b" */

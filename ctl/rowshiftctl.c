@@ -359,7 +359,7 @@ static int cmd_scale(int argc, char **argv)
 		fprintf(stderr, "rowshiftctl scale: no join token (ROWSHIFT_JOIN_TOKEN)\n");
 		goto out;
 	}
-	if (rs_control_connect(url, token, "rowshiftctl", "", (int)timeout_ms, &c, &err) != RS_OK) {
+	if (rs_control_connect(url, token, "rowshiftctl", "", NULL, (int)timeout_ms, &c, &err) != RS_OK) {
 		fprintf(stderr, "rowshiftctl scale: %s\n", err.msg);
 		goto out;
 	}

@@ -14,14 +14,14 @@
 
 typedef struct control_conn {
 	rs_coord_conn base;
-	const char *token, *name;
+	const char *token, *name, *model;
 	rs_control *ctl; /* NULL while not joined */
 } control_conn;
 
 static rs_status cc_join(rs_coord_conn *c, const char *addr, int timeout_ms, rs_err *err)
 {
 	control_conn *cc = (control_conn *)c;
-	return rs_control_connect(c->where, cc->token, cc->name, addr, timeout_ms, &cc->ctl, err);
+	return rs_control_connect(c->where, cc->token, cc->name, addr, cc->model, timeout_ms, &cc->ctl, err);
 }
 
 static rs_status cc_send(rs_coord_conn *c, const json_t *msg) { return rs_control_send(((control_conn *)c)->ctl, msg); }
@@ -61,13 +61,15 @@ static const rs_coord_conn_ops control_ops = {
 	.destroy = cc_destroy,
 };
 
-rs_status rs_coord_conn_control(const char *url, const char *token, const char *name, rs_coord_conn **out)
+rs_status rs_coord_conn_control(const char *url, const char *token, const char *name, const char *model,
+			       rs_coord_conn **out)
 {
 	control_conn *cc = calloc(1, sizeof(*cc));
 	*out = NULL;
 	if (!cc)
 		return RS_ENOMEM;
-	*cc = (control_conn){.base = {.ops = &control_ops, .where = url}, .token = token, .name = name};
+	*cc = (control_conn){.base = {.ops = &control_ops, .where = url}, .token = token, .name = name,
+			      .model = model};
 	*out = &cc->base;
 	return RS_OK;
 }

@@ -65,11 +65,13 @@ struct rs_coord_conn {
 
 /*
  * The real connection: common/control.h's client to url ("ws://host:port"),
- * joining with the join token and this worker's name. The strings are
+ * joining with the join token, this worker's name and its model config's
+ * digest (rs_config_digest). The strings are
  * borrowed and must outlive the connection. RS_ENOMEM is the only failure
  * (nothing connects before the first join).
  */
-rs_status rs_coord_conn_control(const char *url, const char *token, const char *name, rs_coord_conn **out);
+rs_status rs_coord_conn_control(const char *url, const char *token, const char *name, const char *model,
+			       rs_coord_conn **out);
 
 static inline void rs_coord_conn_destroy(rs_coord_conn *c)
 {

@@ -146,6 +146,7 @@ int main(int argc, char **argv)
 	int npos, rc = 1, cuda_device = -1;
 	char buf[64];
 	rs_config *cfg = NULL;
+	char model[RS_CONFIG_DIGEST_LEN + 1]; /* its digest, which the joins carry */
 	rs_engine *engine = NULL;
 	rs_coord_conn *conn = NULL;
 	rs_agent *agent = NULL;
@@ -224,7 +225,8 @@ int main(int argc, char **argv)
 	RSCHECKGOTO(open_engine(device, &engine, &cuda_device, &err), st, fail);
 	RS_INFO("shards and kernels on %s", engine->name);
 	RSCHECKGOTO(choose_transport(transport, engine, &cuda_device, &ac, &err), st, fail);
-	if (rs_coord_conn_control(url, token, name, &conn) != RS_OK)
+	rs_config_digest(cfg, model);
+	if (rs_coord_conn_control(url, token, name, model, &conn) != RS_OK)
 		RSFAILGOTO(st, rs_err_set(&err, RS_ENOMEM, "out of memory"), fail);
 	ac.cfg = cfg, ac.engine = engine, ac.conn = conn, ac.host = host, ac.token = token;
 	ac.timeout_ms = (int)timeout_ms, ac.grace_ms = (int)grace_ms, ac.ready_file = ready_file;

@@ -123,6 +123,17 @@ check "the coordinator logged the refusal" grep -q "refused worker 'intruder'" "
 
 # bad input on the control channel closes that client at most; training goes on
 token=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["token"])' "$tmp/c2-admin.json")
+
+# a worker with the token but another model config (another batch and seed) is refused for good, the sections named
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["train"].update(global_batch=128, seed=7)
+json.dump(c, open(sys.argv[2], "w"))' "$light" "$tmp/other.json"
+ROWSHIFT_JOIN_TOKEN=$token timeout 20 "$bin/rowshift-worker" --coordinator ws://127.0.0.1:$port \
+	--config "$tmp/other.json" --name stranger >"$tmp/stranger.out" 2>&1
+rc=$?
+check "a worker with another model config exits with an error (exit $rc)" test "$rc" != 0 -a "$rc" != 124
+check "it was refused, naming what differs" grep -q "refused the join: its model config differs from the coordinator's in train" \
+	"$tmp/stranger.out"
+check "the coordinator logged the refusal" grep -q "refused worker 'stranger' .*model config differs .* in train" "$tmp/c2.err"
 for case in malformed badtoken early oversized joined newer unversioned; do
 	ROWSHIFT_JOIN_TOKEN=$token timeout 30 python3 tests/integration/ws_probe.py $port $case >"$tmp/probe-$case.out" 2>&1
 done
@@ -138,7 +149,7 @@ check "an oversized message from a joined client is dropped with an error and th
 	bash -c "grep -q '\"type\": *\"welcome\"' $tmp/probe-joined.out && grep -q 'too large' $tmp/probe-joined.out && tail -1 $tmp/probe-joined.out | grep -q open"
 for case in newer unversioned; do
 	check "a join of another control protocol ($case) proving the token: refused naming both versions, signed, closed" \
-		bash -c "grep -q 'control protocol [02]; this coordinator speaks 1 (rowshift [0-9.]*): run the same rowshift version' $tmp/probe-$case.out &&
+		bash -c "grep -q 'control protocol [03]; this coordinator speaks 2 (rowshift [0-9.]*): run the same rowshift version' $tmp/probe-$case.out &&
 			 grep -qx signed $tmp/probe-$case.out && tail -1 $tmp/probe-$case.out | grep -q closed"
 done
 check "the coordinator logged what was wrong" grep -q "control: refused a connection from 127.0.0.1: malformed JSON" "$tmp/c2.err"

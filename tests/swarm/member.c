@@ -264,7 +264,7 @@ int main(int argc, char **argv)
 	/* as a worker: a coordinator that is busy (or not up yet) is tried again, backing off, for --timeout-ms */
 	double until = rs_now() + timeout_ms / 1000.0, wait = 0.1;
 	rs_status st;
-	while ((st = rs_control_connect(url, token, name, m.addr, timeout_ms, &m.c, &err)) != RS_OK) {
+	while ((st = rs_control_connect(url, token, name, m.addr, NULL, timeout_ms, &m.c, &err)) != RS_OK) {
 		if (st == RS_EINVAL || rs_now() + wait > until) {
 			RS_ERROR("joining %s: %s", url, err.msg);
 			return 1;

@@ -227,6 +227,59 @@ static void test_files(void **state)
 }
 
 /* jansson allocations fail one at a time: every failure is an error, never a crash or leak. */
+/*
+ * The digest every member of a job must share: the same for configs that
+ * differ only where members may (paths, steps, pace, sharding hints, the
+ * cluster section), and naming the section of any other difference.
+ */
+static void test_digest(void **state)
+{
+	(void)state;
+	static const char *const base = "{\"tables\": [{\"name\": \"t\", \"rows\": 100, \"dim\": 8, \"features\": [\"f\"]}]";
+	static const struct {
+		const char *rest; /* after base's tables */
+		const char *sections; /* those that differ from base's, "" for none */
+	} cases[] = {
+		{"}", ""},
+		{", \"train\": {\"steps\": 7, \"min_step_ms\": 30}, \"cluster\": {\"precopy\": false}}", ""},
+		{", \"train\": {\"global_batch\": 512}}", "train"},
+		{", \"train\": {\"seed\": 43}}", "train"},
+		{", \"optimizer\": {\"type\": \"adam\"}}", "optimizer"},
+		{", \"dense\": {\"lr\": 0.5}, \"data\": {\"seed\": 2}}", "dense, data"},
+	};
+	char want[RS_CONFIG_DIGEST_LEN + 1], got[RS_CONFIG_DIGEST_LEN + 1], json[512], diff[64];
+	rs_config *cfg = parse_ok("{\"tables\": [{\"name\": \"t\", \"rows\": 100, \"dim\": 8, \"features\": [\"f\"]}]}");
+	rs_config_digest(cfg, want);
+	rs_config_free(cfg);
+	assert_true(rs_config_digest_ok(want));
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(json, sizeof(json), "%s%s", base, cases[i].rest);
+		cfg = parse_ok(json);
+		rs_config_digest(cfg, got);
+		rs_config_free(cfg);
+		rs_config_digest_diff(want, got, diff, sizeof(diff));
+		if (strcmp(diff, cases[i].sections) != 0)
+			fail_msg("%s: differs in '%s', expected '%s'", json, diff, cases[i].sections);
+	}
+	/* a table's shape, its features, its ZCH */
+	const char *tables[] = {
+		"{\"tables\": [{\"name\": \"t\", \"rows\": 101, \"dim\": 8, \"features\": [\"f\"]}]}",
+		"{\"tables\": [{\"name\": \"t\", \"rows\": 100, \"dim\": 8, \"features\": [\"g\"]}]}",
+		"{\"tables\": [{\"name\": \"t\", \"rows\": 100, \"dim\": 8, \"features\": [\"f\"], \"zch\": {\"buckets\": 4, \"slots\": 100}}]}",
+	};
+	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
+		cfg = parse_ok(tables[i]);
+		rs_config_digest(cfg, got);
+		rs_config_free(cfg);
+		assert_int_equal(rs_config_digest_diff(want, got, diff, sizeof(diff)), 1);
+		assert_string_equal(diff, "tables");
+	}
+	const char *bad[] = {"", "0123abcd-0123abcd-0123abcd-0123abcd-0123abc", "0123abcd-0123abcd-0123abcd-0123abcd-0123abcg",
+			     "0123abcd+0123abcd-0123abcd-0123abcd-0123abcd", "0123ABCD-0123abcd-0123abcd-0123abcd-0123abcd"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_false(rs_config_digest_ok(bad[i]));
+}
+
 static int alloc_countdown = -1;
 static void *failing_malloc(size_t n)
 {
@@ -270,6 +323,7 @@ int main(void)
 		cmocka_unit_test(test_every_field),
 		cmocka_unit_test(test_bad_configs),
 		cmocka_unit_test(test_files),
+		cmocka_unit_test(test_digest),
 		cmocka_unit_test(test_fail_each_allocation),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

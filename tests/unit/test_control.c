@@ -76,7 +76,7 @@ static rs_status join_impostor(act what, long *grew, rs_err *err)
 	snprintf(url, sizeof(url), "ws://127.0.0.1:%d", I.port);
 	assert_int_equal(pthread_create(&t, NULL, impostor, NULL), 0);
 	long before = wsr_rss_kib();
-	rs_status st = rs_control_connect(url, "the-token", "w", "127.0.0.1:1", 5000, &c, err);
+	rs_status st = rs_control_connect(url, "the-token", "w", "127.0.0.1:1", NULL, 5000, &c, err);
 	*grew = wsr_rss_kib() - before;
 	rs_control_close(c);
 	pthread_join(t, NULL);
@@ -99,14 +99,14 @@ static void test_urls(void **state)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		rs_control *c = NULL;
 		rs_err err = {0};
-		if (rs_control_connect(bad[i], "t", "w", "", 500, &c, &err) != RS_EINVAL ||
+		if (rs_control_connect(bad[i], "t", "w", "", NULL, 500, &c, &err) != RS_EINVAL ||
 		    (!strstr(err.msg, "is not ws://") && !strstr(err.msg, "cannot have its certificate's name checked")))
 			fail_msg("%s: %s", bad[i], err.msg);
 	}
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		rs_control *c = NULL;
 		rs_err err = {0};
-		rs_status st = rs_control_connect(good[i], "t", "w", "", 500, &c, &err); /* nobody listens on port 1 */
+		rs_status st = rs_control_connect(good[i], "t", "w", "", NULL, 500, &c, &err); /* nobody listens on port 1 */
 		if (st == RS_OK || st == RS_EINVAL)
 			fail_msg("%s: %s (%s)", good[i], rs_status_str(st), err.msg);
 	}

@@ -42,6 +42,7 @@ static void test_parse(void **state)
 
 #define NONCE "0123456789abcdef0123456789abcdef"
 #define PROOF "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+#define MODEL "0000000a-0000000b-0000000c-0000000d-0000000e"
 
 static void test_join(void **state)
 {
@@ -54,6 +55,12 @@ static void test_join(void **state)
 	assert_string_equal(j.worker, "w-0");
 	assert_int_equal(j.pid, 3);
 	assert_int_equal(j.protocol, 0); /* absent: from before joins carried it */
+	assert_string_equal(j.model, "");  /* absent: a tool's join */
+	json_decref(m);
+	m = parse_ok("{\"type\":\"join\",\"worker\":\"w-0\",\"addr\":\"h:1\",\"pid\":3,\"model\":\"" MODEL "\",\"nonce\":\"" NONCE
+		     "\",\"proof\":\"" PROOF "\"}", "join");
+	assert_int_equal(rs_proto_join(m, &j, &err), RS_OK);
+	assert_string_equal(j.model, MODEL);
 	json_decref(m);
 #define J(rest) "{\"type\":\"join\"," rest "}"
 	static const char *const bad[] = {
@@ -70,6 +77,8 @@ static void test_join(void **state)
 		J("\"worker\":\"w\",\"addr\":\"h:1 x\",\"pid\":3,\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""), /* addr */
 		J("\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3,\"protocol\":-1,\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""),
 		J("\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3,\"protocol\":\"1\",\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""),
+		J("\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3,\"model\":\"abc\",\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""),
+		J("\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3,\"model\":5,\"nonce\":\"" NONCE "\",\"proof\":\"" PROOF "\""),
 		"{\"type\":\"progress\",\"worker\":\"w\",\"addr\":\"h:1\",\"pid\":3}", /* not a join */
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -95,6 +104,9 @@ static void test_join_handshake(void **state)
 	assert_string_not_equal(p, q);
 	j.protocol = RS_PROTOCOL_VERSION + 1; /* the version it announces is bound too */
 	assert_int_equal(rs_proto_join_proof("tok", NONCE, NONCE, &j, p), RS_OK);
+	assert_string_not_equal(p, q);
+	j.model = MODEL; /* and its model config's digest */
+	assert_int_equal(rs_proto_join_proof("tok", NONCE, NONCE, &j, q), RS_OK);
 	assert_string_not_equal(p, q);
 	assert_int_equal(rs_proto_answer_proof("tok", NONCE, NONCE, &j, "welcome", p), RS_OK);
 	assert_int_equal(rs_proto_answer_proof("tok", NONCE, NONCE, &j, "bad join token", q), RS_OK);

@@ -90,12 +90,16 @@ static void *serve(void *arg)
 	return NULL;
 }
 
+/* The job's model config digest (rs_config_digest's form) */
+#define MODEL "0000000a-0000000b-0000000c-0000000d-0000000e"
+
 static int start_term(const char *hosts, int64_t term)
 {
 	rs_server_handler h = {.on_join = on_join, .status_snapshot = snapshot};
 	rs_err err = {0};
 	S.snapshot_pad = 100;
-	rs_server_opts o = {.listen = "127.0.0.1:0", .token = TOKEN, .hosts = hosts, .term = term, .max_unjoined = 64};
+	rs_server_opts o = {.listen = "127.0.0.1:0", .token = TOKEN, .model = MODEL, .hosts = hosts, .term = term,
+			    .max_unjoined = 64};
 	if (rs_server_create(&o, &h, &S.srv, &err) != RS_OK)
 		return -1;
 	S.port = rs_server_port(S.srv);
@@ -182,6 +186,29 @@ static json_t *next_json(int fd, size_t max)
 	return j;
 }
 
+/*
+ * A worker whose model config is not the job's is refused for good, the
+ * sections that differ named; the same digest joins, and a join without
+ * one (a tool) is not checked.
+ */
+static void test_join_with_another_model(void **state)
+{
+	(void)state;
+	rs_control *c = NULL;
+	rs_err err = {0};
+	assert_int_equal(rs_control_connect(S.url, TOKEN, "w", "", "0000000a-0000000b-000000ff-0000000d-000000ff", 5000,
+					    &c, &err), RS_EINVAL);
+	assert_null(c);
+	if (!strstr(err.msg, "its model config differs from the coordinator's in dense, train"))
+		fail_msg("%s", err.msg);
+	assert_int_equal(atomic_load(&S.joins), 0);
+	assert_int_equal(rs_control_connect(S.url, TOKEN, "w", "", MODEL, 5000, &c, &err), RS_OK);
+	rs_control_close(c);
+	assert_int_equal(rs_control_connect(S.url, TOKEN, "rowshiftctl", "", NULL, 5000, &c, &err), RS_OK);
+	rs_control_close(c);
+	assert_int_equal(atomic_load(&S.joins), 2);
+}
+
 /* Idle connections, however many, never lock out a joiner: past the cap (64 here) the oldest goes. */
 static void test_join_past_idle_connections(void **state)
 {
@@ -195,7 +222,7 @@ static void test_join_past_idle_connections(void **state)
 	}
 	rs_control *c = NULL;
 	rs_err err = {0};
-	assert_int_equal(rs_control_connect(S.url, TOKEN, "tester", "", 5000, &c, &err), RS_OK);
+	assert_int_equal(rs_control_connect(S.url, TOKEN, "tester", "", NULL, 5000, &c, &err), RS_OK);
 	assert_int_equal(atomic_load(&S.joins), 1);
 	rs_control_close(c);
 	assert_true(wsr_closed(fd[0])); /* the oldest made room */
@@ -506,7 +533,7 @@ static void test_large_message_after_welcome(void **state)
 	rs_control *c = NULL;
 	rs_err err = {0};
 	json_t *m = NULL;
-	assert_int_equal(rs_control_connect(S.url, TOKEN, "tester", "", 5000, &c, &err), RS_OK);
+	assert_int_equal(rs_control_connect(S.url, TOKEN, "tester", "", NULL, 5000, &c, &err), RS_OK);
 	assert_int_equal(rs_control_recv(c, WSR_TIMEOUT_S * 1000, &m), RS_OK);
 	assert_string_equal(rs_proto_type(m), "big");
 	assert_int_equal(strlen(json_string_value(json_object_get(m, "pad"))), S.after_welcome);
@@ -530,7 +557,7 @@ static void test_deposed_coordinator_refused(void **state)
 		assert_int_equal(start_term(NULL, terms[i]), 0);
 		rs_control *c = NULL;
 		rs_err err = {0};
-		rs_status st = rs_control_connect(S.url, TOKEN, "tester", "", 5000, &c, &err);
+		rs_status st = rs_control_connect(S.url, TOKEN, "tester", "", NULL, 5000, &c, &err);
 		if (st != want[i])
 			fail_msg("term %lld: %s (%s)", (long long)terms[i], rs_status_str(st), err.msg);
 		if (st != RS_OK && !strstr(err.msg, "deposed coordinator (term 3; this worker joined one of term 5)"))
@@ -553,6 +580,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_status_client_cap, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_status_snapshot_then_events, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_large_message_after_welcome, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_join_with_another_model, setup, teardown),
 		cmocka_unit_test(test_deposed_coordinator_refused), /* last: see there */
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
