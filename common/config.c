@@ -725,7 +725,8 @@ const char *rs_optimizer_name(rs_optimizer o)
 
 /* ---- the digest ---------------------------------------------------------------------- */
 
-static const char *const digest_sections[RS_CONFIG_DIGEST_SECTIONS] = {"tables", "optimizer", "dense", "data", "train"};
+static const char *const digest_sections[RS_CONFIG_DIGEST_SECTIONS] = {"tables", "optimizer", "dense", "data", "train",
+									  "cluster"};
 
 /* Fold a value into a section's CRC: integers as 8 little-endian bytes, floats by their bits, strings with their length. */
 static uint32_t fold(uint32_t crc, const void *p, size_t n) { return rs_crc32c(crc, p, n); }
@@ -739,6 +740,7 @@ static uint32_t fold_i(uint32_t crc, int64_t v)
 static uint32_t fold_f(uint32_t crc, double v)
 {
 	int64_t bits;
+	v = v == 0 ? 0.0 : v; /* -0.0 is 0 */
 	memcpy(&bits, &v, sizeof(bits));
 	return fold_i(crc, bits);
 }
@@ -758,13 +760,15 @@ void rs_config_digest(const rs_config *cfg, char out[RS_CONFIG_DIGEST_LEN + 1])
 		d[0] = fold_i(fold_i(fold_i(d[0], t->rows), t->dim), t->nfeatures);
 		for (int f = 0; f < t->nfeatures; f++)
 			d[0] = fold_s(d[0], t->features[f]);
-		d[0] = fold_i(fold_i(fold_i(d[0], t->pooling), t->dtype), t->has_zch);
+		d[0] = fold_f(fold_i(fold_i(fold_i(d[0], t->pooling), t->dtype), t->has_zch), t->pooling_factor);
 		if (t->has_zch)
 			d[0] = fold_i(fold_i(fold_i(fold_i(d[0], t->zch.buckets), (int64_t)t->zch.slots), t->zch.eviction),
 				      t->zch.lfu_decay_steps);
 	}
 	const rs_optimizer_config *o = &cfg->optimizer;
-	d[1] = fold_f(fold_f(fold_f(fold_f(fold_i(d[1], o->kind), o->lr), o->eps), o->beta1), o->beta2);
+	d[1] = fold_f(fold_f(fold_i(d[1], o->kind), o->lr), o->eps);
+	if (o->kind == RS_OPT_ADAM)
+		d[1] = fold_f(fold_f(d[1], o->beta1), o->beta2);
 	const rs_dense_config *n = &cfg->dense;
 	d[2] = fold_i(d[2], n->nbottom);
 	for (int i = 0; i < n->nbottom; i++)
@@ -772,13 +776,24 @@ void rs_config_digest(const rs_config *cfg, char out[RS_CONFIG_DIGEST_LEN + 1])
 	d[2] = fold_i(d[2], n->ntop);
 	for (int i = 0; i < n->ntop; i++)
 		d[2] = fold_i(d[2], n->top_mlp[i]);
-	d[2] = fold_f(fold_i(d[2], n->interaction), n->lr);
-	const rs_data_config *a = &cfg->data;
+	rs_interaction inter = n->interaction; /* "auto" as the dense network resolves it (worker/dense.c) */
+	if (inter == RS_INTERACTION_AUTO) {
+		int all_equal = n->nbottom > 0;
+		for (int i = 0; i < cfg->ntables && all_equal; i++)
+			all_equal = cfg->tables[i].dim == n->bottom_mlp[n->nbottom - 1];
+		inter = all_equal ? RS_INTERACTION_DOT : RS_INTERACTION_CAT;
+	}
+	d[2] = fold_f(fold_i(d[2], inter), n->lr);
+	const rs_data_config *a = &cfg->data; /* (eval_every: the coordinator's, sent in each start) */
 	d[3] = fold_i(fold_f(fold_i(fold_i(d[3], a->kind), (int64_t)a->seed), a->zipf_alpha), a->eval_samples);
-	d[3] = fold_i(d[3], a->eval_every);
 	const rs_train_config *t = &cfg->train;
-	d[4] = fold_i(fold_i(fold_i(fold_i(d[4], t->global_batch), t->micro_batch), (int64_t)t->seed), t->deterministic);
-	snprintf(out, RS_CONFIG_DIGEST_LEN + 1, "%08x-%08x-%08x-%08x-%08x", d[0], d[1], d[2], d[3], d[4]);
+	d[4] = fold_i(fold_i(fold_i(d[4], t->global_batch), (int64_t)t->seed), t->deterministic);
+	if (t->deterministic)
+		d[4] = fold_i(d[4], t->micro_batch);
+	/* the cluster settings each worker acts on itself: how replicas meet (2D), what a loss costs */
+	const rs_cluster_config *k = &cfg->cluster;
+	d[5] = fold_i(fold_i(d[5], k->replica_sync_every), k->partial_recovery);
+	snprintf(out, RS_CONFIG_DIGEST_LEN + 1, "%08x-%08x-%08x-%08x-%08x-%08x", d[0], d[1], d[2], d[3], d[4], d[5]);
 }
 
 int rs_config_digest_ok(const char *s)

@@ -168,20 +168,23 @@ int rs_config_find_table(const rs_config *cfg, const char *name);
 uint64_t rs_table_row_bytes(const rs_config *cfg, const rs_table_config *t);
 
 /*
- * A digest of what every member of a job must agree on, in five sections:
- * the tables (names, shapes, features, pooling, dtype, ZCH), the
- * optimizer, the dense network, the data (source, seed, skew, evaluation)
- * and training (global batch, micro-batch, seed, deterministic), each a
- * CRC-32C in 8 hex digits, joined by '-'. Left out, because members may
- * differ in them without a different result: data file paths (mounts), the
- * sharding hints (the coordinator plans), steps (the coordinator's
- * --steps), min_step_ms (pace) and the cluster section (the coordinator's).
- * A worker's join carries it, and a coordinator refuses a worker whose
- * digest is not its own (common/proto.h), so that workers started with
- * another config never train beside the others.
+ * A digest of what every member of a job must agree on, in six sections:
+ * the tables (names, shapes, features, pooling and its factor, dtype, ZCH),
+ * the optimizer, the dense network (its interaction as "auto" resolves),
+ * the data (source, seed, skew, held-out samples), training (global batch,
+ * seed, deterministic and then the micro-batch) and the cluster settings a
+ * worker acts on itself (replica_sync_every, recovery), each a CRC-32C in
+ * 8 hex digits, joined by '-'. Left out, because members may differ in them
+ * without a different result: data file paths (mounts), the sharding hints
+ * and the other cluster settings (the coordinator's), steps and eval_every
+ * (the coordinator sends its own), min_step_ms (pace). A worker's join
+ * carries it, and a coordinator refuses a worker whose digest is not its
+ * own (common/proto.h), so that workers started with another config never
+ * train beside the others. What goes in, and how, is part of the control
+ * protocol: changing it changes RS_PROTOCOL_VERSION.
  */
-#define RS_CONFIG_DIGEST_LEN 44
-#define RS_CONFIG_DIGEST_SECTIONS 5
+#define RS_CONFIG_DIGEST_LEN 53
+#define RS_CONFIG_DIGEST_SECTIONS 6
 void rs_config_digest(const rs_config *cfg, char out[RS_CONFIG_DIGEST_LEN + 1]);
 /* Whether s has a digest's form. */
 int rs_config_digest_ok(const char *s);

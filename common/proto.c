@@ -495,9 +495,10 @@ rs_status rs_proto_join_proof(const char *token, const char *challenge, const ch
 	char pid[24], protocol[24];
 	snprintf(pid, sizeof(pid), "%lld", (long long)m->pid);
 	snprintf(protocol, sizeof(protocol), "%lld", (long long)m->protocol);
+	/* the model last, and only when announced: a join without one is proven as before it existed (protocol 1) */
 	const char *parts[] = {challenge, epoch, m->nonce, m->worker, m->addr, pid, m->incarnation ? m->incarnation : "",
-			       protocol, m->model ? m->model : ""};
-	return rs_auth_proof(token, "rowshift join", parts, 9, out);
+			       protocol, m->model};
+	return rs_auth_proof(token, "rowshift join", parts, m->model && m->model[0] ? 9 : 8, out);
 }
 
 rs_status rs_proto_answer_proof(const char *token, const char *challenge, const char *epoch, const rs_msg_join *m,

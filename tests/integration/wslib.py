@@ -122,7 +122,7 @@ def join_msg(challenge, token, worker, addr, protocol=PROTOCOL):
     j = {"type": "join", "worker": worker, "addr": addr, "pid": 1, "nonce": nonce}
     if protocol is not None:
         j["protocol"] = protocol
-    parts = [c["nonce"], c["epoch"], nonce, worker, addr, "1", "", str(protocol or 0), ""]  # no model: a tool's join
+    parts = [c["nonce"], c["epoch"], nonce, worker, addr, "1", "", str(protocol or 0)]  # no model: a tool's join
     msg = b"rowshift join\0" + b"".join(p.encode() + b"\0" for p in parts)
     j["proof"] = hmac.new(token.encode(), msg, hashlib.sha256).hexdigest()
     return json.dumps(j).encode()

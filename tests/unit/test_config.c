@@ -246,6 +246,11 @@ static void test_digest(void **state)
 		{", \"train\": {\"seed\": 43}}", "train"},
 		{", \"optimizer\": {\"type\": \"adam\"}}", "optimizer"},
 		{", \"dense\": {\"lr\": 0.5}, \"data\": {\"seed\": 2}}", "dense, data"},
+		{", \"dense\": {\"interaction\": \"dot\"}, \"data\": {\"eval_every\": 3}}", ""}, /* what auto is here */
+		{", \"dense\": {\"interaction\": \"cat\"}}", "dense"},
+		{", \"train\": {\"deterministic\": false, \"micro_batch\": 8}}", "train"},
+		{", \"cluster\": {\"replica_sync\": {\"every\": 4}}}", "cluster"},
+		{", \"cluster\": {\"recovery\": \"partial\"}, \"optimizer\": {\"beta1\": 0.5}}", "cluster"},
 	};
 	char want[RS_CONFIG_DIGEST_LEN + 1], got[RS_CONFIG_DIGEST_LEN + 1], json[512], diff[64];
 	rs_config *cfg = parse_ok("{\"tables\": [{\"name\": \"t\", \"rows\": 100, \"dim\": 8, \"features\": [\"f\"]}]}");
@@ -266,7 +271,19 @@ static void test_digest(void **state)
 		"{\"tables\": [{\"name\": \"t\", \"rows\": 101, \"dim\": 8, \"features\": [\"f\"]}]}",
 		"{\"tables\": [{\"name\": \"t\", \"rows\": 100, \"dim\": 8, \"features\": [\"g\"]}]}",
 		"{\"tables\": [{\"name\": \"t\", \"rows\": 100, \"dim\": 8, \"features\": [\"f\"], \"zch\": {\"buckets\": 4, \"slots\": 100}}]}",
+		"{\"tables\": [{\"name\": \"t\", \"rows\": 100, \"dim\": 8, \"features\": [\"f\"], \"pooling_factor\": 3}]}",
 	};
+	/* another dim: the default bottom MLP's output with it */
+	cfg = parse_ok("{\"tables\": [{\"name\": \"t\", \"rows\": 100, \"dim\": 16, \"features\": [\"f\"]}]}");
+	rs_config_digest(cfg, got);
+	rs_config_free(cfg);
+	assert_int_equal(rs_config_digest_diff(want, got, diff, sizeof(diff)), 2);
+	assert_string_equal(diff, "tables, dense");
+	/* the sharding hints are the coordinator's */
+	cfg = parse_ok("{\"tables\": [{\"name\": \"t\", \"rows\": 100, \"dim\": 8, \"features\": [\"f\"], \"sharding\": \"row_wise\"}]}");
+	rs_config_digest(cfg, got);
+	rs_config_free(cfg);
+	assert_string_equal(got, want);
 	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
 		cfg = parse_ok(tables[i]);
 		rs_config_digest(cfg, got);
@@ -274,8 +291,10 @@ static void test_digest(void **state)
 		assert_int_equal(rs_config_digest_diff(want, got, diff, sizeof(diff)), 1);
 		assert_string_equal(diff, "tables");
 	}
-	const char *bad[] = {"", "0123abcd-0123abcd-0123abcd-0123abcd-0123abc", "0123abcd-0123abcd-0123abcd-0123abcd-0123abcg",
-			     "0123abcd+0123abcd-0123abcd-0123abcd-0123abcd", "0123ABCD-0123abcd-0123abcd-0123abcd-0123abcd"};
+	const char *bad[] = {"", "0123abcd-0123abcd-0123abcd-0123abcd-0123abcd-0123abc",
+			     "0123abcd-0123abcd-0123abcd-0123abcd-0123abcd-0123abcg",
+			     "0123abcd+0123abcd-0123abcd-0123abcd-0123abcd-0123abcd",
+			     "0123ABCD-0123abcd-0123abcd-0123abcd-0123abcd-0123abcd"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		assert_false(rs_config_digest_ok(bad[i]));
 }

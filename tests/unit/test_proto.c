@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "common/auth.h"
 #include "common/proto.h"
 #include "common/zjson.h"
 
@@ -42,7 +43,7 @@ static void test_parse(void **state)
 
 #define NONCE "0123456789abcdef0123456789abcdef"
 #define PROOF "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-#define MODEL "0000000a-0000000b-0000000c-0000000d-0000000e"
+#define MODEL "0000000a-0000000b-0000000c-0000000d-0000000e-0000000f"
 
 static void test_join(void **state)
 {
@@ -108,6 +109,14 @@ static void test_join_handshake(void **state)
 	j.model = MODEL; /* and its model config's digest */
 	assert_int_equal(rs_proto_join_proof("tok", NONCE, NONCE, &j, q), RS_OK);
 	assert_string_not_equal(p, q);
+	/* without one (a tool's join, a worker of protocol 1), the proof is protocol 1's: an old worker is refused for
+	   its version, not for its token */
+	char v1[65];
+	const char *parts[] = {NONCE, NONCE, NONCE, "worker-1", "h:2", "7", "abc", "1"};
+	assert_int_equal(rs_auth_proof("tok", "rowshift join", parts, 8, v1), RS_OK);
+	j.model = "", j.protocol = 1;
+	assert_int_equal(rs_proto_join_proof("tok", NONCE, NONCE, &j, p), RS_OK);
+	assert_string_equal(p, v1);
 	assert_int_equal(rs_proto_answer_proof("tok", NONCE, NONCE, &j, "welcome", p), RS_OK);
 	assert_int_equal(rs_proto_answer_proof("tok", NONCE, NONCE, &j, "bad join token", q), RS_OK);
 	assert_string_not_equal(p, q);

@@ -91,7 +91,7 @@ static void *serve(void *arg)
 }
 
 /* The job's model config digest (rs_config_digest's form) */
-#define MODEL "0000000a-0000000b-0000000c-0000000d-0000000e"
+#define MODEL "0000000a-0000000b-0000000c-0000000d-0000000e-0000000f"
 
 static int start_term(const char *hosts, int64_t term)
 {
@@ -196,7 +196,7 @@ static void test_join_with_another_model(void **state)
 	(void)state;
 	rs_control *c = NULL;
 	rs_err err = {0};
-	assert_int_equal(rs_control_connect(S.url, TOKEN, "w", "", "0000000a-0000000b-000000ff-0000000d-000000ff", 5000,
+	assert_int_equal(rs_control_connect(S.url, TOKEN, "w", "", "0000000a-0000000b-000000ff-0000000d-000000ff-0000000f", 5000,
 					    &c, &err), RS_EINVAL);
 	assert_null(c);
 	if (!strstr(err.msg, "its model config differs from the coordinator's in dense, train"))
