@@ -218,7 +218,7 @@ asan ubsan:
 FUZZ_BUILD := $(BUILD)/fuzz
 FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 FUZZ_SECONDS ?= 60
-FUZZ_SMOKE_SECONDS ?= 3
+FUZZ_SMOKE_SECONDS ?= 2
 
 fuzz-build: deps
 	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang OPT="-O1 $(FUZZ_FLAGS)" NVCC= HARDEN_CFLAGS= \

@@ -121,7 +121,6 @@ check "the intruder exits with an error" test "$rc" != 0 -a "$rc" != 124
 check "it was refused for its token" grep -q "bad join token" "$tmp/intruder.out"
 check "the coordinator logged the refusal" grep -q "refused worker 'intruder'" "$tmp/c2.err"
 
-# bad input on the control channel closes that client at most; training goes on
 token=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["token"])' "$tmp/c2-admin.json")
 
 # a worker with the token but another model config (another batch and seed) is refused for good, the sections named
@@ -134,6 +133,7 @@ check "a worker with another model config exits with an error (exit $rc)" test "
 check "it was refused, naming what differs" grep -q "refused the join: its model config differs from the coordinator's in train" \
 	"$tmp/stranger.out"
 check "the coordinator logged the refusal" grep -q "refused worker 'stranger' .*model config differs .* in train" "$tmp/c2.err"
+# bad input on the control channel closes that client at most; training goes on
 for case in malformed badtoken early oversized joined newer unversioned; do
 	ROWSHIFT_JOIN_TOKEN=$token timeout 30 python3 tests/integration/ws_probe.py $port $case >"$tmp/probe-$case.out" 2>&1
 done

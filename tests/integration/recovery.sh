@@ -33,12 +33,12 @@
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
-# dlrm-small at a quarter of its batch, each step at least 20 ms (light_config). A kill aimed between the
+# dlrm-small at a quarter of its batch, each step at least 10 ms (light_config). A kill aimed between the
 # checkpoints of steps 60 and 90 has the steps between them and the 1.5 s that the writers of step 90 stall
 # for (hold90), whatever the machine's load.
 cfg=$tmp/dlrm-small.json
 hold90=checkpoint-stall-ms=1500@90
-light_config examples/dlrm-small.json "$cfg" 20
+light_config examples/dlrm-small.json "$cfg" 10
 run() { # run NAME FLAGS...: a local job of 3 workers to step 120, saved to $tmp/NAME.final, in the background
 	local name=$1
 	shift

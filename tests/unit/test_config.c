@@ -226,11 +226,11 @@ static void test_files(void **state)
 	assert_null(cfg);
 }
 
-/* jansson allocations fail one at a time: every failure is an error, never a crash or leak. */
 /*
  * The digest every member of a job must share: the same for configs that
  * differ only where members may (paths, steps, pace, sharding hints, the
- * cluster section), and naming the section of any other difference.
+ * coordinator's cluster settings), and naming the section of any other
+ * difference.
  */
 static void test_digest(void **state)
 {
@@ -299,6 +299,7 @@ static void test_digest(void **state)
 		assert_false(rs_config_digest_ok(bad[i]));
 }
 
+/* jansson allocations fail one at a time: every failure is an error, never a crash or leak. */
 static int alloc_countdown = -1;
 static void *failing_malloc(size_t n)
 {
