@@ -52,10 +52,15 @@ static double deadline_s(const rs_lease *l) { return l->duration_s * 2.0 / 3.0; 
 
 int rs_lease_held(const rs_lease *l) { return l->obj && !l->lost && rs_now() - l->renewed < deadline_s(l); }
 
-/* A request's bound: 5 s, and while held, never past the deadline (at least 100 ms). */
+/*
+ * A request's bound: 5 s, and while held, half the time left before the
+ * deadline (at least 100 ms): a renewal stuck on a pooled connection that
+ * died silently (a NAT that forgot it) leaves time to try again on a new
+ * one (libcurl closes a connection whose transfer timed out).
+ */
 static int bound_ms(const rs_lease *l)
 {
-	double left = l->obj ? (l->renewed + deadline_s(l) - rs_now()) * 1000 : 5000;
+	double left = l->obj ? (l->renewed + deadline_s(l) - rs_now()) * 1000 / 2 : 5000;
 	return left > 5000 ? 5000 : left < 100 ? 100 : (int)left;
 }
 
@@ -237,8 +242,10 @@ int rs_lease_tick(rs_lease *l)
 	snprintf(since, sizeof(since), "%.1f", rs_now() - l->renewed);
 	if (!rs_lease_held(l))
 		return lose(l, "not renewed for %s s (%s)", since, e.msg[0] ? e.msg : "refused");
-	RS_WARN("lease %s: renewal failed (%s); trying again in 1 s", l->name, e.msg[0] ? e.msg : "refused");
-	l->next = rs_now() + 1;
+	double again = (l->renewed + deadline_s(l) - rs_now()) / 4; /* 1 s, or sooner near the deadline */
+	again = again < 1 ? again : 1;
+	RS_WARN("lease %s: renewal failed (%s); trying again in %.2f s", l->name, e.msg[0] ? e.msg : "refused", again);
+	l->next = rs_now() + again;
 	return 0;
 }
 
