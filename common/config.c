@@ -694,6 +694,17 @@ int rs_config_find_table(const rs_config *cfg, const char *name)
 	return -1;
 }
 
+rs_interaction rs_config_interaction(const rs_config *cfg)
+{
+	const rs_dense_config *d = &cfg->dense;
+	if (d->interaction != RS_INTERACTION_AUTO)
+		return d->interaction;
+	int all_equal = d->nbottom > 0;
+	for (int i = 0; i < cfg->ntables && all_equal; i++)
+		all_equal = cfg->tables[i].dim == d->bottom_mlp[d->nbottom - 1];
+	return all_equal ? RS_INTERACTION_DOT : RS_INTERACTION_CAT;
+}
+
 uint64_t rs_table_row_bytes(const rs_config *cfg, const rs_table_config *t)
 {
 	return (uint64_t)t->dim * (uint64_t)rs_dtype_size(t->dtype) +
@@ -776,14 +787,7 @@ void rs_config_digest(const rs_config *cfg, char out[RS_CONFIG_DIGEST_LEN + 1])
 	d[2] = fold_i(d[2], n->ntop);
 	for (int i = 0; i < n->ntop; i++)
 		d[2] = fold_i(d[2], n->top_mlp[i]);
-	rs_interaction inter = n->interaction; /* "auto" as the dense network resolves it (worker/dense.c) */
-	if (inter == RS_INTERACTION_AUTO) {
-		int all_equal = n->nbottom > 0;
-		for (int i = 0; i < cfg->ntables && all_equal; i++)
-			all_equal = cfg->tables[i].dim == n->bottom_mlp[n->nbottom - 1];
-		inter = all_equal ? RS_INTERACTION_DOT : RS_INTERACTION_CAT;
-	}
-	d[2] = fold_f(fold_i(d[2], inter), n->lr);
+	d[2] = fold_f(fold_i(d[2], rs_config_interaction(cfg)), n->lr); /* "auto" as the dense network resolves it */
 	const rs_data_config *a = &cfg->data; /* (eval_every: the coordinator's, sent in each start) */
 	d[3] = fold_i(fold_f(fold_i(fold_i(d[3], a->kind), (int64_t)a->seed), a->zipf_alpha), a->eval_samples);
 	const rs_train_config *t = &cfg->train;
@@ -801,7 +805,7 @@ int rs_config_digest_ok(const char *s)
 	if (strlen(s) != RS_CONFIG_DIGEST_LEN)
 		return 0;
 	for (int i = 0; i < RS_CONFIG_DIGEST_LEN; i++)
-		if (i % 9 == 8 ? s[i] != '-' : !strchr("0123456789abcdef", s[i]) || !s[i])
+		if (i % 9 == 8 ? s[i] != '-' : !strchr("0123456789abcdef", s[i]))
 			return 0;
 	return 1;
 }

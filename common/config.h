@@ -164,6 +164,9 @@ int rs_config_name_ok(const char *name);
 /* Index of the table named `name`, or -1. */
 int rs_config_find_table(const rs_config *cfg, const char *name);
 
+/* The dense network's interaction, "auto" resolved: dot when every table dim equals the bottom MLP's output, else cat. */
+rs_interaction rs_config_interaction(const rs_config *cfg);
+
 /* Bytes one row of table t takes with its optimizer state. */
 uint64_t rs_table_row_bytes(const rs_config *cfg, const rs_table_config *t);
 

@@ -50,7 +50,10 @@ static void path_of(const rs_lease *l, int named, char *out, size_t n)
 
 static double deadline_s(const rs_lease *l) { return l->duration_s * 2.0 / 3.0; }
 
-int rs_lease_held(const rs_lease *l) { return l->obj && !l->lost && rs_now() - l->renewed < deadline_s(l); }
+/* Seconds before the deadline of the last renewal (negative past it). */
+static double time_left(const rs_lease *l) { return l->renewed + deadline_s(l) - rs_now(); }
+
+int rs_lease_held(const rs_lease *l) { return l->obj && !l->lost && time_left(l) > 0; }
 
 /*
  * A request's bound: 5 s, and while held, half the time left before the
@@ -60,7 +63,7 @@ int rs_lease_held(const rs_lease *l) { return l->obj && !l->lost && rs_now() - l
  */
 static int bound_ms(const rs_lease *l)
 {
-	double left = l->obj ? (l->renewed + deadline_s(l) - rs_now()) * 1000 / 2 : 5000;
+	double left = l->obj ? time_left(l) * 1000 / 2 : 5000;
 	return left > 5000 ? 5000 : left < 100 ? 100 : (int)left;
 }
 
@@ -242,7 +245,7 @@ int rs_lease_tick(rs_lease *l)
 	snprintf(since, sizeof(since), "%.1f", rs_now() - l->renewed);
 	if (!rs_lease_held(l))
 		return lose(l, "not renewed for %s s (%s)", since, e.msg[0] ? e.msg : "refused");
-	double again = (l->renewed + deadline_s(l) - rs_now()) / 4; /* 1 s, or sooner near the deadline */
+	double again = time_left(l) / 4; /* 1 s, or sooner near the deadline */
 	again = again < 1 ? again : 1;
 	RS_WARN("lease %s: renewal failed (%s); trying again in %.2f s", l->name, e.msg[0] ? e.msg : "refused", again);
 	l->next = rs_now() + again;

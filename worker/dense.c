@@ -68,8 +68,7 @@ rs_status rs_dense_create(const rs_config *cfg, uint64_t seed, rs_dense **out, r
 			m->emb_width += cfg->tables[t].dim;
 			all_equal &= cfg->tables[t].dim == m->bottom_out;
 		}
-	m->inter = d->interaction == RS_INTERACTION_AUTO ? (all_equal ? RS_INTERACTION_DOT : RS_INTERACTION_CAT)
-							 : d->interaction;
+	m->inter = rs_config_interaction(cfg);
 	if (m->inter == RS_INTERACTION_DOT && !all_equal) {
 		int32_t out_width = m->bottom_out;
 		rs_dense_destroy(m);
