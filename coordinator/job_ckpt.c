@@ -9,7 +9,10 @@
  * when a reshard commits completes with the replaced world's reports
  * (rs__ckpt_keep_world). A checkpoint a rank never finishes (it died, left
  * at that reshard, a write failed, a rollback came first) stays without its
- * index. Then the oldest are deleted, keeping --checkpoint-keep
+ * index. One whose last report comes after a newer one completed (a
+ * shrink's leaver writing its part at a lower priority) completes all the
+ * same, unless --checkpoint-keep newer ones are complete (it would be
+ * deleted at once). Then the oldest are deleted, keeping --checkpoint-keep
  * complete ones (and anything newer, which may be in flight); one of a
  * step past any this run reached is another run's, and left alone. The
  * state records how far the job reached before a checkpoint's index is
@@ -47,7 +50,8 @@ int rs__ckpt_completing(const rs_job *j)
 {
 	for (size_t k = 0; k < RS_CKPT_GATHERS; k++) {
 		const gather *g = &j->ck.g[k];
-		int can = g->step && g->generation == j->cur.generation && g->nworld == j->cur.nworld;
+		int can = g->step > j->ck.last_complete && g->generation == j->cur.generation &&
+			  g->nworld == j->cur.nworld;
 		for (int32_t r = 0; can && r < g->nworld; r++)
 			can = g->got[r] || !j->mem.v[j->cur.world[r]].lost;
 		if (can)
@@ -200,6 +204,21 @@ static void prune(rs_job *j)
 	free(steps);
 }
 
+/* How many complete checkpoints of this run are newer than step. */
+static int newer_complete(const rs_job *j, int64_t step)
+{
+	int64_t *steps, top = rs__ckpt_reached(j);
+	size_t n;
+	int newer = 0;
+	rs_err err = {0};
+	if (rs_checkpoint_steps(j->o.ckpt_dir, &steps, &n, &err) != RS_OK)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		newer += steps[i] > step && steps[i] <= top && complete_at(j->o.ckpt_dir, steps[i]);
+	free(steps);
+	return newer;
+}
+
 /*
  * The state records the step of a checkpoint about to complete (its
  * "reached") before its index is written: a coordinator started again on
@@ -229,7 +248,11 @@ static void complete(rs_job *j, gather *g)
 	const int32_t *world;
 	int32_t n;
 	const rs_plan *plan = world_of(j, g->generation, &world, &n);
-	if (!plan)
+	int newer = newer_complete(j, step);
+	if (newer >= j->o.ckpt_keep)
+		rs_err_set(&err, RS_EINVAL, "%d newer checkpoints are complete (--checkpoint-keep %d)", newer,
+			   j->o.ckpt_keep);
+	else if (!plan)
 		rs_err_set(&err, RS_EINVAL, "its world's plan is gone");
 	else if (g->dense_params < 0)
 		rs_err_set(&err, RS_EINVAL, "rank 0 did not report the dense network");
@@ -242,12 +265,10 @@ static void complete(rs_job *j, gather *g)
 		return;
 	}
 	double seconds = rs__job_now(j) - g->started;
-	j->ck.last_complete = step;
+	if (step > j->ck.last_complete)
+		j->ck.last_complete = step;
 	j->ck.complete++;
 	gather_free(g);
-	for (size_t k = 0; k < RS_CKPT_GATHERS; k++)
-		if (j->ck.g[k].step && j->ck.g[k].step < step)
-			give_up(&j->ck.g[k]); /* older, still incomplete: a newer one is complete */
 	rs__emit(j, &(job_event){.kind = EV_CHECKPOINT, .step = step, .detail = dir, .moved = bytes, .seconds = seconds});
 	prune(j);
 }
@@ -261,7 +282,8 @@ rs_status rs__job_checkpointed(rs_job *j, int i, json_t *msg, rs_err *err)
 	const int32_t *world;
 	int32_t n;
 	if (!j->o.ckpt_dir || !world_of(j, m.generation, &world, &n) || m.rank >= n || world[m.rank] != i ||
-	    (!j->o.ckpt_interval && m.step % j->o.ckpt_every != 0) || m.step <= j->ck.last_complete) {
+	    (!j->o.ckpt_interval && m.step % j->o.ckpt_every != 0) || m.step == j->ck.last_complete ||
+	    complete_at(j->o.ckpt_dir, m.step)) {
 		RS_DEBUG("checkpoint: a report of step %lld from %s ignored (stale or not of this world)", (long long)m.step,
 			 j->mem.v[i].name);
 		goto out;

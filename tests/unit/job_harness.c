@@ -184,16 +184,21 @@ int64_t field(const json_t *m, const char *key) { return json_integer_value(json
 
 void assert_phase(const char *p) { assert_string_equal(rs_job_phase(H.job), p); }
 
-/* The report (stdout of a real coordinator) holds this text. */
-int reported(const char *text)
+/* How many times the report (stdout of a real coordinator) holds this text. */
+int reported_times(const char *text)
 {
 	char buf[65536];
 	fflush(H.report);
 	rewind(H.report);
 	size_t n = fread(buf, 1, sizeof(buf) - 1, H.report);
 	buf[n] = 0;
-	return strstr(buf, text) != NULL;
+	int times = 0;
+	for (const char *at = buf; (at = strstr(at, text)); at++)
+		times++;
+	return times;
 }
+
+int reported(const char *text) { return reported_times(text) > 0; }
 
 json_t *sums(uint64_t a, uint64_t b)
 {

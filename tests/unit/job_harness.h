@@ -66,6 +66,7 @@ void say(int k, json_t *msg);
 json_t *last(int k, rs_msg_type type);
 void assert_phase(const char *p);
 int reported(const char *text);
+int reported_times(const char *text);
 json_t *sums(uint64_t a, uint64_t b);
 void paused(int k, int64_t gen, int64_t rank, int64_t step, uint64_t a, uint64_t b);
 void world_paused(int n);

@@ -11,6 +11,7 @@
 #include "tests/unit/scratch.h"
 #include "common/checkpoint.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -419,17 +420,17 @@ static void test_done_is_not_reported_unless_persisted(void **state)
 	assert_false(reported("training done"));
 }
 
-/* Every rank of generation 1's world of n reports its files of the checkpoint at step (the plan's shards and the dense network's). */
-static void checkpointed(const char *root, int n, int64_t step)
+/* Ranks from..to-1 of generation 1's world report their files of the checkpoint at step (the plan's shards and the dense network's). */
+static void checkpointed_by(const char *root, int from, int to, int64_t step)
 {
 	char dir[512], names[64][128];
 	rs_ckpt_file_report files[64];
 	rs_plan *plan;
 	rs_err err = {0};
 	rs_checkpoint_step_dir(root, step, dir, sizeof(dir));
-	assert_int_equal(mkdir(dir, 0700), 0);
+	assert_true(mkdir(dir, 0700) == 0 || errno == EEXIST);
 	assert_int_equal(rs_plan_from_json(H.plan, H.cfg, "the plan saved", &plan, &err), RS_OK);
-	for (int r = 0; r < n; r++) {
+	for (int r = from; r < to; r++) {
 		int nf = 0;
 		if (r == 0)
 			files[nf++] = (rs_ckpt_file_report){"dense.safetensors", 1, 8};
@@ -448,6 +449,52 @@ static void checkpointed(const char *root, int n, int64_t step)
 		say(r, rs_proto_make_checkpointed(&m));
 	}
 	rs_plan_free(plan);
+}
+
+/* Every rank of generation 1's world of n reports its files of the checkpoint at step. */
+static void checkpointed(const char *root, int n, int64_t step) { checkpointed_by(root, 0, n, step); }
+
+static int indexed(const char *root, int64_t step)
+{
+	char dir[512], index[600];
+	rs_checkpoint_step_dir(root, step, dir, sizeof(dir));
+	snprintf(index, sizeof(index), "%s/index.json", dir);
+	return access(index, F_OK) == 0;
+}
+
+/*
+ * A checkpoint whose last rank reports after a newer one completed (a
+ * shrink's leaver writes at a lower priority than the world that trains
+ * on) completes all the same, unless --checkpoint-keep newer ones are
+ * complete; a report of a checkpoint already complete changes nothing.
+ */
+static void test_a_checkpoint_completes_after_a_newer_one(void **state)
+{
+	(void)state;
+	char root[256];
+	assert_int_equal(rs_scratch_make(root, sizeof(root), "job"), 0);
+	H.o.ckpt_dir = root, H.o.ckpt_every = 10, H.o.ckpt_keep = 2;
+	start(2);
+	checkpointed_by(root, 0, 1, 10); /* rank 1's part of step 10 comes late */
+	checkpointed(root, 2, 20);
+	assert_true(indexed(root, 20));
+	assert_false(indexed(root, 10));
+	checkpointed_by(root, 1, 2, 10);
+	assert_true(indexed(root, 10));
+	assert_int_equal(reported_times("checkpoint of step 10 complete"), 1);
+	checkpointed(root, 2, 10); /* again: already complete */
+	assert_int_equal(reported_times("checkpoint of step 10 complete"), 1);
+
+	/* with 2 newer complete ones (--checkpoint-keep 2), a late one is not indexed, only to be deleted */
+	checkpointed_by(root, 0, 1, 30);
+	checkpointed(root, 2, 40);
+	checkpointed(root, 2, 50);
+	checkpointed_by(root, 1, 2, 30);
+	assert_false(indexed(root, 30));
+	assert_false(reported("checkpoint of step 30 complete"));
+	assert_true(indexed(root, 40) && indexed(root, 50));
+	assert_phase("training");
+	assert_int_equal(rs_scratch_remove(root), 0);
 }
 
 /*
@@ -731,6 +778,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_a_checkpoint_save_does_not_wait_for_the_api, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_checkpoint_completes_after_a_newer_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_grow_commits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_first_step_before_the_last_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pause_counts_from_the_first_stop, setup, teardown),
