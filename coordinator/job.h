@@ -88,6 +88,13 @@ typedef struct rs_job_source {
 	 * last saved, and a restart (Kubernetes: the Deployment's) resumes it.
 	 */
 	int failure_final;
+	/*
+	 * While the job starts, this many exits in a row of workers that had
+	 * not joined yet, per worker wanted, fail it (local mode: a worker
+	 * that cannot run, a bad option or config, fails the same way each
+	 * time). 0: never (Kubernetes: a pod's restarts are the cluster's).
+	 */
+	int early_exits_max;
 } rs_job_source;
 
 /* How the job reaches workers and status clients: the coordinator's server (rs_job_set_server) or a test's. */

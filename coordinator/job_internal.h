@@ -134,6 +134,8 @@ struct rs_job {
 		double scale_at;      /* the last scale request (rowshiftctl or the schedule), 0 when none pending */
 		int32_t initial;      /* workers to start with; asked of the source at the first tick */
 		double loss_seen_at;  /* when a world member was first seen gone */
+		int early_exits;      /* workers that exited before they joined, since the last join (src.early_exits_max) */
+		int32_t wanted;       /* the workers asked of the source at the start */
 	} mem;
 
 	/* the committed generation and its run */

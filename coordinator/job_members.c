@@ -201,8 +201,13 @@ void rs_job_exited(rs_job *j, const char *name, int clean, const char *how)
 {
 	int i = rs__member_find(j, name);
 	if (i < 0) {
-		if (!clean)
-			RS_WARN("%s %s before it joined", name, how);
+		if (clean)
+			return;
+		RS_WARN("%s %s before it joined", name, how);
+		int most = j->src.early_exits_max * (j->mem.wanted > 0 ? j->mem.wanted : 1);
+		if (j->ph == P_STARTING && most > 0 && ++j->mem.early_exits >= most)
+			rs__job_fail(j, "%s %s before it joined; no worker joined in %d such exits in a row (its output above "
+				     "says why)", name, how, j->mem.early_exits);
 		return;
 	}
 	member *m = &j->mem.v[i];

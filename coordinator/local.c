@@ -20,6 +20,7 @@
 
 #define NAME_MAX_BYTES 64
 #define RESTART_BACKOFF_S 0.2  /* doubled at each restart of the same ordinal, up to 5 s */
+#define LOCAL_EARLY_EXITS 3     /* a job whose workers exit before joining this many times each fails (0.2+0.4 s of backoff) */
 
 typedef struct proc {
 	char name[NAME_MAX_BYTES];
@@ -309,7 +310,7 @@ rs_job_source rs_local_members_source(rs_local_members *m)
 {
 	return (rs_job_source){.ctx = m, .scale = src_scale, .replicas = src_replicas, .wanted = src_wanted,
 			       .joined = src_joined, .list = src_list, .ending = src_ending,
-			       .save_state = m->state_path ? src_save : NULL, .failure_final = 1};
+			       .save_state = m->state_path ? src_save : NULL, .failure_final = 1, .early_exits_max = LOCAL_EARLY_EXITS};
 }
 
 static void on_exit_cb(void *ctx, const char *name, int clean, const char *how)

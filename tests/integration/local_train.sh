@@ -2,7 +2,8 @@
 # local_train.sh - the coordinator's local mode end to end, with the real
 # binaries: a run trains and learns; a worker with the wrong join token is
 # refused; workers exit when the coordinator dies (a killed worker:
-# recovery.sh). Every wait here is bounded.
+# recovery.sh); workers that cannot run fail the job at once, saying why.
+# Every wait here is bounded.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 # dlrm-small at a quarter of its batch for the runs of a fixed number of steps compared with each other, and
@@ -164,6 +165,15 @@ for _ in $(seq 1 100); do
 	sleep 0.1
 done
 check "workers exit within 10 s of the coordinator's death" test "$gone" = 1
+
+# 5. workers that cannot run (here: an option they refuse) exit before joining: the job fails at once, saying why
+t0=$(date +%s)
+ROWSHIFT_FAULT=no-such-hook timeout 60 "$bin/rowshift-coordinator" --local --workers 2 --config examples/minimal.json \
+	--steps 10 --listen 127.0.0.1:0 >"$tmp/never.out" 2>"$tmp/never.err"
+rc=$?
+check "workers that exit before joining, time after time, fail the job (exit $rc, after $(($(date +%s) - t0)) s), not the join timeout" \
+	bash -c "[ $rc = 1 ] && grep -q 'worker-[01] exited with status 2 before it joined; no worker joined in 6 such exits' '$tmp/never.err' &&
+		 grep -q \"unknown hook 'no-such-hook'\" '$tmp/never.err'"
 
 [ "$fails" = 0 ] || pgrep -af rowshift
 echo "local_train: $fails failed"

@@ -587,6 +587,45 @@ static void test_scale_while_starting(void **state)
 	assert_int_equal(field(last(0, RS_MSG_START), "world"), 3);
 }
 
+/*
+ * Workers that exit before they join, time after time (a bad option, a
+ * config the worker refuses), fail the start at once where the source
+ * says so (local mode), not after the join timeout; a join in between
+ * starts the count again, and an exit with status 0 does not count.
+ */
+static void test_workers_that_never_join_fail_the_start(void **state)
+{
+	(void)state;
+	rs_job *j;
+	rs_err err = {0};
+	rs_job_source src = source;
+	src.early_exits_max = 3;
+	assert_int_equal(rs_job_create(&H.o, &src, 2, &j, &err), RS_OK);
+	set_job(j);
+	tick(0);
+	for (int k = 0; k < 5; k++)
+		rs_job_exited(H.job, k % 2 ? "worker-1" : "worker-0", 0, "exited with status 2");
+	rs_job_exited(H.job, "worker-0", 1, "exited with status 0");
+	assert_phase("starting");
+	join(0);
+	for (int k = 0; k < 5; k++)
+		rs_job_exited(H.job, "worker-1", 0, "exited with status 2");
+	assert_phase("starting");
+	rs_job_exited(H.job, "worker-1", 0, "exited with status 2");
+	assert_phase("failed");
+	assert_non_null(strstr(rs_job_error(H.job), "worker-1 exited with status 2 before it joined; no worker joined in 6"));
+
+	/* without the source's word (Kubernetes), only the join timeout ends the start */
+	H.job = NULL;
+	rs_job_destroy(j);
+	assert_int_equal(rs_job_create(&H.o, &source, 2, &j, &err), RS_OK);
+	set_job(j);
+	tick(0);
+	for (int k = 0; k < 20; k++)
+		rs_job_exited(H.job, "worker-1", 0, "exited with status 2");
+	assert_phase("starting");
+}
+
 static void test_starting_times_out(void **state)
 {
 	(void)state;
@@ -779,6 +818,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_a_checkpoint_save_does_not_wait_for_the_api, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_checkpoint_completes_after_a_newer_one, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_workers_that_never_join_fail_the_start, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_grow_commits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_first_step_before_the_last_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pause_counts_from_the_first_stop, setup, teardown),
