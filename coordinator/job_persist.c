@@ -29,6 +29,9 @@ static rs_status save(rs_job *j, rs_state_phase ph, int patient, rs_err *err)
 		      .config = (char *)j->o.config_path, .save = (char *)j->o.save, .url = (char *)j->o.url,
 		      .token = (char *)j->o.token, .ckpt_dir = (char *)j->o.ckpt_dir, .ckpt_every = j->o.ckpt_every,
 		      .ckpt_interval = j->o.ckpt_interval, .ckpt_keep = j->o.ckpt_keep};
+	char model[RS_CONFIG_DIGEST_LEN + 1];
+	rs_config_digest(j->o.cfg, model);
+	s.model = model;
 	memcpy(s.sched_step, j->o.sched_step, sizeof(s.sched_step));
 	memcpy(s.sched_workers, j->o.sched_workers, sizeof(s.sched_workers));
 	s.plan = rs_plan_to_json(j->cur.plan);
@@ -195,6 +198,14 @@ rs_status rs_job_recover(const rs_job_options *o, const rs_job_source *src, cons
 	rs_job *j;
 	rs_status st = RS_OK;
 	*out = NULL;
+	if (s->model) { /* its plan, members and checkpoints are of that model */
+		char model[RS_CONFIG_DIGEST_LEN + 1], sections[128];
+		rs_config_digest(o->cfg, model);
+		if (rs_config_digest_diff(s->model, model, sections, sizeof(sections)))
+			return rs_err_set(err, RS_EINVAL, "state: the job was started with another model config (it differs "
+				"from %s in %s); a changed model is a new job: restore that config, or start afresh without "
+				"this state", o->config_path ? o->config_path : "this one", sections);
+	}
 	RSCHECK(rs_job_create(o, src, 0, &j, err));
 	RSCHECKGOTO(rs_plan_from_json(s->plan, o->cfg, "state: plan", &j->cur.plan, err), st, fail);
 	if (j->cur.plan->world.ranks != s->nworld)

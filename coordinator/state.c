@@ -4,6 +4,7 @@
  * a restarted coordinator must say which field is wrong instead of crashing.
  */
 #include "coordinator/state.h"
+#include "common/config.h"
 #include "common/file.h"
 #include "common/proto.h"
 #include "common/zjson.h"
@@ -103,6 +104,8 @@ json_t *rs_state_to_json(const rs_state *s)
 	if (root && s->phase == RS_STATE_FAILED && json_object_set_new(root, "error", json_string(s->error ? s->error : "")))
 		json_decref(root), root = NULL;
 	if (root && s->reached > 0 && json_object_set_new(root, "reached", json_integer(s->reached)))
+		json_decref(root), root = NULL;
+	if (root && s->model && json_object_set_new(root, "model", json_string(s->model)))
 		json_decref(root), root = NULL;
 	if (root && s->term && json_object_set_new(root, "term", json_integer(s->term)))
 		json_decref(root), root = NULL;
@@ -308,7 +311,7 @@ rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state
 {
 	json_error_t jerr;
 	json_t *root, *plan, *world, *attempt, *job, *incs = NULL;
-	const char *format, *phase, *error = NULL;
+	const char *format, *phase, *error = NULL, *model = NULL;
 	json_int_t version, gen, step, bound, term = 0, last = 0, reached = 0;
 	int attempts, next;
 	rs_status st = RS_EINVAL;
@@ -320,11 +323,11 @@ rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state
 	if (!root)
 		return rs_err_set(err, RS_EINVAL, "%s: line %d: %s", name, jerr.line, jerr.text);
 	if (json_unpack_ex(root, &jerr, JSON_STRICT,
-			   "{s:s, s:I, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:i, s:i, s:o, s?o, s?s, s?I, s?I, s?I}", "format",
-			   &format, "version", &version, "phase", &phase, "generation", &gen, "step", &step, "bound", &bound,
-			   "plan", &plan, "world", &world, "attempt", &attempt, "attempts", &attempts, "next_schedule",
-			   &next, "job", &job, "incarnations", &incs, "error", &error, "term", &term, "last_generation",
-			   &last, "reached", &reached) != 0) {
+			   "{s:s, s:I, s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:i, s:i, s:o, s?o, s?s, s?I, s?I, s?I, s?s}",
+			   "format", &format, "version", &version, "phase", &phase, "generation", &gen, "step", &step, "bound",
+			   &bound, "plan", &plan, "world", &world, "attempt", &attempt, "attempts", &attempts,
+			   "next_schedule", &next, "job", &job, "incarnations", &incs, "error", &error, "term", &term,
+			   "last_generation", &last, "reached", &reached, "model", &model) != 0) {
 		rs_err_set(err, RS_EINVAL, "%s: %s", name, jerr.text);
 		goto out;
 	}
@@ -362,6 +365,14 @@ rs_status rs_state_parse(const char *buf, size_t len, const char *name, rs_state
 	}
 	if (reached < 0 || reached > INT64_MAX / 4) {
 		st = bad(err, name, "reached", "must be 0 or more");
+		goto out;
+	}
+	if (model && !rs_config_digest_ok(model)) {
+		st = bad(err, name, "model", "must be a model config digest (6 groups of 8 hex digits joined by '-')");
+		goto out;
+	}
+	if (model && !(s->model = strdup(model))) {
+		st = RS_ENOMEM;
 		goto out;
 	}
 	s->term = term;
@@ -441,6 +452,7 @@ void rs_state_free(rs_state *s)
 	free(s->before);
 	free(s->restore);
 	free(s->error);
+	free(s->model);
 	free(s->config);
 	free(s->save);
 	free(s->url);

@@ -21,6 +21,9 @@
  *    periodic checkpoint's at least, saved before that checkpoint's index is
  *    written: a restarted coordinator's rollback looks for checkpoints up
  *    to it; absent: 0),
+ *    "model"?: D (rs_config_digest of the model config the job trains: a
+ *    coordinator started again on the state with another refuses it, naming
+ *    the sections that differ; absent: an earlier rowshift's, not checked),
  *    "job": {"config", "steps", "save", "url", "token", "schedule": [[step, workers]...],
  *            "replicas", "workers": [{"name", "pid"}],
  *            "checkpoints"?: {"dir", "every", "interval", "keep"} (the periodic
@@ -72,6 +75,7 @@ typedef struct rs_state {
 	int64_t last_generation;    /* the highest generation handed out (a pre-copy's included): never again; 0: generation */
 	int64_t term;               /* Kubernetes: the term of the coordinator that wrote it (kube_members.h); 0 elsewhere */
 	int64_t reached;            /* the furthest step known reached (a checkpoint's at least); 0: none known */
+	char *model;                /* the model config's digest (rs_config_digest); NULL: not recorded */
 	json_t *plan;               /* owned */
 	char **world;
 	int32_t nworld;

@@ -25,7 +25,9 @@
 #   6. a job that is done is not trained again: started again on its state,
 #      the coordinator says so and exits 0, and starts no worker, saves no
 #      checkpoint and leaves the state as it is; asked for more steps, it
-#      refuses (exit 2).
+#      refuses (exit 2);
+#   7. a job's state, its model config changed since (the same file):
+#      refused at once, naming the section that differs.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 cfg=$tmp/dlrm-small.json
@@ -186,5 +188,21 @@ check "6. with --steps 60 instead, it refuses (exit $rc): the job is done, its 3
 	bash -c "[ $rc = 2 ] && grep -q -- '--steps 60, but the job of .*six.state is done, its 30 steps trained' '$tmp/six-longer.err'"
 check "6. its checkpoints and its state are as they were" \
 	test "$(cd "$tmp" && find ck6 six.state -printf '%p %s %T@\n' | sort | md5sum)" = "$before"
+
+# 7. started again on a job's state after its model config changed (the same file, another seed): refused, saying so
+cp "$tmp/five.state" "$tmp/seven.state"
+python3 - "$tmp/seven.state" <<'PY'
+import json, sys
+path = json.load(open(sys.argv[1]))["job"]["config"]
+c = json.load(open(path))
+c.setdefault("train", {})["seed"] = c["train"].get("seed", 42) + 1
+json.dump(c, open(path, "w"))
+PY
+timeout 30 "$bin/rowshift-coordinator" --local --state "$tmp/seven.state" --timeout-ms 5000 \
+	--admin-file "$tmp/seven.admin" >"$tmp/seven.out" 2>"$tmp/seven.err"
+rc=$?
+check "7. with its model config changed, the job's state is refused (exit $rc), naming the section, and no worker started" \
+	bash -c "[ $rc = 1 ] && grep -q 'the job was started with another model config (it differs from .* in train)' '$tmp/seven.err' &&
+		 ! grep -q 'joined' '$tmp/seven.err'"
 
 finish_checks coordinator_restart

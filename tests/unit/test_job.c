@@ -735,6 +735,35 @@ static void test_recovered_job_aborts_what_it_did_not_decide(void **state)
 	assert_string_equal(json_string_value(json_object_get(last(0, RS_MSG_ABORT), "reason")), "that attempt is over");
 }
 
+/*
+ * The state names the model config it was saved with: a coordinator started
+ * again on it with another (here a different global batch) refuses it at
+ * once, naming the section, instead of planning the old tables onto the new
+ * model; the same config recovers.
+ */
+static void test_recovery_refuses_another_model(void **state)
+{
+	(void)state;
+	rs_state st;
+	rs_err err = {0};
+	rs_job *j = NULL;
+	start(2);
+	char *text = json_dumps(H.state, JSON_COMPACT);
+	assert_non_null(text);
+	assert_int_equal(rs_state_parse(text, strlen(text), "state", &st, &err), RS_OK);
+	free(text);
+	assert_non_null(st.model);
+	H.cfg->train.global_batch *= 2;
+	assert_int_equal(rs_job_recover(&H.o, &source, &st, &j, &err), RS_EINVAL);
+	assert_null(j);
+	assert_non_null(strstr(err.msg, "the job was started with another model config (it differs from"));
+	assert_non_null(strstr(err.msg, " in train); a changed model is a new job"));
+	H.cfg->train.global_batch /= 2;
+	assert_int_equal(rs_job_recover(&H.o, &source, &st, &j, &err), RS_OK);
+	rs_job_destroy(j);
+	rs_state_free(&st);
+}
+
 static void test_recovery_refuses_more_members_than_a_job_has(void **state)
 {
 	(void)state;
@@ -819,6 +848,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_checkpoint_save_does_not_wait_for_the_api, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_checkpoint_completes_after_a_newer_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_workers_that_never_join_fail_the_start, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_recovery_refuses_another_model, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_grow_commits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_first_step_before_the_last_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pause_counts_from_the_first_stop, setup, teardown),

@@ -80,6 +80,7 @@ static rs_state *sample(sample_state *x)
 	w[1] = (rs_state_worker){"worker-1", 101};
 	s->workers = w, s->nworkers = 2;
 	s->reached = 140;
+	s->model = "0123abcd-00000001-00000002-00000003-00000004-ffffffff";
 	s->ckpt_dir = "ck", s->ckpt_every = 20, s->ckpt_interval = 600, s->ckpt_keep = 3;
 	return s;
 }
@@ -130,6 +131,7 @@ static void test_round_trip(void **state)
 	assert_int_equal(back.nworkers, 2);
 	assert_int_equal(back.workers[1].pid, 101);
 	assert_int_equal(back.reached, 140);
+	assert_string_equal(back.model, s->model);
 	assert_string_equal(back.ckpt_dir, "ck");
 	assert_int_equal(back.ckpt_every, 20);
 	assert_int_equal(back.ckpt_interval, 600);
@@ -145,12 +147,13 @@ static void test_round_trip(void **state)
 	assert_null(back.uni);
 	assert_string_equal(back.save, "/tmp/ckpt");
 	rs_state_free(&back);
-	/* no checkpoints, nothing known reached: neither is written, and both read back as none */
-	s->ckpt_dir = NULL, s->reached = 0;
+	/* no checkpoints, nothing known reached, no model digest (an earlier rowshift's): none is written, each reads back as none */
+	s->ckpt_dir = NULL, s->reached = 0, s->model = NULL;
 	assert_int_equal(rs_state_write(path, s, &err), RS_OK);
 	assert_int_equal(rs_state_read(path, &back, &err), RS_OK);
 	assert_null(back.ckpt_dir);
 	assert_int_equal(back.reached, 0);
+	assert_null(back.model);
 	rs_state_free(&back);
 	/* a failed job's state keeps the reason */
 	s->phase = RS_STATE_FAILED;
@@ -243,6 +246,8 @@ static void test_refused(void **state)
 	refused("\"version\":2", "\"version\":3", "version");
 	refused("\"term\":3", "\"term\":-1", "term");
 	refused("\"reached\":140", "\"reached\":-1", "reached");
+	refused("-ffffffff\"", "-fffffff\"", "model");  /* one digit short */
+	refused("-ffffffff\"", "-FFFFFFFF\"", "model"); /* not as rs_config_digest writes it */
 	refused("\"keep\":3", "\"keep\":0", "job.checkpoints");
 	refused("\"every\":20", "\"every\":-20", "job.checkpoints");
 	refused("\"every\":20,\"interval\":600", "\"every\":0,\"interval\":0", "job.checkpoints"); /* checkpoints, but never */
