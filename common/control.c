@@ -224,18 +224,36 @@ rs_status rs_control_flush(rs_control *c, int timeout_ms)
  * This process's incarnation: random, drawn once, sent with every join, so
  * that the coordinator tells a worker that reconnects from a new process
  * under the same name (a restarted pod, where pids repeat) from one that
- * only lost its connection.
+ * only lost its connection. In a pod it begins with the pod's uid and a
+ * dot (rs_control_set_pod_uid): the coordinator tells the deletion of an
+ * earlier pod of the same name, seen late, from this one's.
  */
-static char incarnation_text[33];
+static char pod_uid[RS_POD_UID_MAX + 1];
+static char incarnation_text[RS_POD_UID_MAX + 1 + 32 + 1]; /* at most 64 (a join's bound): 16 random digits after a uid */
 static pthread_once_t incarnation_once = PTHREAD_ONCE_INIT;
 
 static void draw_incarnation(void)
 {
-	if (rs_secret_hex(incarnation_text, sizeof(incarnation_text), 16) != RS_OK) {
+	char rnd[33];
+	if (rs_secret_hex(rnd, sizeof(rnd), 16) != RS_OK) {
 		/* no randomness from the kernel: time and pid still differ between restarts */
-		snprintf(incarnation_text, sizeof(incarnation_text), "%016llx%08x", (unsigned long long)rs_now_ms(),
-			 (unsigned)getpid());
+		snprintf(rnd, sizeof(rnd), "%016llx%08x", (unsigned long long)rs_now_ms(), (unsigned)getpid());
 	}
+	if (pod_uid[0])
+		snprintf(incarnation_text, sizeof(incarnation_text), "%s.%.16s", pod_uid, rnd);
+	else
+		snprintf(incarnation_text, sizeof(incarnation_text), "%s", rnd);
+}
+
+rs_status rs_control_set_pod_uid(const char *uid, rs_err *err)
+{
+	if (!uid || !*uid)
+		return RS_OK;
+	if (strlen(uid) > RS_POD_UID_MAX || strspn(uid, "0123456789abcdefABCDEF-") != strlen(uid))
+		return rs_err_set(err, RS_EINVAL, "pod uid '%.48s': not a Kubernetes uid (at most %d hex digits and '-')",
+				  uid, RS_POD_UID_MAX);
+	snprintf(pod_uid, sizeof(pod_uid), "%s", uid);
+	return RS_OK;
 }
 
 static const char *incarnation(void)

@@ -51,6 +51,15 @@ rs_status rs_control_open_status(const char *url, const char *token, int timeout
  */
 rs_status rs_control_set_tls_ca(const char *file, rs_err *err);
 
+/*
+ * This process's pod (its metadata.uid; NULL or "": none), before its first
+ * join: every join's incarnation then begins with it and a dot, so that
+ * the coordinator applies a pod's deletion to that pod's worker only
+ * (rs_job_exited). For the whole process.
+ */
+#define RS_POD_UID_MAX 40
+rs_status rs_control_set_pod_uid(const char *uid, rs_err *err);
+
 /* Queue a message (msg stays the caller's). */
 rs_status rs_control_send(rs_control *c, const json_t *msg);
 

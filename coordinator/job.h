@@ -170,8 +170,12 @@ void rs_job_set_io(rs_job *j, const rs_job_io *io);
 /* The membership source saw something change (a pod appeared): restart the debounce. */
 void rs_job_changed(rs_job *j);
 
-/* The membership source saw a worker's process or pod go (clean: 1, 0, or -1 unknown). */
-void rs_job_exited(rs_job *j, const char *name, int clean, const char *how);
+/*
+ * The membership source saw a worker's process or pod go (clean: 1, 0, or
+ * -1 unknown). uid: the pod's (NULL: not a pod): a member that joined from
+ * another pod of the same name (its incarnation says) is not the one gone.
+ */
+void rs_job_exited(rs_job *j, const char *name, const char *uid, int clean, const char *how);
 
 /* Advance the cycle: call after every round of the event loop. */
 void rs_job_tick(rs_job *j);

@@ -735,17 +735,21 @@ static void tick_aborting(rs_job *j)
  * A world member that is gone without handing its rows over, or that lost
  * its generation (a peer died under it): its rows are gone. When several
  * went at once (peers fail right after a member dies), name one killed by
- * a signal: the likely cause, which gets a moment to surface. 1 when the
- * job recovers (or failed).
+ * a signal: the likely cause, which gets a moment to surface. Where none is
+ * known gone by then (a pod's deletion unseen while the API is away), a
+ * member whose connection dropped is the likely cause, not its peers. 1
+ * when the job recovers (or failed).
  */
 static int world_lost(rs_job *j)
 {
-	int lost = -1, lost_gone = 0;
+	int lost = -1, lost_gone = 0, away = -1;
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
 		const member *m = &j->mem.v[j->cur.world[r]];
 		int gone = rs__member_gone(j, m) && m->st != M_DONE, idle = m->st == M_IDLE;
 		if (m->lost)
 			continue; /* known: healing */
+		if (!m->conn && !gone && m->st != M_DONE && away < 0)
+			away = j->cur.world[r];
 		/* the gone before the idle (their peers), and among those the killed */
 		if ((gone || idle) && (lost < 0 || (gone && !lost_gone) ||
 				       (gone == lost_gone && m->killed && !j->mem.v[lost].killed)))
@@ -754,7 +758,10 @@ static int world_lost(rs_job *j)
 	if (lost >= 0 && !j->mem.loss_seen_at)
 		j->mem.loss_seen_at = rs__job_now(j);
 	if (lost >= 0 && (j->mem.v[lost].killed || rs__job_now(j) - j->mem.loss_seen_at > 0.5)) {
-		rs__recover(j, lost, lost_gone ? "was lost" : "lost its generation (a peer failed under it)");
+		if (!lost_gone && away >= 0)
+			rs__recover(j, away, "went away (its connection dropped as its peers' generation failed)");
+		else
+			rs__recover(j, lost, lost_gone ? "was lost" : "lost its generation (a peer failed under it)");
 		return 1;
 	}
 	return 0;

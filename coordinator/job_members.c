@@ -197,9 +197,26 @@ void rs__member_tables(const rs_job *j, int i, char *buf, size_t n)
 
 /* ---- what the membership source reports ----------------------------------------------- */
 
-void rs_job_exited(rs_job *j, const char *name, int clean, const char *how)
+/* Whether a member that joined with incarnation inc may run in pod uid: "pod-uid.random" names its pod; else unknown. */
+static int of_pod(const char *inc, const char *uid)
+{
+	const char *dot = strchr(inc, '.');
+	return !uid || !*uid || !dot || ((size_t)(dot - inc) == strlen(uid) && !strncmp(inc, uid, strlen(uid)));
+}
+
+void rs_job_exited(rs_job *j, const char *name, const char *uid, int clean, const char *how)
 {
 	int i = rs__member_find(j, name);
+	if (i >= 0 && !of_pod(j->mem.v[i].incarnation, uid)) {
+		/* the pod was replaced and its successor's worker joined before the deletion was seen: that one runs on */
+		char words[512];
+		snprintf(words, sizeof(words), "%s (an earlier pod of that name): %s; the worker that joined since is another "
+			 "pod's, and runs on", name, how);
+		RS_INFO("%s", words);
+		if (j->src.event) /* the pod's loss is news all the same (kubectl describe) */
+			j->src.event(j->src.ctx, 1, "WorkerLost", words);
+		return;
+	}
 	if (i < 0) {
 		if (clean)
 			return;

@@ -215,6 +215,9 @@ static int read_pod(const rs_kube *k, json_t *obj, rs_kube_pod *p)
 	if (!name || strlen(name) >= sizeof(p->name) || (p->ordinal = ordinal_of(k, name)) < 0)
 		return 0;
 	snprintf(p->name, sizeof(p->name), "%s", name);
+	const char *uid = json_string_value(json_object_get(md, "uid"));
+	if (uid && strlen(uid) < sizeof(p->uid))
+		snprintf(p->uid, sizeof(p->uid), "%s", uid);
 	p->terminating = json_object_get(md, "deletionTimestamp") && !json_is_null(json_object_get(md, "deletionTimestamp"));
 	p->ended = phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed"));
 	json_array_foreach(json_object_get(status, "conditions"), i, c) {
@@ -231,7 +234,7 @@ static void report_gone(rs_kube *k, pod_entry *e, int clean, const char *how)
 		return;
 	e->gone_reported = 1;
 	if (k->h.pod_gone)
-		k->h.pod_gone(k->h.ctx, e->pod.name, clean, how);
+		k->h.pod_gone(k->h.ctx, e->pod.name, e->pod.uid, clean, how);
 }
 
 /* A pod added or modified: into the cache; an ended phase is reported once. */
@@ -247,6 +250,11 @@ static void upsert(rs_kube *k, json_t *obj)
 			return;
 		e = &k->pods[k->npods++];
 		memset(e, 0, sizeof(*e));
+	} else if (e->pod.uid[0] && p.uid[0] && strcmp(e->pod.uid, p.uid)) {
+		/* a new pod of that name, its predecessor's deletion unseen (a relist after the watch was down) */
+		report_gone(k, e, -1, "pod replaced by a new one of that name");
+		e->gone_reported = 0;
+		news = 1;
 	} else if (!p.ended && e->pod.ended) {
 		e->gone_reported = 0; /* its container runs again */
 	}
@@ -264,11 +272,17 @@ static void upsert(rs_kube *k, json_t *obj)
 	}
 }
 
-static void remove_pod(rs_kube *k, const char *name, const char *how)
+/* The pod name is gone (deleted: of uid, when the event says; "": whichever the cache holds). */
+static void remove_pod(rs_kube *k, const char *name, const char *uid, const char *how)
 {
 	pod_entry *e = find_pod(k, name);
 	if (!e)
 		return;
+	if (uid[0] && e->pod.uid[0] && strcmp(uid, e->pod.uid)) {
+		if (k->h.pod_gone) /* an earlier pod of that name, its successor cached (reported when it was) */
+			k->h.pod_gone(k->h.ctx, name, uid, -1, how);
+		return;
+	}
 	report_gone(k, e, -1, how);
 	*e = k->pods[--k->npods];
 }
@@ -299,10 +313,11 @@ static void on_event(void *ctx, const rs_watch_event *ev)
 		return;
 	}
 	snprintf(k->rv, sizeof(k->rv), "%s", ev->resource_version);
+	const char *uid = json_string_value(json_object_get(json_object_get(ev->object, "metadata"), "uid"));
 	if (ev->type == RS_WATCH_ADDED || ev->type == RS_WATCH_MODIFIED)
 		upsert(k, ev->object);
 	else if (ev->type == RS_WATCH_DELETED)
-		remove_pod(k, ev->name, "pod deleted");
+		remove_pod(k, ev->name, uid ? uid : "", "pod deleted");
 }
 
 static size_t on_stream(char *data, size_t size, size_t nmemb, void *ctx)
@@ -436,7 +451,7 @@ static void apply_list(rs_kube *k)
 		if (still)
 			p++;
 		else
-			remove_pod(k, k->pods[p].pod.name, "pod deleted (seen on a relist)");
+			remove_pod(k, k->pods[p].pod.name, "", "pod deleted (seen on a relist)");
 	}
 	json_array_foreach(items, i, it)
 		upsert(k, it);

@@ -36,6 +36,7 @@ typedef struct rs_kube rs_kube;
 /* What the coordinator needs of a pod. */
 typedef struct rs_kube_pod {
 	char name[254];
+	char uid[64];         /* metadata.uid: a pod replaced under the same name has another ("" when absent) */
 	int ordinal;          /* the STATEFULSET-ORDINAL suffix */
 	int ready;            /* the Ready condition is True */
 	int terminating;      /* metadata.deletionTimestamp is set: it is being deleted (a graceful leave) */
@@ -46,8 +47,8 @@ typedef struct rs_kube_handler {
 	void *ctx;
 	/* A pod appeared or changed. */
 	void (*pod_changed)(void *ctx, const rs_kube_pod *pod);
-	/* A pod is gone: deleted, or its phase ended (clean: 1 Succeeded, 0 Failed, -1 deleted). */
-	void (*pod_gone)(void *ctx, const char *name, int clean, const char *how);
+	/* A pod is gone: deleted, replaced, or its phase ended (clean: 1 Succeeded, 0 Failed, -1 deleted); uid: its. */
+	void (*pod_gone)(void *ctx, const char *name, const char *uid, int clean, const char *how);
 	/* Optional: called at every rs_kube_poll (the coordinator's lease is renewed from it). */
 	void (*tick)(void *ctx);
 	/* Optional: called by rs_kube_destroy before the client goes (the lease is given back). */

@@ -62,11 +62,11 @@ static void pod_changed(void *ctx, const rs_kube_pod *pod)
 		rs_job_changed(m->job);
 }
 
-static void pod_gone(void *ctx, const char *name, int clean, const char *how)
+static void pod_gone(void *ctx, const char *name, const char *uid, int clean, const char *how)
 {
 	rs_kube_members *m = ctx;
 	if (m->job)
-		rs_job_exited(m->job, name, clean, how);
+		rs_job_exited(m->job, name, uid, clean, how);
 }
 
 /*

@@ -317,7 +317,7 @@ static void on_exit_cb(void *ctx, const char *name, int clean, const char *how)
 {
 	rs_local_members *m = ctx;
 	if (m->job)
-		rs_job_exited(m->job, name, clean, how);
+		rs_job_exited(m->job, name, NULL, clean, how);
 }
 
 void rs_local_members_poll(rs_local_members *m) { rs_local_poll(m->local, on_exit_cb, m); }

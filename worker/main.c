@@ -120,7 +120,7 @@ static rs_status choose_transport(const char *kind, const rs_engine *engine, con
 int main(int argc, char **argv)
 {
 	const char *url = NULL, *config = NULL, *name = NULL, *host = NULL, *fault = NULL, *device = NULL;
-	const char *transport = NULL, *tls_ca = NULL, *ready_file = NULL;
+	const char *transport = NULL, *tls_ca = NULL, *ready_file = NULL, *pod_uid = NULL;
 	int64_t timeout_ms = 30000, grace_ms = 60000;
 	bool help = false, check_device = false;
 	rs_param params[] = {
@@ -128,6 +128,7 @@ int main(int argc, char **argv)
 		RS_PARAM("--tls-ca", "ROWSHIFT_TLS_CA", RS_PARAM_STR, NULL, "FILE", "CA certificates (PEM) a wss:// coordinator's certificate must chain to (default: the system's); its name is verified too", &tls_ca),
 		RS_PARAM("--config", "ROWSHIFT_CONFIG", RS_PARAM_STR, NULL, "FILE", "model config (JSON)", &config),
 		RS_PARAM("--name", "POD_NAME", RS_PARAM_STR, NULL, "NAME", "this worker's name (the pod name)", &name),
+		RS_PARAM("--pod-uid", "POD_UID", RS_PARAM_STR, NULL, "UID", "this worker's pod's metadata.uid: the coordinator tells this pod's deletion from an earlier one's of the same name", &pod_uid),
 		RS_PARAM("--host", "POD_IP", RS_PARAM_STR, "127.0.0.1", "ADDR", "address peers reach this worker's transport on", &host),
 		RS_PARAM("--timeout-ms", "ROWSHIFT_TIMEOUT_MS", RS_PARAM_INT, "30000", "MS", "bound on every wait for a peer or the coordinator's answer (at the final save, plus the whole model at 10 MiB/s)", &timeout_ms),
 		RS_PARAM("--coordinator-grace-ms", "ROWSHIFT_COORDINATOR_GRACE_MS", RS_PARAM_INT, "60000", "MS", "how long to wait for a lost coordinator to come back before exiting", &grace_ms),
@@ -184,7 +185,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "rowshift-worker: --coordinator, --config and ROWSHIFT_JOIN_TOKEN are required\n%s\n", usage);
 		return 2;
 	}
-	if (rs_control_set_tls_ca(tls_ca, &err) != RS_OK) {
+	if (rs_control_set_tls_ca(tls_ca, &err) != RS_OK || rs_control_set_pod_uid(pod_uid, &err) != RS_OK) {
 		fprintf(stderr, "rowshift-worker: %s\n", err.msg);
 		return 2;
 	}

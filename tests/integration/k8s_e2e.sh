@@ -21,12 +21,15 @@
 #      which the StatefulSet is scaled and the history forgotten (the next
 #      watch gets 410 Expired): the coordinator lists again and reshards for
 #      the change;
-#   5. the API server is unreachable for 10 s: training goes on with the
+#   5. the API server is unreachable for 6 s: training goes on with the
 #      same members, and a scale made after it is acted on;
 #   6. `kubectl delete pod --grace-period=0 --force` of a worker (its
-#      process SIGKILLed, the StatefulSet makes a new pod): the world rolls
-#      back to the latest periodic checkpoint and trains again, a Warning
-#      Event on the StatefulSet saying so.
+#      process SIGKILLed, the StatefulSet makes a new pod) while the
+#      coordinator's pod watch is held: the world rolls back to the latest
+#      periodic checkpoint and trains again with the new pod, a Warning
+#      Event on the StatefulSet saying so; the deletion, seen only after the
+#      new pod's worker joined (workers join with their pod's uid), is
+#      not taken for the new worker's end.
 # The coordinator runs with --sharding-group 2: 4 workers train in 2 replica
 # groups of 2 (2 and 3 train 1D), and a worker pod force-deleted there (in
 # 2.) heals from its replica, no rollback.
@@ -235,13 +238,20 @@ check "(the simulator lost a state write's answer)" answers_lost
 check "the coordinator found its own write there, and went on acting" bash -c \
 	"grep -q 'a state write landed though its answer was lost' '$tmp/coord.err' &&
 	 ! grep -q 'another coordinator took the job over' '$tmp/coord.err'"
-# 6. a worker pod force-deleted: no grace, its rows gone with it
+# 6. a worker pod force-deleted: no grace, its rows gone with it; the coordinator's pod watch held meanwhile (as
+# after an API outage), so that the replacement pod's worker joins before the coordinator sees the deletion
 wait_for "$tmp/coord.out" "checkpoint of step [0-9]* complete" 120
+recoveries=$(grep -c "^recovery: " "$tmp/coord.out")
+sim "hold-watches?seconds=5" >/dev/null
 k delete pod $sts-1 --grace-period=0 --force >/dev/null 2>&1
-check "kubectl delete pod --force: the world rolls back to the latest checkpoint" \
+check "kubectl delete pod --force: the world rolls back to the latest checkpoint, naming the pod" \
 	wait_for "$tmp/coord.out" "^recovery: $sts-1 .*; rolling back to $tmp/ck/step-[0-9]* (step [0-9]*)" 60
-check "the new pod joins and the world trains again" \
-	wait_for "$tmp/coord.out" "^recovered: generation [0-9]* ([23] workers) made step" 90
+check "the new pod joins and the world of 3 trains again" \
+	wait_for "$tmp/coord.out" "^recovered: generation [0-9]* (3 workers) made step" 90
+check "the deletion, seen once the watch is back, is the earlier pod's: the new pod's worker trains on" bash -c \
+	"$(declare -f wait_for); wait_for '$tmp/coord.err' '$sts-1 (an earlier pod of that name): pod' 30 && sleep 1 &&
+	 [ \$(grep -c '^recovery: ' '$tmp/coord.out') = $((recoveries + 1)) ]"
+check "the coordinator's members are the 3 pods" members_are "$sts-0 $sts-1 $sts-2 "
 check "the recovery is a Warning Event on the StatefulSet" bash -c "timeout 30 $kubectl -n $ns get events \
 	--field-selector involvedObject.name=$sts,reason=Recovering -o jsonpath='{.items[*].type}' | grep -q Warning"
 check "the lost worker is a WorkerLost Warning Event on the StatefulSet (posted from the pod watch's news)" bash -c \

@@ -235,7 +235,7 @@ function contract(args) {
   expectEq("worker command", wc.command, ["rowshift-worker"]);
   expectEq("worker args", wc.args, ["--config", "/etc/rowshift/model.json", "--device", "cuda", "--transport", "tcp"]);
   expectEq("worker env", wc.env, [{ name: "ROWSHIFT_COORDINATOR", value: "ws://rowshift-coordinator:7070" },
-    secretEnv("ROWSHIFT_JOIN_TOKEN", "token"), fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_IP", "status.podIP"),
+    secretEnv("ROWSHIFT_JOIN_TOKEN", "token"), fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_IP", "status.podIP"), fieldEnv("POD_UID", "metadata.uid"),
     { name: "ROWSHIFT_COORDINATOR_GRACE_MS", value: "300000" }, { name: "ROWSHIFT_READY_FILE", value: "/run/rowshift/ready" }]);
   // Ready means joined: the probe tests the worker's ready file, on a small in-memory emptyDir (the root fs is read-only)
   expectEq("worker readiness probe", wc.readinessProbe,

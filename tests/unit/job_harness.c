@@ -153,14 +153,20 @@ void tick(double dt)
 	rs_job_tick(H.job);
 }
 
-void join(int k)
+void join_as(int k, const char *incarnation)
 {
-	char name[32], addr[32], inc[32];
+	char name[32], addr[32];
 	snprintf(name, sizeof(name), "worker-%d", k);
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", 2000 + k);
-	snprintf(inc, sizeof(inc), "incarnation-%d", k);
-	rs_msg_join j = {.worker = name, .addr = addr, .pid = 100 + k, .incarnation = inc}; /* proved by the server */
+	rs_msg_join j = {.worker = name, .addr = addr, .pid = 100 + k, .incarnation = incarnation}; /* proved by the server */
 	H.h.on_join(H.h.ctx, conn(k), &j);
+}
+
+void join(int k)
+{
+	char inc[32];
+	snprintf(inc, sizeof(inc), "incarnation-%d", k);
+	join_as(k, inc);
 }
 
 /* Worker k says msg (stolen). */

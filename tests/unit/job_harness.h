@@ -62,6 +62,7 @@ int setup(void **state);
 int teardown(void **state);
 void tick(double dt);
 void join(int k);
+void join_as(int k, const char *incarnation);
 void say(int k, json_t *msg);
 json_t *last(int k, rs_msg_type type);
 void assert_phase(const char *p);

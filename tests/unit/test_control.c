@@ -127,6 +127,19 @@ static void test_tls_ca(void **state)
 }
 
 /* One 8 MiB message before any proof: hung up on at 4 KiB, nothing parsed. */
+/* A pod uid (POD_UID) is a Kubernetes uid or nothing: anything else is refused, naming it. */
+static void test_pod_uid(void **state)
+{
+	(void)state;
+	rs_err err = {0};
+	assert_int_equal(rs_control_set_pod_uid(NULL, &err), RS_OK);
+	assert_int_equal(rs_control_set_pod_uid("", &err), RS_OK);
+	assert_int_equal(rs_control_set_pod_uid("a.b", &err), RS_EINVAL); /* the dot ends the uid in an incarnation */
+	assert_non_null(strstr(err.msg, "pod uid 'a.b': not a Kubernetes uid"));
+	assert_int_equal(rs_control_set_pod_uid("0123456789abcdef0123456789abcdef012345678", &err), RS_EINVAL); /* 41 */
+	assert_int_equal(rs_control_set_pod_uid("6f1e2d3c-0b9a-4876-a5b4-c3d2e1f00912", &err), RS_OK);
+}
+
 static void test_big_message_hangs_up(void **state)
 {
 	(void)state;
@@ -158,6 +171,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_urls),
 		cmocka_unit_test(test_tls_ca),
+		cmocka_unit_test(test_pod_uid),
 		cmocka_unit_test(test_big_message_hangs_up),
 		cmocka_unit_test(test_flood_hangs_up),
 	};

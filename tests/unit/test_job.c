@@ -137,7 +137,7 @@ static void test_leave_drains_and_exits(void **state)
 	assert_phase("committing");
 	say(0, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
 	say(1, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
-	rs_job_exited(H.job, "worker-2", 1, "exited with status 0"); /* it handed its rows over and left */
+	rs_job_exited(H.job, "worker-2", NULL, 1, "exited with status 0"); /* it handed its rows over and left */
 	tick(0.01);
 	assert_phase("training");
 	assert_true(reported("generation 2 committed: 3 -> 2 workers"));
@@ -183,7 +183,7 @@ static void test_abort_when_a_joiner_is_lost(void **state)
 	(void)state;
 	start(2);
 	to_migrating(2, 3);
-	rs_job_exited(H.job, "worker-2", 0, "killed by signal 9");
+	rs_job_exited(H.job, "worker-2", NULL, 0, "killed by signal 9");
 	tick(0.01);
 	assert_phase("aborting");
 	assert_true(reported("worker-2 (joining) was lost during the migration"));
@@ -604,14 +604,14 @@ static void test_workers_that_never_join_fail_the_start(void **state)
 	set_job(j);
 	tick(0);
 	for (int k = 0; k < 5; k++)
-		rs_job_exited(H.job, k % 2 ? "worker-1" : "worker-0", 0, "exited with status 2");
-	rs_job_exited(H.job, "worker-0", 1, "exited with status 0");
+		rs_job_exited(H.job, k % 2 ? "worker-1" : "worker-0", NULL, 0, "exited with status 2");
+	rs_job_exited(H.job, "worker-0", NULL, 1, "exited with status 0");
 	assert_phase("starting");
 	join(0);
 	for (int k = 0; k < 5; k++)
-		rs_job_exited(H.job, "worker-1", 0, "exited with status 2");
+		rs_job_exited(H.job, "worker-1", NULL, 0, "exited with status 2");
 	assert_phase("starting");
-	rs_job_exited(H.job, "worker-1", 0, "exited with status 2");
+	rs_job_exited(H.job, "worker-1", NULL, 0, "exited with status 2");
 	assert_phase("failed");
 	assert_non_null(strstr(rs_job_error(H.job), "worker-1 exited with status 2 before it joined; no worker joined in 6"));
 
@@ -622,7 +622,7 @@ static void test_workers_that_never_join_fail_the_start(void **state)
 	set_job(j);
 	tick(0);
 	for (int k = 0; k < 20; k++)
-		rs_job_exited(H.job, "worker-1", 0, "exited with status 2");
+		rs_job_exited(H.job, "worker-1", NULL, 0, "exited with status 2");
 	assert_phase("starting");
 }
 

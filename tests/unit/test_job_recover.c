@@ -30,7 +30,7 @@ static void test_old_member_lost_while_migrating_rolls_back(void **state)
 	(void)state;
 	start(2);
 	to_migrating(2, 3);
-	rs_job_exited(H.job, "worker-1", 0, "killed by signal 9");
+	rs_job_exited(H.job, "worker-1", NULL, 0, "killed by signal 9");
 	tick(0.01);
 	assert_recovering("worker-1 was lost during the migration holding the only copy of rows");
 	/* the attempt's members are told to drop what they staged, the old world's its generation */
@@ -42,11 +42,40 @@ static void test_old_member_lost_while_migrating_rolls_back(void **state)
 	assert_true(aborted(0, 2) && aborted(0, 1) && aborted(2, 2) && !aborted(2, 1));
 }
 
+/*
+ * A pod's deletion seen late (the watch was down), after a new pod of the
+ * same name joined: it is not the joined worker's end. Workers in pods
+ * join with their pod's uid first in their incarnation; the deletion of
+ * the pod a member joined from is a loss as before.
+ */
+static void test_an_earlier_pods_deletion_spares_its_successor(void **state)
+{
+	(void)state;
+	rs_job *j;
+	rs_err err = {0};
+	assert_int_equal(rs_job_create(&H.o, &source, 2, &j, &err), RS_OK);
+	set_job(j);
+	tick(0);
+	join_as(0, "0a0a-01.5eed0");
+	join_as(1, "1b1b-02.5eed1");
+	tick(0.01);
+	assert_phase("training");
+	rs_job_exited(H.job, "worker-1", "1b1b-01", -1, "pod deleted"); /* the pod before it */
+	rs_job_exited(H.job, "worker-1", "1b1b", -1, "pod deleted");    /* a prefix is another uid */
+	tick(0.1);
+	tick(0.6);
+	assert_phase("training");
+	rs_job_exited(H.job, "worker-1", "1b1b-02", -1, "pod deleted");
+	tick(0.1);
+	tick(0.6);
+	assert_recovering("worker-1 was lost");
+}
+
 static void test_world_member_lost_while_training_rolls_back(void **state)
 {
 	(void)state;
 	start(2);
-	rs_job_exited(H.job, "worker-0", 0, "exited with status 3");
+	rs_job_exited(H.job, "worker-0", NULL, 0, "exited with status 3");
 	tick(0.1);
 	assert_phase("training"); /* peers of a dead member fail within milliseconds: the cause gets a moment */
 	tick(0.6);
@@ -89,12 +118,27 @@ static void test_member_idle_in_the_world_rolls_back(void **state)
 	assert_true(reported("worker-1 lost its generation (a peer failed under it)"));
 }
 
+/* A peer failed under worker-1 and worker-0's connection dropped, not known gone (its pod's deletion unseen): worker-0 is named. */
+static void test_a_member_that_went_away_is_named_not_its_peer(void **state)
+{
+	(void)state;
+	start(2);
+	H.h.on_close(H.h.ctx, conn(0));
+	say(1, rs_proto_make_idle("127.0.0.1:2101"));
+	tick(0.1);
+	assert_phase("training");
+	tick(0.6);
+	assert_phase("recovering");
+	assert_true(reported("recovery: worker-0 went away (its connection dropped as its peers' generation failed)"));
+	assert_false(reported("worker-1 lost its generation"));
+}
+
 static void test_recoveries_to_the_same_step_give_up(void **state)
 {
 	(void)state;
 	start(2);
 	for (int round = 0; round < 3; round++) {
-		rs_job_exited(H.job, "worker-1", 0, "killed by signal 9");
+		rs_job_exited(H.job, "worker-1", NULL, 0, "killed by signal 9");
 		tick(0.01);
 		if (round == 2)
 			break;
@@ -116,7 +160,7 @@ static void test_member_lost_while_committing_rolls_back(void **state)
 	say(1, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
 	tick(0.01);
 	assert_phase("committing"); /* worker-2 has not confirmed yet */
-	rs_job_exited(H.job, "worker-2", 0, "killed by signal 9");
+	rs_job_exited(H.job, "worker-2", NULL, 0, "killed by signal 9");
 	tick(0.01);
 	assert_recovering("worker-2 was lost right after the commit holding the only copy of rows");
 }
@@ -125,7 +169,7 @@ static void test_world_member_lost_while_aborting_rolls_back(void **state)
 {
 	(void)state;
 	to_aborting();
-	rs_job_exited(H.job, "worker-1", 0, "killed by signal 9");
+	rs_job_exited(H.job, "worker-1", NULL, 0, "killed by signal 9");
 	tick(0.01);
 	assert_recovering("worker-1 was lost during the abort holding the only copy of rows");
 }
@@ -142,8 +186,8 @@ static void test_loss_after_a_member_finished_completes_the_job(void **state)
 	say(1, rs_proto_make_done(1, 50)); /* not the job's last step: refused, it ends nothing */
 	assert_non_null(last(1, RS_MSG_ERROR));
 	say(0, rs_proto_make_done(0, 100));
-	rs_job_exited(H.job, "worker-0", 1, "exited with status 0");
-	rs_job_exited(H.job, "worker-1", 0, "killed by signal 9");
+	rs_job_exited(H.job, "worker-0", NULL, 1, "exited with status 0");
+	rs_job_exited(H.job, "worker-1", NULL, 0, "killed by signal 9");
 	tick(0.01);
 	assert_phase("done");
 	assert_true(H.ending);
@@ -156,11 +200,11 @@ static void test_done_during_the_rollback_completes_the_job(void **state)
 {
 	(void)state;
 	start(2);
-	rs_job_exited(H.job, "worker-1", 0, "killed by signal 9");
+	rs_job_exited(H.job, "worker-1", NULL, 0, "killed by signal 9");
 	tick(0.01);
 	assert_recovering("worker-1 was lost holding the only copy of rows");
 	say(0, rs_proto_make_done(0, 100)); /* it had passed the final save's barrier before worker-1 died */
-	rs_job_exited(H.job, "worker-0", 1, "exited with status 0");
+	rs_job_exited(H.job, "worker-0", NULL, 1, "exited with status 0");
 	tick(0.01);
 	assert_phase("done");
 	assert_true(H.ending);
@@ -217,7 +261,7 @@ static void survivors_pause_at(const int64_t step[3], const int prepared[3])
 {
 	H.cfg->cluster.sharding_group = 2;
 	start(4);
-	rs_job_exited(H.job, "worker-3", 0, "killed by signal 9");
+	rs_job_exited(H.job, "worker-3", NULL, 0, "killed by signal 9");
 	tick(0.01);
 	assert_phase("recovering");
 	assert_true(reported("rebuilding its rows from their replicas, no rollback"));
@@ -317,6 +361,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_old_member_lost_while_migrating_rolls_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_an_earlier_pods_deletion_spares_its_successor, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_member_that_went_away_is_named_not_its_peer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_world_member_lost_while_training_rolls_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_member_idle_in_the_world_rolls_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recoveries_to_the_same_step_give_up, setup, teardown),

@@ -110,7 +110,7 @@ static void test_cycle(void **state)
 	for (int k = shrunk; k < grown; k++) { /* the drained hand their rows over and exit */
 		char name[32];
 		snprintf(name, sizeof(name), "worker-%d", k);
-		rs_job_exited(H.job, name, 1, "exited with status 0");
+		rs_job_exited(H.job, name, NULL, 1, "exited with status 0");
 	}
 	tick(0.01);
 	assert_phase("training");

@@ -306,6 +306,11 @@ chart's; the user's others are appended.
   valueFrom:
     fieldRef:
       fieldPath: status.podIP
+# the coordinator tells this pod's deletion from an earlier one's of the same name
+- name: POD_UID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.uid
 - name: ROWSHIFT_COORDINATOR_GRACE_MS
   value: {{ .Values.coordinatorGraceMs | int64 | quote }}
 # exists exactly while the worker holds a model of the job: the readiness probe's file
