@@ -15,8 +15,8 @@ processes on this machine, each pod on its own loopback address
 (127.0.1.N), with its service account's token at the standard path (in a
 mount namespace of its own), and a "kube-proxy" makes Services' cluster IPs
 (127.1.0.N) forward to their pods. Fault endpoints under /_sim/ drop
-watches, forget the history, lose writes' answers and make the API
-unreachable.
+watches, forget the history, lose writes' answers, hold containers'
+starts and make the API unreachable.
 
 Python 3.9+ standard library only (and node for the schemas). See
 tests/k8s/README.md.
@@ -828,6 +828,7 @@ class Store:
         self.rv = 0
         self.objects = {r.key: {} for r in RESOURCES}  # (group, plural) -> {(ns, name): obj}
         self.history = collections.deque()
+        self.starts_held_until = 0.0  # /_sim/hold-starts: the kubelet starts no container before then
         self.history_max = history_max
         self.compacted = 0  # the newest resourceVersion whose event is forgotten
         self.watchers = set()
@@ -3163,6 +3164,9 @@ class Kubelet(threading.Thread):
                 self.volumes(pod, rt)  # configMap and secret updates reach running pods
             except ConfigError:
                 pass
+        if now < self.store.starts_held_until:  # /_sim/hold-starts: as if its image were still pulling
+            self.write_status(rt, pod)
+            return
         # init containers one at a time, then every container
         for c in rt.inits:
             if c.state == "terminated" and c.exit_code == 0:
@@ -3790,6 +3794,17 @@ class Handler(BaseHTTPRequestHandler):
                 raise err_bad("seconds must be a number")
             sim.watches_held_until = time.monotonic() + seconds
             return self.send(200, {"dropped": drop_watches(sim.store), "held": seconds})
+        if what == "hold-starts":
+            # the kubelet starts no container for a while (new pods stay ContainerCreating, as while their image
+            # pulls); seconds=0 ends the hold
+            try:
+                seconds = float(self.q.get("seconds", "5"))
+            except ValueError:
+                raise err_bad("seconds must be a number")
+            sim.store.starts_held_until = time.monotonic() + seconds
+            for k in sim.store.kicks:
+                k.set()
+            return self.send(200, {"held": seconds})
         if what == "lose-answers":
             # the next N writes (create, update, patch) of one resource are done, and their connection is
             # cut before the answer: what a client sees when a proxy or the network fails at that moment
