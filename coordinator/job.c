@@ -141,6 +141,7 @@ void rs_job_destroy(rs_job *j)
 		free(j->mem.v[i].staged_sum);
 	}
 	free(j->mem.v);
+	free(j->mem.early);
 	free(j->cur.world);
 	free(j->rep.history);
 	rs_plan_free(j->cur.plan);

@@ -89,10 +89,10 @@ typedef struct rs_job_source {
 	 */
 	int failure_final;
 	/*
-	 * While the job starts, this many exits in a row of workers that had
-	 * not joined yet, per worker wanted, fail it (local mode: a worker
-	 * that cannot run, a bad option or config, fails the same way each
-	 * time). 0: never (Kubernetes: a pod's restarts are the cluster's).
+	 * While the job starts, a worker that exits before joining this many
+	 * times in a row fails it (local mode: a worker that cannot run, a bad
+	 * option or config, fails the same way each time). 0: never
+	 * (Kubernetes: a pod's restarts are the cluster's).
 	 */
 	int early_exits_max;
 } rs_job_source;

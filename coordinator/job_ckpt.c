@@ -283,7 +283,8 @@ rs_status rs__job_checkpointed(rs_job *j, int i, json_t *msg, rs_err *err)
 	int32_t n;
 	if (!j->o.ckpt_dir || !world_of(j, m.generation, &world, &n) || m.rank >= n || world[m.rank] != i ||
 	    (!j->o.ckpt_interval && m.step % j->o.ckpt_every != 0) || m.step == j->ck.last_complete ||
-	    complete_at(j->o.ckpt_dir, m.step)) {
+	    complete_at(j->o.ckpt_dir, m.step) ||
+	    (m.step < j->ck.last_complete && newer_complete(j, m.step) >= j->o.ckpt_keep)) { /* older than every one kept */
 		RS_DEBUG("checkpoint: a report of step %lld from %s ignored (stale or not of this world)", (long long)m.step,
 			 j->mem.v[i].name);
 		goto out;

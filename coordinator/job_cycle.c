@@ -527,7 +527,6 @@ static void tick_starting(rs_job *j)
 			rs__job_fail(j, "starting %d workers: %s", j->mem.initial, err.msg);
 			return;
 		}
-		j->mem.wanted = j->mem.initial;
 		j->mem.initial = 0;
 		j->ph_at = j->t.started = rs__job_now(j);
 	}

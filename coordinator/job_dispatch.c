@@ -59,7 +59,7 @@ void rs__dispatch_join(void *ctx, rs_conn *c, const rs_msg_join *jm)
 	m->conn = c, m->start_gen = 0; /* nothing sent on this connection yet */
 	m->away_since = 0;
 	m->exited = 0;
-	j->mem.early_exits = 0;
+	rs__member_early_exit(j, jm->worker, 0);
 	if (m->st == M_UNKNOWN && !holds)
 		m->st = M_IDLE; /* a fresh worker says nothing more until it is given work */
 	snprintf(m->addr, sizeof(m->addr), "%s", jm->addr);

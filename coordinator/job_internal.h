@@ -134,8 +134,11 @@ struct rs_job {
 		double scale_at;      /* the last scale request (rowshiftctl or the schedule), 0 when none pending */
 		int32_t initial;      /* workers to start with; asked of the source at the first tick */
 		double loss_seen_at;  /* when a world member was first seen gone */
-		int early_exits;      /* workers that exited before they joined, since the last join (src.early_exits_max) */
-		int32_t wanted;       /* the workers asked of the source at the start */
+		struct early_exit {   /* per worker that exited before it joined: how often in a row (src.early_exits_max) */
+			char name[64];
+			int n;
+		} *early;
+		size_t nearly, early_cap;
 	} mem;
 
 	/* the committed generation and its run */
@@ -278,6 +281,8 @@ int rs__member_in_world(const rs_job *j, int i);
 int rs__member_in_union(const rs_job *j, int i);
 /* Gone for good: its process exited, or it stayed away past the timeout. */
 int rs__member_gone(const rs_job *j, const member *m);
+/* name exited before it joined (exited: 1; returns how often in a row), or joined (0: the count starts again). */
+int rs__member_early_exit(rs_job *j, const char *name, int exited);
 /* The member at connection c, or -1. */
 int rs__member_at(const rs_job *j, const rs_conn *c);
 

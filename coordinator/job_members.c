@@ -197,6 +197,26 @@ void rs__member_tables(const rs_job *j, int i, char *buf, size_t n)
 
 /* ---- what the membership source reports ----------------------------------------------- */
 
+int rs__member_early_exit(rs_job *j, const char *name, int exited)
+{
+	size_t k = 0;
+	while (k < j->mem.nearly && strcmp(j->mem.early[k].name, name))
+		k++;
+	if (!exited) { /* it joined: it starts counting again */
+		if (k < j->mem.nearly)
+			j->mem.early[k] = j->mem.early[--j->mem.nearly];
+		return 0;
+	}
+	if (k == j->mem.nearly) {
+		if (rs_grow(&j->mem.early, &j->mem.early_cap, k + 1, sizeof(*j->mem.early)) != RS_OK)
+			return 0; /* out of memory: not counted; the join timeout still ends the start */
+		snprintf(j->mem.early[k].name, sizeof(j->mem.early[k].name), "%s", name);
+		j->mem.early[k].n = 0;
+		j->mem.nearly++;
+	}
+	return ++j->mem.early[k].n;
+}
+
 /* Whether a member that joined with incarnation inc may run in pod uid: "pod-uid.random" names its pod; else unknown. */
 static int of_pod(const char *inc, const char *uid)
 {
@@ -221,10 +241,9 @@ void rs_job_exited(rs_job *j, const char *name, const char *uid, int clean, cons
 		if (clean)
 			return;
 		RS_WARN("%s %s before it joined", name, how);
-		int most = j->src.early_exits_max * (j->mem.wanted > 0 ? j->mem.wanted : 1);
-		if (j->ph == P_STARTING && most > 0 && ++j->mem.early_exits >= most)
-			rs__job_fail(j, "%s %s before it joined; no worker joined in %d such exits in a row (its output above "
-				     "says why)", name, how, j->mem.early_exits);
+		int n = j->ph == P_STARTING && j->src.early_exits_max > 0 ? rs__member_early_exit(j, name, 1) : 0;
+		if (n >= j->src.early_exits_max && n > 0)
+			rs__job_fail(j, "%s %s before it joined, %d times in a row (its output above says why)", name, how, n);
 		return;
 	}
 	member *m = &j->mem.v[i];

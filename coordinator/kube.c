@@ -228,13 +228,14 @@ static int read_pod(const rs_kube *k, json_t *obj, rs_kube_pod *p)
 	return 1;
 }
 
-static void report_gone(rs_kube *k, pod_entry *e, int clean, const char *how)
+/* e's pod is gone, once: that pod (uid), or "" where every pod of its name is (a relist has none). */
+static void report_gone(rs_kube *k, pod_entry *e, const char *uid, int clean, const char *how)
 {
 	if (e->gone_reported)
 		return;
 	e->gone_reported = 1;
 	if (k->h.pod_gone)
-		k->h.pod_gone(k->h.ctx, e->pod.name, e->pod.uid, clean, how);
+		k->h.pod_gone(k->h.ctx, e->pod.name, uid, clean, how);
 }
 
 /* A pod added or modified: into the cache; an ended phase is reported once. */
@@ -252,7 +253,7 @@ static void upsert(rs_kube *k, json_t *obj)
 		memset(e, 0, sizeof(*e));
 	} else if (e->pod.uid[0] && p.uid[0] && strcmp(e->pod.uid, p.uid)) {
 		/* a new pod of that name, its predecessor's deletion unseen (a relist after the watch was down) */
-		report_gone(k, e, -1, "pod replaced by a new one of that name");
+		report_gone(k, e, e->pod.uid, -1, "pod replaced by a new one of that name");
 		e->gone_reported = 0;
 		news = 1;
 	} else if (!p.ended && e->pod.ended) {
@@ -268,11 +269,11 @@ static void upsert(rs_kube *k, json_t *obj)
 		const char *phase = json_string_value(json_object_get(json_object_get(obj, "status"), "phase"));
 		char how[64];
 		snprintf(how, sizeof(how), "pod phase %s", phase ? phase : "?");
-		report_gone(k, e, !strcmp(phase ? phase : "", "Succeeded"), how);
+		report_gone(k, e, e->pod.uid, !strcmp(phase ? phase : "", "Succeeded"), how);
 	}
 }
 
-/* The pod name is gone (deleted: of uid, when the event says; "": whichever the cache holds). */
+/* The pod name is gone: the pod uid (a watch's deletion), or "": every pod of that name (a relist has none). */
 static void remove_pod(rs_kube *k, const char *name, const char *uid, const char *how)
 {
 	pod_entry *e = find_pod(k, name);
@@ -283,7 +284,7 @@ static void remove_pod(rs_kube *k, const char *name, const char *uid, const char
 			k->h.pod_gone(k->h.ctx, name, uid, -1, how);
 		return;
 	}
-	report_gone(k, e, -1, how);
+	report_gone(k, e, uid, -1, how);
 	*e = k->pods[--k->npods];
 }
 

@@ -20,7 +20,7 @@
 
 #define NAME_MAX_BYTES 64
 #define RESTART_BACKOFF_S 0.2  /* doubled at each restart of the same ordinal, up to 5 s */
-#define LOCAL_EARLY_EXITS 3     /* a job whose workers exit before joining this many times each fails (0.2+0.4 s of backoff) */
+#define LOCAL_EARLY_EXITS 5     /* a worker that exits before joining this many times in a row fails the start (3 s of backoff) */
 
 typedef struct proc {
 	char name[NAME_MAX_BYTES];

@@ -185,7 +185,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "rowshift-worker: --coordinator, --config and ROWSHIFT_JOIN_TOKEN are required\n%s\n", usage);
 		return 2;
 	}
-	if (rs_control_set_tls_ca(tls_ca, &err) != RS_OK || rs_control_set_pod_uid(pod_uid, &err) != RS_OK) {
+	if (rs_control_set_tls_ca(tls_ca, &err) != RS_OK) {
 		fprintf(stderr, "rowshift-worker: %s\n", err.msg);
 		return 2;
 	}
@@ -215,6 +215,11 @@ int main(int argc, char **argv)
 		name = buf;
 	}
 	rs_log_init(name, -1);
+	if (rs_control_set_pod_uid(pod_uid, &err) != RS_OK) { /* a help to the coordinator, not a need: go on without */
+		RS_WARN("%s: ignored (a late deletion of an earlier pod of this name may then be taken for this worker's end)",
+			err.msg);
+		err = (rs_err){0};
+	}
 	struct sigaction sa = {.sa_handler = on_sigterm};
 	sigemptyset(&sa.sa_mask);
 	if (sigaction(SIGTERM, &sa, NULL) != 0 || signal(SIGPIPE, SIG_IGN) == SIG_ERR) {

@@ -126,7 +126,6 @@ static void test_tls_ca(void **state)
 	assert_int_equal(rs_control_set_tls_ca("", &err), RS_OK);
 }
 
-/* One 8 MiB message before any proof: hung up on at 4 KiB, nothing parsed. */
 /* A pod uid (POD_UID) is a Kubernetes uid or nothing: anything else is refused, naming it. */
 static void test_pod_uid(void **state)
 {
@@ -140,6 +139,7 @@ static void test_pod_uid(void **state)
 	assert_int_equal(rs_control_set_pod_uid("6f1e2d3c-0b9a-4876-a5b4-c3d2e1f00912", &err), RS_OK);
 }
 
+/* One 8 MiB message before any proof: hung up on at 4 KiB, nothing parsed. */
 static void test_big_message_hangs_up(void **state)
 {
 	(void)state;
