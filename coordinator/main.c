@@ -251,8 +251,9 @@ int main(int argc, char **argv)
 		rc = c.usage ? 2 : 0;
 		goto out;
 	}
-	if (st == RS_OK)
-		st = start(&c, &err);
+	if (st == RS_OK && (st = start(&c, &err)) != RS_OK && c.f.kubernetes && c.km.kube)
+		/* a restart that cannot go on (a changed model refusing the job's state): where kubectl describe shows it */
+		rs_kube_event(c.km.kube, "StatefulSet", c.f.statefulset, "Warning", "CannotStart", err.msg);
 	while (st == RS_OK && !rs_job_finished(c.job) && !interrupted) {
 		if (c.f.local) /* first: a coordinator deposed while it was blocked or frozen stops before it says more */
 			rs_local_members_poll(&c.lm);

@@ -24,7 +24,9 @@
 #      scaled back in is told to stop: the job never trains again. It runs
 #      as the chart's ServiceAccount whose Role lost its patch on
 #      statefulsets/scale (the simulator enforces RBAC): it cannot scale the
-#      workers to 0 and says so in a ScaleFailed Warning event.
+#      workers to 0 and says so in a ScaleFailed Warning event;
+#   5. a coordinator started on the job's state with another model config
+#      refuses it, naming the section, in a CannotStart Warning event.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 . "$(dirname "$0")/../lib/apisim.sh"
@@ -195,6 +197,23 @@ told_to_stop() { # the new pod's worker joined this coordinator and was told to 
 check "a worker pod scaled back in is told to stop" told_to_stop
 check "and the job does not train again" bash -c "sleep 2; [ \$(grep -c '^step' '$tmp/coord.out') = $lines ] &&
 	! grep -q '^step\|generation 2\|^training done' '$tmp/coord2.out'"
+# 5. a coordinator started on the job's state with another model config (the same tables, another seed) refuses
+# the state, naming the section, and says so in a Warning event: a changed model is a new job
+kill -TERM $coord
+wait_pid $coord 60
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c.setdefault("train", {})["seed"] = 7
+json.dump(c, open(sys.argv[2], "w"))' examples/dlrm-small.json "$tmp/reseeded.json"
+ROWSHIFT_JOIN_TOKEN=$jointok timeout 60 "$bin/rowshift-coordinator" --kubernetes --kubeconfig "$tmp/kubeconfig" \
+	--namespace $ns --statefulset $sts --selector "$sel" --state-configmap rowshift-state --config "$tmp/reseeded.json" \
+	--listen 127.0.0.1:$cport --steps $steps >"$tmp/coord3.out" 2>"$tmp/coord3.err"
+rc=$?
+check "5. a coordinator with another model config refuses the job's state (exit $rc), naming the section" bash -c \
+	"[ $rc = 1 ] && grep -q 'the job was started with another model config (it differs from .* in train)' '$tmp/coord3.err'"
+cannot_start() {
+	k get events --field-selector involvedObject.name=$sts,reason=CannotStart -o jsonpath='{.items[*].message}' |
+		grep -q 'another model config'
+}
+check "5. ... in a CannotStart Warning event on the StatefulSet" cannot_start
 # the state of a big job fits: 2,000 tables on 1,024 workers mid-reshard (tests/unit/test_state.c makes it)
 RS_BIG_STATE_OUT=$tmp/big-state.json "$BUILD/tests/unit/test_state" >/dev/null 2>&1
 big_state_fits() {
