@@ -337,10 +337,10 @@ void rs_local_members_end(rs_local_members *m, rs_server *srv)
 }
 
 rs_status rs_local_write_admin_file(const char *path, const char *url, const char *token, const char *status_token,
-				    const char *tls_ca, rs_err *err)
+				    const char *tls_ca, const char *model, rs_err *err)
 {
-	json_t *j = json_pack("{s:s, s:s, s:s*, s:s*}", "url", url, "token", token, "status_token", status_token, "tls_ca",
-			      tls_ca);
+	json_t *j = json_pack("{s:s, s:s, s:s*, s:s*, s:s}", "url", url, "token", token, "status_token", status_token,
+			      "tls_ca", tls_ca, "model", model);
 	if (!j)
 		return rs_err_set(err, RS_ENOMEM, "--admin-file %s: out of memory", path);
 	rs_status st = rs_file_write_json(path, 0600, j, JSON_COMPACT, err);

@@ -96,10 +96,11 @@ void rs_local_members_end(rs_local_members *m, rs_server *srv);
 
 /*
  * Tell rowshiftctl where this job is and how to join it: path gets
- * {"url", "token", "status_token"?, "tls_ca"?}, readable by this user only
- * (tls_ca: the CA file a wss:// url's certificate is verified against).
+ * {"url", "token", "status_token"?, "tls_ca"?, "model"}, readable by this
+ * user only (tls_ca: the CA file a wss:// url's certificate is verified
+ * against; model: the model config's digest a worker's join carries).
  */
 rs_status rs_local_write_admin_file(const char *path, const char *url, const char *token, const char *status_token,
-				    const char *tls_ca, rs_err *err);
+				    const char *tls_ca, const char *model, rs_err *err);
 
 #endif

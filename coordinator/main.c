@@ -206,7 +206,7 @@ static rs_status start(coord *c, rs_err *err)
 		else
 			return RS_EINVAL;
 		RSCHECK(rs_local_write_admin_file(c->admin, c->url, c->token, c->status_token,
-						  c->f.tls_cert ? getenv("ROWSHIFT_TLS_CA") : NULL, err));
+						  c->f.tls_cert ? getenv("ROWSHIFT_TLS_CA") : NULL, model, err));
 	}
 	RS_INFO("control channel, status and dashboard on port %d; %s", rs_server_port(c->srv),
 		c->recovering ? "recovering the job from its state" : "starting");

@@ -214,6 +214,10 @@ static void on_join(rs_conn *c, json_t *msg)
 			 "rowshift version everywhere", (long long)j.protocol, RS_PROTOCOL_VERSION, RS_VERSION);
 		refuse_signed(c, &j, v);
 		return;
+	} else if (s->model[0] && j.addr[0] && !j.model[0]) { /* a tool's join (no transport) carries none */
+		refuse_signed(c, &j, "a worker's join must carry its model config's digest (control protocol 2): run the "
+				     "same rowshift version everywhere");
+		return;
 	} else if (s->model[0] && j.model[0] && strcmp(s->model, j.model) != 0) {
 		char v[200], sections[64];
 		rs_config_digest_diff(s->model, j.model, sections, sizeof(sections));

@@ -123,6 +123,7 @@ check "it was refused for its token" grep -q "bad join token" "$tmp/intruder.out
 check "the coordinator logged the refusal" grep -q "refused worker 'intruder'" "$tmp/c2.err"
 
 token=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["token"])' "$tmp/c2-admin.json")
+model=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["model"])' "$tmp/c2-admin.json")
 
 # a worker with the token but another model config (another batch and seed) is refused for good, the sections named
 python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["train"].update(global_batch=128, seed=7)
@@ -135,8 +136,8 @@ check "it was refused, naming what differs" grep -q "refused the join: its model
 	"$tmp/stranger.out"
 check "the coordinator logged the refusal" grep -q "refused worker 'stranger' .*model config differs .* in train" "$tmp/c2.err"
 # bad input on the control channel closes that client at most; training goes on
-for case in malformed badtoken early oversized joined newer unversioned; do
-	ROWSHIFT_JOIN_TOKEN=$token timeout 30 python3 tests/integration/ws_probe.py $port $case >"$tmp/probe-$case.out" 2>&1
+for case in malformed badtoken early oversized joined newer unversioned nomodel; do
+	ROWSHIFT_JOIN_TOKEN=$token ROWSHIFT_MODEL=$model timeout 30 python3 tests/integration/ws_probe.py $port $case >"$tmp/probe-$case.out" 2>&1
 done
 check "malformed JSON before the join is refused and closed" \
 	bash -c "grep -q '\"type\": *\"refused\"' $tmp/probe-malformed.out && tail -1 $tmp/probe-malformed.out | grep -q closed"
@@ -153,6 +154,9 @@ for case in newer unversioned; do
 		bash -c "grep -q 'control protocol [03]; this coordinator speaks 2 (rowshift [0-9.]*): run the same rowshift version' $tmp/probe-$case.out &&
 			 grep -qx signed $tmp/probe-$case.out && tail -1 $tmp/probe-$case.out | grep -q closed"
 done
+check "a worker's join proving the token without its model config's digest: refused, signed, closed" \
+	bash -c "grep -q \"a worker's join must carry its model config's digest\" $tmp/probe-nomodel.out &&
+		 grep -qx signed $tmp/probe-nomodel.out && tail -1 $tmp/probe-nomodel.out | grep -q closed"
 check "the coordinator logged what was wrong" grep -q "control: refused a connection from 127.0.0.1: malformed JSON" "$tmp/c2.err"
 check "the job survived the probes" kill -0 $coord
 

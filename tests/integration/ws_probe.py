@@ -6,8 +6,10 @@ usage: ws_probe.py PORT CASE
   badtoken    a join proving a wrong token
   early       a progress message before any join
   oversized   one message over 4 KiB before any join (the coordinator's limit until a join)
-  joined      a proper join (the token from ROWSHIFT_JOIN_TOKEN), then one message over
-              the 16 MiB limit, then invalid JSON
+  joined      a proper join (the token from ROWSHIFT_JOIN_TOKEN, the model config's digest
+              from ROWSHIFT_MODEL), then one message over the 16 MiB limit, then invalid JSON
+  nomodel     a worker's join (it names a transport address) proving the token without
+              the model config's digest
   rebind      what a page of another site gets when DNS rebinding points its name
               at the coordinator, and what a page under localhost gets (a port-forward):
               one line "WHAT HOST: STATUS" per request (101: upgraded; none: closed unanswered)
@@ -38,9 +40,9 @@ def recv(r):
     return m.decode(errors="replace") if m is not None else None
 
 
-def join(challenge, token, worker="prober", protocol=wslib.PROTOCOL):
-    """A join proving `token` (common/proto.h, "The join handshake"), as bytes."""
-    return wslib.join_msg(challenge, token, worker, "127.0.0.1:1", protocol)
+def join(challenge, token, worker="prober", protocol=wslib.PROTOCOL, model=""):
+    """A worker's join proving `token` (common/proto.h, "The join handshake"), as bytes."""
+    return wslib.join_msg(challenge, token, worker, "127.0.0.1:1", protocol, model)
 
 
 def http_status(port, path, host, origin=None, protocol=None):
@@ -94,16 +96,16 @@ def main():
         except OSError:
             pass  # closed on us mid-way: what we expect
         print(recv(r))
-    elif case in ("newer", "unversioned"):  # the token proven, another protocol version (or none): a signed refusal
+    elif case in ("newer", "unversioned", "nomodel"):  # the token proven; another protocol version, or no digest
         token = os.environ["ROWSHIFT_JOIN_TOKEN"]
-        j = join(challenge, token, protocol=wslib.PROTOCOL + 1 if case == "newer" else None)
+        j = join(challenge, token, protocol={"newer": wslib.PROTOCOL + 1, "unversioned": None}.get(case, wslib.PROTOCOL))
         send(s, j)
         answer = recv(r)
         print(answer)
         a = json.loads(answer)
         print("signed" if a.get("proof") == wslib.answer_proof(challenge, token, j, a.get("reason", "")) else "unsigned")
     elif case == "joined":
-        send(s, join(challenge, os.environ["ROWSHIFT_JOIN_TOKEN"]))
+        send(s, join(challenge, os.environ["ROWSHIFT_JOIN_TOKEN"], model=os.environ["ROWSHIFT_MODEL"]))
         print(recv(r))
         send(s, b'{"type":"x","pad":"' + b"a" * (17 << 20) + b'"}')
         print(recv(r))

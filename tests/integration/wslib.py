@@ -114,15 +114,19 @@ class Reader:
 PROTOCOL = 2  # RS_PROTOCOL_VERSION (common/proto.h)
 
 
-def join_msg(challenge, token, worker, addr, protocol=PROTOCOL):
+def join_msg(challenge, token, worker, addr, protocol=PROTOCOL, model=""):
     """A join proving token (common/proto.h, "The join handshake") for challenge (its text), as bytes; protocol
-    None leaves the version out (a join from before joins carried it)."""
+    None leaves the version out (a join from before joins carried it); model: the model config's digest (a
+    worker's join, which names its transport addr, carries it; a tool's carries none)."""
     c = json.loads(challenge)
     nonce = os.urandom(16).hex()
     j = {"type": "join", "worker": worker, "addr": addr, "pid": 1, "nonce": nonce}
     if protocol is not None:
         j["protocol"] = protocol
-    parts = [c["nonce"], c["epoch"], nonce, worker, addr, "1", "", str(protocol or 0)]  # no model: a tool's join
+    parts = [c["nonce"], c["epoch"], nonce, worker, addr, "1", "", str(protocol or 0)]
+    if model:  # bound last, and only when announced (rs_proto_join_proof)
+        j["model"] = model
+        parts.append(model)
     msg = b"rowshift join\0" + b"".join(p.encode() + b"\0" for p in parts)
     j["proof"] = hmac.new(token.encode(), msg, hashlib.sha256).hexdigest()
     return json.dumps(j).encode()

@@ -22,6 +22,7 @@
  * would not see (a refused join, a malformed message, a lost coordinator).
  */
 #include "common/clock.h"
+#include "common/config.h"
 #include "common/control.h"
 #include "common/log.h"
 #include "common/proto.h"
@@ -227,7 +228,7 @@ static int handle(member *m, json_t *msg, int *over)
 
 int main(int argc, char **argv)
 {
-	const char *url = NULL, *name = "member", *token = getenv("ROWSHIFT_JOIN_TOKEN");
+	const char *url = NULL, *name = "member", *config = NULL, *token = getenv("ROWSHIFT_JOIN_TOKEN");
 	int timeout_ms = 60000;
 	for (int i = 1; i + 1 < argc; i += 2) { /* the worker's flags, as the coordinator passes them; others ignored */
 		if (!strcmp(argv[i], "--coordinator"))
@@ -236,12 +237,25 @@ int main(int argc, char **argv)
 			name = argv[i + 1];
 		else if (!strcmp(argv[i], "--timeout-ms"))
 			timeout_ms = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--config"))
+			config = argv[i + 1];
 	}
 	rs_log_init(name, -1);
-	if (!url || !token) {
-		fprintf(stderr, "usage: ROWSHIFT_JOIN_TOKEN=T rowshift-member --coordinator URL [--name N] [--timeout-ms MS]\n");
+	if (!url || !token || !config) {
+		fprintf(stderr, "usage: ROWSHIFT_JOIN_TOKEN=T rowshift-member --coordinator URL --config FILE [--name N] "
+				"[--timeout-ms MS]\n");
 		return 2;
 	}
+	/* a worker's join carries its model config's digest: the coordinator's must be the same */
+	char model[RS_CONFIG_DIGEST_LEN + 1];
+	rs_config *cfg;
+	rs_err cerr = {0};
+	if (rs_config_load(config, &cfg, &cerr) != RS_OK) {
+		RS_ERROR("%s", cerr.msg);
+		return 2;
+	}
+	rs_config_digest(cfg, model);
+	rs_config_free(cfg);
 	/* libwebsockets sizes its tables by the descriptor limit: a member needs a few, and a thousand run at once */
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > 64) {
@@ -264,7 +278,7 @@ int main(int argc, char **argv)
 	/* as a worker: a coordinator that is busy (or not up yet) is tried again, backing off, for --timeout-ms */
 	double until = rs_now() + timeout_ms / 1000.0, wait = 0.1;
 	rs_status st;
-	while ((st = rs_control_connect(url, token, name, m.addr, NULL, timeout_ms, &m.c, &err)) != RS_OK) {
+	while ((st = rs_control_connect(url, token, name, m.addr, model, timeout_ms, &m.c, &err)) != RS_OK) {
 		if (st == RS_EINVAL || rs_now() + wait > until) {
 			RS_ERROR("joining %s: %s", url, err.msg);
 			return 1;

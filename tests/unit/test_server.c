@@ -188,8 +188,9 @@ static json_t *next_json(int fd, size_t max)
 
 /*
  * A worker whose model config is not the job's is refused for good, the
- * sections that differ named; the same digest joins, and a join without
- * one (a tool) is not checked.
+ * sections that differ named, and so is a worker's join (one naming its
+ * transport address) without a digest; the same digest joins, and a tool's
+ * join (no address) carries none.
  */
 static void test_join_with_another_model(void **state)
 {
@@ -200,6 +201,12 @@ static void test_join_with_another_model(void **state)
 					    &c, &err), RS_EINVAL);
 	assert_null(c);
 	if (!strstr(err.msg, "its model config differs from the coordinator's in dense, train"))
+		fail_msg("%s", err.msg);
+	assert_int_equal(atomic_load(&S.joins), 0);
+	err = (rs_err){0};
+	assert_int_equal(rs_control_connect(S.url, TOKEN, "w", "127.0.0.1:1", NULL, 5000, &c, &err), RS_EINVAL);
+	assert_null(c);
+	if (!strstr(err.msg, "a worker's join must carry its model config's digest"))
 		fail_msg("%s", err.msg);
 	assert_int_equal(atomic_load(&S.joins), 0);
 	assert_int_equal(rs_control_connect(S.url, TOKEN, "w", "", MODEL, 5000, &c, &err), RS_OK);
