@@ -237,6 +237,16 @@ void staged(int k, int64_t gen, int ok, int has_rows, uint64_t a, uint64_t b)
 	json_decref(cs);
 }
 
+/* A job wanting n workers of src, its first tick done (starting: the source asked for them). */
+void create(const rs_job_source *src, int n)
+{
+	rs_job *j;
+	rs_err err = {0};
+	assert_int_equal(rs_job_create(&H.o, src, n, &j, &err), RS_OK);
+	set_job(j);
+	tick(0);
+}
+
 /* Start a job of n workers and bring it to generation 1, training. */
 void start(int n)
 {

@@ -72,6 +72,7 @@ json_t *sums(uint64_t a, uint64_t b);
 void paused(int k, int64_t gen, int64_t rank, int64_t step, uint64_t a, uint64_t b);
 void world_paused(int n);
 void staged(int k, int64_t gen, int ok, int has_rows, uint64_t a, uint64_t b);
+void create(const rs_job_source *src, int n);
 void start(int n);
 void to_migrating(int from, int to);
 void to_migrating_but(int from, int to, int quiet);

@@ -568,11 +568,7 @@ static void test_a_checkpoint_save_does_not_wait_for_the_api(void **state)
 static void test_scale_while_starting(void **state)
 {
 	(void)state;
-	rs_job *j;
-	rs_err err = {0};
-	assert_int_equal(rs_job_create(&H.o, &source, 2, &j, &err), RS_OK);
-	set_job(j);
-	tick(0);
+	create(&source, 2);
 	rs_msg_join tool = {.worker = "rowshiftctl", .addr = "", .pid = 1, .incarnation = ""};
 	H.h.on_join(H.h.ctx, conn(WORKERS), &tool);
 	json_t *sc = rs_proto_make_scale(3);
@@ -597,13 +593,9 @@ static void test_scale_while_starting(void **state)
 static void test_workers_that_never_join_fail_the_start(void **state)
 {
 	(void)state;
-	rs_job *j;
-	rs_err err = {0};
 	rs_job_source src = source;
 	src.early_exits_max = 3;
-	assert_int_equal(rs_job_create(&H.o, &src, 2, &j, &err), RS_OK);
-	set_job(j);
-	tick(0);
+	create(&src, 2);
 	for (int k = 0; k < 4; k++) /* twice each */
 		rs_job_exited(H.job, k % 2 ? "worker-1" : "worker-0", NULL, 0, "exited with status 2");
 	rs_job_exited(H.job, "worker-0", NULL, 1, "exited with status 0");
@@ -617,11 +609,9 @@ static void test_workers_that_never_join_fail_the_start(void **state)
 	assert_non_null(strstr(rs_job_error(H.job), "worker-1 exited with status 2 before it joined, 3 times in a row"));
 
 	/* without the source's word (Kubernetes), only the join timeout ends the start */
+	rs_job_destroy(H.job);
 	H.job = NULL;
-	rs_job_destroy(j);
-	assert_int_equal(rs_job_create(&H.o, &source, 2, &j, &err), RS_OK);
-	set_job(j);
-	tick(0);
+	create(&source, 2);
 	for (int k = 0; k < 20; k++)
 		rs_job_exited(H.job, "worker-1", NULL, 0, "exited with status 2");
 	assert_phase("starting");
@@ -630,11 +620,7 @@ static void test_workers_that_never_join_fail_the_start(void **state)
 static void test_starting_times_out(void **state)
 {
 	(void)state;
-	rs_job *j;
-	rs_err err = {0};
-	assert_int_equal(rs_job_create(&H.o, &source, 2, &j, &err), RS_OK);
-	set_job(j);
-	tick(0);
+	create(&source, 2);
 	join(0);
 	tick(5);
 	assert_phase("starting");

@@ -51,11 +51,7 @@ static void test_old_member_lost_while_migrating_rolls_back(void **state)
 static void test_an_earlier_pods_deletion_spares_its_successor(void **state)
 {
 	(void)state;
-	rs_job *j;
-	rs_err err = {0};
-	assert_int_equal(rs_job_create(&H.o, &source, 2, &j, &err), RS_OK);
-	set_job(j);
-	tick(0);
+	create(&source, 2);
 	join_as(0, "0a0a-01.5eed0");
 	join_as(1, "1b1b-02.5eed1");
 	tick(0.01);
