@@ -46,6 +46,8 @@ static void event(void *ctx, int warning, const char *reason, const char *messag
 	rs_kube_event(m->kube, "StatefulSet", m->statefulset, warning ? "Warning" : "Normal", reason, message);
 }
 
+void rs_kube_members_warn(rs_kube_members *m, const char *reason, const char *message) { event(m, 1, reason, message); }
+
 static rs_status save_state(void *ctx, const rs_state *s, int patient, rs_err *err);
 
 rs_job_source rs_kube_members_source(rs_kube_members *m)

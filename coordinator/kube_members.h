@@ -67,4 +67,7 @@ rs_status rs_kube_members_load(rs_kube_members *m, rs_state *s, int timeout_ms, 
  */
 void rs_kube_members_ended(rs_kube_members *m, rs_server *srv, const volatile sig_atomic_t *stop);
 
+/* A Warning event on the worker StatefulSet (kubectl describe lists it), e.g. CannotStart before an exit. */
+void rs_kube_members_warn(rs_kube_members *m, const char *reason, const char *message);
+
 #endif

@@ -251,9 +251,8 @@ int main(int argc, char **argv)
 		rc = c.usage ? 2 : 0;
 		goto out;
 	}
-	if (st == RS_OK && (st = start(&c, &err)) != RS_OK && c.f.kubernetes && c.km.kube)
-		/* a restart that cannot go on (a changed model refusing the job's state): where kubectl describe shows it */
-		rs_kube_event(c.km.kube, "StatefulSet", c.f.statefulset, "Warning", "CannotStart", err.msg);
+	if (st == RS_OK && (st = start(&c, &err)) != RS_OK && c.km.kube) /* e.g. a changed model refusing the state */
+		rs_kube_members_warn(&c.km, "CannotStart", err.msg[0] ? err.msg : rs_status_str(st));
 	while (st == RS_OK && !rs_job_finished(c.job) && !interrupted) {
 		if (c.f.local) /* first: a coordinator deposed while it was blocked or frozen stops before it says more */
 			rs_local_members_poll(&c.lm);

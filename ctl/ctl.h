@@ -17,7 +17,7 @@ typedef struct rs_ctl_job {
 /*
  * With url: that coordinator, the join token from ROWSHIFT_JOIN_TOKEN.
  * Without: read the admin file the coordinator writes (0600, {"url",
- * "token", "status_token"?}): admin_file, or when NULL the one local job's
+ * "token", "status_token"?, "tls_ca"?, "model"}): admin_file, or when NULL the one local job's
  * in this user's private directory (rs_file_private_dir "rowshift"); an
  * error says to check that one is running, or to pick one of several.
  */

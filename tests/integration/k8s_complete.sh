@@ -201,6 +201,10 @@ check "and the job does not train again" bash -c "sleep 2; [ \$(grep -c '^step' 
 # the state, naming the section, and says so in a Warning event: a changed model is a new job
 kill -TERM $coord
 wait_pid $coord 60
+rc=$?
+check "5. (SIGTERM ends the second coordinator, exit $rc, the Lease given back)" bash -c \
+	"[ $rc = 0 ] && grep -q 'lease rowshift-worker-leader: given back' '$tmp/coord2.err'"
+coord=
 python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c.setdefault("train", {})["seed"] = 7
 json.dump(c, open(sys.argv[2], "w"))' examples/dlrm-small.json "$tmp/reseeded.json"
 ROWSHIFT_JOIN_TOKEN=$jointok timeout 60 "$bin/rowshift-coordinator" --kubernetes --kubeconfig "$tmp/kubeconfig" \
@@ -225,10 +229,8 @@ big_state_fits() {
 }
 check "the state of 2,000 tables on 1,024 workers in mid-reshard is stored under the simulator's 1 MiB limit, read back whole" \
 	big_state_fits
-kill -TERM $coord
-wait_pid $coord 60
 kill -TERM $sim_pid
 wait_pid $sim_pid 20
 check "the simulator stops and leaves no worker process behind" bash -c "! pgrep -f '[r]owshift-worker .*$tmp/pods' >/dev/null"
-[ "$fails" = 0 ] || { tail -20 "$tmp/coord.out"; tail -30 "$tmp/coord.err"; tail -20 "$tmp/sim.err"; }
+[ "$fails" = 0 ] || { tail -20 "$tmp/coord.out"; tail -30 "$tmp/coord.err"; tail -10 "$tmp/coord3.err"; tail -20 "$tmp/sim.err"; }
 finish_checks k8s_complete
