@@ -245,6 +245,13 @@ static void draw_incarnation(void)
 		snprintf(incarnation_text, sizeof(incarnation_text), "%s", rnd);
 }
 
+int rs_incarnation_of_pod(const char *incarnation, const char *uid)
+{
+	const char *dot = strchr(incarnation, '.');
+	size_t n = uid ? strlen(uid) : 0;
+	return !n || !dot || ((size_t)(dot - incarnation) == n && !strncmp(incarnation, uid, n));
+}
+
 rs_status rs_control_set_pod_uid(const char *uid, rs_err *err)
 {
 	if (!uid || !*uid)

@@ -55,10 +55,13 @@ rs_status rs_control_set_tls_ca(const char *file, rs_err *err);
  * This process's pod (its metadata.uid; NULL or "": none), before its first
  * join: every join's incarnation then begins with it and a dot, so that
  * the coordinator applies a pod's deletion to that pod's worker only
- * (rs_job_exited). For the whole process.
+ * (rs_incarnation_of_pod). For the whole process.
  */
 #define RS_POD_UID_MAX 40
 rs_status rs_control_set_pod_uid(const char *uid, rs_err *err);
+
+/* Whether a worker that joined with incarnation may run in pod uid (NULL or "": any): 0 only when it names another. */
+int rs_incarnation_of_pod(const char *incarnation, const char *uid);
 
 /* Queue a message (msg stays the caller's). */
 rs_status rs_control_send(rs_control *c, const json_t *msg);

@@ -248,11 +248,7 @@ static void complete(rs_job *j, gather *g)
 	const int32_t *world;
 	int32_t n;
 	const rs_plan *plan = world_of(j, g->generation, &world, &n);
-	int newer = newer_complete(j, step);
-	if (newer >= j->o.ckpt_keep)
-		rs_err_set(&err, RS_EINVAL, "%d newer checkpoints are complete (--checkpoint-keep %d)", newer,
-			   j->o.ckpt_keep);
-	else if (!plan)
+	if (!plan)
 		rs_err_set(&err, RS_EINVAL, "its world's plan is gone");
 	else if (g->dense_params < 0)
 		rs_err_set(&err, RS_EINVAL, "rank 0 did not report the dense network");

@@ -7,6 +7,7 @@
  * should be, and when a change of it is ready to act on (the debounce).
  */
 #include "coordinator/job_internal.h"
+#include "common/control.h"
 #include "common/grow.h"
 #include "common/log.h"
 
@@ -217,17 +218,10 @@ int rs__member_early_exit(rs_job *j, const char *name, int exited)
 	return ++j->mem.early[k].n;
 }
 
-/* Whether a member that joined with incarnation inc may run in pod uid: "pod-uid.random" names its pod; else unknown. */
-static int of_pod(const char *inc, const char *uid)
-{
-	const char *dot = strchr(inc, '.');
-	return !uid || !*uid || !dot || ((size_t)(dot - inc) == strlen(uid) && !strncmp(inc, uid, strlen(uid)));
-}
-
 void rs_job_exited(rs_job *j, const char *name, const char *uid, int clean, const char *how)
 {
 	int i = rs__member_find(j, name);
-	if (i >= 0 && !of_pod(j->mem.v[i].incarnation, uid)) {
+	if (i >= 0 && !rs_incarnation_of_pod(j->mem.v[i].incarnation, uid)) {
 		/* the pod was replaced and its successor's worker joined before the deletion was seen: that one runs on */
 		char words[512];
 		snprintf(words, sizeof(words), "%s (an earlier pod of that name): %s; the worker that joined since is another "

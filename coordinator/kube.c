@@ -314,11 +314,12 @@ static void on_event(void *ctx, const rs_watch_event *ev)
 		return;
 	}
 	snprintf(k->rv, sizeof(k->rv), "%s", ev->resource_version);
-	const char *uid = json_string_value(json_object_get(json_object_get(ev->object, "metadata"), "uid"));
-	if (ev->type == RS_WATCH_ADDED || ev->type == RS_WATCH_MODIFIED)
+	if (ev->type == RS_WATCH_ADDED || ev->type == RS_WATCH_MODIFIED) {
 		upsert(k, ev->object);
-	else if (ev->type == RS_WATCH_DELETED)
+	} else if (ev->type == RS_WATCH_DELETED) {
+		const char *uid = json_string_value(json_object_get(json_object_get(ev->object, "metadata"), "uid"));
 		remove_pod(k, ev->name, uid ? uid : "", "pod deleted");
+	}
 }
 
 static size_t on_stream(char *data, size_t size, size_t nmemb, void *ctx)

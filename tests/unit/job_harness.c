@@ -250,12 +250,8 @@ void create(const rs_job_source *src, int n)
 /* Start a job of n workers and bring it to generation 1, training. */
 void start(int n)
 {
-	rs_job *j;
-	rs_err err = {0};
-	assert_int_equal(rs_job_create(&H.o, &source, n, &j, &err), RS_OK);
-	set_job(j);
+	create(&source, n);
 	assert_phase("starting");
-	tick(0);
 	assert_int_equal(H.replicas, n); /* the source was asked for the workers */
 	for (int k = 0; k < n; k++)
 		join(k);
