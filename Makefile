@@ -184,17 +184,23 @@ include tests/cudasim/cudasim.mk
 # line ("N passed, N failed, N skipped") and fails when any test failed.
 #
 # The fuzz targets' build and short runs go beside the other tests, at the
-# lowest priority (nice 19): those leave about a fifth of 2 cores idle while
-# their processes wait on each other, which this fills (make test, the fuzz
-# build included, went from 8m48 to 8m05 on 2 cores; a third integration lane
-# instead made it slower). Their output is shown after the integration tests;
-# a fuzz build that fails fails the run.
+# lowest priority: those leave about a fifth of 2 cores idle while their
+# processes wait on each other, which this fills. The lane is a session of
+# its own whose autogroup gets nice 19 (the scripts start their workers as
+# sessions, and with autogroups, Linux's default, CPU is shared between
+# sessions first: niced in make's session, the lane took as much as a
+# worker), and a make of its own, one job at a time (MAKEFLAGS emptied, the
+# command line's variables kept: sharing the -j slots, it held them from
+# the CUDA simulator's build). Its output is shown after the integration
+# tests; a fuzz build that fails fails the run; an interrupt stops it.
 FUZZ_LANE_LOG = $(BUILD)/test-logs/fuzz-smoke.out
 test: all tools
 	@rm -f $(BUILD)/test-results
 	@BUILD=$(BUILD) bash tests/run.sh static $(wildcard tests/static/*.sh)
 	@mkdir -p $(BUILD)/test-logs; \
-	nice -n 19 $(MAKE) --no-print-directory fuzz-smoke >$(FUZZ_LANE_LOG) 2>&1 & lane=$$!; \
+	setsid sh -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 env MAKEFLAGS= "$$@"' lane \
+		$(MAKE) --no-print-directory $(MAKEOVERRIDES) fuzz-smoke >$(FUZZ_LANE_LOG) 2>&1 & lane=$$!; \
+	trap 'kill -TERM -$$lane 2>/dev/null; exit 130' INT TERM; \
 	$(MAKE) --no-print-directory test-beside-fuzz; rc=$$?; \
 	wait $$lane; lane_rc=$$?; \
 	echo "== fuzz (built and run beside the tests above)"; cat $(FUZZ_LANE_LOG); \
