@@ -189,27 +189,30 @@ include tests/cudasim/cudasim.mk
 # its own whose autogroup gets nice 19 (the scripts start their workers as
 # sessions, and with autogroups, Linux's default, CPU is shared between
 # sessions first: niced in make's session, the lane took as much as a
-# worker), and a make of its own, one job at a time (MAKEFLAGS emptied, the
-# command line's variables kept: sharing the -j slots, it held them from
-# the CUDA simulator's build). Its output is shown after the integration
-# tests; a fuzz build that fails fails the run; an interrupt stops it.
+# worker), and a make of one job at a time (on the -j slots, it held them
+# from the CUDA simulator's build). Its output is shown after the other
+# tests; a fuzz build that fails fails the run; HUP, INT and TERM stop both
+# (the others run as a job waited for, so that the signal is handled at once).
 FUZZ_LANE_LOG = $(BUILD)/test-logs/fuzz-smoke.out
 test: all tools
 	@rm -f $(BUILD)/test-results
 	@BUILD=$(BUILD) bash tests/run.sh static $(wildcard tests/static/*.sh)
-	@mkdir -p $(BUILD)/test-logs; \
-	setsid sh -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 env MAKEFLAGS= "$$@"' lane \
-		$(MAKE) --no-print-directory $(MAKEOVERRIDES) fuzz-smoke >$(FUZZ_LANE_LOG) 2>&1 & lane=$$!; \
-	trap 'kill -TERM -$$lane 2>/dev/null; exit 130' INT TERM; \
-	$(MAKE) --no-print-directory test-beside-fuzz; rc=$$?; \
+	@mkdir -p $(BUILD)/test-logs; lane=; others=; \
+	stop() { kill -TERM $$others -$$lane 2>/dev/null; exit $$1; }; \
+	trap 'stop 129' HUP; trap 'stop 130' INT; trap 'stop 143' TERM; \
+	setsid sh -c '{ echo 19 >/proc/self/autogroup; } 2>/dev/null; exec nice -n 19 "$$@"' lane \
+		$(MAKE) -j1 --no-print-directory fuzz-smoke >$(FUZZ_LANE_LOG) 2>&1 & lane=$$!; \
+	$(MAKE) --no-print-directory test-beside-fuzz & others=$$!; \
+	wait $$others; rc=$$?; \
 	wait $$lane; lane_rc=$$?; \
 	echo "== fuzz (built and run beside the tests above)"; cat $(FUZZ_LANE_LOG); \
 	[ $$lane_rc = 0 ] || echo "FAIL fuzz-smoke: exit $$lane_rc (log: $(FUZZ_LANE_LOG))" >>$(BUILD)/test-results; \
 	exit $$rc
 	@BUILD=$(BUILD) bash tests/run.sh --summary
 
-# make test's tests but the fuzz targets
+# make test's tests but the fuzz targets (make test's own: it resets the results and sums them up)
 test-beside-fuzz:
+	@[ "$(MAKELEVEL)" != 0 ] || { echo "test-beside-fuzz is a part of make test: run make test" >&2; exit 2; }
 	@BUILD=$(BUILD) bash tests/run.sh unit $(UNIT_BINS)
 	@BUILD=$(BUILD) bash tests/run.sh gpu $(GPU_TESTS)
 	@[ -n "$(GPU_TESTS)" ] || { echo "== gpu: skipped: no CUDA toolkit (nvcc), the CUDA code was not built"; \
