@@ -21,6 +21,8 @@
 set -u
 BUILD=${BUILD:-build}
 export BUILD # the programs' too
+. "$(dirname "$0")/lib/direct_python.sh"
+direct_python3 "$BUILD/pybin"
 results="$BUILD/test-results"
 logs="$BUILD/test-logs"
 mkdir -p "$logs"

@@ -6,6 +6,8 @@
 set -u
 BUILD=${BUILD:-build}
 mkdir -p "$BUILD/bench"
+. "$(dirname "$0")/../lib/direct_python.sh"
+direct_python3 "$BUILD/pybin"
 failed=0
 for b in "$@"; do
 	name=$(basename "$b" .sh)
