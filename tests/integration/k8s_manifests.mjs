@@ -2,6 +2,7 @@
 // k8s_manifests.sh: YAML parsed with the pinned `yaml` package (tools/).
 //
 // usage: node k8s_manifests.mjs COMMAND ARGS...
+//        node k8s_manifests.mjs --serve PREFIX   many commands, one node (see serve)
 //   same CHART.yaml MANIFEST.yaml...   the chart (rendered with release and
 //       namespace `rowshift`) and the plain manifests define the same
 //       (kind, name) set (the manifests' Namespace aside) and equal objects,
@@ -36,13 +37,12 @@
 //       KEY:OPERATOR:EFFECT:SECONDS ... ("-" for what is not set; "none" when it has none)
 // Exits non-zero, saying what differs, when a check fails.
 import { createRequire } from "node:module";
-import { readFileSync } from "node:fs";
-import { isDeepStrictEqual } from "node:util";
+import { openSync, readFileSync, readSync, writeFileSync, writeSync } from "node:fs";
+import { format, isDeepStrictEqual } from "node:util";
 const require = createRequire(new URL("../../tools/", import.meta.url));
 const YAML = require("yaml");
 
-const [cmd, ...rest] = process.argv.slice(2);
-let failed = 0;
+let cmd, failed;
 const fail = (why) => { console.error(`k8s_manifests ${cmd}: ${why}`); failed++; };
 
 function load(files) {
@@ -530,6 +530,62 @@ async function schemas(args) {
 }
 
 const commands = { schemas, tolerations, same, contract, model, rbac, nonroot, token, gpu, tls, checkpoint, qos, devices, image, servicemonitor, hatches, tokens, replicas };
-if (!commands[cmd]) { console.error(`usage: node k8s_manifests.mjs ${Object.keys(commands).join("|")} FILE...`); process.exit(2); }
-try { await commands[cmd](rest); } catch (e) { fail(e.message); }
-process.exitCode = failed ? 1 : 0;
+// run([COMMAND, ...ARGS]): its exit status (what it says goes to console.log and console.error)
+async function run([name, ...args]) {
+  cmd = name;
+  failed = 0;
+  if (!Object.hasOwn(commands, name)) {
+    console.error(`usage: node k8s_manifests.mjs ${Object.keys(commands).join("|")} FILE...`);
+    return 2;
+  }
+  try { await commands[name](args); } catch (e) { fail(e.message); }
+  return failed ? 1 : 0;
+}
+
+/*
+ * --serve PREFIX: one node for the many checks of k8s_manifests.sh (a node
+ * start costs about 0.35 s of CPU, and it makes some sixty). Requests come
+ * through the FIFO PREFIX.req, each NUL-terminated strings: an ID, the number
+ * of words, the words (COMMAND ARGS...); for each, what the command printed
+ * goes to PREFIX.ID.out and PREFIX.ID.err, then the line "ID STATUS" to the
+ * FIFO PREFIX.resp. Both FIFOs are held open for reading and writing, so that
+ * neither side's open waits for the other; the server runs until killed.
+ */
+async function serve(prefix) {
+  const req = openSync(`${prefix}.req`, "r+");
+  const resp = openSync(`${prefix}.resp`, "r+");
+  const chunk = Buffer.alloc(65536);
+  let buf = Buffer.alloc(0);
+  const word = () => {
+    for (;;) {
+      const end = buf.indexOf(0);
+      if (end >= 0) {
+        const w = buf.subarray(0, end).toString();
+        buf = buf.subarray(end + 1);
+        return w;
+      }
+      const n = readSync(req, chunk);
+      if (n === 0) throw new Error(`${prefix}.req: end of file`);
+      buf = Buffer.concat([buf, chunk.subarray(0, n)]);
+    }
+  };
+  const { log, error } = console;
+  for (;;) {
+    const id = word();
+    const argv = Array.from({ length: Number(word()) }, word);
+    if (!/^[\w.-]+$/.test(id)) throw new Error(`${prefix}.req: a bad request ID ${JSON.stringify(id)}`);
+    const out = [], err = [];
+    console.log = (...a) => out.push(format(...a) + "\n");
+    console.error = (...a) => err.push(format(...a) + "\n");
+    const status = await run(argv);
+    console.log = log;
+    console.error = error;
+    writeFileSync(`${prefix}.${id}.out`, out.join(""));
+    writeFileSync(`${prefix}.${id}.err`, err.join(""));
+    writeSync(resp, `${id} ${status}\n`);
+  }
+}
+
+const argv = process.argv.slice(2);
+if (argv[0] === "--serve") await serve(argv[1]);
+else process.exitCode = await run(argv);

@@ -40,9 +40,34 @@ set -u
 . "$(dirname "$0")/../lib/itest.sh"
 helm=tools/bin/helm
 chart=helm/rowshift
-js="node tests/integration/k8s_manifests.mjs"
 [ -x "$helm" ] || { echo "FAILED: $helm is missing (make tools)"; exit 1; }
 [ -f tools/node_modules/yaml/package.json ] || { echo "FAILED: the yaml package is not installed (make tools)"; exit 1; }
+# js COMMAND ARGS...: k8s_manifests.mjs COMMAND ARGS, run by one node serving them all (its --serve):
+# what the command printed, and its exit status; 2 when the node gives no answer in 60 s or has died
+# (and $js_at.lost made: a check that expects a refusal must not pass for that). Exported for the
+# checks run through bash -c, as $js.
+js_at=$tmp/js
+mkfifo "$js_at.req" "$js_at.resp"
+node tests/integration/k8s_manifests.mjs --serve "$js_at" &
+js_pid=$!
+js_call() {
+	local id="$BASHPID.$RANDOM" got rc _
+	printf '%s\0' "$id" $# "$@" 3<>"$js_at.req" >&3 # (not 1<>: export -f would write it <>)
+	for _ in $(seq 60); do
+		while read -r -t 1 got rc 0<>"$js_at.resp"; do
+			[ "$got" = "$id" ] || continue
+			cat "$js_at.$id.out" && cat "$js_at.$id.err" >&2 && rm -f "$js_at.$id".*
+			return "$rc"
+		done
+		kill -0 "$js_pid" 2>/dev/null || break
+	done
+	echo "js: no answer from k8s_manifests.mjs --serve to '$*' (it has exited or took over 60 s)" >&2
+	: >"$js_at.lost"
+	return 2
+}
+export -f js_call
+export js_at js_pid
+js=js_call
 manifests=(manifests/*.yaml)
 render() { "$helm" template rowshift "$chart" --namespace rowshift "$@"; }
 
@@ -426,5 +451,6 @@ same_version() { # the chart's appVersion is the version the binaries report
 	[ -n "$v" ] && grep -qx "appVersion: \"$v\"" "$chart/Chart.yaml"
 }
 check "the chart's appVersion is the binaries' version (common/version.h)" same_version
+check "k8s_manifests.mjs answered every request" test ! -e "$js_at.lost"
 
 finish_checks k8s_manifests
