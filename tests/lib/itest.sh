@@ -6,6 +6,7 @@
 #                1 MiB but checkpoints (outputs, logs, pods' logs) are kept in
 #                $BUILD/test-logs/NAME.files first
 #   check DESCRIPTION COMMAND...   run COMMAND; print ok/FAILED; count failures in $fails
+#   nap SECONDS                    sleep, in the shell itself
 #   wait_for FILE PATTERN SECONDS  until FILE has a line matching PATTERN (bounded)
 #   wait_pid PID SECONDS           PID's exit status, or 124 (and PID SIGKILLed) after SECONDS
 #   free_port                      a free TCP port on loopback
@@ -41,15 +42,19 @@ check() {
 	local what=$1; shift
 	if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fails=$((fails + 1)); fi
 }
+# nap SECONDS: sleep without starting a process (a read that times out on a FIFO no one writes to):
+# the polls below nap 20 times a second, often in two scripts at once, beside workers on 2 cores
+mkfifo "$tmp/.nap" && exec {nap_fd}<>"$tmp/.nap"
+nap() { read -r -t "$1" -u "$nap_fd" _ || :; }
 wait_for() {
-	for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
+	for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" 2>/dev/null && return 0; nap 0.05; done
 	return 1
 }
 wait_pid() {
 	local _
 	for _ in $(seq 1 $(($2 * 20))); do
 		kill -0 "$1" 2>/dev/null || { wait "$1"; return; }
-		sleep 0.05
+		nap 0.05
 	done
 	echo "wait_pid: $1 still ran after $2 s: killed" >&2
 	kill -9 "$1" 2>/dev/null
