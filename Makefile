@@ -182,9 +182,8 @@ include tests/cudasim/cudasim.mk
 
 # Every test binary and script, run with a timeout each; prints one summary
 # line ("N passed, N failed, N skipped") and fails when any test failed.
-# Measured and left out (2 cores): a third integration lane (slower: starved
-# scripts poll more), and the fuzz phase run beside the others in a niced
-# session of its own (10m38 against 10m43 in clean-clone CI, for a
+# Measured and left out (2 cores): the fuzz phase run beside the others in a
+# niced session of its own (10m38 against 10m43 in clean-clone CI, for a
 # background job's signal handling and less fuzzing).
 test: all tools
 	@rm -f $(BUILD)/test-results
