@@ -4,8 +4,10 @@
  * address (tests/unit/ws_raw.h): until the coordinator proves itself, a
  * peer may send one message of at most 4 KiB at a time, so whatever it
  * sends costs the client a few KiB and ends the attempt as RS_EPEER (try
- * again later), never as a refusal. The real coordinator's side, a large
- * message right after a proven welcome, is in test_server.c.
+ * again later), never as a refusal; only a refusal, before any coordinator
+ * proved itself to the process, is taken at its word. The real
+ * coordinator's side, a large message right after a proven welcome, is in
+ * test_server.c.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,7 +25,7 @@
 #include <unistd.h>
 
 /* What the impostor does once the client's upgrade is answered. */
-typedef enum { BIG, FLOOD } act;
+typedef enum { BIG, FLOOD, REFUSE } act;
 
 static struct {
 	int lfd, port;
@@ -31,6 +33,7 @@ static struct {
 	char *body;    /* what it sends (made before the client's memory is measured) */
 	size_t bytes;
 	int sent;      /* messages the impostor got out before the client hung up (or all) */
+	int joined;    /* REFUSE: the client's join came before the refusal went */
 } I;
 
 /* What costs a JSON parser most per byte: a long array of empty objects, n bytes at most. */
@@ -54,8 +57,15 @@ static void *impostor(void *arg)
 	static const char challenge[] = "{\"type\":\"challenge\",\"nonce\":\"0123456789abcdef0123456789abcdef\","
 					"\"epoch\":\"0123456789abcdef0123456789abcdef\"}";
 	int count = I.what == BIG ? 1 : 20000;
-	if (I.what == FLOOD && wsr_send(fd, challenge, sizeof(challenge) - 1, 0) != 0)
+	if (I.what != BIG && wsr_send(fd, challenge, sizeof(challenge) - 1, 0) != 0)
 		count = 0;
+	if (I.what == REFUSE && count) { /* the join answered with a refusal that carries no proof */
+		size_t n;
+		char *join = wsr_recv(fd, &n, 4096);
+		I.joined = join && strstr(join, "\"type\":\"join\"");
+		free(join);
+		count = 1;
+	}
 	for (I.sent = 0; I.sent < count && wsr_send(fd, I.body, I.bytes, 0) == 0; I.sent++)
 		;
 	wsr_closed(fd);
@@ -72,7 +82,15 @@ static rs_status join_impostor(act what, long *grew, rs_err *err)
 	I.lfd = wsr_listen(&I.port);
 	assert_true(I.lfd >= 0);
 	I.what = what;
-	make_body(what == BIG ? (size_t)8 << 20 : 4000);
+	I.joined = 0;
+	if (what == REFUSE) {
+		static const char refused[] = "{\"type\":\"refused\",\"reason\":\"this job trains another model\"}";
+		I.body = strdup(refused);
+		assert_non_null(I.body);
+		I.bytes = sizeof(refused) - 1;
+	} else {
+		make_body(what == BIG ? (size_t)8 << 20 : 4000);
+	}
 	snprintf(url, sizeof(url), "ws://127.0.0.1:%d", I.port);
 	assert_int_equal(pthread_create(&t, NULL, impostor, NULL), 0);
 	long before = wsr_rss_kib();
@@ -83,7 +101,7 @@ static rs_status join_impostor(act what, long *grew, rs_err *err)
 	close(I.lfd);
 	free(I.body);
 	print_message("impostor %s: %s; it got %d message(s) of %zu bytes out; RSS grew %ld KiB\n",
-		      what == BIG ? "big" : "flood", err->msg, I.sent, I.bytes, *grew);
+		      what == BIG ? "big" : what == FLOOD ? "flood" : "refuse", err->msg, I.sent, I.bytes, *grew);
 	return st;
 }
 
@@ -166,6 +184,23 @@ static void test_flood_hangs_up(void **state)
 	assert_true(grew < 16 << 10);
 }
 
+/*
+ * A refusal without the coordinator's proof, before any coordinator proved
+ * itself to this process (none does in this program): taken at its word,
+ * RS_EINVAL, the worker gives up, as a set-up error trying again will not
+ * mend (a join token or model that differ). After a proven join the same
+ * refusal is an impostor's, RS_EPEER (test_server.c).
+ */
+static void test_refusal_before_any_proof(void **state)
+{
+	(void)state;
+	rs_err err = {0};
+	long grew;
+	assert_int_equal(join_impostor(REFUSE, &grew, &err), RS_EINVAL);
+	assert_true(I.joined);
+	assert_non_null(strstr(err.msg, "refused the join: this job trains another model"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -174,6 +209,7 @@ int main(void)
 		cmocka_unit_test(test_pod_uid),
 		cmocka_unit_test(test_big_message_hangs_up),
 		cmocka_unit_test(test_flood_hangs_up),
+		cmocka_unit_test(test_refusal_before_any_proof),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
