@@ -21,8 +21,6 @@
 set -u
 BUILD=${BUILD:-build}
 export BUILD # the programs' too
-. "$(dirname "$0")/lib/direct_python.sh"
-direct_python3 "$BUILD/pybin"
 results="$BUILD/test-results"
 logs="$BUILD/test-logs"
 mkdir -p "$logs"
@@ -39,6 +37,8 @@ fi
 
 kind=$1; shift
 [ $# -gt 0 ] || exit 0
+. "$(dirname "$0")/lib/direct_python.sh"
+direct_python3 "$BUILD/pybin"
 timeout_s=${RS_TEST_TIMEOUT:-300}
 
 # children_cpu: $cpu, the CPU ticks this shell's reaped children have used (user

@@ -76,7 +76,7 @@ late30=$tmp/ck-late/step-000000030
 mkdir -p "$late30" && echo '{"earlier": "run"}' >"$late30/index.json"
 (for _ in $(seq 1 1200); do
 	if ls "$late30" | grep -qv '^index.json$'; then [ -e "$late30/index.json" ] && echo present || echo absent; exit; fi
-	sleep 0.05
+	nap 0.05
 done; echo "no file written") >"$tmp/late-index.txt" &
 watcher=$!
 across_reshard late 2 3 "a growth (2 -> 3)"

@@ -65,7 +65,7 @@ check "1. the join token is in none of them" bash -c "! grep -qF '$token' '$tmp/
 check "1. refused by an impostor, both workers wait for the real coordinator" test "$(workers_of $port)" = 2
 again one one-again
 check "1. both workers rejoined the real coordinator" bash -c \
-	"for _ in \$(seq 1 600); do grep -q 'worker-0 joined' '$tmp/one-again.err' && grep -q 'worker-1 joined' '$tmp/one-again.err' && exit 0; sleep 0.05; done; exit 1"
+	"for _ in \$(seq 1 600); do grep -q 'worker-0 joined' '$tmp/one-again.err' && grep -q 'worker-1 joined' '$tmp/one-again.err' && exit 0; nap 0.05; done; exit 1"
 check "1. they were the same workers (no replacement, no recovery)" bash -c "! grep -q '^recovery: ' '$tmp/one-again.out'"
 grep '"type": *"join"' "$tmp/captured.txt" | head -1 >"$tmp/replay.txt"
 timeout 30 python3 - $port "$tmp/replay.txt" >"$tmp/replay.out" 2>&1 <<'PY'
@@ -82,7 +82,7 @@ PY
 check "1. a captured join replayed to the real coordinator is refused" grep -q "bad join token" "$tmp/replay.out"
 n=$(grep -c "^step " "$tmp/one-again.out")
 check "1. training goes on" bash -c \
-	"for _ in \$(seq 1 600); do [ \$(grep -c '^step ' '$tmp/one-again.out') -gt $n ] && exit 0; sleep 0.05; done; exit 1"
+	"for _ in \$(seq 1 600); do [ \$(grep -c '^step ' '$tmp/one-again.out') -gt $n ] && exit 0; nap 0.05; done; exit 1"
 kill -9 $coord
 end_workers $port
 

@@ -244,7 +244,7 @@ wait_for "$tmp/coord.out" "checkpoint of step [0-9]* complete" 120
 recoveries=$(grep -c "^recovery: " "$tmp/coord.out")
 errs=$(wc -l <"$tmp/coord.err")
 said_since() { # said_since LINE PATTERN SECONDS: the coordinator's log after LINE matches PATTERN (bounded)
-	for _ in $(seq 1 $(($3 * 20))); do tail -n +$(($1 + 1)) "$tmp/coord.err" | grep -q "$2" && return 0; sleep 0.05; done
+	for _ in $(seq 1 $(($3 * 20))); do tail -n +$(($1 + 1)) "$tmp/coord.err" | grep -q "$2" && return 0; nap 0.05; done
 	return 1
 }
 sim "hold-watches?seconds=120" >/dev/null

@@ -132,7 +132,7 @@ first_c_then_d() { # C exits before D acts
 			return 1
 		fi
 		grep -q 'acting coordinator' "$tmp/coord-d.err" && { echo "D acts while C still runs" >&2; return 1; }
-		sleep 0.05
+		nap 0.05
 	done
 	return 1
 }

@@ -549,11 +549,14 @@ async function run([name, ...args]) {
  * of words, the words (COMMAND ARGS...); for each, what the command printed
  * goes to PREFIX.ID.out and PREFIX.ID.err, then the line "ID STATUS" to the
  * FIFO PREFIX.resp. Both FIFOs are held open for reading and writing, so that
- * neither side's open waits for the other; the server runs until killed.
+ * neither side's open waits for the other; "ready" on PREFIX.resp says so
+ * (a request written before would be lost with the FIFO's last writer). The
+ * server runs until killed.
  */
 async function serve(prefix) {
   const req = openSync(`${prefix}.req`, "r+");
   const resp = openSync(`${prefix}.resp`, "r+");
+  writeSync(resp, "ready\n");
   const chunk = Buffer.alloc(65536);
   let buf = Buffer.alloc(0);
   const word = () => {

@@ -42,32 +42,37 @@ helm=tools/bin/helm
 chart=helm/rowshift
 [ -x "$helm" ] || { echo "FAILED: $helm is missing (make tools)"; exit 1; }
 [ -f tools/node_modules/yaml/package.json ] || { echo "FAILED: the yaml package is not installed (make tools)"; exit 1; }
-# js COMMAND ARGS...: k8s_manifests.mjs COMMAND ARGS, run by one node serving them all (its --serve):
-# what the command printed, and its exit status; 2 when the node gives no answer in 60 s or has died
-# (and $js_at.lost made: a check that expects a refusal must not pass for that). Exported for the
-# checks run through bash -c, as $js.
+# $js COMMAND ARGS...: k8s_manifests.mjs COMMAND ARGS, run by one node serving them all (its --serve; a
+# node start costs 0.35 s of CPU, and the checks make some sixty): what the command printed, and its exit
+# status; 2 when the node gives no answer in 60 s or has died (and $js_at.lost made: a check that expects a
+# refusal must not pass for that). A program ($tmp/js), so that it runs under bash -c, timeout or xargs
+# as node did; calls one at a time (an answer with another call's ID is dropped as a late one).
 js_at=$tmp/js
 mkfifo "$js_at.req" "$js_at.resp"
 node tests/integration/k8s_manifests.mjs --serve "$js_at" &
 js_pid=$!
-js_call() {
-	local id="$BASHPID.$RANDOM" got rc _
-	printf '%s\0' "$id" $# "$@" 3<>"$js_at.req" >&3 # (not 1<>: export -f would write it <>)
-	for _ in $(seq 60); do
-		while read -r -t 1 got rc 0<>"$js_at.resp"; do
-			[ "$got" = "$id" ] || continue
-			cat "$js_at.$id.out" && cat "$js_at.$id.err" >&2 && rm -f "$js_at.$id".*
-			return "$rc"
-		done
-		kill -0 "$js_pid" 2>/dev/null || break
-	done
-	echo "js: no answer from k8s_manifests.mjs --serve to '$*' (it has exited or took over 60 s)" >&2
-	: >"$js_at.lost"
-	return 2
-}
-export -f js_call
 export js_at js_pid
-js=js_call
+read -r -t 60 ready 0<>"$js_at.resp" && [ "$ready" = ready ] ||
+	{ echo "FAILED: k8s_manifests.mjs --serve was not ready in 60 s"; exit 1; }
+js=$tmp/js
+cat >"$js" <<'EOF'
+#!/bin/bash
+id="$$.$RANDOM"
+printf '%s\0' "$id" $# "$@" 1<>"$js_at.req" # (read-write: no wait for a reader, should the server be gone)
+for _ in $(seq 60); do
+	while read -r -t 1 got rc 0<>"$js_at.resp"; do
+		[ "$got" = "$id" ] || continue
+		cat "$js_at.$id.out" && cat "$js_at.$id.err" >&2
+		rm -f "$js_at.$id".*
+		exit "$rc"
+	done
+	kill -0 "$js_pid" 2>/dev/null || break
+done
+echo "$0: no answer from k8s_manifests.mjs --serve to '$*' (it has exited or took over 60 s)" >&2
+: >"$js_at.lost"
+exit 2
+EOF
+chmod +x "$js"
 manifests=(manifests/*.yaml)
 render() { "$helm" template rowshift "$chart" --namespace rowshift "$@"; }
 

@@ -107,7 +107,7 @@ equal flip
 # 4. a SIGKILL while the checkpoint of step 60 is being written
 ROWSHIFT_FAULT=checkpoint-stall-ms=2000@60 run midwrite --checkpoint-dir "$tmp/ck4" --checkpoint-every 30
 wait_for "$tmp/midwrite.out" "checkpoint of step 30 complete" 60
-for _ in $(seq 1 200); do [ -n "$(ls "$tmp/ck4/step-000000060" 2>/dev/null)" ] && break; sleep 0.05; done
+for _ in $(seq 1 200); do [ -n "$(ls "$tmp/ck4/step-000000060" 2>/dev/null)" ] && break; nap 0.05; done
 check "midwrite: the checkpoint of step 60 was being written, without its index" \
 	bash -c "[ -n \"\$(ls '$tmp/ck4/step-000000060')\" ] && [ ! -e '$tmp/ck4/step-000000060/index.json' ]"
 kill_worker 1

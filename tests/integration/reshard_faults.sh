@@ -107,7 +107,7 @@ wait_for "$tmp/scale.out" "4 -> 2 workers" 60
 check "4. SIGTERM to two workers at once drains both in one reshard" \
 	bash -c "grep -q '4 -> 2 workers' $tmp/scale.out && ! grep -q '4 -> 3 workers' $tmp/scale.out"
 check "4. the drained workers are started again and join, as a StatefulSet's pods would" \
-	bash -c "for _ in \$(seq 1 1200); do [ \$(grep -c '2 -> 4 workers' $tmp/scale.out) -ge 2 ] && exit 0; sleep 0.05; done; exit 1"
+	bash -c "for _ in \$(seq 1 1200); do [ \$(grep -c '2 -> 4 workers' $tmp/scale.out) -ge 2 ] && exit 0; nap 0.05; done; exit 1"
 check "4. a drained worker logged handing its rows over" wait_for "$tmp/scale.err" "worker-1 .*handed my rows over" 10
 kill -TERM $job
 finish scale

@@ -42,10 +42,16 @@ check() {
 	local what=$1; shift
 	if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fails=$((fails + 1)); fi
 }
-# nap SECONDS: sleep without starting a process (a read that times out on a FIFO no one writes to):
-# the polls below nap 20 times a second, often in two scripts at once, beside workers on 2 cores
-mkfifo "$tmp/.nap" && exec {nap_fd}<>"$tmp/.nap"
-nap() { read -r -t "$1" -u "$nap_fd" _ || :; }
+# nap SECONDS: sleep without starting a process (a read that times out on a FIFO no one writes to; sleep
+# where there are no FIFOs): the polls nap 20 times a second, often in three scripts at once, beside workers
+# on 2 cores. Exported, with its descriptor, for the polls run through bash -c.
+if mkfifo "$tmp/.nap" && exec {nap_fd}<>"$tmp/.nap"; then
+	nap() { read -r -t "$1" -u "$nap_fd" _ || :; }
+	export nap_fd
+else
+	nap() { sleep "$1"; }
+fi
+export -f nap
 wait_for() {
 	for _ in $(seq 1 $(($3 * 20))); do grep -q "$2" "$1" 2>/dev/null && return 0; nap 0.05; done
 	return 1
