@@ -21,6 +21,13 @@
 #define NAME_MAX_BYTES 64
 #define RESTART_BACKOFF_S 0.2  /* doubled at each restart of the same ordinal, up to 5 s */
 #define LOCAL_EARLY_EXITS 5     /* a worker that exits before joining this many times in a row fails the start (3 s of backoff) */
+/*
+ * Processes started at once, by rs_local_scale or one rs_local_poll: the
+ * loop serves its connections between batches. Started all at once, 1,024
+ * took 31 s on 2 cores busy with the first ones' start, and those gave up
+ * joining a coordinator that answered no one meanwhile.
+ */
+#define SPAWN_BATCH 8
 
 typedef struct proc {
 	char name[NAME_MAX_BYTES];
@@ -30,6 +37,7 @@ typedef struct proc {
 	int terminating;    /* SIGTERM sent */
 	int restarts;
 	double restart_at;  /* when it may be started again */
+	int pending;        /* wanted and never started: rs_local_poll starts it */
 } proc;
 
 struct rs_local {
@@ -129,17 +137,25 @@ rs_status rs_local_scale(rs_local *l, int32_t n, rs_err *err)
 	if (n < 0 || n > RS_MAX_WORKERS)
 		return rs_err_set(err, RS_EINVAL, "local workers: %d replicas is outside 0..%d", n, RS_MAX_WORKERS);
 	l->replicas = n;
+	int batch = SPAWN_BATCH;
 	for (int32_t k = 0; k < n; k++) {
 		proc *p = slot(l, k);
 		if (!p)
 			return rs_err_set(err, RS_ENOMEM, "local workers: out of memory");
 		if (!p->pid) {
 			p->restarts = 0;
-			RSCHECK(spawn(l, p, err));
+			p->pending = 1;
+			if (batch > 0) {
+				batch--;
+				p->pending = 0;
+				RSCHECK(spawn(l, p, err));
+			}
 		}
 	}
 	for (size_t i = 0; i < l->n; i++) {
 		proc *p = &l->p[i];
+		if (p->ordinal >= n)
+			p->pending = 0;
 		if (p->ordinal >= n && p->pid && !p->terminating) {
 			p->terminating = 1;
 			/*
@@ -210,6 +226,7 @@ static int gone(proc *p, int *clean, char *how, size_t n)
 void rs_local_poll(rs_local *l, rs_local_exit_fn fn, void *ctx)
 {
 	double now = rs_now();
+	int batch = SPAWN_BATCH;
 	for (size_t i = 0; i < l->n; i++) {
 		proc *p = &l->p[i];
 		char how[128];
@@ -221,10 +238,15 @@ void rs_local_poll(rs_local *l, rs_local_exit_fn fn, void *ctx)
 			if (fn)
 				fn(ctx, p->name, clean, how);
 		}
-		if (!p->pid && l->restart && p->ordinal < l->replicas && now >= p->restart_at) {
+		if (!p->pid && l->restart && p->ordinal < l->replicas && now >= p->restart_at && batch > 0) {
 			rs_err err = {0};
-			p->restarts++;
-			RS_INFO("%s is wanted (replicas %d) but gone: starting it again", p->name, l->replicas);
+			batch--;
+			if (p->pending)
+				p->pending = 0;
+			else {
+				p->restarts++;
+				RS_INFO("%s is wanted (replicas %d) but gone: starting it again", p->name, l->replicas);
+			}
 			if (spawn(l, p, &err) != RS_OK)
 				RS_WARN("%s", err.msg);
 		}

@@ -16,7 +16,7 @@ for spec in "128 137 125" "1024 1100 1000"; do
 	set -- $spec
 	BUILD=$BUILD bash tests/swarm/run.sh "$1" "$2" "$3" "$tmp/$1" 900 || {
 		echo "bench swarm: the run of $1 members failed" >&2
-		tail -5 "$tmp/$1/out" "$tmp/$1/err" >&2
+		tail -n 5 "$tmp/$1/out" "$tmp/$1/err" >&2
 		exit 1
 	}
 done
