@@ -144,6 +144,7 @@ rs_status rs_local_scale(rs_local *l, int32_t n, rs_err *err)
 			return rs_err_set(err, RS_ENOMEM, "local workers: out of memory");
 		if (!p->pid) {
 			p->restarts = 0;
+			p->restart_at = 0;
 			p->pending = 1;
 			if (batch > 0) {
 				batch--;
@@ -152,6 +153,11 @@ rs_status rs_local_scale(rs_local *l, int32_t n, rs_err *err)
 			}
 		}
 	}
+	int later = 0;
+	for (size_t i = 0; i < l->n; i++)
+		later += l->p[i].pending && l->p[i].ordinal < n;
+	if (later)
+		RS_INFO("%d more workers to start, %d at each turn of the loop", later, SPAWN_BATCH);
 	for (size_t i = 0; i < l->n; i++) {
 		proc *p = &l->p[i];
 		if (p->ordinal >= n)
@@ -191,6 +197,7 @@ rs_status rs_local_adopt(rs_local *l, const char *name, int64_t pid, rs_err *err
 		return rs_err_set(err, RS_ENOMEM, "local workers: out of memory");
 	p->pid = (pid_t)pid;
 	p->adopted = 1;
+	p->pending = 0;
 	return RS_OK;
 }
 
@@ -241,14 +248,16 @@ void rs_local_poll(rs_local *l, rs_local_exit_fn fn, void *ctx)
 		if (!p->pid && l->restart && p->ordinal < l->replicas && now >= p->restart_at && batch > 0) {
 			rs_err err = {0};
 			batch--;
-			if (p->pending)
-				p->pending = 0;
-			else {
+			if (!p->pending) {
 				p->restarts++;
 				RS_INFO("%s is wanted (replicas %d) but gone: starting it again", p->name, l->replicas);
 			}
-			if (spawn(l, p, &err) != RS_OK)
+			if (spawn(l, p, &err) == RS_OK) {
+				p->pending = 0;
+			} else { /* tried again after a second (a first start stays one: it never ran) */
 				RS_WARN("%s", err.msg);
+				p->restart_at = now + 1;
+			}
 		}
 	}
 }

@@ -4,7 +4,9 @@
  * (job.h) is the same in both modes.
  *
  * There are `replicas` workers named worker-0 .. worker-(replicas-1).
- * Scaling up starts the missing ordinals; scaling down sends SIGTERM to the
+ * Scaling up starts the missing ordinals (8 at once, the next 8 at each
+ * rs_local_poll, so that the loop serves its connections between); scaling
+ * down sends SIGTERM to the
  * ordinals at or past the new count (each drains its rows and exits once
  * the coordinator committed the reshard that took them out). A worker that
  * exits while its ordinal is still wanted is started again after a
@@ -45,7 +47,7 @@ rs_status rs_local_create(const rs_local_options *o, rs_local **out, rs_err *err
 /* Free l; running processes are left alone (see rs_local_stop_all). */
 void rs_local_destroy(rs_local *l);
 
-/* Want n workers: start the missing ordinals now, SIGTERM those >= n. */
+/* Want n workers: start the missing ordinals (the first 8 now, the rest at the next polls), SIGTERM those >= n. */
 rs_status rs_local_scale(rs_local *l, int32_t n, rs_err *err);
 int32_t rs_local_replicas(const rs_local *l);
 
@@ -62,7 +64,8 @@ void rs_local_set_restart(rs_local *l, int on);
  * Reap exited workers, telling fn about each: clean is 1 for exit status
  * 0, 0 for a failure or a signal, -1 when unknown (an adopted process);
  * `how` says which ("exited with status 3", "killed by signal 9"). Then
- * start again, after their back-off, the wanted workers that are missing.
+ * start, 8 at most, the wanted workers that are missing: those never
+ * started yet, and again, after their back-off, those that exited.
  */
 typedef void (*rs_local_exit_fn)(void *ctx, const char *name, int clean, const char *how);
 void rs_local_poll(rs_local *l, rs_local_exit_fn fn, void *ctx);

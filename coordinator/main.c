@@ -197,7 +197,7 @@ static rs_status start(coord *c, rs_err *err)
 			setenv("ROWSHIFT_TLS_CA", abs ? abs : c->f.tls_cert, 0);
 			free(abs);
 		}
-		if (c->recovering) /* the wanted workers that are missing start now */
+		if (c->recovering) /* the wanted workers that are missing start now (8 at a time) */
 			RSCHECK(rs_local_scale(c->lm.local, c->state.replicas, err));
 		if (c->f.admin_file)
 			snprintf(c->admin, sizeof(c->admin), "%s", c->f.admin_file);
