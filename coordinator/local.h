@@ -6,13 +6,12 @@
  * There are `replicas` workers named worker-0 .. worker-(replicas-1).
  * Scaling up starts the missing ordinals (8 at once, the next 8 at each
  * rs_local_poll, so that the loop serves its connections between); scaling
- * down sends SIGTERM to the
- * ordinals at or past the new count (each drains its rows and exits once
- * the coordinator committed the reshard that took them out). A worker that
- * exits while its ordinal is still wanted is started again after a
- * back-off, as a StatefulSet recreates a deleted pod. A restarted
- * coordinator adopts the processes its predecessor started, by pid, for
- * their liveness only: it never signals a process it did not start itself
+ * down sends SIGTERM to the ordinals at or past the new count (each drains
+ * its rows and exits once the coordinator committed the reshard that took
+ * them out). A worker that exits while its ordinal is still wanted is
+ * started again after a back-off, as a StatefulSet recreates a deleted pod.
+ * A restarted coordinator adopts the processes its predecessor started, by
+ * pid, for their liveness only: it never signals a process it did not start itself
  * (a pid may have been reused by a bystander since); an adopted worker that
  * is no longer wanted is resharded out and leaves after that commit.
  *
