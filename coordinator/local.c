@@ -137,7 +137,7 @@ rs_status rs_local_scale(rs_local *l, int32_t n, rs_err *err)
 	if (n < 0 || n > RS_MAX_WORKERS)
 		return rs_err_set(err, RS_EINVAL, "local workers: %d replicas is outside 0..%d", n, RS_MAX_WORKERS);
 	l->replicas = n;
-	int batch = SPAWN_BATCH;
+	int batch = SPAWN_BATCH, later = 0;
 	for (int32_t k = 0; k < n; k++) {
 		proc *p = slot(l, k);
 		if (!p)
@@ -150,18 +150,15 @@ rs_status rs_local_scale(rs_local *l, int32_t n, rs_err *err)
 				batch--;
 				p->pending = 0;
 				RSCHECK(spawn(l, p, err));
+			} else {
+				later++;
 			}
 		}
 	}
-	int later = 0;
-	for (size_t i = 0; i < l->n; i++)
-		later += l->p[i].pending && l->p[i].ordinal < n;
 	if (later)
 		RS_INFO("%d more workers to start, %d at each turn of the loop", later, SPAWN_BATCH);
 	for (size_t i = 0; i < l->n; i++) {
 		proc *p = &l->p[i];
-		if (p->ordinal >= n)
-			p->pending = 0;
 		if (p->ordinal >= n && p->pid && !p->terminating) {
 			p->terminating = 1;
 			/*

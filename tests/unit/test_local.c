@@ -48,24 +48,20 @@ static int teardown(void **state)
 	return rs_scratch_remove(dir);
 }
 
-static int running(rs_local *l)
-{
-	const char *names[64];
-	int64_t pids[64];
-	return rs_local_list(l, names, pids, 64);
-}
-
-/* Whether worker name has a process. */
-static int started(rs_local *l, const char *name)
+/* How many workers have a process; with name, whether that one has. */
+static int running_named(rs_local *l, const char *name)
 {
 	const char *names[64];
 	int64_t pids[64];
 	int n = rs_local_list(l, names, pids, 64);
+	if (!name)
+		return n;
 	for (int i = 0; i < n && i < 64; i++)
 		if (!strcmp(names[i], name))
 			return 1;
 	return 0;
 }
+static int running(rs_local *l) { return running_named(l, NULL); }
 
 /* 20 wanted: 8 at the scale, 8 more at each poll, none past 20; a scale down wants the rest no more. */
 static void test_starts_in_batches(void **state)
@@ -91,7 +87,7 @@ static void test_starts_in_batches(void **state)
 	assert_int_equal(rs_local_scale(l, 2, &err), RS_OK);
 	for (int i = 0; i < 3; i++)
 		rs_local_poll(l, NULL, NULL);
-	assert_true(!started(l, "worker-28") && !started(l, "worker-29"));
+	assert_true(!running_named(l, "worker-28") && !running_named(l, "worker-29"));
 	assert_false(rs_local_wanted(l, "worker-29"));
 	assert_int_equal(rs_local_scale(l, 0, &err), RS_OK);
 	rs_local_stop_all(l, 5000);
