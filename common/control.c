@@ -151,9 +151,14 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 				return -1;
 		}
 		break;
+	case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE: /* in: the close frame's status code (2 bytes), then its reason */
+		snprintf(c->why, sizeof(c->why), "the coordinator closed the connection (status %u)",
+			 len >= 2 ? (unsigned)((const unsigned char *)in)[0] << 8 | ((const unsigned char *)in)[1] : 0u);
+		break;
 	case LWS_CALLBACK_CLIENT_CLOSED:
-		if (!c->closed)
-			snprintf(c->why, sizeof(c->why), "the coordinator closed the connection");
+		if (!c->closed && !c->why[0])
+			snprintf(c->why, sizeof(c->why), "the connection ended without a close from the coordinator%s%s%s",
+				 rs_ws_last_error()[0] ? " (" : "", rs_ws_last_error(), rs_ws_last_error()[0] ? ")" : "");
 		c->closed = 1;
 		c->wsi = NULL;
 		break;
@@ -185,6 +190,8 @@ rs_status rs_control_poll(rs_control *c)
 		rs_ws_service(c->ctx, 0);
 	return c->closed && !c->head ? RS_EPEER : RS_OK;
 }
+
+const char *rs_control_why(const rs_control *c) { return c->closed ? c->why : ""; }
 
 rs_status rs_control_recv(rs_control *c, int timeout_ms, json_t **msg)
 {

@@ -9,6 +9,7 @@
 #include "common/proto.h"
 
 #include <stdlib.h>
+#include <stdio.h>
 
 /* ---- the real connection: common/control.h's WebSocket client ---------------------- */
 
@@ -38,6 +39,8 @@ static rs_status cc_recv(rs_coord_conn *c, int timeout_ms, json_t **msg)
 
 static rs_status cc_poll(rs_coord_conn *c) { return rs_control_poll(((control_conn *)c)->ctl); }
 
+static const char *cc_why(rs_coord_conn *c) { return rs_control_why(((control_conn *)c)->ctl); }
+
 static void cc_drop(rs_coord_conn *c)
 {
 	control_conn *cc = (control_conn *)c;
@@ -57,6 +60,7 @@ static const rs_coord_conn_ops control_ops = {
 	.flush = cc_flush,
 	.recv = cc_recv,
 	.poll = cc_poll,
+	.why = cc_why,
 	.drop = cc_drop,
 	.destroy = cc_destroy,
 };
@@ -84,12 +88,16 @@ void rs_link_init(rs_link *l, rs_coord_conn *conn, const char *addr, int timeout
 
 static void link_drop(rs_link *l)
 {
+	char why[400] = "";
 	if (!l->up)
 		return;
+	if (l->conn->ops->why) /* read before the drop, which frees it */
+		snprintf(why, sizeof(why), "%s", l->conn->ops->why(l->conn));
 	l->conn->ops->drop(l->conn);
 	l->up = 0;
 	l->lost_at = rs_now();
-	RS_WARN("lost the coordinator at %s; reconnecting for up to %d ms", l->conn->where, l->grace_ms);
+	RS_WARN("lost the coordinator at %s%s%s; reconnecting for up to %d ms", l->conn->where, why[0] ? ": " : "", why,
+		l->grace_ms);
 }
 
 void rs_link_close(rs_link *l)

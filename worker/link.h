@@ -52,6 +52,8 @@ typedef struct rs_coord_conn_ops {
 	rs_status (*recv)(rs_coord_conn *c, int timeout_ms, json_t **msg);
 	/* Service the connection without blocking: RS_EPEER once it closed. */
 	rs_status (*poll)(rs_coord_conn *c);
+	/* Why the connection closed, once recv or poll said RS_EPEER ("" when unknown); NULL: never known. */
+	const char *(*why)(rs_coord_conn *c);
 	/* Close the connection; a later join opens a new one. */
 	void (*drop)(rs_coord_conn *c);
 	/* Close and free (NULL-safe through rs_coord_conn_destroy). */

@@ -296,7 +296,8 @@ int main(int argc, char **argv)
 		if (st == RS_ETIMEDOUT)
 			continue; /* a world that trains hears nothing for long */
 		if (st != RS_OK) {
-			RS_ERROR("the coordinator went away (%s)", rs_status_str(st));
+			RS_ERROR("the coordinator went away (%s%s%s)", rs_status_str(st), rs_control_why(m.c)[0] ? ": " : "",
+				 rs_control_why(m.c));
 			ok = 0;
 			break;
 		}

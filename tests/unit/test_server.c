@@ -552,6 +552,26 @@ static void test_large_message_after_welcome(void **state)
 	rs_control_close(c);
 }
 
+/* A worker whose coordinator went away is told why (the worker's log says it beside "lost the coordinator"). */
+static void test_why_the_connection_closed(void **state)
+{
+	rs_control *c = NULL;
+	rs_err err = {0};
+	json_t *m = NULL;
+	assert_int_equal(rs_control_connect(S.url, TOKEN, "tester", "", NULL, 5000, &c, &err), RS_OK);
+	assert_int_equal(rs_control_recv(c, 50, &m), RS_ETIMEDOUT);
+	assert_string_equal(rs_control_why(c), ""); /* open: nothing to say */
+	teardown(state);
+	rs_status st = RS_ETIMEDOUT;
+	for (double until = rs_now() + WSR_TIMEOUT_S; st == RS_ETIMEDOUT && rs_now() < until;)
+		st = rs_control_recv(c, 100, &m);
+	assert_int_equal(st, RS_EPEER);
+	print_message("the coordinator gone: %s\n", rs_control_why(c));
+	assert_non_null(strstr(rs_control_why(c), "coordinator"));
+	rs_control_close(c);
+	setup(state); /* for the teardown */
+}
+
 /*
  * A worker does not rejoin a deposed coordinator: once it joined one of
  * term 5, one of term 3 (still running on its old address) is refused,
@@ -592,6 +612,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_status_snapshot_then_events, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_large_message_after_welcome, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_with_another_model, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_why_the_connection_closed, setup, teardown),
 		cmocka_unit_test(test_deposed_coordinator_refused), /* last: see there */
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
