@@ -203,7 +203,9 @@ rs_status rs_control_recv(rs_control *c, int timeout_ms, json_t **msg)
 		int64_t left = deadline - rs_now_ms();
 		if (left <= 0)
 			return RS_ETIMEDOUT;
-		rs_ws_service(c->ctx, left > 50 ? 50 : (int)left);
+		/* the whole wait at once: a message, a close or any other event ends it early (an idle
+		 * worker wakes once per call, not every 50 ms: a thousand on one machine took its cores) */
+		rs_ws_service(c->ctx, left > INT32_MAX ? INT32_MAX : (int)left);
 	}
 	inbox *b = c->head;
 	c->head = b->next;
@@ -353,6 +355,7 @@ static rs_status open_client(const char *url, const char *protocol, const char *
 	info.port = CONTEXT_PORT_NO_LISTEN;
 	info.protocols = protocols;
 	info.user = c;
+	info.retry_and_idle_policy = rs_ws_idle_policy();
 	if (tls) {
 		/* the server's certificate and host name are verified (lws's default): by --tls-ca, else the system's CAs */
 		info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
@@ -373,6 +376,7 @@ static rs_status open_client(const char *url, const char *protocol, const char *
 	ci.protocol = protocol; /* no Origin: the coordinator refuses upgrades from web pages */
 	ci.ssl_connection = tls ? LCCSCF_USE_SSL : 0;
 	ci.pwsi = &c->wsi;
+	ci.retry_and_idle_policy = rs_ws_idle_policy();
 	if (!lws_client_connect_via_info(&ci)) {
 		rs_control_close(c);
 		return rs_err_set(err, RS_ELWS, "control: cannot start connecting to %s", url);

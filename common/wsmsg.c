@@ -197,6 +197,16 @@ int rs_wsmsg_write(rs_wsmsg *m, struct lws *wsi)
 	return (int)m->queued;
 }
 
+static lws_retry_bo_t idle_policy = {.secs_since_valid_ping = RS_WS_PING_S, .secs_since_valid_hangup = RS_WS_HANGUP_S};
+
+const lws_retry_bo_t *rs_ws_idle_policy(void) { return &idle_policy; }
+
+void rs_ws_set_idle_policy(uint16_t ping_s, uint16_t hangup_s)
+{
+	idle_policy.secs_since_valid_ping = ping_s;
+	idle_policy.secs_since_valid_hangup = hangup_s > ping_s ? hangup_s : (uint16_t)(ping_s + 1); /* lws asserts it */
+}
+
 static void wake_up(lws_sorted_usec_list_t *sul)
 {
 	(void)sul; /* its only job is to end lws_service's wait */

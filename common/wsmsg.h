@@ -54,6 +54,20 @@ int rs_wsmsg_write(rs_wsmsg *m, struct lws *wsi);
 void rs_ws_service(struct lws_context *ctx, int timeout_ms);
 
 /*
+ * How long a WebSocket may go without proof that its peer answers before
+ * lws sends a PING (ping_s), and before it hangs up without the PONG
+ * (hangup_s): every context sets it (lws's default, 300 and 310 s, gave a
+ * peer 10 s to answer, and a coordinator busy that long, a slow API call
+ * or a thousand members on one machine, lost every idle member at once).
+ * A peer that stopped answering is found within hangup_s. Tests shorten
+ * it with rs_ws_set_idle_policy before creating their contexts.
+ */
+#define RS_WS_PING_S 30
+#define RS_WS_HANGUP_S 150
+const lws_retry_bo_t *rs_ws_idle_policy(void);
+void rs_ws_set_idle_policy(uint16_t ping_s, uint16_t hangup_s);
+
+/*
  * libwebsockets' errors go through rs_log (escaped, like every log line;
  * 10 at once, then one a second, the rest counted: a peer can cause them),
  * and the last one this thread saw is kept (rs_ws_last_error): a

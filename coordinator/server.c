@@ -609,6 +609,7 @@ rs_status rs_server_create(const rs_server_opts *o, const rs_server_handler *h, 
 	info.user = s;
 	info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
 	info.timeout_secs = REQUEST_DEADLINE_S;
+	info.retry_and_idle_policy = rs_ws_idle_policy(); /* the workers', rowshiftctl's and browsers' connections */
 	info.fd_limit_per_thread = fd_budget();
 	/*
 	 * At most a quarter of the descriptors: a flood of WebSockets meets the

@@ -44,7 +44,8 @@ def messages(buf):
         if len(buf) < off + 4 + n:
             break
         mask, body = buf[off:off + 4], buf[off + 4:off + 4 + n]
-        out.append(bytes(b ^ mask[i % 4] for i, b in enumerate(body)).decode(errors="replace"))
+        if buf[0] & 0x0F == 1:  # text; a PING (the worker's idle check after 30 s) is no message
+            out.append(bytes(b ^ mask[i % 4] for i, b in enumerate(body)).decode(errors="replace"))
         buf = buf[off + 4 + n:]
     return out, buf
 

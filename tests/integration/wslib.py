@@ -80,6 +80,13 @@ class Reader:
             if op == 8:
                 self.closed = True
                 break
+            if op == 9:  # a PING (the coordinator's idle check, every 30 s): answered, as a browser does
+                try:
+                    send(self.s, data, opcode=10)
+                except BlockingIOError:
+                    pass  # its socket full: the coordinator's next PING asks again
+                except OSError:
+                    self.closed = True
             if op in (1, 2):
                 out.append(data)
         return out

@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/control.h"
 #include "common/proto.h"
+#include "common/wsmsg.h"
 #include "coordinator/server.h"
 #include "tests/unit/ws_raw.h"
 
@@ -43,6 +44,7 @@ static struct {
 	atomic_ulong built;        /* rs_server_snapshots_built, likewise */
 	size_t snapshot_pad;       /* bytes of padding in each snapshot */
 	size_t after_welcome;      /* on a join, send a message this large at once (0: none) */
+	atomic_int frozen;         /* the server thread services nothing while set (a coordinator busy elsewhere) */
 } S;
 
 static void on_join(void *ctx, rs_conn *c, const rs_msg_join *j)
@@ -77,6 +79,10 @@ static void *serve(void *arg)
 {
 	(void)arg;
 	while (!atomic_load(&S.stop)) {
+		if (atomic_load(&S.frozen)) {
+			rs_sleep(0.01);
+			continue;
+		}
 		rs_server_service(S.srv, 5);
 		for (; atomic_load(&S.to_publish) > 0; atomic_fetch_sub(&S.to_publish, 1)) {
 			json_t *e = json_pack("{s:s, s:i}", "type", "event", "n", atomic_load(&S.published) + 1);
@@ -572,6 +578,46 @@ static void test_why_the_connection_closed(void **state)
 	setup(state); /* for the teardown */
 }
 
+/* Whether c is still open after `seconds` of waiting for a message that never comes. */
+static int open_after(rs_control *c, double seconds)
+{
+	json_t *m = NULL;
+	rs_status st = RS_ETIMEDOUT;
+	for (double until = rs_now() + seconds; st == RS_ETIMEDOUT && rs_now() < until;)
+		st = rs_control_recv(c, 100, &m);
+	json_decref(m);
+	return st == RS_ETIMEDOUT;
+}
+
+/*
+ * The idle policy (wsmsg.h), shortened to a PING after 1 s without proof
+ * that the peer answers and a hang-up after 6 s: a coordinator that
+ * services nothing for 2.5 s (busy elsewhere) keeps its worker, whose PING
+ * it answers late (lws's default gave 10 s of 310); one that stays silent
+ * is found gone within the hang-up time.
+ */
+static void test_idle_policy(void **state)
+{
+	rs_control *c = NULL;
+	rs_err err = {0};
+	teardown(state);
+	rs_ws_set_idle_policy(1, 6);
+	assert_int_equal(setup(state), 0);
+	assert_int_equal(rs_control_connect(S.url, TOKEN, "tester", "", NULL, 5000, &c, &err), RS_OK);
+	atomic_store(&S.frozen, 1);
+	assert_true(open_after(c, 2.5));
+	atomic_store(&S.frozen, 0);
+	assert_true(open_after(c, 7)); /* past the hang-up time of the PING sent while it was frozen */
+	atomic_store(&S.frozen, 1);
+	double t0 = rs_now();
+	assert_false(open_after(c, 20));
+	print_message("a coordinator silent for good: the worker hung up after %.1f s (%s)\n", rs_now() - t0,
+		      rs_control_why(c));
+	atomic_store(&S.frozen, 0);
+	rs_control_close(c);
+	rs_ws_set_idle_policy(RS_WS_PING_S, RS_WS_HANGUP_S);
+}
+
 /*
  * A worker does not rejoin a deposed coordinator: once it joined one of
  * term 5, one of term 3 (still running on its old address) is refused,
@@ -613,6 +659,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_large_message_after_welcome, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_with_another_model, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_why_the_connection_closed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_idle_policy, setup, teardown),
 		cmocka_unit_test(test_deposed_coordinator_refused), /* last: see there */
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
