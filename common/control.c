@@ -49,6 +49,7 @@ struct rs_control {
 	int guarded;
 	const answer_check *check; /* set while the answer to our join is due */
 	char why[400];
+	double proof_at;        /* when the peer last proved it answers, as lws counts it: connected or a PONG (rs_now) */
 	char bearer[1100];      /* "Authorization: Bearer ..." value for the status stream, or "" */
 };
 
@@ -113,6 +114,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 	switch (reason) {
 	case LWS_CALLBACK_CLIENT_ESTABLISHED:
 		c->connected = 1;
+		c->proof_at = rs_now();
 		if (c->io.head)
 			lws_callback_on_writable(wsi);
 		break;
@@ -123,6 +125,9 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 		c->untrusted = strstr(rs_ws_last_error(), "preverify_ok=0") != NULL;
 		c->closed = 1;
 		c->wsi = NULL;
+		break;
+	case LWS_CALLBACK_CLIENT_RECEIVE_PONG:
+		c->proof_at = rs_now();
 		break;
 	case LWS_CALLBACK_CLIENT_RECEIVE:
 		switch (rs_wsmsg_rx(&c->io, in, len, lws_is_first_fragment(wsi), lws_is_final_fragment(wsi), &msg, &mlen)) {
@@ -156,9 +161,11 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 			 len >= 2 ? (unsigned)((const unsigned char *)in)[0] << 8 | ((const unsigned char *)in)[1] : 0u);
 		break;
 	case LWS_CALLBACK_CLIENT_CLOSED:
-		if (!c->closed && !c->why[0])
-			snprintf(c->why, sizeof(c->why), "the connection ended without a close from the coordinator%s%s%s",
-				 rs_ws_last_error()[0] ? " (" : "", rs_ws_last_error(), rs_ws_last_error()[0] ? ")" : "");
+		if (!c->closed && !c->why[0] && rs_now() - c->proof_at >= rs_ws_idle_policy()->secs_since_valid_hangup - 1)
+			snprintf(c->why, sizeof(c->why), "no answer from the coordinator for %.0f s, not even to a PING: "
+				 "hung up", rs_now() - c->proof_at);
+		else if (!c->closed && !c->why[0])
+			snprintf(c->why, sizeof(c->why), "the connection ended without a close from the coordinator");
 		c->closed = 1;
 		c->wsi = NULL;
 		break;

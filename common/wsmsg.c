@@ -203,8 +203,9 @@ const lws_retry_bo_t *rs_ws_idle_policy(void) { return &idle_policy; }
 
 void rs_ws_set_idle_policy(uint16_t ping_s, uint16_t hangup_s)
 {
-	idle_policy.secs_since_valid_ping = ping_s;
-	idle_policy.secs_since_valid_hangup = hangup_s > ping_s ? hangup_s : (uint16_t)(ping_s + 1); /* lws asserts it */
+	int ok = ping_s >= 1 && hangup_s > ping_s; /* 0 pings at once after every PONG; lws hangs up at once without a ping before */
+	idle_policy.secs_since_valid_ping = ok ? ping_s : RS_WS_PING_S;
+	idle_policy.secs_since_valid_hangup = ok ? hangup_s : RS_WS_HANGUP_S;
 }
 
 static void wake_up(lws_sorted_usec_list_t *sul)

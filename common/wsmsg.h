@@ -54,16 +54,20 @@ int rs_wsmsg_write(rs_wsmsg *m, struct lws *wsi);
 void rs_ws_service(struct lws_context *ctx, int timeout_ms);
 
 /*
- * How long a WebSocket may go without proof that its peer answers before
- * lws sends a PING (ping_s), and before it hangs up without the PONG
- * (hangup_s): every context sets it (lws's default, 300 and 310 s, gave a
- * peer 10 s to answer, and a coordinator busy that long, a slow API call
- * or a thousand members on one machine, lost every idle member at once).
- * A peer that stopped answering is found within hangup_s. Tests shorten
- * it with rs_ws_set_idle_policy before creating their contexts.
+ * How long a WebSocket may go without proof that its peer answers (a PONG;
+ * lws counts no message as proof) before lws sends a PING (ping_s), and
+ * before it hangs up without the PONG (hangup_s): every context sets it.
+ * A peer may be busy for hangup_s - ping_s (570 s) without losing its
+ * connection: lws's default (300 and 310 s) gave it 10 s, and a
+ * coordinator busy that long (a slow API call, a thousand members on one
+ * machine) lost every idle member at once; a worker blocked in a long
+ * checkpoint load or save answers no PING either. A peer that stopped
+ * answering for good is found within hangup_s. Tests shorten it with
+ * rs_ws_set_idle_policy (1 <= ping_s < hangup_s, else the defaults)
+ * before creating their contexts; lws reads it live.
  */
 #define RS_WS_PING_S 30
-#define RS_WS_HANGUP_S 150
+#define RS_WS_HANGUP_S 600
 const lws_retry_bo_t *rs_ws_idle_policy(void);
 void rs_ws_set_idle_policy(uint16_t ping_s, uint16_t hangup_s);
 

@@ -80,11 +80,11 @@ class Reader:
             if op == 8:
                 self.closed = True
                 break
-            if op == 9:  # a PING (the coordinator's idle check, every 30 s): answered, as a browser does
+            if op == 9:  # a PING (the coordinator's idle check, 30 s after the last PONG): answered, as a browser does
                 try:
                     send(self.s, data, opcode=10)
                 except BlockingIOError:
-                    pass  # its socket full: the coordinator's next PING asks again
+                    pass  # its socket full: without the PONG, the coordinator hangs up 600 s after its last one
                 except OSError:
                     self.closed = True
             if op in (1, 2):
