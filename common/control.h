@@ -75,7 +75,11 @@ rs_status rs_control_poll(rs_control *c);
 /* Wait until every queued message is written (at most timeout_ms). */
 rs_status rs_control_flush(rs_control *c, int timeout_ms);
 
-/* Why the connection closed, once it has (RS_EPEER): "the coordinator closed the connection", ...; "" before. */
+/*
+ * Why the connection closed, once it has (RS_EPEER): the coordinator's
+ * close and its status, the connection ending without one, or this end's
+ * idle check hanging up (common/wsmsg.h); "" while it is open.
+ */
 const char *rs_control_why(const rs_control *c);
 
 #endif

@@ -8,8 +8,8 @@
 #include "common/log.h"
 #include "common/proto.h"
 
-#include <stdlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 /* ---- the real connection: common/control.h's WebSocket client ---------------------- */
 
