@@ -161,11 +161,14 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 			 len >= 2 ? (unsigned)((const unsigned char *)in)[0] << 8 | ((const unsigned char *)in)[1] : 0u);
 		break;
 	case LWS_CALLBACK_CLIENT_CLOSED:
-		if (!c->closed && !c->why[0] && rs_now() - c->proof_at >= rs_ws_idle_policy()->secs_since_valid_hangup - 1)
-			snprintf(c->why, sizeof(c->why), "no answer from the coordinator for %.0f s, not even to a PING: "
-				 "hung up", rs_now() - c->proof_at);
-		else if (!c->closed && !c->why[0])
-			snprintf(c->why, sizeof(c->why), "the connection ended without a close from the coordinator");
+		if (!c->closed && !c->why[0]) {
+			double quiet = rs_now() - c->proof_at; /* our idle check hangs up at secs_since_valid_hangup */
+			if (quiet >= rs_ws_idle_policy()->secs_since_valid_hangup - 1)
+				snprintf(c->why, sizeof(c->why),
+					 "no answer from the coordinator for %.0f s, not even to a PING: hung up", quiet);
+			else
+				snprintf(c->why, sizeof(c->why), "the connection ended without a close from the coordinator");
+		}
 		c->closed = 1;
 		c->wsi = NULL;
 		break;
@@ -362,7 +365,6 @@ static rs_status open_client(const char *url, const char *protocol, const char *
 	info.port = CONTEXT_PORT_NO_LISTEN;
 	info.protocols = protocols;
 	info.user = c;
-	info.retry_and_idle_policy = rs_ws_idle_policy();
 	if (tls) {
 		/* the server's certificate and host name are verified (lws's default): by --tls-ca, else the system's CAs */
 		info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
@@ -383,7 +385,7 @@ static rs_status open_client(const char *url, const char *protocol, const char *
 	ci.protocol = protocol; /* no Origin: the coordinator refuses upgrades from web pages */
 	ci.ssl_connection = tls ? LCCSCF_USE_SSL : 0;
 	ci.pwsi = &c->wsi;
-	ci.retry_and_idle_policy = rs_ws_idle_policy();
+	ci.retry_and_idle_policy = rs_ws_idle_policy(); /* the connection's idle check (lws keeps the pointer) */
 	if (!lws_client_connect_via_info(&ci)) {
 		rs_control_close(c);
 		return rs_err_set(err, RS_ELWS, "control: cannot start connecting to %s", url);

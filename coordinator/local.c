@@ -145,13 +145,11 @@ rs_status rs_local_scale(rs_local *l, int32_t n, rs_err *err)
 		if (!p->pid) {
 			p->restarts = 0;
 			p->restart_at = 0;
-			p->pending = 1;
-			if (batch > 0) {
+			p->pending = batch == 0;
+			later += p->pending;
+			if (!p->pending) {
 				batch--;
-				p->pending = 0;
 				RSCHECK(spawn(l, p, err));
-			} else {
-				later++;
 			}
 		}
 	}
