@@ -90,7 +90,12 @@ static void ckpt_collect(rs_agent *a, int wait)
 {
 	json_t *report;
 	rs_err err = {0};
+	rs_link_keeper keeper;
+	if (wait) /* the write in flight may take minutes */
+		rs_link_keep_start(&keeper, &a->link);
 	rs_status st = rs_checkpointer_done(a->ckpt, wait, &report, &err);
+	if (wait)
+		rs_link_keep_stop(&keeper);
 	if (st == RS_EABORTED)
 		RS_INFO("%s: its generation is lost", err.msg);
 	else if (st != RS_OK)
@@ -256,10 +261,14 @@ static rs_status start_fresh(rs_agent *a, const rs_msg_start *s, rs_plan *plan, 
 	}
 	RSCHECKGOTO(rs__agent_relisten(a, err), st, fail);
 	RSCHECKGOTO(rs__agent_connect_peers(a, s, &a->t, err), st, fail);
-	RSCHECKGOTO((s->load ? rs_trainer_create_for_load : rs_trainer_create)(a->c.cfg, plan, a->t, a->engine, &a->tr, err),
-		    st, fail);
-	if (s->load)
-		RSCHECKGOTO(load_checkpoint(a, s, err), st, fail);
+	rs_link_keeper keeper;
+	rs_link_keep_start(&keeper, &a->link); /* a large model takes a while to build, and longer to load */
+	st = (s->load ? rs_trainer_create_for_load : rs_trainer_create)(a->c.cfg, plan, a->t, a->engine, &a->tr, err);
+	if (st == RS_OK && s->load)
+		st = load_checkpoint(a, s, err);
+	rs_link_keep_stop(&keeper);
+	if (st != RS_OK)
+		goto fail;
 	a->plan = plan;
 	rs__agent_take_run(&a->cur, s);
 	return RS_OK;
@@ -394,7 +403,11 @@ static rs_status finish(rs_agent *a, rs_err *err)
 	ckpt_collect(a, 1); /* the last periodic checkpoint is reported before "done" */
 	if (a->cur.save[0]) {
 		double s0 = rs_now();
-		RSCHECK(rs_trainer_save(a->tr, a->cur.save, a->cur.steps, err));
+		rs_link_keeper keeper;
+		rs_link_keep_start(&keeper, &a->link); /* a large model's save takes minutes on a slow volume */
+		rs_status st = rs_trainer_save(a->tr, a->cur.save, a->cur.steps, err);
+		rs_link_keep_stop(&keeper);
+		RSCHECK(st);
 		RS_INFO("checkpoint written to %s in %.3f s", a->cur.save, rs_now() - s0);
 	}
 	if (a->c.exit_before_done) { /* test hook (--fault exit-before-done[@NAME]) */

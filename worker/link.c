@@ -7,9 +7,12 @@
 #include "common/control.h"
 #include "common/log.h"
 #include "common/proto.h"
+#include "common/wsmsg.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 /* ---- the real connection: common/control.h's WebSocket client ---------------------- */
 
@@ -235,4 +238,66 @@ rs_status rs_link_poll(rs_link *l, json_t **msg)
 	if (l->conn->ops->recv(l->conn, 0, msg) != RS_OK)
 		*msg = NULL;
 	return RS_OK;
+}
+
+/* ---- the keeper ------------------------------------------------------------------------ */
+
+#define KEEP_EVERY_MS 250
+
+static void *keep(void *arg)
+{
+	rs_link_keeper *k = arg;
+	pthread_mutex_lock(&k->mu);
+	while (!k->stop) {
+		pthread_mutex_unlock(&k->mu);
+		if (k->l->up && k->l->conn->ops->poll(k->l->conn) != RS_OK)
+			link_drop(k->l);
+		struct timespec until;
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		until.tv_nsec += KEEP_EVERY_MS * 1000000L;
+		until.tv_sec += until.tv_nsec / 1000000000L;
+		until.tv_nsec %= 1000000000L;
+		pthread_mutex_lock(&k->mu);
+		while (!k->stop && pthread_cond_timedwait(&k->wake, &k->mu, &until) == 0)
+			; /* woken for nothing: wait on until the time or the stop */
+	}
+	pthread_mutex_unlock(&k->mu);
+	return NULL;
+}
+
+void rs_link_keep_start(rs_link_keeper *k, rs_link *l)
+{
+	pthread_condattr_t ca;
+	int e;
+	*k = (rs_link_keeper){.l = l};
+	if ((e = pthread_condattr_init(&ca)) == 0) {
+		e = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		if (e == 0)
+			e = pthread_cond_init(&k->wake, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	if (e == 0 && (e = pthread_mutex_init(&k->mu, NULL)) != 0)
+		pthread_cond_destroy(&k->wake);
+	if (e == 0 && (e = pthread_create(&k->thread, NULL, keep, k)) != 0) {
+		pthread_mutex_destroy(&k->mu);
+		pthread_cond_destroy(&k->wake);
+	}
+	k->running = e == 0;
+	if (e != 0)
+		RS_WARN("no thread to keep the link to the coordinator alive (%s): a wait past %d s loses it", strerror(e),
+			RS_WS_HANGUP_S - RS_WS_PING_S);
+}
+
+void rs_link_keep_stop(rs_link_keeper *k)
+{
+	if (!k->running)
+		return;
+	pthread_mutex_lock(&k->mu);
+	k->stop = 1;
+	pthread_cond_signal(&k->wake);
+	pthread_mutex_unlock(&k->mu);
+	pthread_join(k->thread, NULL);
+	pthread_mutex_destroy(&k->mu);
+	pthread_cond_destroy(&k->wake);
+	k->running = 0;
 }

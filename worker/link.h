@@ -28,6 +28,7 @@
 #include "common/status.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <signal.h>
 
 typedef struct rs_coord_conn rs_coord_conn;
@@ -142,5 +143,27 @@ rs_status rs_link_recv(rs_link *l, int timeout_ms, json_t **msg, rs_err *err);
  * ran out, RS_EINVAL when the rejoin was refused. Sends a pending leave first.
  */
 rs_status rs_link_poll(rs_link *l, json_t **msg);
+
+/*
+ * Keeping the link alive while the agent's thread is busy for long (a model
+ * built, a checkpoint loaded or saved: minutes for a large model on a slow
+ * volume): a thread of its own services the connection a few times a
+ * second, so the coordinator's PINGs are answered (it hangs up 600 s after
+ * the last answer, common/wsmsg.h) and its messages wait in the connection
+ * for the next receive. Nothing else may use the link from start to stop.
+ * A connection that closes meanwhile is dropped as any other (the next
+ * receive rejoins). When no thread can be started the link is left alone,
+ * with a warning.
+ */
+typedef struct rs_link_keeper {
+	rs_link *l;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t wake;
+	int stop, running;
+} rs_link_keeper;
+
+void rs_link_keep_start(rs_link_keeper *k, rs_link *l);
+void rs_link_keep_stop(rs_link_keeper *k);
 
 #endif

@@ -19,6 +19,7 @@
 #include "common/wsmsg.h"
 #include "coordinator/server.h"
 #include "tests/unit/ws_raw.h"
+#include "worker/link.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -620,6 +621,43 @@ static void test_idle_policy(void **state)
 }
 
 /*
+ * A worker busy past the hang-up time (building or loading a large model,
+ * saving it) keeps its connection while its link's keeper answers the
+ * coordinator's PINGs (and sends its own): the policy shortened to 1 and
+ * 3 s, the worker's thread away for 5 s. Without the keeper the connection
+ * is lost (here the worker's own check, run first when it comes back,
+ * hangs up; the coordinator's would have 3 s after its PING).
+ */
+static void test_busy_worker_kept(void **state)
+{
+	teardown(state);
+	rs_ws_set_idle_policy(1, 3);
+	assert_int_equal(setup(state), 0);
+	for (int keep = 1; keep >= 0; keep--) {
+		rs_coord_conn *conn = NULL;
+		rs_link l;
+		rs_link_keeper k;
+		rs_err err = {0};
+		assert_int_equal(rs_coord_conn_control(S.url, TOKEN, "tester", NULL, &conn), RS_OK);
+		rs_link_init(&l, conn, "", 5000, 1000, NULL);
+		assert_int_equal(rs_link_join(&l, &err), RS_OK);
+		if (keep)
+			rs_link_keep_start(&k, &l);
+		rs_sleep(5);
+		if (keep)
+			rs_link_keep_stop(&k);
+		rs_status st = RS_OK;
+		for (double until = rs_now() + 0.5; st == RS_OK && l.up && rs_now() < until; rs_sleep(0.05))
+			st = conn->ops->poll(conn);
+		print_message("busy 5 s %s its keeper: the connection is %s%s%s\n", keep ? "with" : "without",
+			      st == RS_OK && l.up ? "open" : "closed", st == RS_OK ? "" : ": ", st == RS_OK ? "" : conn->ops->why(conn));
+		assert_int_equal(st == RS_OK && l.up, keep);
+		rs_link_close(&l);
+		rs_coord_conn_destroy(conn);
+	}
+}
+
+/*
  * A worker does not rejoin a deposed coordinator: once it joined one of
  * term 5, one of term 3 (still running on its old address) is refused,
  * and one of term 7 (the next successor) is joined. Last: the term a
@@ -661,6 +699,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_join_with_another_model, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_why_the_connection_closed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_idle_policy, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_busy_worker_kept, setup, teardown),
 		cmocka_unit_test(test_deposed_coordinator_refused), /* last: see there */
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
