@@ -162,10 +162,13 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 		break;
 	case LWS_CALLBACK_CLIENT_CLOSED:
 		if (!c->closed && !c->why[0]) {
-			double quiet = rs_now() - c->proof_at; /* our idle check hangs up at secs_since_valid_hangup */
-			if (quiet >= rs_ws_idle_policy()->secs_since_valid_hangup - 1)
+			/* past the hang-up time: ours, or the coordinator's if this side was too busy to answer */
+			double quiet = rs_now() - c->proof_at;
+			int hangup = rs_ws_idle_policy()->secs_since_valid_hangup;
+			if (quiet >= hangup - 1)
 				snprintf(c->why, sizeof(c->why),
-					 "no answer from the coordinator for %.0f s, not even to a PING: hung up", quiet);
+					 "no answer from the coordinator for %.0f s, past the %d s hang-up time: one side "
+					 "hung up (the coordinator, if this side was busy)", quiet, hangup);
 			else
 				snprintf(c->why, sizeof(c->why), "the connection ended without a close from the coordinator");
 		}

@@ -60,8 +60,9 @@ void rs_ws_service(struct lws_context *ctx, int timeout_ms);
  * A peer may be busy for hangup_s - ping_s (570 s) without losing its
  * connection: lws's default (300 and 310 s) gave it 10 s, and a
  * coordinator busy that long (a slow API call, a thousand members on one
- * machine) lost every idle member at once; a worker blocked in a long
- * checkpoint load or save answers no PING either. A peer that stopped
+ * machine) lost every idle member at once (a worker busy for long, building,
+ * loading or saving a large model, has its link kept by a thread of its
+ * own: worker/link.h). A peer that stopped
  * answering for good is found within hangup_s. Tests shorten it with
  * rs_ws_set_idle_policy (1 <= ping_s < hangup_s, else the defaults)
  * before creating their contexts; lws reads it live.

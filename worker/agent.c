@@ -91,10 +91,11 @@ static void ckpt_collect(rs_agent *a, int wait)
 	json_t *report;
 	rs_err err = {0};
 	rs_link_keeper keeper;
-	if (wait) /* the write in flight may take minutes */
+	int keep = wait && rs_checkpointer_busy(a->ckpt); /* the write in flight may take minutes */
+	if (keep)
 		rs_link_keep_start(&keeper, &a->link);
 	rs_status st = rs_checkpointer_done(a->ckpt, wait, &report, &err);
-	if (wait)
+	if (keep)
 		rs_link_keep_stop(&keeper);
 	if (st == RS_EABORTED)
 		RS_INFO("%s: its generation is lost", err.msg);

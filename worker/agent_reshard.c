@@ -22,12 +22,16 @@ typedef struct progress_ctx {
 	double last;
 } progress_ctx;
 
-/* Between rounds of a reshard: tell the coordinator (at most ten times a second) how far the sends are. */
+/*
+ * Between rounds of a reshard: tell the coordinator (at most ten times a
+ * second) how far the sends are. The link may be a keeper's meanwhile:
+ * rs_link_post alone may touch it (whether it is up too).
+ */
 static void on_progress(void *ctx, const uint64_t *sent, const uint64_t *total, int32_t npeers)
 {
 	progress_ctx *p = ctx;
 	double now = rs_now();
-	if (now - p->last < 0.1 || !p->a->link.up)
+	if (now - p->last < 0.1)
 		return;
 	p->last = now;
 	json_t *pairs = rs_proto_migrating_sent(sent, total, npeers);
@@ -86,7 +90,10 @@ static rs_status stage_rows(rs_agent *a, const rs_msg_start *s, double t0, rs_re
 	rs_reshard_spec spec = {.old_plan = prev, .new_plan = a->st_plan, .union_of_old = uoo, .uni = a->st_uni,
 				.train_t = a->st_t, .engine = a->engine, .progress = on_progress, .progress_ctx = &pc,
 				.restore = s->restore, .restored = restored};
+	rs_link_keeper keeper;
+	rs_link_keep_start(&keeper, &a->link); /* a large model's new shards take a while to build and fill */
 	st = rs_trainer_stage(a->c.cfg, a->tr, &spec, &a->st_tr, rst, err);
+	rs_link_keep_stop(&keeper);
 out:
 	free(uoo);
 	rs_plan_free(prev);

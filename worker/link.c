@@ -183,6 +183,8 @@ rs_status rs_link_status(rs_link *l, json_t *msg, rs_err *err)
 
 void rs_link_post(rs_link *l, json_t *msg)
 {
+	if (l->kept)
+		pthread_mutex_lock(l->kept);
 	if (l->up && msg) {
 		rs_status st = l->conn->ops->send(l->conn, msg);
 		if (st == RS_OK)
@@ -190,6 +192,8 @@ void rs_link_post(rs_link *l, json_t *msg)
 		if (st == RS_EPEER)
 			link_drop(l);
 	}
+	if (l->kept)
+		pthread_mutex_unlock(l->kept);
 	json_decref(msg);
 }
 
@@ -244,12 +248,13 @@ rs_status rs_link_poll(rs_link *l, json_t **msg)
 
 #define KEEP_EVERY_MS 250
 
+/* The keeper's thread: k->mu held but while it waits, so that rs_link_post takes turns with it. */
 static void *keep(void *arg)
 {
 	rs_link_keeper *k = arg;
 	pthread_mutex_lock(&k->mu);
 	while (!k->stop) {
-		pthread_mutex_unlock(&k->mu);
+		rs_link_leave(k->l);
 		if (k->l->up && k->l->conn->ops->poll(k->l->conn) != RS_OK)
 			link_drop(k->l);
 		struct timespec until;
@@ -257,7 +262,6 @@ static void *keep(void *arg)
 		until.tv_nsec += KEEP_EVERY_MS * 1000000L;
 		until.tv_sec += until.tv_nsec / 1000000000L;
 		until.tv_nsec %= 1000000000L;
-		pthread_mutex_lock(&k->mu);
 		while (!k->stop && pthread_cond_timedwait(&k->wake, &k->mu, &until) == 0)
 			; /* woken for nothing: wait on until the time or the stop */
 	}
@@ -269,7 +273,7 @@ void rs_link_keep_start(rs_link_keeper *k, rs_link *l)
 {
 	pthread_condattr_t ca;
 	int e;
-	*k = (rs_link_keeper){.l = l};
+	*k = (rs_link_keeper){.l = l, .was_up = l->up};
 	if ((e = pthread_condattr_init(&ca)) == 0) {
 		e = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 		if (e == 0)
@@ -278,9 +282,13 @@ void rs_link_keep_start(rs_link_keeper *k, rs_link *l)
 	}
 	if (e == 0 && (e = pthread_mutex_init(&k->mu, NULL)) != 0)
 		pthread_cond_destroy(&k->wake);
-	if (e == 0 && (e = pthread_create(&k->thread, NULL, keep, k)) != 0) {
-		pthread_mutex_destroy(&k->mu);
-		pthread_cond_destroy(&k->wake);
+	if (e == 0) {
+		l->kept = &k->mu; /* before the thread: it is the agent's to read */
+		if ((e = pthread_create(&k->thread, NULL, keep, k)) != 0) {
+			l->kept = NULL;
+			pthread_mutex_destroy(&k->mu);
+			pthread_cond_destroy(&k->wake);
+		}
 	}
 	k->running = e == 0;
 	if (e != 0)
@@ -299,5 +307,8 @@ void rs_link_keep_stop(rs_link_keeper *k)
 	pthread_join(k->thread, NULL);
 	pthread_mutex_destroy(&k->mu);
 	pthread_cond_destroy(&k->wake);
+	k->l->kept = NULL;
+	if (k->was_up && !k->l->up)
+		k->l->lost_at = rs_now(); /* the grace period to rejoin starts now: nothing could rejoin meanwhile */
 	k->running = 0;
 }

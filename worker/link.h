@@ -19,8 +19,9 @@
  *                   the grace period, then gives up. A refused rejoin is
  *                   final.
  *
- * Everything runs on the agent's thread. *leave is the only thing another
- * context (a signal handler) may change.
+ * Everything runs on the agent's thread, but a keeper's (below), which
+ * services the connection while the agent's thread is busy for long.
+ * *leave is the only thing another context (a signal handler) may change.
  */
 #ifndef RS_LINK_H
 #define RS_LINK_H
@@ -93,6 +94,7 @@ typedef struct rs_link {
 	double next_try;                    /* the next rejoin attempt while training */
 	json_t *status;                     /* the last status message, repeated after a rejoin (owned) */
 	int leave_sent;
+	pthread_mutex_t *kept;              /* while a keeper runs: the lock rs_link_post takes (else NULL) */
 } rs_link;
 
 /* Set up l over conn (nothing is sent yet); the arguments are as in rs_link's fields. */
@@ -121,7 +123,8 @@ rs_status rs_link_status(rs_link *l, json_t *msg, rs_err *err);
 /*
  * Send msg (stolen) if joined and hand it to the socket without waiting:
  * progress that is not worth waiting for, and not repeated. A closed
- * connection is dropped (the next receive or poll rejoins).
+ * connection is dropped (the next receive or poll rejoins). The one call
+ * allowed while a keeper runs (it takes the keeper's turn).
  */
 void rs_link_post(rs_link *l, json_t *msg);
 
@@ -146,21 +149,23 @@ rs_status rs_link_poll(rs_link *l, json_t **msg);
 
 /*
  * Keeping the link alive while the agent's thread is busy for long (a model
- * built, a checkpoint loaded or saved: minutes for a large model on a slow
- * volume): a thread of its own services the connection a few times a
- * second, so the coordinator's PINGs are answered (it hangs up 600 s after
- * the last answer, common/wsmsg.h) and its messages wait in the connection
- * for the next receive. Nothing else may use the link from start to stop.
- * A connection that closes meanwhile is dropped as any other (the next
- * receive rejoins). When no thread can be started the link is left alone,
- * with a warning.
+ * built or staged, a checkpoint loaded or saved: minutes for a large model
+ * on a slow volume): a thread of its own services the connection a few
+ * times a second, so the coordinator's PINGs are answered (it hangs up
+ * 600 s after the last answer, common/wsmsg.h), a leave asked for by
+ * SIGTERM is sent, and the coordinator's messages wait in the connection
+ * for the next receive. From start to stop the agent's thread may only
+ * rs_link_post. A connection that closes meanwhile is dropped as any
+ * other, and the grace period to rejoin it starts at the stop (nothing
+ * could rejoin before). When no thread can be started the link is left
+ * alone, with a warning.
  */
 typedef struct rs_link_keeper {
 	rs_link *l;
 	pthread_t thread;
 	pthread_mutex_t mu;
 	pthread_cond_t wake;
-	int stop, running;
+	int stop, running, was_up;
 } rs_link_keeper;
 
 void rs_link_keep_start(rs_link_keeper *k, rs_link *l);

@@ -274,17 +274,6 @@ rs_status rs__stage_kept(stager *g, rs__moves which)
 }
 
 /*
- * How far the sends are, to the spec's hook: after each round, and between
- * the files of a restore (which may take minutes: the agent's hook also
- * keeps its link to the coordinator serviced).
- */
-static void report_progress(const stager *g)
-{
-	if (g->spec->progress)
-		g->spec->progress(g->spec->progress_ctx, g->sent, g->total, g->nunion);
-}
-
-/*
  * Each checkpoint file holding rows of this member's restore moves passes
  * its checksum, once (several moves may read one file).
  */
@@ -311,7 +300,6 @@ static rs_status verify_restore_files(const stager *g, const rs_ckpt_index *ix)
 			if (nseen < g->nmoves) /* past that many: checked again, which is only slower */
 				seen[nseen++] = cs->file;
 			st = rs_checkpoint_verify_file(g->spec->restore, cs->file, &cs->sum, g->err);
-			report_progress(g);
 		}
 	}
 	free(seen);
@@ -351,7 +339,6 @@ rs_status rs__stage_restore(stager *g)
 					 g->err);
 		if (st != RS_OK)
 			break;
-		report_progress(g);
 		g->stats->restored_rows += m->rows;
 		if (g->spec->restored && rs__counted(g->nt, (int)(ls - g->nt->shards)))
 			g->spec->restored[m->table] += rs__rows_sum(g->nt, ls, m->row_offset - ls->s.row_offset, m->rows);
@@ -656,7 +643,8 @@ rs_status rs__stage_round(stager *g, int64_t k, int64_t rounds)
 		return rs_err_set(g->err, st, "reshard: moving rows (round %lld of %lld): %s", (long long)k + 1,
 				  (long long)rounds, rs_transport_error(g->spec->uni));
 	RSCHECK(verify_recvs(g, k));
-	report_progress(g);
+	if (g->spec->progress)
+		g->spec->progress(g->spec->progress_ctx, g->sent, g->total, g->nunion);
 	return RS_OK;
 }
 

@@ -41,6 +41,7 @@ static struct {
 	atomic_int to_publish;     /* events the server thread is asked to publish */
 	atomic_int published;      /* events published so far (the snapshot says how many it includes) */
 	atomic_int joins;
+	atomic_int messages;       /* messages from joined workers */
 	atomic_int clients;        /* rs_server_status_clients, as the server thread last saw it */
 	atomic_ulong built;        /* rs_server_snapshots_built, likewise */
 	size_t snapshot_pad;       /* bytes of padding in each snapshot */
@@ -62,6 +63,12 @@ static void on_join(void *ctx, rs_conn *c, const rs_msg_join *j)
 	assert_int_equal(rs_server_send(c, m), RS_OK);
 	json_decref(m);
 	free(pad);
+}
+
+static void on_message(void *ctx, rs_conn *c, json_t *msg)
+{
+	(void)ctx, (void)c, (void)msg;
+	atomic_fetch_add(&S.messages, 1);
 }
 
 /* The snapshot says how many events it includes; it is padded to make it large. */
@@ -102,7 +109,7 @@ static void *serve(void *arg)
 
 static int start_term(const char *hosts, int64_t term)
 {
-	rs_server_handler h = {.on_join = on_join, .status_snapshot = snapshot};
+	rs_server_handler h = {.on_join = on_join, .on_message = on_message, .status_snapshot = snapshot};
 	rs_err err = {0};
 	S.snapshot_pad = 100;
 	rs_server_opts o = {.listen = "127.0.0.1:0", .token = TOKEN, .model = MODEL, .hosts = hosts, .term = term,
@@ -624,9 +631,10 @@ static void test_idle_policy(void **state)
  * A worker busy past the hang-up time (building or loading a large model,
  * saving it) keeps its connection while its link's keeper answers the
  * coordinator's PINGs (and sends its own): the policy shortened to 1 and
- * 3 s, the worker's thread away for 5 s. Without the keeper the connection
- * is lost (here the worker's own check, run first when it comes back,
- * hangs up; the coordinator's would have 3 s after its PING).
+ * 3 s, the worker's thread away for 5 s. Without the keeper the
+ * coordinator hangs up 3 s after the worker's last answer, and the worker
+ * finds its connection closed when it comes back. The keeper takes turns
+ * with a post from the busy thread (a reshard's progress).
  */
 static void test_busy_worker_kept(void **state)
 {
@@ -643,7 +651,11 @@ static void test_busy_worker_kept(void **state)
 		assert_int_equal(rs_link_join(&l, &err), RS_OK);
 		if (keep)
 			rs_link_keep_start(&k, &l);
-		rs_sleep(5);
+		for (int i = 0; i < 10; i++) { /* busy, posting progress now and then when kept */
+			rs_sleep(0.5);
+			if (keep)
+				rs_link_post(&l, json_pack("{s:s, s:i}", "type", "progress", "i", i));
+		}
 		if (keep)
 			rs_link_keep_stop(&k);
 		rs_status st = RS_OK;
@@ -652,6 +664,8 @@ static void test_busy_worker_kept(void **state)
 		print_message("busy 5 s %s its keeper: the connection is %s%s%s\n", keep ? "with" : "without",
 			      st == RS_OK && l.up ? "open" : "closed", st == RS_OK ? "" : ": ", st == RS_OK ? "" : conn->ops->why(conn));
 		assert_int_equal(st == RS_OK && l.up, keep);
+		if (keep)
+			assert_true(wait_for(&S.messages, 10)); /* the posts went out between the keeper's turns */
 		rs_link_close(&l);
 		rs_coord_conn_destroy(conn);
 	}
