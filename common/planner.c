@@ -858,22 +858,121 @@ static int32_t argmin_load(const planner *p)
 	return m;
 }
 
+/* ---- a replan's shedding: the fewest bytes that carry a rank's excess --------------- */
+
+#define SHED_NODES 20000  /* the search's bound: past it, the best set found so far */
+#define SHED_MIN_ITEMS 16 /* a rank with fewer movable items sheds them one at a time (refine) */
+
+typedef struct shed_search {
+	const planner *p;
+	int *cand, n;        /* hi's movable items, densest (load per byte) first */
+	double room;         /* the load lo can take */
+	uint64_t left;       /* the memory lo has left */
+	int *cur, ncur;      /* the set being tried */
+	int *best, nbest;    /* the lightest set found */
+	uint64_t best_bytes;
+	long nodes;
+} shed_search;
+
+static int cmp_density(const void *a, const void *b, void *ctx)
+{
+	const item *x = &((const planner *)ctx)->items[*(const int *)a], *y = &((const planner *)ctx)->items[*(const int *)b];
+	double dx = x->cost / (double)(x->bytes + 1), dy = y->cost / (double)(y->bytes + 1);
+	if (dx != dy)
+		return dx > dy ? -1 : 1;
+	return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b); /* any qsort: one order */
+}
+
+/* Fewer bytes than any set of cand[i..) carrying `need` can have (fractions of items allowed), or INFINITY. */
+static double shed_fraction(const shed_search *s, int i, double need)
+{
+	double bytes = 0;
+	for (; i < s->n && need > 0; i++) {
+		const item *it = &s->p->items[s->cand[i]];
+		double take = fmin(1.0, need / it->cost);
+		bytes += take * (double)it->bytes;
+		need -= it->cost;
+	}
+	return need > 0 ? INFINITY : bytes;
+}
+
+/* Branch and bound over cand[i..): each item taken (densest first) or not. */
+static void shed_dfs(shed_search *s, int i, double need, double cost, uint64_t bytes)
+{
+	if (need <= 0) {
+		if (bytes < s->best_bytes) {
+			memcpy(s->best, s->cur, sizeof(int) * (size_t)s->ncur);
+			s->nbest = s->ncur;
+			s->best_bytes = bytes;
+		}
+		return;
+	}
+	if (i >= s->n || ++s->nodes > SHED_NODES || (double)bytes + shed_fraction(s, i, need) >= (double)s->best_bytes)
+		return;
+	const item *it = &s->p->items[s->cand[i]];
+	if (cost + it->cost <= s->room && bytes + it->bytes <= s->left) {
+		s->cur[s->ncur++] = s->cand[i];
+		shed_dfs(s, i + 1, need - it->cost, cost + it->cost, bytes + it->bytes);
+		s->ncur--;
+	}
+	shed_dfs(s, i + 1, need, cost, bytes);
+}
+
+/*
+ * The items of rank hi (movable, fitting lo) carrying at least `need` load
+ * within lo's `room` with the fewest bytes (the search's best within
+ * SHED_NODES nodes): their count in s->best, 0 when none do. s's arrays
+ * hold p->nitems.
+ */
+static int shed_set(shed_search *s, int32_t hi, int32_t lo, double need, double room)
+{
+	const planner *p = s->p;
+	s->n = s->ncur = s->nbest = 0;
+	s->room = room;
+	s->left = p->mem[lo] < p->world.memory_per_rank ? p->world.memory_per_rank - p->mem[lo] : 0;
+	s->best_bytes = UINT64_MAX;
+	s->nodes = 0;
+	for (int i = p->head[hi]; i >= 0; i = p->items[i].next)
+		if (p->items[i].pin < 0 && p->items[i].cost > 0 && p->items[i].cost <= room && p->items[i].bytes <= s->left)
+			s->cand[s->n++] = i;
+	if (s->n < SHED_MIN_ITEMS)
+		return 0;
+	qsort_r(s->cand, (size_t)s->n, sizeof(int), cmp_density, (void *)p);
+	shed_dfs(s, 0, need, 0, 0);
+	return s->nbest;
+}
+
 /*
  * Move items off the most loaded rank to the least loaded one while that
  * lowers the pair's maximum and the maximum is above `target`. A fresh plan
- * picks the item that best evens the pair; a replan (moves cost bytes) picks
- * the fewest bytes per unit of load it needs to shed.
+ * picks the item that best evens the pair; a replan (moves cost bytes)
+ * sheds the rank's whole excess with the fewest bytes (shed_set), or when
+ * no set can (or the rank has fewer than SHED_MIN_ITEMS movable items:
+ * in test_planner's small replans whole sets moved more in all, one item
+ * at a time lets other ranks take part), the item of the fewest bytes per
+ * unit of load it needs to shed.
  */
 static void refine(planner *p, double target, int replan)
 {
 	int budget = 4 * p->nitems + p->S;
+	shed_search s = {.p = p};
+	int *scratch = replan ? malloc(sizeof(int) * 3 * (size_t)p->nitems + 1) : NULL; /* none: an item at a time */
+	if (scratch)
+		s.cand = scratch, s.cur = scratch + p->nitems, s.best = scratch + 2 * p->nitems;
 	while (budget-- > 0) {
 		int32_t hi = argmax_load(p), lo = argmin_load(p);
 		double gap = p->load[hi] - p->load[lo], excess = p->load[hi] - target;
-		int best = -1;
+		int best = -1, n;
 		double best_score = 0;
 		if (excess <= 0 || hi == lo)
 			break;
+		if (scratch && (n = shed_set(&s, hi, lo, excess, target - p->load[lo])) > 0) {
+			for (int k = 0; k < n; k++) {
+				take_item(p, s.best[k]);
+				put_item(p, s.best[k], lo);
+			}
+			continue;
+		}
 		for (int i = p->head[hi]; i >= 0; i = p->items[i].next) {
 			const item *it = &p->items[i];
 			/* a fresh plan evens the pair; a replan only keeps the receiver within target */
@@ -892,6 +991,7 @@ static void refine(planner *p, double target, int replan)
 		take_item(p, best);
 		put_item(p, best, lo);
 	}
+	free(scratch);
 }
 
 static rs_status place_items(planner *p)
