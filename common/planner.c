@@ -860,12 +860,18 @@ static int32_t argmin_load(const planner *p)
 
 /* ---- a replan's shedding: the fewest bytes that carry a rank's excess --------------- */
 
-#define SHED_NODES 20000  /* the search's bound: past it, the best set found so far */
-#define SHED_MIN_ITEMS 16 /* a rank with fewer movable items sheds them one at a time (refine) */
+#define SHED_NODES 4096   /* the search's bound: past it, the best set found so far */
+#define SHED_MIN_ITEMS 16 /* a rank with fewer candidate items sheds them one at a time (refine) */
+
+typedef struct shed_cand {
+	double density; /* load per byte (INFINITY for an item of no bytes) */
+	int i;          /* the item */
+} shed_cand;
 
 typedef struct shed_search {
 	const planner *p;
-	int *cand, n;        /* hi's movable items, densest (load per byte) first */
+	shed_cand *cand;     /* hi's movable items fitting lo, densest first */
+	int n;
 	double room;         /* the load lo can take */
 	uint64_t left;       /* the memory lo has left */
 	int *cur, ncur;      /* the set being tried */
@@ -874,30 +880,28 @@ typedef struct shed_search {
 	long nodes;
 } shed_search;
 
-static int cmp_density(const void *a, const void *b, void *ctx)
+static int cmp_density(const void *a, const void *b)
 {
-	const item *x = &((const planner *)ctx)->items[*(const int *)a], *y = &((const planner *)ctx)->items[*(const int *)b];
-	double dx = x->cost / (double)(x->bytes + 1), dy = y->cost / (double)(y->bytes + 1);
-	if (dx != dy)
-		return dx > dy ? -1 : 1;
-	return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b); /* any qsort: one order */
+	const shed_cand *x = a, *y = b;
+	if (x->density != y->density)
+		return x->density > y->density ? -1 : 1;
+	return (x->i > y->i) - (x->i < y->i); /* one order whatever the sort */
 }
 
-/* Fewer bytes than any set of cand[i..) carrying `need` can have (fractions of items allowed), or INFINITY. */
-static double shed_fraction(const shed_search *s, int i, double need)
+/* At most the bytes of any set of cand[k..) carrying `need` (fractions of items allowed: densest first), or INFINITY. */
+static double shed_fraction(const shed_search *s, int k, double need)
 {
 	double bytes = 0;
-	for (; i < s->n && need > 0; i++) {
-		const item *it = &s->p->items[s->cand[i]];
-		double take = fmin(1.0, need / it->cost);
-		bytes += take * (double)it->bytes;
+	for (; k < s->n && need > 0; k++) {
+		const item *it = &s->p->items[s->cand[k].i];
+		bytes += fmin(1.0, need / it->cost) * (double)it->bytes;
 		need -= it->cost;
 	}
 	return need > 0 ? INFINITY : bytes;
 }
 
-/* Branch and bound over cand[i..): each item taken (densest first) or not. */
-static void shed_dfs(shed_search *s, int i, double need, double cost, uint64_t bytes)
+/* Branch and bound over cand[k..): each item taken (densest first) or not. */
+static void shed_dfs(shed_search *s, int k, double need, double cost, uint64_t bytes)
 {
 	if (need <= 0) {
 		if (bytes < s->best_bytes) {
@@ -907,37 +911,55 @@ static void shed_dfs(shed_search *s, int i, double need, double cost, uint64_t b
 		}
 		return;
 	}
-	if (i >= s->n || ++s->nodes > SHED_NODES || (double)bytes + shed_fraction(s, i, need) >= (double)s->best_bytes)
+	if (k >= s->n || ++s->nodes > SHED_NODES || (double)bytes + shed_fraction(s, k, need) >= (double)s->best_bytes)
 		return;
-	const item *it = &s->p->items[s->cand[i]];
+	const item *it = &s->p->items[s->cand[k].i];
 	if (cost + it->cost <= s->room && bytes + it->bytes <= s->left) {
-		s->cur[s->ncur++] = s->cand[i];
-		shed_dfs(s, i + 1, need - it->cost, cost + it->cost, bytes + it->bytes);
+		s->cur[s->ncur++] = s->cand[k].i;
+		shed_dfs(s, k + 1, need - it->cost, cost + it->cost, bytes + it->bytes);
 		s->ncur--;
 	}
-	shed_dfs(s, i + 1, need, cost, bytes);
+	shed_dfs(s, k + 1, need, cost, bytes);
 }
 
 /*
  * The items of rank hi (movable, fitting lo) carrying at least `need` load
- * within lo's `room` with the fewest bytes (the search's best within
- * SHED_NODES nodes): their count in s->best, 0 when none do. s's arrays
- * hold p->nitems.
+ * within lo's `room` with the fewest bytes found: the densest taken in
+ * turn while they fit, then whatever the search finds lighter within
+ * SHED_NODES nodes. Their count in s->best; 0 when none do, or when hi has
+ * fewer than SHED_MIN_ITEMS candidates. s's arrays hold p->nitems.
  */
 static int shed_set(shed_search *s, int32_t hi, int32_t lo, double need, double room)
 {
 	const planner *p = s->p;
+	double cost = 0;
 	s->n = s->ncur = s->nbest = 0;
 	s->room = room;
 	s->left = p->mem[lo] < p->world.memory_per_rank ? p->world.memory_per_rank - p->mem[lo] : 0;
-	s->best_bytes = UINT64_MAX;
+	s->best_bytes = s->left + 1; /* no set can weigh more */
 	s->nodes = 0;
-	for (int i = p->head[hi]; i >= 0; i = p->items[i].next)
-		if (p->items[i].pin < 0 && p->items[i].cost > 0 && p->items[i].cost <= room && p->items[i].bytes <= s->left)
-			s->cand[s->n++] = i;
+	if (room < need)
+		return 0;
+	for (int i = p->head[hi]; i >= 0; i = p->items[i].next) {
+		const item *it = &p->items[i];
+		if (it->pin < 0 && it->cost > 0 && it->cost <= room && it->bytes <= s->left)
+			s->cand[s->n++] = (shed_cand){it->bytes ? it->cost / (double)it->bytes : INFINITY, i};
+	}
 	if (s->n < SHED_MIN_ITEMS)
 		return 0;
-	qsort_r(s->cand, (size_t)s->n, sizeof(int), cmp_density, (void *)p);
+	qsort(s->cand, (size_t)s->n, sizeof(*s->cand), cmp_density);
+	uint64_t bytes = 0; /* the greedy set first: the search only looks for lighter ones */
+	for (int k = 0; k < s->n && cost < need; k++) {
+		const item *it = &p->items[s->cand[k].i];
+		if (cost + it->cost <= room && bytes + it->bytes <= s->left) {
+			s->best[s->nbest++] = s->cand[k].i;
+			cost += it->cost, bytes += it->bytes;
+		}
+	}
+	if (cost >= need)
+		s->best_bytes = bytes;
+	else
+		s->nbest = 0;
 	shed_dfs(s, 0, need, 0, 0);
 	return s->nbest;
 }
@@ -956,9 +978,11 @@ static void refine(planner *p, double target, int replan)
 {
 	int budget = 4 * p->nitems + p->S;
 	shed_search s = {.p = p};
-	int *scratch = replan ? malloc(sizeof(int) * 3 * (size_t)p->nitems + 1) : NULL; /* none: an item at a time */
+	/* without memory for the search: an item at a time */
+	s.cand = replan ? malloc(sizeof(*s.cand) * ((size_t)p->nitems + 1)) : NULL;
+	int *scratch = s.cand ? malloc(sizeof(int) * 2 * ((size_t)p->nitems + 1)) : NULL;
 	if (scratch)
-		s.cand = scratch, s.cur = scratch + p->nitems, s.best = scratch + 2 * p->nitems;
+		s.cur = scratch, s.best = scratch + p->nitems + 1;
 	while (budget-- > 0) {
 		int32_t hi = argmax_load(p), lo = argmin_load(p);
 		double gap = p->load[hi] - p->load[lo], excess = p->load[hi] - target;
@@ -992,6 +1016,7 @@ static void refine(planner *p, double target, int replan)
 		put_item(p, best, lo);
 	}
 	free(scratch);
+	free(s.cand);
 }
 
 static rs_status place_items(planner *p)
