@@ -504,8 +504,9 @@ static void check_diff_applies(const rs_config *cfg, const rs_plan *old, const r
 	}
 }
 
+/* cells: also check the moves cell by cell (costs rows x dim x ranks per table: small configs only) */
 static void replan_and_check(const rs_config *cfg, const rs_plan *old, int32_t n, const int32_t *removed,
-			     int nremoved, double *worst_ratio)
+			     int nremoved, int cells, double *worst_ratio)
 {
 	int32_t *map = malloc(sizeof(int32_t) * (size_t)old->world.ranks);
 	rs_err err = {0};
@@ -537,7 +538,8 @@ static void replan_and_check(const rs_config *cfg, const rs_plan *old, int32_t n
 		fail_msg("%d -> %d: moved %llu bytes, below the lower bound %llu", old->world.ranks, n,
 			 (unsigned long long)new->summary.moved_bytes,
 			 (unsigned long long)new->summary.min_moved_bytes);
-	check_diff_applies(cfg, old, new, map, moves, nmoves);
+	if (cells)
+		check_diff_applies(cfg, old, new, map, moves, nmoves);
 	/* nothing stays with a removed member: every shard of the new plan is in the new world */
 	for (int t = 0; t < cfg->ntables; t++)
 		for (int k = 0; k < new->tables[t].nshards; k++)
@@ -558,11 +560,11 @@ static void test_replan_growth_and_shrink(void **state)
 		for (size_t a = 0; a < sizeof(sizes) / sizeof(sizes[0]); a++) {
 			rs_plan *old = plan_ok(cfg, sizes[a], 4, 0, 0, NULL, NULL);
 			for (size_t b = 0; b < sizeof(sizes) / sizeof(sizes[0]); b++)
-				replan_and_check(cfg, old, sizes[b], NULL, 0, &worst);
+				replan_and_check(cfg, old, sizes[b], NULL, 0, 1, &worst);
 			if (sizes[a] >= 3) {
 				int32_t removed[] = {1};
-				replan_and_check(cfg, old, sizes[a] - 1, removed, 1, &worst);
-				replan_and_check(cfg, old, sizes[a] + 1, removed, 1, &worst);
+				replan_and_check(cfg, old, sizes[a] - 1, removed, 1, 1, &worst);
+				replan_and_check(cfg, old, sizes[a] + 1, removed, 1, 1, &worst);
 			}
 			rs_plan_free(old);
 		}
@@ -590,7 +592,7 @@ static void test_replan_one_more_moves_near_bound(void **state)
 		rs_config *cfg = load(json);
 		rs_plan *old = plan_ok(cfg, 16, 8, 0, 0, NULL, NULL);
 		double ratio = 1.0;
-		replan_and_check(cfg, old, 17, NULL, 0, &ratio);
+		replan_and_check(cfg, old, 17, NULL, 0, 0, &ratio);
 		print_message("seed %d: 600 tables, 16 -> 17 ranks: moved / lower bound %.3f\n", k, ratio);
 		sum += ratio;
 		rs_plan_free(old);
