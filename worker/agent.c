@@ -415,7 +415,8 @@ static rs_status finish(rs_agent *a, rs_err *err)
 		RS_WARN("test hook: exiting after the last step, before saying done");
 		_exit(137);
 	}
-	return rs_link_status(&a->link, rs_proto_make_done(a->cur.rank, a->cur.steps), err);
+	RSCHECK(rs_link_status(&a->link, rs_proto_make_done(a->cur.rank, a->cur.steps), err));
+	return rs_link_deliver(&a->link, err); /* cut off meanwhile: this worker exits next, its "done" heard */
 }
 
 /*

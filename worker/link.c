@@ -181,6 +181,8 @@ rs_status rs_link_status(rs_link *l, json_t *msg, rs_err *err)
 	return RS_OK;
 }
 
+rs_status rs_link_deliver(rs_link *l, rs_err *err) { return link_reconnect(l, err); }
+
 void rs_link_post(rs_link *l, json_t *msg)
 {
 	if (l->kept)

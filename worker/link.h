@@ -121,6 +121,14 @@ rs_status rs_link_join(rs_link *l, rs_err *err);
 rs_status rs_link_status(rs_link *l, json_t *msg, rs_err *err);
 
 /*
+ * Cut off, rejoin now (for what is left of the grace period since the
+ * loss), which repeats the last status: for a process about to exit,
+ * whose last word ("done") would otherwise go unheard. RS_OK when joined;
+ * else rs_link_join's failures.
+ */
+rs_status rs_link_deliver(rs_link *l, rs_err *err);
+
+/*
  * Send msg (stolen) if joined and hand it to the socket without waiting:
  * progress that is not worth waiting for, and not repeated. A closed
  * connection is dropped (the next receive or poll rejoins). The one call

@@ -397,6 +397,34 @@ static void test_coordinator_lost_while_training_comes_back(void **state)
 	fake_free(&f);
 }
 
+/* cut off by the last step's progress report: the first rejoin finds nobody, the second gets in */
+static void react_lost_before_done(fake *f, json_t *m)
+{
+	if (fake_start_at_first_join(f, m, 6, 1))
+		return;
+	if (rs_proto_kind(m) == RS_MSG_PROGRESS && jint(m, "step") == 5) /* the last step's (steps 0..5) */
+		f->drop = 1, f->away = 1;
+}
+
+/*
+ * A worker cut off at its last step rejoins before it exits, and says
+ * "done" there: before, it exited unheard (status 0) and the coordinator
+ * took it for lost, rolling the job back to its latest checkpoint.
+ */
+static void test_coordinator_lost_before_done_hears_it(void **state)
+{
+	(void)state;
+	fake f;
+	outcome o = agent_run_one(&f, react_lost_before_done, 3000);
+	assert_agent_ended(&o, RS_AGENT_DONE);
+	assert_int_equal(f.joins, 2);
+	assert_int_equal(f.seen[RS_MSG_DONE], 1);
+	json_t *done = fake_sent(&f, RS_MSG_DONE, 0);
+	assert_int_equal(jint(done, "step"), 6);
+	assert_true(json_equal(json_array_get(f.sent, f.sent_at_join[1]), done)); /* the first word on the rejoin */
+	fake_free(&f);
+}
+
 static int lost_case; /* 0: away while paused, 1: away while training, 2: refused while paused, 3: refused while training */
 
 static void react_lost_for_good(fake *f, json_t *m)
@@ -495,6 +523,7 @@ int main(void)
 		cmocka_unit_test(test_messages_out_of_place),
 		cmocka_unit_test(test_coordinator_lost_while_paused_comes_back),
 		cmocka_unit_test(test_coordinator_lost_while_training_comes_back),
+		cmocka_unit_test(test_coordinator_lost_before_done_hears_it),
 		cmocka_unit_test(test_coordinator_lost_for_good),
 		cmocka_unit_test(test_sigterm),
 	};
