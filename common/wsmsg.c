@@ -208,6 +208,11 @@ void rs_ws_set_idle_policy(uint16_t ping_s, uint16_t hangup_s)
 	idle_policy.secs_since_valid_hangup = ok ? hangup_s : RS_WS_HANGUP_S;
 }
 
+void rs_ws_set_hangup(uint16_t hangup_s)
+{
+	rs_ws_set_idle_policy(hangup_s / 20 > 1 ? (uint16_t)(hangup_s / 20) : 1, hangup_s);
+}
+
 static void wake_up(lws_sorted_usec_list_t *sul)
 {
 	(void)sul; /* its only job is to end lws_service's wait */

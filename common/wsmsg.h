@@ -65,12 +65,18 @@ void rs_ws_service(struct lws_context *ctx, int timeout_ms);
  * own: worker/link.h). A peer that stopped
  * answering for good is found within hangup_s. Tests shorten it with
  * rs_ws_set_idle_policy (1 <= ping_s < hangup_s, else the defaults)
- * before creating their contexts; lws reads it live.
+ * before creating their contexts; lws reads it live. The binaries take
+ * hangup_s from --ws-hangup-s (rs_ws_set_hangup: ping_s is a twentieth of
+ * it, at least 1 s).
  */
 #define RS_WS_PING_S 30
 #define RS_WS_HANGUP_S 600
 const lws_retry_bo_t *rs_ws_idle_policy(void);
 void rs_ws_set_idle_policy(uint16_t ping_s, uint16_t hangup_s);
+void rs_ws_set_hangup(uint16_t hangup_s);
+/* --ws-hangup-s's range: a PING a second and a hang-up 2 s later at least */
+#define RS_WS_HANGUP_MIN_S 3
+#define RS_WS_HANGUP_MAX_S 65535
 
 /*
  * libwebsockets' errors go through rs_log (escaped, like every log line;

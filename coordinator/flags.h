@@ -19,7 +19,7 @@ typedef struct rs_coord_flags {
 	const char *kubeconfig, *context, *api_server, *kube_token_file, *kube_ca, *ns, *statefulset, *selector;
 	const char *state_cm, *lease;
 	int64_t workers, steps, timeout_ms, debounce_ms, grace_ms, max_attempts, checkpoint_every, checkpoint_keep,
-		checkpoint_interval, sharding_group;
+		checkpoint_interval, sharding_group, ws_hangup_s;
 } rs_coord_flags;
 
 extern const char *const rs_coord_usage;

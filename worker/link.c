@@ -295,7 +295,7 @@ void rs_link_keep_start(rs_link_keeper *k, rs_link *l)
 	k->running = e == 0;
 	if (e != 0)
 		RS_WARN("no thread to keep the link to the coordinator alive (%s): a wait past %d s loses it", strerror(e),
-			RS_WS_HANGUP_S - RS_WS_PING_S);
+			rs_ws_idle_policy()->secs_since_valid_hangup - rs_ws_idle_policy()->secs_since_valid_ping);
 }
 
 void rs_link_keep_stop(rs_link_keeper *k)

@@ -14,7 +14,8 @@
 # the old world's shards, and loads, a shrink's leaver's part included. An
 # index left in a step's directory by an earlier run is removed before the
 # first file of that step is written (the directory is not complete again
-# until this run's index lands).
+# until this run's index lands). A worker waiting for a checkpoint's write
+# past the control connection's hang-up time keeps its connection.
 set -u
 . "$(dirname "$0")/../lib/itest.sh"
 
@@ -165,6 +166,17 @@ mkdir "$tmp/noindex" && cp "$tmp/ck/step-000000090/"*.safetensors "$tmp/noindex/
 run d --workers 2 --load "$tmp/noindex"
 rc=$?
 check "a checkpoint without its index is never loaded (exit $rc)" bash -c "[ $rc != 0 ] && grep -q 'index.json' '$tmp/d.err'"
+
+# a worker busy past the hang-up keeps its connection (worker/link.h's keeper): --ws-hangup-s 4 on both sides
+# (a PING after 1 s of silence, the hang-up 3 s later), the last checkpoint's writers stall 8 s after their first
+# file, and each worker waits for its writer before the final save. Without the keeper both workers are hung up
+# on, come back as new processes, and the job rolls back to step 60 until it gives up (exit 1, 37 s here)
+ROWSHIFT_WS_HANGUP_S=4 ROWSHIFT_FAULT=checkpoint-stall-ms=8000@120 run k --workers 2 --checkpoint-dir "$tmp/ckk" \
+	--checkpoint-every 60
+rc=$?
+check "workers waiting 8 s for a checkpoint's write, past a 4 s hang-up, finish the job (exit $rc)" bash -c \
+	"[ $rc = 0 ] && grep -q 'checkpoint of step 120 complete' '$tmp/k.out'"
+check "... with no connection lost and no recovery" bash -c "! grep -E 'lost|came back|recover' '$tmp/k.err'"
 
 # --checkpoint-interval: by time, at a step every worker agrees on (any step, not a multiple of anything)
 # (paced, at least 10 ms a step: unpaced, a quarter's 400 steps may end within the first second)
