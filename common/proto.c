@@ -371,16 +371,17 @@ rs_status rs_proto_checksums(const json_t *arr, uint64_t *out, int n, rs_err *er
 	return RS_OK;
 }
 
-rs_status rs_proto_done(json_t *msg, int64_t *rank, int64_t *step, rs_err *err)
+rs_status rs_proto_done(json_t *msg, int64_t *generation, int64_t *rank, int64_t *step, rs_err *err)
 {
 	json_error_t jerr;
 	const char *type;
-	json_int_t r, st;
-	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:I, s:I}", "type", &type, "rank", &r, "step", &st) != 0)
+	json_int_t g = 0, r, st;
+	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s?I, s:I, s:I}", "type", &type, "generation", &g, "rank", &r,
+			   "step", &st) != 0)
 		return rs_err_set(err, RS_EINVAL, "done: %s", jerr.text);
-	if (r < 0 || st < 0)
-		return rs_err_set(err, RS_EINVAL, "done: a negative rank or step");
-	*rank = r, *step = st;
+	if (g < 0 || r < 0 || st < 0)
+		return rs_err_set(err, RS_EINVAL, "done: a negative generation, rank or step");
+	*generation = g, *rank = r, *step = st;
 	return RS_OK;
 }
 
@@ -647,9 +648,10 @@ json_t *rs_proto_make_progress(const rs_msg_progress *m)
 
 json_t *rs_proto_make_idle(const char *addr) { return json_pack("{s:s, s:s}", "type", "idle", "addr", addr); }
 
-json_t *rs_proto_make_done(int64_t rank, int64_t step)
+json_t *rs_proto_make_done(int64_t generation, int64_t rank, int64_t step)
 {
-	return json_pack("{s:s, s:I, s:I}", "type", "done", "rank", (json_int_t)rank, "step", (json_int_t)step);
+	return json_pack("{s:s, s:I, s:I, s:I}", "type", "done", "generation", (json_int_t)generation, "rank",
+			 (json_int_t)rank, "step", (json_int_t)step);
 }
 
 json_t *rs_proto_make_checkpointed(const rs_msg_checkpointed *m)

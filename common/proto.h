@@ -237,8 +237,12 @@ typedef struct rs_msg_checkpointed {
 rs_status rs_proto_checkpointed(json_t *msg, rs_msg_checkpointed *m, rs_err *err);
 json_t *rs_proto_make_checkpointed(const rs_msg_checkpointed *m);
 
-/* {"type":"done","rank","step"}: training ended at step (the last). */
-rs_status rs_proto_done(json_t *msg, int64_t *rank, int64_t *step, rs_err *err);
+/*
+ * {"type":"done","generation"?,"rank","step"}: training of generation ended
+ * at step (the last). *generation is 0 when absent (a worker before 0.x
+ * sent none).
+ */
+rs_status rs_proto_done(json_t *msg, int64_t *generation, int64_t *rank, int64_t *step, rs_err *err);
 
 /* {"type":"scale","workers"}: rowshiftctl asks for 1..RS_MAX_WORKERS workers. */
 rs_status rs_proto_scale(json_t *msg, int32_t *workers, rs_err *err);
@@ -282,7 +286,7 @@ json_t *rs_proto_make_staged(const rs_msg_staged *m); /* counters and times only
 json_t *rs_proto_make_resume(const rs_msg_resume *m);
 json_t *rs_proto_make_progress(const rs_msg_progress *m); /* auc, teacher_auc when >= 0 */
 json_t *rs_proto_make_idle(const char *addr);
-json_t *rs_proto_make_done(int64_t rank, int64_t step);
+json_t *rs_proto_make_done(int64_t generation, int64_t rank, int64_t step);
 json_t *rs_proto_make_scale(int32_t workers);
 json_t *rs_proto_make_scaling(int32_t workers);
 

@@ -280,8 +280,10 @@ static rs_status on_leave(rs_job *j, int i, json_t *msg, rs_err *err)
 
 static rs_status on_done(rs_job *j, member *m, json_t *msg, rs_err *err)
 {
-	int64_t rank, step;
-	RSCHECK(rs_proto_done(msg, &rank, &step, err));
+	int64_t gen, rank, step;
+	RSCHECK(rs_proto_done(msg, &gen, &rank, &step, err));
+	if (m->gen == 0 && gen > 0) /* the first word of a worker cut off at its last step, to a coordinator started again */
+		m->gen = gen;
 	/*
 	 * One "done" can end the job (a peer lost after it): only the last step
 	 * of the world in training counts, of the one being committed (its

@@ -415,8 +415,11 @@ static rs_status finish(rs_agent *a, rs_err *err)
 		RS_WARN("test hook: exiting after the last step, before saying done");
 		_exit(137);
 	}
-	RSCHECK(rs_link_status(&a->link, rs_proto_make_done(a->cur.rank, a->cur.steps), err));
-	return rs_link_deliver(&a->link, err); /* cut off meanwhile: this worker exits next, its "done" heard */
+	RSCHECK(rs_link_status(&a->link, rs_proto_make_done(a->cur.generation, a->cur.rank, a->cur.steps), err));
+	rs_err why = {0};
+	if (rs_link_deliver(&a->link, &why) != RS_OK) /* cut off meanwhile: this worker exits next, its "done" heard */
+		RS_WARN("trained to the last step, but the coordinator did not hear it: %s", why.msg);
+	return RS_OK;
 }
 
 /*

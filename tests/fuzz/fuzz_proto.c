@@ -68,6 +68,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	if (rs_proto_idle(msg, &addr, &e8) != RS_OK && !e8.msg[0])
 		abort();
+	int64_t dgen, drank, dstep;
+	rs_err edone = {0};
+	if (rs_proto_done(msg, &dgen, &drank, &dstep, &edone) == RS_OK) {
+		if (dgen < 0 || drank < 0 || dstep < 0)
+			abort();
+	} else if (!edone.msg[0]) {
+		abort();
+	}
 	json_t *sent;
 	rs_err e10 = {0};
 	if (rs_proto_migrating(msg, &gen, &sent, &e10) == RS_OK) {

@@ -108,7 +108,7 @@ static int train(member *m, int *over)
 	}
 	if (m->step == m->steps && m->last) {
 		*over = 1;
-		return say(m, rs_proto_make_done(m->rank, m->step)) && rs_control_flush(m->c, 10000) == RS_OK;
+		return say(m, rs_proto_make_done(m->gen, m->rank, m->step)) && rs_control_flush(m->c, 10000) == RS_OK;
 	}
 	return 1;
 }

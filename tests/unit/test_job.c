@@ -107,13 +107,13 @@ static void test_done_before_the_last_commit(void **state)
 	(void)state;
 	to_committing();
 	say(0, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
-	say(0, rs_proto_make_done(0, 100)); /* its last steps ran as soon as it committed */
+	say(0, rs_proto_make_done(2, 0, 100)); /* its last steps ran as soon as it committed */
 	assert_null(last(0, RS_MSG_ERROR));
 	say(1, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
 	say(2, rs_proto_make_generation(RS_MSG_COMMITTED, 2, 0, NULL));
 	tick(0.01);
-	say(1, rs_proto_make_done(1, 100));
-	say(2, rs_proto_make_done(2, 100));
+	say(1, rs_proto_make_done(2, 1, 100));
+	say(2, rs_proto_make_done(2, 2, 100));
 	tick(0.01);
 	assert_phase("done");
 }
@@ -396,10 +396,10 @@ static void test_done(void **state)
 {
 	(void)state;
 	start(2);
-	say(0, rs_proto_make_done(0, 100));
+	say(0, rs_proto_make_done(1, 0, 100));
 	tick(0.01);
 	assert_phase("training");
-	say(1, rs_proto_make_done(1, 100));
+	say(1, rs_proto_make_done(1, 1, 100));
 	tick(0.01);
 	assert_phase("done");
 	assert_int_equal(rs_job_finished(H.job), 1);
@@ -411,8 +411,8 @@ static void test_done_is_not_reported_unless_persisted(void **state)
 {
 	(void)state;
 	start(2);
-	say(0, rs_proto_make_done(0, 100));
-	say(1, rs_proto_make_done(1, 100));
+	say(0, rs_proto_make_done(1, 0, 100));
+	say(1, rs_proto_make_done(1, 1, 100));
 	H.save_fails = 1;
 	tick(0.01);
 	assert_phase("failed");
@@ -710,6 +710,30 @@ static void test_recovered_undecided_attempt_commits_when_all_staged(void **stat
 	assert_phase("committing");
 }
 
+/*
+ * Workers cut off from a coordinator that is started again, that train
+ * through their last step meanwhile: their first word on the rejoin is
+ * "done" (worker/agent.c's finish), with the generation it ends, which the
+ * new coordinator has not heard from them yet. It counts; without a
+ * generation (an older worker's) it is refused, as before.
+ */
+static void test_recovered_job_hears_done_on_the_rejoin(void **state)
+{
+	(void)state;
+	start(2);
+	restart_coordinator(); /* persisted in TRAINING, generation 1 */
+	join(0);
+	join(1);
+	say(1, json_pack("{s:s, s:I, s:I}", "type", "done", "rank", (json_int_t)1, "step", (json_int_t)100));
+	assert_non_null(strstr(json_string_value(json_object_get(last(1, RS_MSG_ERROR), "reason")), "no world"));
+	say(0, rs_proto_make_done(1, 0, 100));
+	say(1, rs_proto_make_done(1, 1, 100));
+	assert_null(last(0, RS_MSG_ERROR));
+	tick(0.01);
+	assert_phase("done");
+	assert_true(reported("training done: 2 workers, 100 steps"));
+}
+
 static void test_recovered_job_aborts_what_it_did_not_decide(void **state)
 {
 	(void)state;
@@ -866,6 +890,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_recovered_job_aborts_what_it_did_not_decide, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovery_refuses_more_members_than_a_job_has, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_during_precopy_never_reuses_its_generation, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_recovered_job_hears_done_on_the_rejoin, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -179,9 +179,9 @@ static void test_loss_after_a_member_finished_completes_the_job(void **state)
 {
 	(void)state;
 	start(2);
-	say(1, rs_proto_make_done(1, 50)); /* not the job's last step: refused, it ends nothing */
+	say(1, rs_proto_make_done(1, 1, 50)); /* not the job's last step: refused, it ends nothing */
 	assert_non_null(last(1, RS_MSG_ERROR));
-	say(0, rs_proto_make_done(0, 100));
+	say(0, rs_proto_make_done(1, 0, 100));
 	rs_job_exited(H.job, "worker-0", NULL, 1, "exited with status 0");
 	rs_job_exited(H.job, "worker-1", NULL, 0, "killed by signal 9");
 	tick(0.01);
@@ -199,7 +199,7 @@ static void test_done_during_the_rollback_completes_the_job(void **state)
 	rs_job_exited(H.job, "worker-1", NULL, 0, "killed by signal 9");
 	tick(0.01);
 	assert_recovering("worker-1 was lost holding the only copy of rows");
-	say(0, rs_proto_make_done(0, 100)); /* it had passed the final save's barrier before worker-1 died */
+	say(0, rs_proto_make_done(1, 0, 100)); /* it had passed the final save's barrier before worker-1 died */
 	rs_job_exited(H.job, "worker-0", NULL, 1, "exited with status 0");
 	tick(0.01);
 	assert_phase("done");

@@ -476,9 +476,18 @@ static void test_builders_round_trip(void **state)
 		json_decref(m);
 	}
 
-	m = wire(rs_proto_make_done(2, 100));
-	assert_int_equal(rs_proto_done(m, &rank, &step, &err), RS_OK);
+	m = wire(rs_proto_make_done(5, 2, 100));
+	assert_int_equal(rs_proto_done(m, &g, &rank, &step, &err), RS_OK);
+	assert_int_equal(g, 5);
+	assert_int_equal(rank, 2);
 	assert_int_equal(step, 100);
+	json_decref(m);
+	m = wire(json_pack("{s:s, s:i, s:i}", "type", "done", "rank", 1, "step", 9)); /* an older worker's, no generation */
+	assert_int_equal(rs_proto_done(m, &g, &rank, &step, &err), RS_OK);
+	assert_int_equal(g, 0);
+	json_decref(m);
+	m = wire(json_pack("{s:s, s:i, s:i, s:i}", "type", "done", "generation", -1, "rank", 1, "step", 9));
+	assert_int_equal(rs_proto_done(m, &g, &rank, &step, &err), RS_EINVAL);
 	json_decref(m);
 
 	int32_t n;
