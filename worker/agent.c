@@ -101,8 +101,7 @@ static void ckpt_collect(rs_agent *a, int wait)
 		RS_INFO("%s: its generation is lost", err.msg);
 	else if (st != RS_OK)
 		RS_WARN("%s (training goes on; this checkpoint stays incomplete and is never read)", err.msg);
-	if (report)
-		rs_link_post(&a->link, report);
+	rs_link_report(&a->link, report); /* repeated after a rejoin: the coordinator counts it once */
 }
 
 /* Create or remove c.ready_file (the readiness probe's), when that changes it. */

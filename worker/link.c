@@ -111,7 +111,8 @@ void rs_link_close(rs_link *l)
 		l->conn->ops->drop(l->conn);
 	l->up = 0;
 	json_decref(l->status);
-	l->status = NULL;
+	json_decref(l->report);
+	l->status = l->report = NULL;
 }
 
 /* Send msg (borrowed) if joined, waiting until it is written; a failure drops the connection. */
@@ -141,6 +142,7 @@ static rs_status link_try(rs_link *l, int timeout_ms, rs_err *err)
 	if (l->lost_at > 0)
 		RS_INFO("joined %s after %.1f s", l->conn->where, rs_now() - l->lost_at);
 	l->lost_at = 0;
+	link_push(l, l->report); /* first: a "done" may end the job */
 	link_push(l, l->status);
 	if (l->leave_sent)
 		l->leave_sent = push_leave(l);
@@ -182,6 +184,15 @@ rs_status rs_link_status(rs_link *l, json_t *msg, rs_err *err)
 }
 
 rs_status rs_link_deliver(rs_link *l, rs_err *err) { return link_reconnect(l, err); }
+
+void rs_link_report(rs_link *l, json_t *msg)
+{
+	if (!msg)
+		return;
+	json_decref(l->report);
+	l->report = json_incref(msg);
+	rs_link_post(l, msg);
+}
 
 void rs_link_post(rs_link *l, json_t *msg)
 {

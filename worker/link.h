@@ -12,7 +12,8 @@
  *                   (rs_coord_conn_control).
  *   rs_link         what the agent talks through. It remembers the last
  *                   status message ("paused", "staged", ...) and repeats it
- *                   after every rejoin, which is how a restarted
+ *                   after every rejoin (after the last checkpoint report,
+ *                   repeated too), which is how a restarted
  *                   coordinator learns where this worker stands; it sends a
  *                   leave request once SIGTERM came (and again after a
  *                   rejoin); when the connection drops it rejoins for up to
@@ -93,6 +94,7 @@ typedef struct rs_link {
 	double lost_at;                     /* when the connection dropped (0: joined) */
 	double next_try;                    /* the next rejoin attempt while training */
 	json_t *status;                     /* the last status message, repeated after a rejoin (owned) */
+	json_t *report;                     /* the last checkpoint report, repeated before it (owned) */
 	int leave_sent;
 	pthread_mutex_t *kept;              /* while a keeper runs: the lock rs_link_post takes (else NULL) */
 } rs_link;
@@ -101,7 +103,7 @@ typedef struct rs_link {
 void rs_link_init(rs_link *l, rs_coord_conn *conn, const char *addr, int timeout_ms, int grace_ms,
 		  const volatile sig_atomic_t *leave);
 
-/* Write what is queued (at most a second), drop the connection and free the status l holds. */
+/* Write what is queued (at most a second), drop the connection and free the messages l holds. */
 void rs_link_close(rs_link *l);
 
 /*
@@ -135,6 +137,16 @@ rs_status rs_link_deliver(rs_link *l, rs_err *err);
  * allowed while a keeper runs (it takes the keeper's turn).
  */
 void rs_link_post(rs_link *l, json_t *msg);
+
+/*
+ * rs_link_post for a checkpoint's report (msg stolen; NULL: nothing), also
+ * kept until the next replaces it and repeated after every rejoin, before
+ * the status: the coordinator counts a rank's report once, and a copy lost
+ * with the connection would leave that checkpoint incomplete for good (a
+ * coordinator started again completes the checkpoints its workers repeat).
+ * Not while a keeper runs.
+ */
+void rs_link_report(rs_link *l, json_t *msg);
 
 /* Once *leave is set: send the leave request, once (rs_link_join repeats it after a rejoin). */
 void rs_link_leave(rs_link *l);

@@ -164,7 +164,8 @@ json_t *msg_start(const start_spec *s)
 	rs_msg_start m = {.generation = s->generation, .rank = s->rank, .world = s->world, .first_step = s->first_step,
 			  .steps = s->steps, .eval_every = s->eval_every, .eval_samples = s->eval_samples,
 			  .union_world = s->npeers, .peers = peers, .plan = plan, .previous_plan = prev, .union_of_old = uoo,
-			  .save = s->save, .last = s->last};
+			  .save = s->save, .checkpoint_dir = s->checkpoint_dir, .checkpoint_every = s->checkpoint_every,
+			  .last = s->last};
 	json_t *j = rs_proto_make_start(&m);
 	json_decref(peers);
 	json_decref(plan);

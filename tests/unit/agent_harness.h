@@ -83,6 +83,8 @@ typedef struct start_spec {
 	int32_t union_of_old[2];     /* a reshard: per old rank, its union rank */
 	int64_t eval_every, eval_samples;
 	const char *save;
+	const char *checkpoint_dir;  /* periodic checkpoints (NULL: none) ... */
+	int64_t checkpoint_every;    /* ... at every multiple of it */
 } start_spec;
 
 /* The start message s describes (a new reference). */
