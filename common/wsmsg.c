@@ -211,6 +211,9 @@ void rs_ws_set_idle_policy(uint16_t ping_s, uint16_t hangup_s)
 void rs_ws_set_hangup(uint16_t hangup_s)
 {
 	rs_ws_set_idle_policy(hangup_s / 20 > 1 ? (uint16_t)(hangup_s / 20) : 1, hangup_s);
+	if (hangup_s != RS_WS_HANGUP_S)
+		RS_INFO("--ws-hangup-s %d: a connection is closed %d s after its peer's last PONG (a PING after %d s)",
+			(int)hangup_s, (int)idle_policy.secs_since_valid_hangup, (int)idle_policy.secs_since_valid_ping);
 }
 
 static void wake_up(lws_sorted_usec_list_t *sul)

@@ -73,10 +73,10 @@ void rs_ws_service(struct lws_context *ctx, int timeout_ms);
 #define RS_WS_HANGUP_S 600
 const lws_retry_bo_t *rs_ws_idle_policy(void);
 void rs_ws_set_idle_policy(uint16_t ping_s, uint16_t hangup_s);
-void rs_ws_set_hangup(uint16_t hangup_s);
-/* --ws-hangup-s's range: a PING a second and a hang-up 2 s later at least */
+void rs_ws_set_hangup(uint16_t hangup_s); /* says so in the log when not the default */
+/* --ws-hangup-s's range: a PING a second and a hang-up 2 s later at least; a dead peer found within the hour */
 #define RS_WS_HANGUP_MIN_S 3
-#define RS_WS_HANGUP_MAX_S 65535
+#define RS_WS_HANGUP_MAX_S 3600
 
 /*
  * libwebsockets' errors go through rs_log (escaped, like every log line;

@@ -57,7 +57,7 @@ int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
 		RS_PARAM("--save", "ROWSHIFT_SAVE", RS_PARAM_STR, NULL, "DIR", "write a checkpoint (safetensors) here at the end", &c->save),
 		RS_PARAM("--worker-bin", "ROWSHIFT_WORKER_BIN", RS_PARAM_STR, NULL, "PATH", "the worker binary (default: beside this one)", &c->worker_bin),
 		RS_PARAM("--timeout-ms", "ROWSHIFT_TIMEOUT_MS", RS_PARAM_INT, "60000", "MS", "longest wait for workers to join, pause, stage or rejoin", &c->timeout_ms),
-		RS_PARAM("--ws-hangup-s", "ROWSHIFT_WS_HANGUP_S", RS_PARAM_INT, "600", "S", "hang up a worker's or client's connection that answers no PING for S seconds (one goes after S/20 s of silence); tests shorten it: a worker busy for long keeps answering, a coordinator does not", &c->ws_hangup_s),
+		RS_PARAM("--ws-hangup-s", "ROWSHIFT_WS_HANGUP_S", RS_PARAM_INT, "600", "S", "close a worker's or client's connection S s after its last PONG (a PING goes after max(1, S/20) s of silence; 3..3600); the workers get the same (in Kubernetes set ROWSHIFT_WS_HANGUP_S on both); a coordinator busy for longer than about S loses its members", &c->ws_hangup_s),
 		RS_PARAM("--help", NULL, RS_PARAM_FLAG, NULL, NULL, "show this help", &c->help),
 	};
 	const int np = (int)(sizeof(params) / sizeof(params[0]));
@@ -79,7 +79,7 @@ int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
 			  : c->grace_ms < 0 || c->grace_ms > 86400000 ? "--grace-ms: 0..86400000"
 			  : c->max_attempts < 1 || c->max_attempts > 1000 ? "--max-attempts: 1..1000"
 			  : c->sharding_group < 0 || c->sharding_group > RS_MAX_RANKS ? "--sharding-group: 0..65536"
-			  : c->ws_hangup_s < RS_WS_HANGUP_MIN_S || c->ws_hangup_s > RS_WS_HANGUP_MAX_S ? "--ws-hangup-s: 3..65535"
+			  : c->ws_hangup_s < RS_WS_HANGUP_MIN_S || c->ws_hangup_s > RS_WS_HANGUP_MAX_S ? "--ws-hangup-s: 3..3600"
 			  : c->steps < -1 ? "--steps: -1 (the config's) or more"
 			  : c->checkpoint_every < 0 || c->checkpoint_every > ((int64_t)1 << 40) ? "--checkpoint-every: 0..2^40"
 			  : c->checkpoint_interval < 0 || c->checkpoint_interval > 31536000 ? "--checkpoint-interval: 0..31536000"

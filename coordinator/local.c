@@ -7,6 +7,7 @@
 #include "common/grow.h"
 #include "common/limits.h"
 #include "common/log.h"
+#include "common/wsmsg.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -108,9 +109,10 @@ static proc *slot(rs_local *l, int32_t ordinal)
 
 static rs_status spawn(rs_local *l, proc *p, rs_err *err)
 {
-	char tmo[32], grace[32];
+	char tmo[32], grace[32], hangup[32];
 	snprintf(tmo, sizeof(tmo), "%lld", (long long)l->o.timeout_ms);
 	snprintf(grace, sizeof(grace), "%lld", (long long)l->o.grace_ms);
+	snprintf(hangup, sizeof(hangup), "%d", (int)rs_ws_idle_policy()->secs_since_valid_hangup); /* the coordinator's */
 	pid_t pid = fork();
 	if (pid < 0)
 		return rs_err_set(err, RS_ESYS, "fork for %s: %s", p->name, strerror(errno));
@@ -121,7 +123,7 @@ static rs_status spawn(rs_local *l, proc *p, rs_err *err)
 				close(fd);
 		setenv("ROWSHIFT_JOIN_TOKEN", l->o.token, 1);
 		execl(l->o.worker_bin, l->o.worker_bin, "--coordinator", l->o.url, "--config", l->o.config, "--name",
-		      p->name, "--timeout-ms", tmo, "--coordinator-grace-ms", grace, (char *)NULL);
+		      p->name, "--timeout-ms", tmo, "--coordinator-grace-ms", grace, "--ws-hangup-s", hangup, (char *)NULL);
 		fprintf(stderr, "rowshift-coordinator: cannot run %s: %s\n", l->o.worker_bin, strerror(errno));
 		_exit(127);
 	}

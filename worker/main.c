@@ -133,7 +133,7 @@ int main(int argc, char **argv)
 		RS_PARAM("--host", "POD_IP", RS_PARAM_STR, "127.0.0.1", "ADDR", "address peers reach this worker's transport on", &host),
 		RS_PARAM("--timeout-ms", "ROWSHIFT_TIMEOUT_MS", RS_PARAM_INT, "30000", "MS", "bound on every wait for a peer or the coordinator's answer (at the final save, plus the whole model at 10 MiB/s)", &timeout_ms),
 		RS_PARAM("--coordinator-grace-ms", "ROWSHIFT_COORDINATOR_GRACE_MS", RS_PARAM_INT, "60000", "MS", "how long to wait for a lost coordinator to come back before exiting", &grace_ms),
-		RS_PARAM("--ws-hangup-s", "ROWSHIFT_WS_HANGUP_S", RS_PARAM_INT, "600", "S", "hang up on a coordinator that answers no PING for S seconds (one goes after S/20 s of silence): the coordinator's --ws-hangup-s", &ws_hangup_s),
+		RS_PARAM("--ws-hangup-s", "ROWSHIFT_WS_HANGUP_S", RS_PARAM_INT, "600", "S", "close the connection to the coordinator S s after its last PONG (a PING goes after max(1, S/20) s of silence; 3..3600): the coordinator's --ws-hangup-s", &ws_hangup_s),
 		RS_PARAM("--device", "ROWSHIFT_DEVICE", RS_PARAM_STR, "auto", "DEV", "where the shards live and the kernels run: auto (a CUDA device if there is one), cpu, cuda or cuda:N", &device),
 		RS_PARAM("--fault", "ROWSHIFT_FAULT", RS_PARAM_STR, NULL, "HOOK", "tests only: corrupt-chunk (the first chunk received is damaged), stall-ms=N (every reshard waits N ms before moving rows), stall-connect-ms=N (before connecting its transport), checkpoint-stall-ms=N[@STEP] (a checkpoint's writer, after its first file; only STEP's), exit-after-checkpoint=STEP[@NAME] (exit once the checkpoint of STEP is complete) or exit-before-done[@NAME] (exit after the last step and the final save, before saying done)", &fault),
 		RS_PARAM("--transport", "ROWSHIFT_TRANSPORT", RS_PARAM_STR, "tcp", "KIND", "between workers: tcp, or nccl (one worker per GPU; needs a CUDA --device)", &transport),
@@ -177,13 +177,12 @@ int main(int argc, char **argv)
 	/* a mistyped value is refused, not replaced by a default (the coordinator's ranges) */
 	const char *range = timeout_ms < 100 || timeout_ms > 3600000		? "--timeout-ms: 100..3600000"
 			    : grace_ms < 0 || grace_ms > 86400000 ? "--coordinator-grace-ms: 0..86400000"
-			    : ws_hangup_s < RS_WS_HANGUP_MIN_S || ws_hangup_s > RS_WS_HANGUP_MAX_S ? "--ws-hangup-s: 3..65535"
+			    : ws_hangup_s < RS_WS_HANGUP_MIN_S || ws_hangup_s > RS_WS_HANGUP_MAX_S ? "--ws-hangup-s: 3..3600"
 								  : NULL;
 	if (range) {
 		fprintf(stderr, "rowshift-worker: %s\n%s\n", range, usage);
 		return 2;
 	}
-	rs_ws_set_hangup((uint16_t)ws_hangup_s); /* before the control connection's context */
 	const char *token = getenv("ROWSHIFT_JOIN_TOKEN");
 	if (!url || !config || !token || !*token) {
 		fprintf(stderr, "rowshift-worker: --coordinator, --config and ROWSHIFT_JOIN_TOKEN are required\n%s\n", usage);
@@ -219,6 +218,7 @@ int main(int argc, char **argv)
 		name = buf;
 	}
 	rs_log_init(name, -1);
+	rs_ws_set_hangup((uint16_t)ws_hangup_s); /* before the control connection's context */
 	if (rs_control_set_pod_uid(pod_uid, &err) != RS_OK) { /* a help to the coordinator, not a need: go on without */
 		RS_WARN("%s: ignored (a late deletion of an earlier pod of this name may then be taken for this worker's end)",
 			err.msg);

@@ -167,15 +167,17 @@ run d --workers 2 --load "$tmp/noindex"
 rc=$?
 check "a checkpoint without its index is never loaded (exit $rc)" bash -c "[ $rc != 0 ] && grep -q 'index.json' '$tmp/d.err'"
 
-# a worker busy past the hang-up keeps its connection (worker/link.h's keeper): --ws-hangup-s 4 on both sides
-# (a PING after 1 s of silence, the hang-up 3 s later), the last checkpoint's writers stall 8 s after their first
-# file, and each worker waits for its writer before the final save. Without the keeper both workers are hung up
-# on, come back as new processes, and the job rolls back to step 60 until it gives up (exit 1, 37 s here)
-ROWSHIFT_WS_HANGUP_S=4 ROWSHIFT_FAULT=checkpoint-stall-ms=8000@120 run k --workers 2 --checkpoint-dir "$tmp/ckk" \
-	--checkpoint-every 60
+# a worker busy past the hang-up keeps its connection (worker/link.h's keeper): --ws-hangup-s 6 (a PING after 1 s
+# of silence, the hang-up 5 s later; the workers get it from the coordinator), the last checkpoint's writers stall
+# 12 s after their first file, and each worker waits for its writer before the final save. Without the keeper both
+# workers are hung up on during the wait (they rejoin after it; before a cut-off worker rejoined to say "done", they
+# exited unheard and the job rolled back to step 60 until it gave up)
+ROWSHIFT_FAULT=checkpoint-stall-ms=12000@120 run k --workers 2 --checkpoint-dir "$tmp/ckk" --checkpoint-every 60 \
+	--ws-hangup-s 6
 rc=$?
-check "workers waiting 8 s for a checkpoint's write, past a 4 s hang-up, finish the job (exit $rc)" bash -c \
-	"[ $rc = 0 ] && grep -q 'checkpoint of step 120 complete' '$tmp/k.out'"
+check "workers waiting 12 s for a checkpoint's write, past a 6 s hang-up, finish the job (exit $rc)" bash -c \
+	"[ $rc = 0 ] && grep -q 'checkpoint of step 120 complete' '$tmp/k.out' &&
+	 [ \$(grep -c 'ws-hangup-s 6: a connection is closed 6 s after' '$tmp/k.err') = 3 ]"
 check "... with no connection lost and no recovery" bash -c "! grep -E 'lost|came back|recover' '$tmp/k.err'"
 
 # --checkpoint-interval: by time, at a step every worker agrees on (any step, not a multiple of anything)
