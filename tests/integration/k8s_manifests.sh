@@ -160,6 +160,14 @@ check "the schema rejects terminationGracePeriodSeconds: -5" rejects termination
 check "the schema rejects an unknown image.pullPolicy" rejects image.pullPolicy=Sometimes "/image/pullPolicy"
 check "the schema rejects a host name with a comma in coordinator.allowedHosts" rejects "coordinator.allowedHosts[0]=a\\,b" "/coordinator/allowedHosts"
 check "the schema rejects checkpoint.keep: 0" rejects checkpoint.keep=0 "/checkpoint/keep"
+hangup_range() { rejects wsHangupSeconds=2 /wsHangupSeconds && rejects wsHangupSeconds=3601 /wsHangupSeconds; }
+check "the schema rejects wsHangupSeconds: 2 and 3601" hangup_range
+both_hangup() { # the coordinator's flag and every worker's variable, the same
+	render --set wsHangupSeconds=120 >"$tmp/hangup.yaml" && grep -A1 -- '- --ws-hangup-s' "$tmp/hangup.yaml" | grep -q '"120"' &&
+		grep -A1 'name: ROWSHIFT_WS_HANGUP_S' "$tmp/hangup.yaml" | grep -q 'value: "120"' &&
+		! grep -q 'ws-hangup-s\|WS_HANGUP' "$tmp/chart.yaml"
+}
+check "wsHangupSeconds reaches the coordinator (--ws-hangup-s) and the workers (ROWSHIFT_WS_HANGUP_S); the default (600) renders neither" both_hangup
 check "the schema rejects a tls.secretName that is not a Secret's name" rejects 'tls.secretName=Bad_Name' "/tls/secretName"
 check "the schema rejects a coordinator.service.clusterIP that is no IP" rejects coordinator.service.clusterIP=coordinator "/coordinator/service/clusterIP"
 svc_ip() { render --show-only templates/coordinator.yaml "$@" | sed -n '/^kind: Service$/,$p' | grep -E '^  clusterIP: '; }

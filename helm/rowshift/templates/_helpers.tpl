@@ -313,6 +313,11 @@ chart's; the user's others are appended.
       fieldPath: metadata.uid
 - name: ROWSHIFT_COORDINATOR_GRACE_MS
   value: {{ .Values.coordinatorGraceMs | int64 | quote }}
+{{- if ne (int64 .Values.wsHangupSeconds) 600 }}
+# the coordinator's --ws-hangup-s: both sides close a silent connection alike
+- name: ROWSHIFT_WS_HANGUP_S
+  value: {{ .Values.wsHangupSeconds | int64 | quote }}
+{{- end }}
 # exists exactly while the worker holds a model of the job: the readiness probe's file
 - name: ROWSHIFT_READY_FILE
   value: /run/rowshift/ready
