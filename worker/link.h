@@ -142,7 +142,8 @@ void rs_link_post(rs_link *l, json_t *msg);
  * rs_link_post for a checkpoint's report (msg stolen; NULL: nothing), also
  * kept until the next replaces it and repeated after every rejoin, before
  * the status: the coordinator counts a rank's report once, and a copy lost
- * with the connection would leave that checkpoint incomplete for good.
+ * with the connection would leave that checkpoint incomplete for good (a
+ * coordinator started again completes one from the repeated reports).
  * Not while a keeper runs.
  */
 void rs_link_report(rs_link *l, json_t *msg);

@@ -734,6 +734,28 @@ static void test_recovered_job_hears_done_on_the_rejoin(void **state)
 	assert_true(reported("training done: 2 workers, 100 steps"));
 }
 
+/*
+ * A checkpoint half reported when the coordinator went away: its workers
+ * repeat their reports on the rejoin (rs_link_report), and the coordinator
+ * started again completes it from them.
+ */
+static void test_recovered_job_completes_a_repeated_checkpoint(void **state)
+{
+	(void)state;
+	char root[256];
+	assert_int_equal(rs_scratch_make(root, sizeof(root), "job"), 0);
+	H.o.ckpt_dir = root, H.o.ckpt_every = 10, H.o.ckpt_keep = 2;
+	start(2);
+	checkpointed_by(root, 0, 1, 10); /* rank 1's report was lost with the coordinator */
+	restart_coordinator();
+	join(0);
+	join(1);
+	checkpointed(root, 2, 10); /* both repeated on the rejoin */
+	assert_true(indexed(root, 10));
+	assert_int_equal(reported_times("checkpoint of step 10 complete"), 1);
+	assert_int_equal(rs_scratch_remove(root), 0);
+}
+
 static void test_recovered_job_aborts_what_it_did_not_decide(void **state)
 {
 	(void)state;
@@ -891,6 +913,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_recovery_refuses_more_members_than_a_job_has, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_during_precopy_never_reuses_its_generation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovered_job_hears_done_on_the_rejoin, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_recovered_job_completes_a_repeated_checkpoint, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
