@@ -462,6 +462,14 @@ static int indexed(const char *root, int64_t step)
 	return access(index, F_OK) == 0;
 }
 
+/* A job of 2 workers taking a checkpoint every 10 steps into a scratch folder (root), the newest keep kept. */
+static void start_checkpointing(char *root, size_t cap, int64_t keep)
+{
+	assert_int_equal(rs_scratch_make(root, cap, "job"), 0);
+	H.o.ckpt_dir = root, H.o.ckpt_every = 10, H.o.ckpt_keep = keep;
+	start(2);
+}
+
 /*
  * A checkpoint whose last rank reports after a newer one completed (a
  * shrink's leaver writes at a lower priority than the world that trains
@@ -472,9 +480,7 @@ static void test_a_checkpoint_completes_after_a_newer_one(void **state)
 {
 	(void)state;
 	char root[256];
-	assert_int_equal(rs_scratch_make(root, sizeof(root), "job"), 0);
-	H.o.ckpt_dir = root, H.o.ckpt_every = 10, H.o.ckpt_keep = 2;
-	start(2);
+	start_checkpointing(root, sizeof(root), 2);
 	checkpointed_by(root, 0, 1, 10); /* rank 1's part of step 10 comes late */
 	checkpointed(root, 2, 20);
 	assert_true(indexed(root, 20));
@@ -508,9 +514,7 @@ static void test_a_checkpoint_save_does_not_wait_for_the_api(void **state)
 {
 	(void)state;
 	char root[256], index[600], dir[512];
-	assert_int_equal(rs_scratch_make(root, sizeof(root), "job"), 0);
-	H.o.ckpt_dir = root, H.o.ckpt_every = 10, H.o.ckpt_keep = 5;
-	start(2);
+	start_checkpointing(root, sizeof(root), 5);
 	int saved = H.nsaved, tries = H.save_tries;
 	assert_int_equal(H.impatient, 0); /* the cycle's decisions wait for theirs */
 	H.api_down = 1;
@@ -743,9 +747,7 @@ static void test_recovered_job_completes_a_repeated_checkpoint(void **state)
 {
 	(void)state;
 	char root[256];
-	assert_int_equal(rs_scratch_make(root, sizeof(root), "job"), 0);
-	H.o.ckpt_dir = root, H.o.ckpt_every = 10, H.o.ckpt_keep = 2;
-	start(2);
+	start_checkpointing(root, sizeof(root), 2);
 	checkpointed_by(root, 0, 1, 10); /* rank 1's report was lost with the coordinator */
 	restart_coordinator();
 	join(0);
