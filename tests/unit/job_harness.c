@@ -2,6 +2,13 @@
  * job_harness.c - see job_harness.h.
  */
 #include "tests/unit/job_harness.h"
+#include "tests/unit/scratch.h"
+#include "common/checkpoint.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -386,3 +393,53 @@ void rejoin_new(int k)
 	H.h.on_join(H.h.ctx, conn(k), &j);
 }
 
+/* Ranks from..to-1 of generation 1's world report their files of the checkpoint at step (the plan's shards and the dense network's). */
+void checkpointed_by(const char *root, int from, int to, int64_t step)
+{
+	char dir[512], names[64][128];
+	rs_ckpt_file_report files[64];
+	rs_plan *plan;
+	rs_err err = {0};
+	rs_checkpoint_step_dir(root, step, dir, sizeof(dir));
+	assert_true(mkdir(dir, 0700) == 0 || errno == EEXIST);
+	assert_int_equal(rs_plan_from_json(H.plan, H.cfg, "the plan saved", &plan, &err), RS_OK);
+	for (int r = from; r < to; r++) {
+		int nf = 0;
+		if (r == 0)
+			files[nf++] = (rs_ckpt_file_report){"dense.safetensors", 1, 8};
+		for (int t = 0; t < H.cfg->ntables; t++)
+			for (int k = 0; k < plan->tables[t].nshards; k++) {
+				const rs_shard *sh = &plan->tables[t].shards[k];
+				if (sh->rank != r || sh->replica != 0)
+					continue;
+				assert_true(nf < 64);
+				rs_checkpoint_shard_file(&H.cfg->tables[t], sh, names[nf], sizeof(names[nf]));
+				files[nf] = (rs_ckpt_file_report){names[nf], 2, 16};
+				nf++;
+			}
+		rs_msg_checkpointed m = {.generation = 1, .rank = r, .step = step, .dense_params = r == 0 ? 2 : -1,
+					 .files = files, .nfiles = nf};
+		say(r, rs_proto_make_checkpointed(&m));
+	}
+	rs_plan_free(plan);
+}
+
+/* Every rank of generation 1's world of n reports its files of the checkpoint at step. */
+void checkpointed(const char *root, int n, int64_t step) { checkpointed_by(root, 0, n, step); }
+
+/* The checkpoint at step is complete (its index written). */
+int indexed(const char *root, int64_t step)
+{
+	char dir[512], index[600];
+	rs_checkpoint_step_dir(root, step, dir, sizeof(dir));
+	snprintf(index, sizeof(index), "%s/index.json", dir);
+	return access(index, F_OK) == 0;
+}
+
+/* A job of 2 workers taking a checkpoint every 10 steps into a scratch folder (root), the newest keep kept. */
+void start_checkpointing(char *root, size_t cap, int64_t keep)
+{
+	assert_int_equal(rs_scratch_make(root, cap, "job"), 0);
+	H.o.ckpt_dir = root, H.o.ckpt_every = 10, H.o.ckpt_keep = keep;
+	start(2);
+}

@@ -83,6 +83,12 @@ void restart_coordinator(void);
 void assert_recovering(const char *what);
 void rejoin_new(int k);
 int64_t field(const json_t *m, const char *key);
+/* Periodic checkpoints (H.o.ckpt_*): ranks from..to-1 of generation 1's world report their files of step's */
+void checkpointed_by(const char *root, int from, int to, int64_t step);
+void checkpointed(const char *root, int n, int64_t step); /* every rank of a world of n */
+int indexed(const char *root, int64_t step);               /* step's checkpoint is complete (its index written) */
+/* A job of 2 workers taking a checkpoint every 10 steps into a scratch folder (root), the newest keep kept. */
+void start_checkpointing(char *root, size_t cap, int64_t keep);
 /* Sums of the old world's per-table checksums (see to_migrating). */
 uint64_t before_sum(int from, int t);
 

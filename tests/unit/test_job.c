@@ -11,10 +11,8 @@
 #include "tests/unit/scratch.h"
 #include "common/checkpoint.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 static void test_grow_commits(void **state)
@@ -420,56 +418,6 @@ static void test_done_is_not_reported_unless_persisted(void **state)
 	assert_false(reported("training done"));
 }
 
-/* Ranks from..to-1 of generation 1's world report their files of the checkpoint at step (the plan's shards and the dense network's). */
-static void checkpointed_by(const char *root, int from, int to, int64_t step)
-{
-	char dir[512], names[64][128];
-	rs_ckpt_file_report files[64];
-	rs_plan *plan;
-	rs_err err = {0};
-	rs_checkpoint_step_dir(root, step, dir, sizeof(dir));
-	assert_true(mkdir(dir, 0700) == 0 || errno == EEXIST);
-	assert_int_equal(rs_plan_from_json(H.plan, H.cfg, "the plan saved", &plan, &err), RS_OK);
-	for (int r = from; r < to; r++) {
-		int nf = 0;
-		if (r == 0)
-			files[nf++] = (rs_ckpt_file_report){"dense.safetensors", 1, 8};
-		for (int t = 0; t < H.cfg->ntables; t++)
-			for (int k = 0; k < plan->tables[t].nshards; k++) {
-				const rs_shard *sh = &plan->tables[t].shards[k];
-				if (sh->rank != r || sh->replica != 0)
-					continue;
-				assert_true(nf < 64);
-				rs_checkpoint_shard_file(&H.cfg->tables[t], sh, names[nf], sizeof(names[nf]));
-				files[nf] = (rs_ckpt_file_report){names[nf], 2, 16};
-				nf++;
-			}
-		rs_msg_checkpointed m = {.generation = 1, .rank = r, .step = step, .dense_params = r == 0 ? 2 : -1,
-					 .files = files, .nfiles = nf};
-		say(r, rs_proto_make_checkpointed(&m));
-	}
-	rs_plan_free(plan);
-}
-
-/* Every rank of generation 1's world of n reports its files of the checkpoint at step. */
-static void checkpointed(const char *root, int n, int64_t step) { checkpointed_by(root, 0, n, step); }
-
-static int indexed(const char *root, int64_t step)
-{
-	char dir[512], index[600];
-	rs_checkpoint_step_dir(root, step, dir, sizeof(dir));
-	snprintf(index, sizeof(index), "%s/index.json", dir);
-	return access(index, F_OK) == 0;
-}
-
-/* A job of 2 workers taking a checkpoint every 10 steps into a scratch folder (root), the newest keep kept. */
-static void start_checkpointing(char *root, size_t cap, int64_t keep)
-{
-	assert_int_equal(rs_scratch_make(root, cap, "job"), 0);
-	H.o.ckpt_dir = root, H.o.ckpt_every = 10, H.o.ckpt_keep = keep;
-	start(2);
-}
-
 /*
  * A checkpoint whose last rank reports after a newer one completed (a
  * shrink's leaver writes at a lower priority than the world that trains
@@ -714,50 +662,6 @@ static void test_recovered_undecided_attempt_commits_when_all_staged(void **stat
 	assert_phase("committing");
 }
 
-/*
- * Workers cut off from a coordinator that is started again, that train
- * through their last step meanwhile: their first word on the rejoin is
- * "done" (worker/agent.c's finish), with the generation it ends, which the
- * new coordinator has not heard from them yet. It counts; without a
- * generation (an older worker's) it is refused, as before.
- */
-static void test_recovered_job_hears_done_on_the_rejoin(void **state)
-{
-	(void)state;
-	start(2);
-	restart_coordinator(); /* persisted in TRAINING, generation 1 */
-	join(0);
-	join(1);
-	say(1, json_pack("{s:s, s:I, s:I}", "type", "done", "rank", (json_int_t)1, "step", (json_int_t)100));
-	assert_non_null(strstr(json_string_value(json_object_get(last(1, RS_MSG_ERROR), "reason")), "no world"));
-	say(0, rs_proto_make_done(1, 0, 100));
-	say(1, rs_proto_make_done(1, 1, 100));
-	assert_null(last(0, RS_MSG_ERROR));
-	tick(0.01);
-	assert_phase("done");
-	assert_true(reported("training done: 2 workers, 100 steps"));
-}
-
-/*
- * A checkpoint half reported when the coordinator went away: its workers
- * repeat their reports on the rejoin (rs_link_report), and the coordinator
- * started again completes it from them.
- */
-static void test_recovered_job_completes_a_repeated_checkpoint(void **state)
-{
-	(void)state;
-	char root[256];
-	start_checkpointing(root, sizeof(root), 2);
-	checkpointed_by(root, 0, 1, 10); /* rank 1's report was lost with the coordinator */
-	restart_coordinator();
-	join(0);
-	join(1);
-	checkpointed(root, 2, 10); /* both repeated on the rejoin */
-	assert_true(indexed(root, 10));
-	assert_int_equal(reported_times("checkpoint of step 10 complete"), 1);
-	assert_int_equal(rs_scratch_remove(root), 0);
-}
-
 static void test_recovered_job_aborts_what_it_did_not_decide(void **state)
 {
 	(void)state;
@@ -914,8 +818,6 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_recovered_job_aborts_what_it_did_not_decide, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovery_refuses_more_members_than_a_job_has, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_during_precopy_never_reuses_its_generation, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_recovered_job_hears_done_on_the_rejoin, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_recovered_job_completes_a_repeated_checkpoint, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

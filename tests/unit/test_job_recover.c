@@ -5,13 +5,16 @@
  * world, rolls the world back (no checkpoints here: to step 0) over the
  * survivors and the replacements; a recovered coordinator tells a
  * replacement from the original; recoveries back to the same step give up;
- * a loss after a member finished the last step completes the job.
+ * a loss after a member finished the last step completes the job. A
+ * coordinator started again hears a worker's "done" and completes a
+ * checkpoint from the reports its workers repeat on their rejoin.
  * A 2 x 2 world whose survivors stopped at different steps heals at the
  * step every role has a copy at: one short of it with the step prepared
  * catches up, one ahead takes its rows again; it rolls back when no step
  * has a copy of every row.
  */
 #include "tests/unit/job_harness.h"
+#include "tests/unit/scratch.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -353,6 +356,50 @@ static void test_no_copy_at_the_survivors_step_rolls_back(void **state)
 	assert_true(reported("rolling back to the start (step 0)"));
 }
 
+/*
+ * Workers cut off from a coordinator that is started again, that train
+ * through their last step meanwhile: their first word on the rejoin is
+ * "done" (worker/agent.c's finish), with the generation it ends, which the
+ * new coordinator has not heard from them yet. It counts; without a
+ * generation (an older worker's) it is refused, as before.
+ */
+static void test_recovered_job_hears_done_on_the_rejoin(void **state)
+{
+	(void)state;
+	start(2);
+	restart_coordinator(); /* persisted in TRAINING, generation 1 */
+	join(0);
+	join(1);
+	say(1, json_pack("{s:s, s:I, s:I}", "type", "done", "rank", (json_int_t)1, "step", (json_int_t)100));
+	assert_non_null(strstr(json_string_value(json_object_get(last(1, RS_MSG_ERROR), "reason")), "no world"));
+	say(0, rs_proto_make_done(1, 0, 100));
+	say(1, rs_proto_make_done(1, 1, 100));
+	assert_null(last(0, RS_MSG_ERROR));
+	tick(0.01);
+	assert_phase("done");
+	assert_true(reported("training done: 2 workers, 100 steps"));
+}
+
+/*
+ * A checkpoint half reported when the coordinator went away: its workers
+ * repeat their reports on the rejoin (rs_link_report), and the coordinator
+ * started again completes it from them.
+ */
+static void test_recovered_job_completes_a_repeated_checkpoint(void **state)
+{
+	(void)state;
+	char root[256];
+	start_checkpointing(root, sizeof(root), 2);
+	checkpointed_by(root, 0, 1, 10); /* rank 1's report was lost with the coordinator */
+	restart_coordinator();
+	join(0);
+	join(1);
+	checkpointed(root, 2, 10); /* both repeated on the rejoin */
+	assert_true(indexed(root, 10));
+	assert_int_equal(reported_times("checkpoint of step 10 complete"), 1);
+	assert_int_equal(rs_scratch_remove(root), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -372,6 +419,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_catch_up_unanswered_drops_the_member, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_prepared_step_not_taken_is_dropped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_copy_at_the_survivors_step_rolls_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_recovered_job_hears_done_on_the_rejoin, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_recovered_job_completes_a_repeated_checkpoint, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
