@@ -72,7 +72,7 @@ const char *rs_proto_type_name(rs_msg_type t);
  * rolling upgrade half done) never train together. A join without one is
  * of version 0 (from before joins carried it).
  */
-#define RS_PROTOCOL_VERSION 2 /* 2: joins carry the model config's digest */
+#define RS_PROTOCOL_VERSION 3 /* 2: joins carry the model config's digest; 3: "done" its generation */
 
 /*
  * The join handshake (common/auth.h): the coordinator opens every control

@@ -282,26 +282,27 @@ static rs_status on_done(rs_job *j, member *m, json_t *msg, rs_err *err)
 {
 	int64_t gen, rank, step;
 	RSCHECK(rs_proto_done(msg, &gen, &rank, &step, err));
-	if (m->gen == 0 && gen > 0) /* the first word of a worker cut off at its last step, to a coordinator started again */
-		m->gen = gen;
+	/* the first word of a worker cut off at its last step, to a coordinator started again: its generation */
+	int64_t said = m->gen == 0 && gen > 0 ? gen : m->gen;
 	/*
 	 * One "done" can end the job (a peer lost after it): only the last step
 	 * of the world in training counts, of the one being committed (its
 	 * members train as soon as they commit, before the coordinator has
 	 * heard from them all), or of the one a rollback just left.
 	 */
-	int i = (int)(m - j->mem.v), in = rs__member_in_world(j, i) && m->gen == j->cur.generation;
-	for (int32_t u = 0; !in && j->att.generation && m->gen == j->att.generation && u < j->att.nworld; u++)
+	int i = (int)(m - j->mem.v), in = rs__member_in_world(j, i) && said == j->cur.generation;
+	for (int32_t u = 0; !in && j->att.generation && said == j->att.generation && u < j->att.nworld; u++)
 		in = j->att.uni[u] == i;
-	for (int32_t r = 0; !in && !j->cur.world && m->gen == j->rec.old_gen && r < j->rec.nold; r++)
+	for (int32_t r = 0; !in && !j->cur.world && said == j->rec.old_gen && r < j->rec.nold; r++)
 		in = j->rec.old[r] == i;
 	if (step != j->o.steps)
 		return rs_err_set(err, RS_EINVAL, "done at step %lld, but the job ends at step %lld", (long long)step,
 				  (long long)j->o.steps);
 	if (!in)
 		return rs_err_set(err, RS_EINVAL, "done from a member of no world that trains (generation %lld)",
-				  (long long)m->gen);
+				  (long long)said);
 	(void)rank;
+	m->gen = said;
 	m->st = M_DONE;
 	m->done_gen = m->gen;
 	if (j->src.ending)

@@ -259,6 +259,7 @@ static rs_status start_fresh(rs_agent *a, const rs_msg_start *s, rs_plan *plan, 
 			(long long)s->first_step, (long long)a->cur.generation);
 		drop_model(a);
 	}
+	rs_link_forget_report(&a->link); /* the checkpoints of earlier generations: completed, or rolled back past */
 	RSCHECKGOTO(rs__agent_relisten(a, err), st, fail);
 	RSCHECKGOTO(rs__agent_connect_peers(a, s, &a->t, err), st, fail);
 	rs_link_keeper keeper;

@@ -194,6 +194,12 @@ void rs_link_report(rs_link *l, json_t *msg)
 	rs_link_post(l, msg);
 }
 
+void rs_link_forget_report(rs_link *l)
+{
+	json_decref(l->report);
+	l->report = NULL;
+}
+
 void rs_link_post(rs_link *l, json_t *msg)
 {
 	if (l->kept)

@@ -148,6 +148,9 @@ void rs_link_post(rs_link *l, json_t *msg);
  */
 void rs_link_report(rs_link *l, json_t *msg);
 
+/* No report is repeated any more (a fresh start: the earlier generations' checkpoints are settled). */
+void rs_link_forget_report(rs_link *l);
+
 /* Once *leave is set: send the leave request, once (rs_link_join repeats it after a rejoin). */
 void rs_link_leave(rs_link *l);
 

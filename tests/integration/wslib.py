@@ -118,7 +118,7 @@ class Reader:
 
 
 
-PROTOCOL = 2  # RS_PROTOCOL_VERSION (common/proto.h)
+PROTOCOL = 3  # RS_PROTOCOL_VERSION (common/proto.h)
 
 
 def join_msg(challenge, token, worker, addr, protocol=PROTOCOL, model=""):
