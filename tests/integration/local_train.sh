@@ -151,7 +151,7 @@ check "an oversized message from a joined client is dropped with an error and th
 	bash -c "grep -q '\"type\": *\"welcome\"' $tmp/probe-joined.out && grep -q 'too large' $tmp/probe-joined.out && tail -1 $tmp/probe-joined.out | grep -q open"
 for case in newer unversioned; do
 	check "a join of another control protocol ($case) proving the token: refused naming both versions, signed, closed" \
-		bash -c "grep -q 'control protocol [03]; this coordinator speaks 2 (rowshift [0-9.]*): run the same rowshift version' $tmp/probe-$case.out &&
+		bash -c "grep -q 'control protocol [04]; this coordinator speaks 3 (rowshift [0-9.]*): run the same rowshift version' $tmp/probe-$case.out &&
 			 grep -qx signed $tmp/probe-$case.out && tail -1 $tmp/probe-$case.out | grep -q closed"
 done
 check "a worker's join proving the token without its model config's digest: refused, signed, closed" \
