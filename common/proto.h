@@ -239,8 +239,8 @@ json_t *rs_proto_make_checkpointed(const rs_msg_checkpointed *m);
 
 /*
  * {"type":"done","generation"?,"rank","step"}: training of generation ended
- * at step (the last). *generation is 0 when absent (a worker before 0.x
- * sent none).
+ * at step (the last). *generation is 0 when absent (a worker of protocol
+ * 2 sent none; the join refuses one now, and the field stays optional).
  */
 rs_status rs_proto_done(json_t *msg, int64_t *generation, int64_t *rank, int64_t *step, rs_err *err);
 

@@ -124,7 +124,7 @@ rs_status rs_link_status(rs_link *l, json_t *msg, rs_err *err);
 
 /*
  * Cut off, rejoin now (for what is left of the grace period since the
- * loss), which repeats the last status: for a process about to exit,
+ * loss), which repeats the last report and status: for a process about to exit,
  * whose last word ("done") would otherwise go unheard. RS_OK when joined;
  * else rs_link_join's failures.
  */
