@@ -71,6 +71,9 @@ void rs_ws_service(struct lws_context *ctx, int timeout_ms);
  */
 #define RS_WS_PING_S 30
 #define RS_WS_HANGUP_S 600
+#define RS_WS_TEXT_(x) #x
+#define RS_WS_TEXT(x) RS_WS_TEXT_(x)
+#define RS_WS_HANGUP_TEXT RS_WS_TEXT(RS_WS_HANGUP_S) /* "600": --ws-hangup-s's default, as its flag tables want it */
 const lws_retry_bo_t *rs_ws_idle_policy(void);
 void rs_ws_set_idle_policy(uint16_t ping_s, uint16_t hangup_s);
 void rs_ws_set_hangup(uint16_t hangup_s); /* says so in the log when not the default */

@@ -57,7 +57,7 @@ int rs_coord_flags_parse(rs_coord_flags *c, int argc, char **argv)
 		RS_PARAM("--save", "ROWSHIFT_SAVE", RS_PARAM_STR, NULL, "DIR", "write a checkpoint (safetensors) here at the end", &c->save),
 		RS_PARAM("--worker-bin", "ROWSHIFT_WORKER_BIN", RS_PARAM_STR, NULL, "PATH", "the worker binary (default: beside this one)", &c->worker_bin),
 		RS_PARAM("--timeout-ms", "ROWSHIFT_TIMEOUT_MS", RS_PARAM_INT, "60000", "MS", "longest wait for workers to join, pause, stage or rejoin", &c->timeout_ms),
-		RS_PARAM("--ws-hangup-s", "ROWSHIFT_WS_HANGUP_S", RS_PARAM_INT, "600", "S", "close a worker's or client's connection S s after its last PONG (a PING goes after max(1, S/20) s of silence; 3..3600); local workers get the same (in Kubernetes the chart's wsHangupSeconds sets both); a coordinator busy for longer than about S loses its members", &c->ws_hangup_s),
+		RS_PARAM("--ws-hangup-s", "ROWSHIFT_WS_HANGUP_S", RS_PARAM_INT, RS_WS_HANGUP_TEXT, "S", "close a worker's or client's connection S s after its last PONG (a PING goes after max(1, S/20) s of silence; 3..3600); local workers get the same (in Kubernetes the chart's wsHangupSeconds sets both); a coordinator busy for longer than about S loses its members", &c->ws_hangup_s),
 		RS_PARAM("--help", NULL, RS_PARAM_FLAG, NULL, NULL, "show this help", &c->help),
 	};
 	const int np = (int)(sizeof(params) / sizeof(params[0]));
