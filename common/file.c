@@ -120,30 +120,35 @@ rs_status rs_file_write_all(int fd, const void *buf, size_t n)
 	return RS_OK;
 }
 
-/* Make the rename of something in path's directory survive a crash. */
-static rs_status sync_dir(const char *path, rs_err *err)
+rs_status rs_file_sync_dir(const char *dir, rs_err *err)
 {
-	char dir[PATH_MAX];
-	snprintf(dir, sizeof(dir), "%s", path);
-	int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0 || fsync(dfd) != 0) {
 		int e = errno;
 		if (dfd >= 0)
 			close(dfd);
-		return rs_err_set(err, RS_EIO, "%s: cannot sync its directory: %s", path, strerror(e));
+		return rs_err_set(err, RS_EIO, "%s: cannot sync the directory: %s", dir, strerror(e));
 	}
 	close(dfd);
 	return RS_OK;
+}
+
+rs_status rs_file_sync_parent(const char *path, rs_err *err)
+{
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s", path);
+	return rs_file_sync_dir(dirname(dir), err);
 }
 
 rs_status rs_file_remove(const char *path, rs_err *err)
 {
 	if (unlink(path) != 0)
 		return errno == ENOENT ? RS_OK : rs_err_set(err, RS_EIO, "cannot remove %s: %s", path, strerror(errno));
-	return sync_dir(path, err);
+	return rs_file_sync_parent(path, err);
 }
 
-rs_status rs_file_write_atomic(const char *path, mode_t mode, rs_file_writer fn, void *ctx, rs_err *err)
+/* rs_file_write_atomic; sync: with its directory synced after the rename. */
+static rs_status write_atomic(const char *path, mode_t mode, rs_file_writer fn, void *ctx, int sync, rs_err *err)
 {
 	char tmp[PATH_MAX];
 	if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= (int)sizeof(tmp))
@@ -164,7 +169,17 @@ rs_status rs_file_write_atomic(const char *path, mode_t mode, rs_file_writer fn,
 		unlink(tmp);
 		return rs_err_set(err, st, "%s: cannot write: %s", path, st == RS_ENOMEM ? "out of memory" : strerror(e));
 	}
-	return sync_dir(path, err);
+	return sync ? rs_file_sync_parent(path, err) : RS_OK;
+}
+
+rs_status rs_file_write_atomic(const char *path, mode_t mode, rs_file_writer fn, void *ctx, rs_err *err)
+{
+	return write_atomic(path, mode, fn, ctx, 1, err);
+}
+
+rs_status rs_file_write_atomic_unsynced(const char *path, mode_t mode, rs_file_writer fn, void *ctx, rs_err *err)
+{
+	return write_atomic(path, mode, fn, ctx, 0, err);
 }
 
 typedef struct buf_ctx {

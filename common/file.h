@@ -46,6 +46,20 @@ typedef rs_status (*rs_file_writer)(int fd, void *ctx);
 /* Replace path atomically with what fn writes; the file gets `mode` (e.g. 0600). */
 rs_status rs_file_write_atomic(const char *path, mode_t mode, rs_file_writer fn, void *ctx, rs_err *err);
 
+/*
+ * The same, its directory not synced: for several files into one
+ * directory, synced once after the last (rs_file_sync_dir; an fsync each
+ * costs the disk a journal commit). Until then a crash may undo the rename:
+ * the path then holds what it held before, or nothing. The file's own
+ * contents are synced either way.
+ */
+rs_status rs_file_write_atomic_unsynced(const char *path, mode_t mode, rs_file_writer fn, void *ctx, rs_err *err);
+
+/* Make the names made or removed in directory dir survive a crash (RS_EIO naming it). */
+rs_status rs_file_sync_dir(const char *dir, rs_err *err);
+/* The same for the directory path is in. */
+rs_status rs_file_sync_parent(const char *path, rs_err *err);
+
 /* The same with len bytes of buf. */
 rs_status rs_file_write_buf(const char *path, mode_t mode, const void *buf, size_t len, rs_err *err);
 

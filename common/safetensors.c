@@ -70,7 +70,8 @@ static rs_status write_body(int fd, void *ctx)
 
 rs_status rs_st_write(const char *path, const rs_st_tensor_in *tensors, int n, const json_t *metadata, rs_err *err)
 {
-	return rs_st_write_crc(path, tensors, n, metadata, NULL, NULL, err);
+	RSCHECK(rs_st_write_crc(path, tensors, n, metadata, NULL, NULL, err));
+	return rs_file_sync_parent(path, err);
 }
 
 rs_status rs_st_write_crc(const char *path, const rs_st_tensor_in *tensors, int n, const json_t *metadata,
@@ -106,7 +107,7 @@ rs_status rs_st_write_crc(const char *path, const rs_st_tensor_in *tensors, int 
 	text = p;
 	memset(text + len, ' ', padded - len);
 	st_body body = {text, padded, tensors, n, 0, 0};
-	st = rs_file_write_atomic(path, 0600, write_body, &body, err); /* checkpoints are the owner's */
+	st = rs_file_write_atomic_unsynced(path, 0600, write_body, &body, err); /* checkpoints are the owner's */
 	if (crc)
 		*crc = body.crc;
 	if (size)

@@ -52,7 +52,12 @@ typedef struct rs_st_tensor_in {
 /* Write the tensors (and optional metadata, an object of strings) to path, atomically. */
 rs_status rs_st_write(const char *path, const rs_st_tensor_in *tensors, int n, const json_t *metadata, rs_err *err);
 
-/* The same, also giving the file's CRC-32C (rs_crc32c, from 0) and size in bytes (either may be NULL). */
+/*
+ * The same, also giving the file's CRC-32C (rs_crc32c, from 0) and size in
+ * bytes (either may be NULL), without syncing path's directory: a caller
+ * writing several files into one syncs it once after the last
+ * (rs_file_sync_dir), before it counts on any of them.
+ */
 rs_status rs_st_write_crc(const char *path, const rs_st_tensor_in *tensors, int n, const json_t *metadata,
 			  uint32_t *crc, int64_t *size, rs_err *err);
 

@@ -376,7 +376,7 @@ static void ckpt_take(rs_agent *a, int *stop, rs_err *lost)
 	double t0 = rs_now();
 	if (!ckpt_wait_previous(a, stop, lost))
 		return;
-	if (rs_trainer_snapshot(a->tr, &s, &err) != RS_OK ||
+	if (rs_trainer_snapshot(a->tr, rs_checkpointer_spare(a->ckpt), &s, &err) != RS_OK ||
 	    rs_checkpointer_start(a->ckpt, s, a->cur.ckpt_dir, a->cur.generation, a->cur.step, a->cur.rank, &err) != RS_OK) {
 		RS_WARN("%s (training goes on without this checkpoint)", err.msg);
 		return;

@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 struct rs_checkpointer {
@@ -26,9 +27,10 @@ struct rs_checkpointer {
 	rs_snapshot *snap;
 	char dir[4096];
 	int64_t generation, step, rank;
-	double seconds;
+	double seconds, cpu_seconds; /* the write's, wall clock and the thread's CPU time */
 	rs_status st;
 	rs_err err;
+	rs_snapshot *spare; /* the last one written, for the next snapshot's copies (rs_checkpointer_spare) */
 };
 
 /* mkdir that takes an existing directory for success. */
@@ -59,6 +61,8 @@ static void *write_thread(void *arg)
 	if (c->st == RS_OK)
 		c->st = rs_snapshot_write(c->snap, c->dir, &c->err);
 	c->seconds = rs_now() - t0;
+	struct timespec cpu;
+	c->cpu_seconds = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0 ? (double)cpu.tv_sec + cpu.tv_nsec / 1e9 : -1;
 	atomic_store(&c->finished, 1);
 	return NULL;
 }
@@ -126,11 +130,19 @@ rs_status rs_checkpointer_done(rs_checkpointer *c, int wait, json_t **report, rs
 	else if (!(*report = report_of(c)))
 		st = rs_err_set(err, RS_ENOMEM, "checkpoint of step %lld: out of memory for its report", (long long)c->step);
 	else
-		RS_INFO("checkpoint of step %lld: this rank's files written to %s in %.3f s (%zu MiB copied)",
-			(long long)c->step, c->dir, c->seconds, rs_snapshot_bytes(c->snap) >> 20);
-	rs_snapshot_free(c->snap);
+		RS_INFO("checkpoint of step %lld: this rank's files written to %s in %.3f s, %.3f s of CPU (%zu MiB copied)",
+			(long long)c->step, c->dir, c->seconds, c->cpu_seconds, rs_snapshot_bytes(c->snap) >> 20);
+	rs_snapshot_free(c->spare);
+	c->spare = c->snap;
 	c->snap = NULL;
 	return st;
+}
+
+rs_snapshot *rs_checkpointer_spare(rs_checkpointer *c)
+{
+	rs_snapshot *s = c->spare;
+	c->spare = NULL;
+	return s;
 }
 
 void rs_checkpointer_destroy(rs_checkpointer *c)
@@ -140,5 +152,6 @@ void rs_checkpointer_destroy(rs_checkpointer *c)
 	if (c->running)
 		pthread_join(c->thread, NULL);
 	rs_snapshot_free(c->snap);
+	rs_snapshot_free(c->spare);
 	free(c);
 }

@@ -48,6 +48,14 @@ rs_status rs_checkpointer_start(rs_checkpointer *c, rs_snapshot *s, const char *
  */
 rs_status rs_checkpointer_done(rs_checkpointer *c, int wait, json_t **report, rs_err *err);
 
+/*
+ * The snapshot of the last write collected (the caller's now), or NULL: for
+ * rs_trainer_snapshot to copy the next checkpoint into. Kept until then, so
+ * a rank holds its part's size twice between checkpoints, as it does
+ * during a write.
+ */
+rs_snapshot *rs_checkpointer_spare(rs_checkpointer *c);
+
 /* Whether a write is in flight (started and not collected). */
 int rs_checkpointer_busy(const rs_checkpointer *c);
 

@@ -136,9 +136,12 @@ rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err 
  * existing directory, each atomically and fsynced, touching nothing but the
  * snapshot, so any thread may run it while training goes on. The index is
  * the coordinator's to write, once every rank's files are in place.
+ * reuse: an earlier snapshot done with (written), or NULL; taken over and
+ * freed, its copies' memory used again where the sizes match (mapped
+ * already: no page faults while training waits).
  */
 typedef struct rs_snapshot rs_snapshot;
-rs_status rs_trainer_snapshot(rs_trainer *tr, rs_snapshot **out, rs_err *err);
+rs_status rs_trainer_snapshot(rs_trainer *tr, rs_snapshot *reuse, rs_snapshot **out, rs_err *err);
 rs_status rs_snapshot_write(rs_snapshot *s, const char *dir, rs_err *err);
 /* After rs_snapshot_write: the files written (names, CRC-32C, sizes; borrowed from s) and their count. */
 int rs_snapshot_files(const rs_snapshot *s, const rs_ckpt_file_report **files);

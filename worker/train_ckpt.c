@@ -8,6 +8,7 @@
 #include "worker/train_internal.h"
 #include "common/checkpoint.h"
 #include "common/clock.h"
+#include "common/file.h"
 #include "common/safetensors.h"
 
 #include <limits.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 rs_status rs_trainer_dump(const rs_trainer *tr, const char *path)
 {
@@ -67,6 +69,7 @@ typedef struct snap_file {
 	rs_st_tensor_in t[SNAP_TENSORS];
 	int n;
 	void *own[SNAP_TENSORS]; /* the copies the tensors point at */
+	size_t size[SNAP_TENSORS];
 	json_t *meta;
 } snap_file;
 
@@ -78,6 +81,7 @@ struct rs_snapshot {
 	size_t bytes;           /* of the copies */
 	int borrow;             /* the trainer's own buffers are written as they are (a save that waits for its write) */
 	atomic_int cancel;      /* rs_snapshot_cancel: stop before the next file */
+	rs_snapshot *reuse;     /* while taken: the earlier snapshot whose copies' memory it takes over */
 };
 
 void rs_snapshot_cancel(rs_snapshot *s) { atomic_store(&s->cancel, 1); }
@@ -93,7 +97,38 @@ void rs_snapshot_free(rs_snapshot *s)
 	}
 	free(s->f);
 	free(s->written);
+	rs_snapshot_free(s->reuse);
 	free(s);
+}
+
+/*
+ * A buffer of `bytes` for a copy: one of s->reuse's of that size (taken
+ * from it) when it has one, else a new one. A snapshot's copies are the
+ * same sizes from one checkpoint to the next, and a buffer already in use
+ * is already mapped: a new one of several MiB comes from mmap (glibc's
+ * threshold) and costs a page fault per 4 KiB page, which made the copy of
+ * a 6 MiB table 14 ms where the memcpy alone takes 1.
+ */
+#define SNAP_HUGE ((size_t)2 << 20)
+
+static void *snap_buffer(rs_snapshot *s, size_t bytes)
+{
+	rs_snapshot *r = s->reuse;
+	for (int i = 0; r && i < r->n; i++)
+		for (int k = 0; k < r->f[i].n; k++)
+			if (r->f[i].own[k] && r->f[i].size[k] == bytes) {
+				void *p = r->f[i].own[k];
+				r->f[i].own[k] = NULL;
+				return p;
+			}
+	/* a new one: in 2 MiB pages where it is that large (the kernel's THP on madvise), faulted in 512x fewer times */
+	void *p;
+	size_t align = bytes < SNAP_HUGE ? 64 : SNAP_HUGE;
+	if (posix_memalign(&p, align, (bytes + align - 1) / align * align) != 0)
+		return NULL;
+	if (align == SNAP_HUGE)
+		(void)madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE); /* advice; small pages work */
+	return p;
 }
 
 /*
@@ -105,12 +140,14 @@ static void *snap_tensor(rs_snapshot *s, snap_file *f, const char *name, rs_st_d
 			 int64_t d1, const void *src, size_t bytes)
 {
 	RS_ASSERT(f->n < SNAP_TENSORS);
-	void *p = src && s->borrow ? (void *)src : malloc(bytes ? bytes : 1);
+	bytes = bytes ? bytes : 1;
+	void *p = src && s->borrow ? (void *)src : snap_buffer(s, bytes);
 	if (!p)
 		return NULL;
 	if (p != src && src)
 		memcpy(p, src, bytes);
 	f->own[f->n] = p == src ? NULL : p;
+	f->size[f->n] = bytes;
 	if (p != src)
 		s->bytes += bytes;
 	f->t[f->n++] = (rs_st_tensor_in){name, dtype, ndim, {d0, d1}, p};
@@ -167,16 +204,22 @@ static rs_status snap_shard(const rs_trainer *tr, const lshard *ls, rs_snapshot 
 	return RS_OK;
 }
 
-/* The snapshot of rs_trainer_snapshot; borrow: pointing at the trainer's buffers, valid until it trains again. */
-static rs_status snapshot(rs_trainer *tr, int borrow, rs_snapshot **out, rs_err *err)
+/*
+ * The snapshot of rs_trainer_snapshot; borrow: pointing at the trainer's
+ * buffers, valid until it trains again. reuse (freed) as there.
+ */
+static rs_status snapshot(rs_trainer *tr, int borrow, rs_snapshot *reuse, rs_snapshot **out, rs_err *err)
 {
 	rs_snapshot *s = calloc(1, sizeof(*s));
 	rs_status st = RS_OK;
 	*out = NULL;
-	if (!s || !(s->f = calloc((size_t)tr->nshards + 1, sizeof(*s->f))))
+	if (!s || !(s->f = calloc((size_t)tr->nshards + 1, sizeof(*s->f)))) {
+		rs_snapshot_free(reuse);
 		RSFAILGOTO(st, RS_ENOMEM, out);
+	}
 	s->dense_params = -1;
 	s->borrow = borrow;
+	s->reuse = reuse;
 	rs__trainer_prefetch(tr, 1);
 	for (int i = 0; i < tr->nshards; i++) {
 		const lshard *ls = &tr->shards[i];
@@ -192,6 +235,8 @@ static rs_status snapshot(rs_trainer *tr, int borrow, rs_snapshot **out, rs_err 
 			RSFAILGOTO(st, RS_ENOMEM, out);
 		s->dense_params = (int64_t)n;
 	}
+	rs_snapshot_free(s->reuse); /* what it had that this one did not take */
+	s->reuse = NULL;
 	*out = s;
 	return RS_OK;
 out:
@@ -199,7 +244,10 @@ out:
 	return rs_err_set(err, st, "checkpoint: copying this rank's shards: %s", rs_status_str(st));
 }
 
-rs_status rs_trainer_snapshot(rs_trainer *tr, rs_snapshot **out, rs_err *err) { return snapshot(tr, 0, out, err); }
+rs_status rs_trainer_snapshot(rs_trainer *tr, rs_snapshot *reuse, rs_snapshot **out, rs_err *err)
+{
+	return snapshot(tr, 0, reuse, out, err);
+}
 
 int64_t rs_checkpoint_stall_ms_for_tests;
 int64_t rs_checkpoint_stall_step_for_tests = -1;
@@ -234,7 +282,7 @@ rs_status rs_snapshot_write(rs_snapshot *s, const char *dir, rs_err *err)
 		if (i == 0 && stalls(dir))
 			rs_sleep((double)rs_checkpoint_stall_ms_for_tests / 1000.0);
 	}
-	return RS_OK;
+	return rs_file_sync_dir(dir, err); /* once for all the renames: the files are in place when this returns */
 }
 
 int rs_snapshot_files(const rs_snapshot *s, const rs_ckpt_file_report **files)
@@ -304,7 +352,7 @@ rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err 
 	rs_snapshot *s = NULL;
 	int was = rs_transport_timeout(tr->t, 0);
 	rs_transport_timeout(tr->t, save_wait_ms(tr->cfg, was));
-	rs_status st = snapshot(tr, 1, &s, err); /* the trainer's own buffers where it can: written before training goes on */
+	rs_status st = snapshot(tr, 1, NULL, &s, err); /* the trainer's own buffers where it can: written before training goes on */
 	RSCHECKGOTO(all_did(tr, st, dir, "take their part out", err), st, out);
 	st = tr->rank == 0 ? rs_checkpoint_drop_index(dir, err) : RS_OK;
 	RSCHECKGOTO(all_did(tr, st, dir, "remove the earlier index", err), st, out);

@@ -1,7 +1,8 @@
 /*
  * test_file.c - tests common/file.c: whole files read within their limit,
  * FIFOs and directories refused without blocking, atomic writes with the
- * mode asked for and no temporary file left, removal (gone already is
+ * mode asked for and no temporary file left (their directory synced
+ * then, or later for several), removal (gone already is
  * fine; what cannot go is named), and the private directory
  * refused when someone could have prepared it (a link, a directory open to
  * others).
@@ -106,6 +107,42 @@ static void test_remove(void **state)
 	assert_int_equal(rmdir(path), 0);
 }
 
+static rs_status write_two(int fd, void *ctx)
+{
+	(void)ctx;
+	return rs_file_write_all(fd, "two", 3);
+}
+
+/*
+ * The write whose directory is synced later replaces the file as the
+ * synced one does; the directory's sync names what it cannot sync.
+ */
+static void test_unsynced_then_synced_dir(void **state)
+{
+	(void)state;
+	char path[128], *buf;
+	size_t len;
+	rs_err err = {0};
+	snprintf(path, sizeof(path), "%s/later.txt", dir);
+	assert_int_equal(rs_file_write_buf(path, 0600, "one", 3, &err), RS_OK);
+	assert_int_equal(rs_file_write_atomic_unsynced(path, 0640, write_two, NULL, &err), RS_OK);
+	assert_int_equal(rs_file_sync_dir(dir, &err), RS_OK);
+	assert_int_equal(rs_file_read(path, 100, &buf, &len, &err), RS_OK);
+	assert_string_equal(buf, "two");
+	free(buf);
+	struct stat sb;
+	assert_int_equal(stat(path, &sb), 0);
+	assert_int_equal(sb.st_mode & 0777, 0640);
+	assert_int_equal(rs_file_sync_dir(path, &err), RS_EIO); /* a file, not a directory */
+	assert_non_null(strstr(err.msg, path));
+	memset(&err, 0, sizeof(err));
+	snprintf(path, sizeof(path), "%s/no-such-dir/x", dir);
+	assert_int_equal(rs_file_write_atomic_unsynced(path, 0600, write_two, NULL, &err), RS_EIO);
+	assert_non_null(strstr(err.msg, "no-such-dir"));
+	snprintf(path, sizeof(path), "%s/later.txt", dir);
+	assert_int_equal(unlink(path), 0);
+}
+
 static void test_private_dir(void **state)
 {
 	(void)state;
@@ -139,6 +176,7 @@ int main(void)
 		cmocka_unit_test(test_read_and_write),
 		cmocka_unit_test(test_not_regular_files),
 		cmocka_unit_test(test_remove),
+		cmocka_unit_test(test_unsynced_then_synced_dir),
 		cmocka_unit_test(test_private_dir),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

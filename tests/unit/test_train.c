@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "common/checkpoint.h"
 #include "common/plan.h"
 #include "common/planner.h"
 #include "tests/unit/dumps.h"
@@ -425,47 +426,75 @@ static int entries(const char *path)
 	return n;
 }
 
+/* A trainer made for a load (no initial values), loaded from dir, holds tr's model (at step): 0, else a code. */
+static int loads_as(rs_trainer *tr, rs_transport *t, const char *from, int64_t want_step, rs_err *err)
+{
+	rs_trainer *back;
+	uint64_t a[16] = {0}, b[16] = {0};
+	int64_t step = -1;
+	if (rs_trainer_create_for_load(cfg, plan, t, NULL, &back, err) != RS_OK)
+		return 1;
+	int code = rs_trainer_load(back, from, &step, err) != RS_OK || step != want_step ? 2 : 0;
+	if (!code) {
+		rs_trainer_checksum(tr, a);
+		rs_trainer_checksum(back, b);
+		code = memcmp(a, b, sizeof(a)) ? 3 : 0;
+	}
+	rs_trainer_destroy(back);
+	return code;
+}
+
 /*
  * One rank: a snapshot cancelled before its write writes nothing (RS_EABORTED);
- * a trainer made for a load (no initial values) and loaded holds the saved model.
+ * a trainer made for a load (no initial values) and loaded holds the saved
+ * model; a snapshot taken into an earlier one's memory (two steps later)
+ * writes the model as it is then.
  */
 static int snapshot_body(int32_t rank, rs_transport *t, rs_status st, const char *msg)
 {
 	(void)rank, (void)msg;
-	rs_trainer *tr, *back;
-	rs_snapshot *s;
+	rs_trainer *tr;
+	rs_snapshot *s, *again = NULL;
 	rs_err err = {0};
-	char snap[128], saved[128];
-	uint64_t a[16] = {0}, b[16] = {0};
+	char snap[128], saved[128], reused[128];
 	snprintf(snap, sizeof(snap), "%s/snapshot-%d", dir, (int)cfg->optimizer.kind);
 	snprintf(saved, sizeof(saved), "%s/saved-%d", dir, (int)cfg->optimizer.kind);
-	if (st != RS_OK || mkdir(snap, 0700) != 0 || mkdir(saved, 0700) != 0 ||
+	snprintf(reused, sizeof(reused), "%s/reused-%d", dir, (int)cfg->optimizer.kind);
+	if (st != RS_OK || mkdir(snap, 0700) != 0 || mkdir(saved, 0700) != 0 || mkdir(reused, 0700) != 0 ||
 	    rs_trainer_create(cfg, plan, t, NULL, &tr, &err) != RS_OK)
 		return 100;
 	for (int64_t k = 0; k < 3; k++)
 		if (rs_trainer_step(tr, k, NULL, NULL) != RS_OK)
 			return 101;
-	if (rs_trainer_snapshot(tr, &s, &err) != RS_OK)
+	if (rs_trainer_snapshot(tr, NULL, &s, &err) != RS_OK)
 		return 102;
+	size_t bytes = rs_snapshot_bytes(s);
 	rs_snapshot_cancel(s);
 	rs_status w = rs_snapshot_write(s, snap, &err);
-	rs_snapshot_free(s);
 	err.msg[0] = 0;
 	int code = w != RS_EABORTED ? 103 : entries(snap) != 0 ? 104 : 0;
-	if (!code && (rs_trainer_save(tr, saved, 3, &err) != RS_OK ||
-		      rs_trainer_create_for_load(cfg, plan, t, NULL, &back, &err) != RS_OK))
+	if (!code && rs_trainer_save(tr, saved, 3, &err) != RS_OK)
 		code = 105;
-	int64_t step = -1;
-	if (!code && (rs_trainer_load(back, saved, &step, &err) != RS_OK || step != 3))
+	if (!code && loads_as(tr, t, saved, 3, &err))
 		code = 106;
+	for (int64_t k = 3; !code && k < 5; k++)
+		if (rs_trainer_step(tr, k, NULL, NULL) != RS_OK)
+			code = 107;
 	if (!code) {
-		rs_trainer_checksum(tr, a);
-		rs_trainer_checksum(back, b);
-		code = memcmp(a, b, sizeof(a)) ? 107 : 0;
-		rs_trainer_destroy(back);
+		rs_status got = rs_trainer_snapshot(tr, s, &again, &err); /* s, of step 3, taken over */
+		s = NULL;
+		code = got != RS_OK ? 108 : 0;
 	}
+	if (!code && (rs_snapshot_bytes(again) != bytes || rs_snapshot_write(again, reused, &err) != RS_OK ||
+		      rs_checkpoint_write_index(reused, cfg, plan, 5, (size_t)rs_snapshot_dense_params(again), NULL,
+						&err) != RS_OK))
+		code = 109;
+	if (!code && loads_as(tr, t, reused, 5, &err))
+		code = 110;
 	if (code)
 		fprintf(stderr, "snapshot_body: %d: %s\n", code, err.msg);
+	rs_snapshot_free(s);
+	rs_snapshot_free(again);
 	rs_trainer_destroy(tr);
 	return code;
 }
