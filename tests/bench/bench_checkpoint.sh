@@ -10,7 +10,10 @@
 # median of the pairs' ratios (target: at most 2% slower), with their range,
 # and the checkpoint's size. The reference is the run without checkpoints
 # in the same pair. BENCH_CONFIG picks the model (default
-# examples/dlrm-small.json). Fails when a run fails or a checkpoint is missing.
+# examples/dlrm-small.json); BENCH_CKPT_ROOT where the checkpoints go (a
+# directory made under it; default a new one in $TMPDIR or /tmp), to
+# measure a volume (/dev/shm: the cost without a disk's writeback).
+# Fails when a run fails or a checkpoint is missing.
 set -u
 BUILD=${BUILD:-build}
 bin=$BUILD/bin
@@ -18,7 +21,10 @@ cfg=${BENCH_CONFIG:-examples/dlrm-small.json}
 intervals=${BENCH_CKPT_EVERY:-50 200}
 pairs=${BENCH_CKPT_PAIRS:-5}
 tmp=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+root=
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf $root "$tmp"' EXIT
+root=$(mktemp -d "${BENCH_CKPT_ROOT:-$tmp}/bench-ckpt.XXXXXX") || exit 1
+fs=$(stat -f -c %T "$root")
 
 run() { # run NAME FLAGS...: prints "SAMPLES_PER_S CHECKPOINT_BYTES"
 	local name=$1
@@ -41,11 +47,11 @@ for every in $intervals; do
 	for i in $(seq "$pairs"); do
 		r=$(run none$every.$i) || exit 1
 		results+=("none $r")
-		r=$(run ckpt$every.$i --checkpoint-dir "$tmp/ck$every.$i" --checkpoint-every "$every" --checkpoint-keep 2) || exit 1
+		r=$(run ckpt$every.$i --checkpoint-dir "$root/ck$every.$i" --checkpoint-every "$every" --checkpoint-keep 2) || exit 1
 		results+=("ckpt $r")
 	done
 	printf '%s\n' "${results[@]}" >"$tmp/results"
-	python3 - "$tmp/results" "$cfg" "$every" <<'PY' || exit 1
+	python3 - "$tmp/results" "$cfg" "$every" "$fs" <<'PY' || exit 1
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 def med(kind, i): return statistics.median(float(r[i]) for r in rows if r[0] == kind)
@@ -54,7 +60,7 @@ pairs = [float(rows[k + 1][1]) / float(rows[k][1]) for k in range(0, len(rows), 
 ratio = statistics.median(pairs)
 verdict = "MET" if ratio >= 0.98 else "MISSED"
 print(f"bench checkpoint_every_{sys.argv[3]}: {c:.0f} samples/s with a checkpoint every {sys.argv[3]} steps "
-      f"({med('ckpt', 2):.1f} MiB each) | {n:.0f} without (medians of {len(pairs)} runs each, in pairs; {sys.argv[2]}) | "
+      f"({med('ckpt', 2):.1f} MiB each, on {sys.argv[4]}) | {n:.0f} without (medians of {len(pairs)} runs each, in pairs; {sys.argv[2]}) | "
       f"ratio {ratio:.3f} (median of the pairs' ratios, {min(pairs):.3f} to {max(pairs):.3f}) | target >= 0.98 {verdict}")
 PY
 done
