@@ -125,6 +125,7 @@ static void drop_model(rs_agent *a)
 	rs__agent_set_ready(a, 0);
 	rs_checkpointer_cancel(a->ckpt); /* a periodic write in flight stops at its next file ... */
 	ckpt_collect(a, 1);              /* ... and ends first: no file of the lost world lands later */
+	rs_checkpointer_drop_spare(a->ckpt);
 	rs__agent_drop_staged(a);
 	if (a->t)
 		rs_transport_abort(a->t); /* the other ranks must not wait for this one */
@@ -402,6 +403,7 @@ static void exit_after_checkpoint(rs_agent *a)
 static rs_status finish(rs_agent *a, rs_err *err)
 {
 	ckpt_collect(a, 1); /* the last periodic checkpoint is reported before "done" */
+	rs_checkpointer_drop_spare(a->ckpt); /* the final save copies what it cannot borrow */
 	if (a->cur.save[0]) {
 		double s0 = rs_now();
 		rs_link_keeper keeper;

@@ -92,6 +92,7 @@ static rs_status stage_rows(rs_agent *a, const rs_msg_start *s, double t0, rs_re
 				.restore = s->restore, .restored = restored};
 	rs_link_keeper keeper;
 	rs_link_keep_start(&keeper, &a->link); /* a large model's new shards take a while to build and fill */
+	rs_checkpointer_drop_spare(a->ckpt);   /* not held beside two models; of other sizes after the commit */
 	st = rs_trainer_stage(a->c.cfg, a->tr, &spec, &a->st_tr, rst, err);
 	rs_link_keep_stop(&keeper);
 out:
@@ -196,6 +197,7 @@ rs_status rs__agent_commit(rs_agent *a, int64_t gen, int *left, rs_err *err)
 		rs_sleep(wait < LEAVER_WAIT_MAX_S ? wait : LEAVER_WAIT_MAX_S);
 	}
 	rs_trainer_commit(a->st_tr, a->tr);
+	rs_checkpointer_drop_spare(a->ckpt); /* of the old shards' sizes (one taken during a pre-copy) */
 	rs_transport_destroy(a->t);
 	rs_transport_destroy(a->uni);
 	rs_plan_free(a->plan);
@@ -261,6 +263,7 @@ static rs_status precopy_begin(rs_agent *a, const rs_msg_start *s, rs_plan *plan
 	a->pc_reported = 0;
 	a->pace.credit = a->pace.round_s = a->pace.busy_s = 0, a->pace.steps = 0;
 	a->pace.before_s = a->pace.step_s;
+	rs_checkpointer_drop_spare(a->ckpt); /* not held beside two models */
 	RSCHECK(rs_precopy_begin(a->c.cfg, a->tr, &spec, &a->pc, why));
 	RS_INFO("generation %lld: pre-copy began (%lld rounds)", (long long)s->generation,
 		(long long)rs_precopy_pending(a->pc));

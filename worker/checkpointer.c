@@ -4,6 +4,7 @@
 #include "worker/checkpointer.h"
 #include "common/checkpoint.h"
 #include "common/clock.h"
+#include "common/file.h"
 #include "common/log.h"
 #include "common/proto.h"
 
@@ -33,10 +34,12 @@ struct rs_checkpointer {
 	rs_snapshot *spare; /* the last one written, for the next snapshot's copies (rs_checkpointer_spare) */
 };
 
-/* mkdir that takes an existing directory for success. */
+/* mkdir that takes an existing directory for success; a new one's name synced into its parent. */
 static rs_status make_dir(const char *path, rs_err *err)
 {
-	if (mkdir(path, 0700) != 0 && errno != EEXIST)
+	if (mkdir(path, 0700) == 0)
+		return rs_file_sync_parent(path, err);
+	if (errno != EEXIST)
 		return rs_err_set(err, RS_EIO, "checkpoint: cannot create %s: %s", path, strerror(errno));
 	return RS_OK;
 }
@@ -62,7 +65,7 @@ static void *write_thread(void *arg)
 		c->st = rs_snapshot_write(c->snap, c->dir, &c->err);
 	c->seconds = rs_now() - t0;
 	struct timespec cpu;
-	c->cpu_seconds = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0 ? (double)cpu.tv_sec + cpu.tv_nsec / 1e9 : -1;
+	c->cpu_seconds = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0 ? (double)cpu.tv_sec + cpu.tv_nsec / 1e9 : 0;
 	atomic_store(&c->finished, 1);
 	return NULL;
 }
@@ -130,8 +133,9 @@ rs_status rs_checkpointer_done(rs_checkpointer *c, int wait, json_t **report, rs
 	else if (!(*report = report_of(c)))
 		st = rs_err_set(err, RS_ENOMEM, "checkpoint of step %lld: out of memory for its report", (long long)c->step);
 	else
-		RS_INFO("checkpoint of step %lld: this rank's files written to %s in %.3f s, %.3f s of CPU (%zu MiB copied)",
-			(long long)c->step, c->dir, c->seconds, c->cpu_seconds, rs_snapshot_bytes(c->snap) >> 20);
+		RS_INFO("checkpoint of step %lld: this rank's files written to %s in %.3f s, %.3f s of CPU (%zu MiB copied, "
+			"%zu MiB of it into the last one's memory)", (long long)c->step, c->dir, c->seconds, c->cpu_seconds,
+			rs_snapshot_bytes(c->snap) >> 20, rs_snapshot_reused(c->snap) >> 20);
 	rs_snapshot_free(c->spare);
 	c->spare = c->snap;
 	c->snap = NULL;
@@ -143,6 +147,12 @@ rs_snapshot *rs_checkpointer_spare(rs_checkpointer *c)
 	rs_snapshot *s = c->spare;
 	c->spare = NULL;
 	return s;
+}
+
+void rs_checkpointer_drop_spare(rs_checkpointer *c)
+{
+	rs_snapshot_free(c->spare);
+	c->spare = NULL;
 }
 
 void rs_checkpointer_destroy(rs_checkpointer *c)

@@ -33,7 +33,7 @@ rs_status rs_checkpointer_create(rs_checkpointer **out, rs_err *err);
 void rs_checkpointer_cancel(rs_checkpointer *c);
 
 /*
- * Write s (taken over, freed when written) for (generation, step, rank)
+ * Write s (taken over: kept once written, as the spare) for (generation, step, rank)
  * under root. The previous write must have been collected (rs_checkpointer_done
  * with wait); RS_EINVAL otherwise (a bug). RS_ESYS when no thread can be started (s is then freed).
  */
@@ -51,10 +51,17 @@ rs_status rs_checkpointer_done(rs_checkpointer *c, int wait, json_t **report, rs
 /*
  * The snapshot of the last write collected (the caller's now), or NULL: for
  * rs_trainer_snapshot to copy the next checkpoint into. Kept until then, so
- * a rank holds its part's size twice between checkpoints, as it does
- * during a write.
+ * between checkpoints a rank holds a copy of its part, the memory a write
+ * takes anyway.
  */
 rs_snapshot *rs_checkpointer_spare(rs_checkpointer *c);
+
+/*
+ * Let go of the spare: when the shards' sizes change (a reshard stages
+ * beside the old model, or the model goes), nothing of it would be
+ * reused, and before the final save, which needs memory of its own.
+ */
+void rs_checkpointer_drop_spare(rs_checkpointer *c);
 
 /* Whether a write is in flight (started and not collected). */
 int rs_checkpointer_busy(const rs_checkpointer *c);

@@ -136,9 +136,10 @@ rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err 
  * existing directory, each atomically and fsynced, touching nothing but the
  * snapshot, so any thread may run it while training goes on. The index is
  * the coordinator's to write, once every rank's files are in place.
- * reuse: an earlier snapshot done with (written), or NULL; taken over and
- * freed, its copies' memory used again where the sizes match (mapped
- * already: no page faults while training waits).
+ * reuse: an earlier snapshot no longer needed (written, cancelled or
+ * failed), or NULL; taken over and freed, its copies' memory used again
+ * where the sizes match (mapped already: no page faults while training
+ * waits).
  */
 typedef struct rs_snapshot rs_snapshot;
 rs_status rs_trainer_snapshot(rs_trainer *tr, rs_snapshot *reuse, rs_snapshot **out, rs_err *err);
@@ -147,6 +148,7 @@ rs_status rs_snapshot_write(rs_snapshot *s, const char *dir, rs_err *err);
 int rs_snapshot_files(const rs_snapshot *s, const rs_ckpt_file_report **files);
 int64_t rs_snapshot_dense_params(const rs_snapshot *s); /* rank 0's snapshot: the dense network's size; else -1 */
 size_t rs_snapshot_bytes(const rs_snapshot *s);         /* memory the copies take */
+size_t rs_snapshot_reused(const rs_snapshot *s);        /* of it, what an earlier snapshot's copies had */
 void rs_snapshot_free(rs_snapshot *s);
 /*
  * Ask a write in flight (any thread) to stop before its next file:

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 rs_status rs_trainer_dump(const rs_trainer *tr, const char *path)
 {
@@ -79,6 +80,7 @@ struct rs_snapshot {
 	int64_t dense_params;   /* rank 0: the dense network's; else -1 */
 	rs_ckpt_file_report *written; /* per file, after rs_snapshot_write */
 	size_t bytes;           /* of the copies */
+	size_t reused;          /* of them, in the memory of s->reuse's */
 	int borrow;             /* the trainer's own buffers are written as they are (a save that waits for its write) */
 	atomic_int cancel;      /* rs_snapshot_cancel: stop before the next file */
 	rs_snapshot *reuse;     /* while taken: the earlier snapshot whose copies' memory it takes over */
@@ -102,32 +104,45 @@ void rs_snapshot_free(rs_snapshot *s)
 }
 
 /*
- * A buffer of `bytes` for a copy: one of s->reuse's of that size (taken
- * from it) when it has one, else a new one. A snapshot's copies are the
- * same sizes from one checkpoint to the next, and a buffer already in use
- * is already mapped: a new one of several MiB comes from mmap (glibc's
- * threshold) and costs a page fault per 4 KiB page, which made the copy of
- * a 6 MiB table 14 ms where the memcpy alone takes 1.
+ * A buffer of `bytes` for tensor k of file i: s->reuse's buffer of that
+ * size (taken from it; the same place first: a snapshot's copies are the
+ * same sizes from one checkpoint to the next in a generation) when it has
+ * one, else a new one. A buffer already in use is already mapped: a new
+ * one of several MiB comes from mmap (glibc's threshold) and took a page
+ * fault per 4 KiB page inside the copy, several times the copy's own cost.
+ * A new large one is faulted in at once instead (MADV_POPULATE_WRITE, where
+ * the kernel has it), which costs about as much as zeroing it.
  */
-#define SNAP_HUGE ((size_t)2 << 20)
+#define SNAP_POPULATE ((size_t)1 << 20)
 
-static void *snap_buffer(rs_snapshot *s, size_t bytes)
+static void *take_reused(rs_snapshot *r, int i, int k, size_t bytes)
+{
+	if (!r || i >= r->n || k >= r->f[i].n || !r->f[i].own[k] || r->f[i].size[k] != bytes)
+		return NULL;
+	void *p = r->f[i].own[k];
+	r->f[i].own[k] = NULL;
+	return p;
+}
+
+static void *snap_buffer(rs_snapshot *s, int i, int k, size_t bytes)
 {
 	rs_snapshot *r = s->reuse;
-	for (int i = 0; r && i < r->n; i++)
-		for (int k = 0; k < r->f[i].n; k++)
-			if (r->f[i].own[k] && r->f[i].size[k] == bytes) {
-				void *p = r->f[i].own[k];
-				r->f[i].own[k] = NULL;
-				return p;
-			}
-	/* a new one: in 2 MiB pages where it is that large (the kernel's THP on madvise), faulted in 512x fewer times */
-	void *p;
-	size_t align = bytes < SNAP_HUGE ? 64 : SNAP_HUGE;
-	if (posix_memalign(&p, align, (bytes + align - 1) / align * align) != 0)
+	void *p = take_reused(r, i, k, bytes);
+	for (int ri = 0; !p && r && ri < r->n; ri++)
+		for (int rk = 0; !p && rk < r->f[ri].n; rk++)
+			p = take_reused(r, ri, rk, bytes);
+	if (p) {
+		s->reused += bytes;
+		return p;
+	}
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	if (bytes < SNAP_POPULATE)
+		return malloc(bytes);
+	if (posix_memalign(&p, page, bytes) != 0)
 		return NULL;
-	if (align == SNAP_HUGE)
-		(void)madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE); /* advice; small pages work */
+#ifdef MADV_POPULATE_WRITE
+	(void)madvise(p, bytes / page * page, MADV_POPULATE_WRITE); /* advice: the copy faults in what this did not */
+#endif
 	return p;
 }
 
@@ -140,14 +155,13 @@ static void *snap_tensor(rs_snapshot *s, snap_file *f, const char *name, rs_st_d
 			 int64_t d1, const void *src, size_t bytes)
 {
 	RS_ASSERT(f->n < SNAP_TENSORS);
-	bytes = bytes ? bytes : 1;
-	void *p = src && s->borrow ? (void *)src : snap_buffer(s, bytes);
+	void *p = src && s->borrow ? (void *)src : snap_buffer(s, (int)(f - s->f), f->n, bytes ? bytes : 1);
 	if (!p)
 		return NULL;
 	if (p != src && src)
 		memcpy(p, src, bytes);
 	f->own[f->n] = p == src ? NULL : p;
-	f->size[f->n] = bytes;
+	f->size[f->n] = bytes ? bytes : 1;
 	if (p != src)
 		s->bytes += bytes;
 	f->t[f->n++] = (rs_st_tensor_in){name, dtype, ndim, {d0, d1}, p};
@@ -293,6 +307,7 @@ int rs_snapshot_files(const rs_snapshot *s, const rs_ckpt_file_report **files)
 
 int64_t rs_snapshot_dense_params(const rs_snapshot *s) { return s->dense_params; }
 size_t rs_snapshot_bytes(const rs_snapshot *s) { return s->bytes; }
+size_t rs_snapshot_reused(const rs_snapshot *s) { return s->reused; }
 
 /*
  * Whether every rank did what it had to (`what`, for the message), its own

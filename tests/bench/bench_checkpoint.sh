@@ -22,7 +22,7 @@ intervals=${BENCH_CKPT_EVERY:-50 200}
 pairs=${BENCH_CKPT_PAIRS:-5}
 tmp=$(mktemp -d)
 root=
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf $root "$tmp"' EXIT
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf ${root:+"$root"} "$tmp"' EXIT
 root=$(mktemp -d "${BENCH_CKPT_ROOT:-$tmp}/bench-ckpt.XXXXXX") || exit 1
 fs=$(stat -f -c %T "$root")
 
