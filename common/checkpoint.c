@@ -77,6 +77,16 @@ out:
 	return st;
 }
 
+rs_status rs_checkpoint_sums_add(json_t *sums, const rs_ckpt_file_report *files, int n)
+{
+	for (int k = 0; k < n; k++) {
+		json_t *e = json_pack("{s:I, s:I}", "crc32c", (json_int_t)files[k].crc32c, "bytes", (json_int_t)files[k].bytes);
+		if (!e || json_object_set_new(sums, files[k].file, e) != 0)
+			return RS_ENOMEM;
+	}
+	return RS_OK;
+}
+
 rs_status rs_checkpoint_drop_index(const char *dir, rs_err *err)
 {
 	char path[4200];

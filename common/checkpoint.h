@@ -25,6 +25,7 @@
 
 #include "common/config.h"
 #include "common/plan.h"
+#include "common/proto.h"
 #include "common/status.h"
 
 #include <jansson.h>
@@ -43,6 +44,9 @@ void rs_checkpoint_shard_file(const rs_table_config *t, const rs_shard *s, char 
  */
 rs_status rs_checkpoint_write_index(const char *dir, const rs_config *cfg, const rs_plan *plan, int64_t step,
 				    size_t dense_params, const json_t *sums, rs_err *err);
+
+/* Add n files' checksums, as a rank reports them, to sums (that form); RS_ENOMEM. */
+rs_status rs_checkpoint_sums_add(json_t *sums, const rs_ckpt_file_report *files, int n);
 
 /*
  * Remove dir/index.json, if there is one (RS_EIO naming it when it stays).

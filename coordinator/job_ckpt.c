@@ -288,12 +288,8 @@ rs_status rs__job_checkpointed(rs_job *j, int i, json_t *msg, rs_err *err)
 	gather *g;
 	if ((st = gather_of(j, m.generation, n, m.step, &g)) != RS_OK)
 		goto out;
-	for (int k = 0; k < m.nfiles; k++) {
-		json_t *e = json_pack("{s:I, s:I}", "crc32c", (json_int_t)m.files[k].crc32c, "bytes",
-				      (json_int_t)m.files[k].bytes);
-		if (!e || json_object_set_new(g->sums, m.files[k].file, e) != 0)
-			RSFAILGOTO(st, RS_ENOMEM, out);
-	}
+	if ((st = rs_checkpoint_sums_add(g->sums, m.files, m.nfiles)) != RS_OK)
+		goto out;
 	if (m.rank == 0)
 		g->dense_params = m.dense_params;
 	if (!g->got[m.rank]) {

@@ -135,9 +135,9 @@ static void *snap_buffer(rs_snapshot *s, int i, int k, size_t bytes)
 		s->reused += bytes;
 		return p;
 	}
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	if (bytes < SNAP_POPULATE)
 		return malloc(bytes);
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	if (posix_memalign(&p, page, bytes) != 0)
 		return NULL;
 #ifdef MADV_POPULATE_WRITE

@@ -491,11 +491,10 @@ static int snapshot_body(int32_t rank, rs_transport *t, rs_status st, const char
 		code = 109;
 	json_t *sums = code ? NULL : json_object();
 	const rs_ckpt_file_report *files;
-	for (int i = 0; sums && i < rs_snapshot_files(again, &files); i++)
-		json_object_set_new(sums, files[i].file, json_pack("{s:I, s:I}", "crc32c", (json_int_t)files[i].crc32c,
-								   "bytes", (json_int_t)files[i].bytes));
-	if (!code && (!sums || rs_checkpoint_write_index(reused, cfg, plan, 5, (size_t)rs_snapshot_dense_params(again),
-							  sums, &err) != RS_OK))
+	int nfiles = code ? 0 : rs_snapshot_files(again, &files);
+	if (!code && (!sums || rs_checkpoint_sums_add(sums, files, nfiles) != RS_OK ||
+		      rs_checkpoint_write_index(reused, cfg, plan, 5, (size_t)rs_snapshot_dense_params(again), sums,
+						&err) != RS_OK))
 		code = 111;
 	json_decref(sums);
 	if (!code && loads_as(tr, t, reused, 5, &err))
