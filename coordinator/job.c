@@ -80,6 +80,7 @@ static rs_status server_send(void *ctx, rs_conn *c, const json_t *msg)
 }
 
 static void server_publish(void *ctx, const json_t *ev) { rs_server_publish(ctx, ev); }
+static void server_hold(void *ctx, int hold) { rs_server_status_hold(ctx, hold); }
 static int server_clients(void *ctx) { return rs_server_status_clients(ctx); }
 
 static const char *server_conn_name(void *ctx, rs_conn *c)
@@ -90,7 +91,7 @@ static const char *server_conn_name(void *ctx, rs_conn *c)
 
 void rs_job_set_server(rs_job *j, rs_server *srv)
 {
-	j->io = (rs_job_io){.ctx = srv, .send = server_send, .publish = server_publish,
+	j->io = (rs_job_io){.ctx = srv, .send = server_send, .publish = server_publish, .hold = server_hold,
 			    .status_clients = server_clients, .conn_name = server_conn_name};
 }
 

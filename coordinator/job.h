@@ -104,6 +104,8 @@ typedef struct rs_job_io {
 	rs_status (*send)(void *ctx, rs_conn *c, const json_t *msg);
 	/* Send a status event (borrowed) to every status client. */
 	void (*publish)(void *ctx, const json_t *ev);
+	/* Hold the status events (1: the world is stopped) or let them go (0); may be NULL. */
+	void (*hold)(void *ctx, int hold);
 	int (*status_clients)(void *ctx);
 	/* Who is on c, for messages. */
 	const char *(*conn_name)(void *ctx, rs_conn *c);

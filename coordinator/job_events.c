@@ -331,12 +331,26 @@ static void record_reshard(rs_job *j, const reshard_record *r)
 	j->rep.pause_buckets[b]++;
 }
 
+/*
+ * Whether the world is stopped, or about to be: from the pause asked for
+ * to the first step after it (EV_RESHARDED), or to going on without a
+ * reshard. The status stream waits meanwhile (rs_server_status_hold).
+ */
+static int world_stopped(const rs_job *j, const job_event *ev)
+{
+	if (ev->kind == EV_RESHARDED || j->ph == P_DONE || j->ph == P_FAILED)
+		return 0;
+	return j->cur.pause_sent || j->cur.pausing || j->cur.resume_step >= 0;
+}
+
 static void status(rs_job *j, const job_event *ev)
 {
 	if (ev->kind == EV_RESHARDED)
 		record_reshard(j, ev->record);
 	if (ev->kind == EV_PROGRESS)
 		record_progress(j, ev);
+	if (j->io.hold)
+		j->io.hold(j->io.ctx, world_stopped(j, ev));
 	if (!j->io.publish)
 		return; /* no status stream (a test's job, or before the server is up): nothing to build */
 	switch (ev->kind) {

@@ -658,6 +658,7 @@ void rs_server_service(rs_server *s, int timeout_ms)
 {
 	rs_ws_service(s->ctx, timeout_ms);
 	refusals_flush(s);
+	rs__status_tick(s);
 }
 
 rs_status rs_server_send(rs_conn *c, const json_t *msg)

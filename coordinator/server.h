@@ -37,7 +37,11 @@
  * is bounded (RS_STATUS_MAX_QUEUED messages, RS_STATUS_MAX_BYTES bytes): a
  * client that falls behind loses its queue and gets a fresh snapshot when
  * it drains; one that takes no message in RS_STATUS_STALL_S seconds is
- * closed. Anything a status client sends is ignored (over
+ * closed. While the stream is held (rs_server_status_hold: the job's world
+ * is stopped), events queue but are not written, so that neither the
+ * writes nor what clients do with them take time from the pause; they go
+ * out in order when it is released, or every RS_STATUS_HOLD_MAX_S held.
+ * Anything a status client sends is ignored (over
  * RS_STATUS_MAX_INCOMING bytes closes it). With a status token set, a
  * client must present it as "Authorization: Bearer TOKEN" or as the
  * subprotocol "bearer.BASE64URL(TOKEN)".
@@ -64,6 +68,7 @@
 #define RS_STATUS_MAX_PER_PEER 32
 #define RS_STATUS_FRAGMENT 16384
 #define RS_STATUS_STALL_S 30
+#define RS_STATUS_HOLD_MAX_S 0.5
 
 typedef struct rs_server rs_server;
 typedef struct rs_conn rs_conn;
@@ -150,6 +155,12 @@ rs_status rs_server_set_status_token(rs_server *s, const char *token);
 
 /* Send an event (borrowed) to every status client, serialized once. */
 void rs_server_publish(rs_server *s, const json_t *event);
+
+/*
+ * Hold the status stream (1) or release it (0): see above. Held for
+ * RS_STATUS_HOLD_MAX_S, what waits goes out and the hold goes on.
+ */
+void rs_server_status_hold(rs_server *s, int hold);
 
 /* Status clients connected now, the bytes waiting for them, and the snapshots built so far. */
 int rs_server_status_clients(const rs_server *s);

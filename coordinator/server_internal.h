@@ -34,6 +34,7 @@ typedef struct status_client {
 	shared_msg *cur;          /* the message being written, in fragments, and how much of it is out */
 	size_t off;
 	int needs_snapshot;       /* its queue was dropped (or it just came): a snapshot goes next */
+	int flushing;             /* writing all it has though the stream is held (its hold ran out) */
 	size_t rx;                /* bytes of the message it is sending us (ignored) */
 	char peer[RS__PEER_LEN];
 	struct status_client *prev, *next;
@@ -68,6 +69,8 @@ struct rs_server {
 	uint64_t snap_seq;
 	double snap_at;
 	unsigned long snapshots;  /* snapshots built */
+	int held;                 /* rs_server_status_hold: events wait, since held_at */
+	double held_at;
 	unsigned char frag[LWS_PRE + RS_STATUS_FRAGMENT]; /* a status fragment on its way to lws_write */
 };
 
@@ -94,6 +97,9 @@ int rs__status_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
 
 /* Whether a request presents the status token (or none is set). */
 int rs__status_authorized(rs_server *s, struct lws *wsi);
+
+/* From the event loop: a hold that ran out lets what waits go. */
+void rs__status_tick(rs_server *s);
 
 /* Free the shared snapshot and events, once every client is closed. */
 void rs__status_free(rs_server *s);

@@ -110,7 +110,8 @@ static void client_push(status_client *c, shared_msg *m)
 		c->q[(c->head + c->n++) % RS_STATUS_MAX_QUEUED] = m;
 		c->bytes += m->len;
 	}
-	lws_callback_on_writable(c->wsi);
+	if (!c->srv->held || c->flushing)
+		lws_callback_on_writable(c->wsi);
 }
 
 /* Take c's next message into c->cur: the snapshot (then the events since it) when it needs one, else its queue's head. */
@@ -149,8 +150,10 @@ static int client_write(status_client *c)
 		lws_callback_on_writable(c->wsi);
 		return 0;
 	}
-	if (!c->cur && !client_next(c))
+	if (!c->cur && !client_next(c)) {
+		c->flushing = 0;
 		return 0;
+	}
 	size_t left = c->cur->len - c->off, n = left < RS_STATUS_FRAGMENT ? left : RS_STATUS_FRAGMENT;
 	memcpy(s->frag + LWS_PRE, c->cur->text + c->off, n);
 	int flags = lws_write_ws_flags(LWS_WRITE_TEXT, c->off == 0, n == left);
@@ -162,9 +165,39 @@ static int client_write(status_client *c)
 		c->cur = NULL;
 		lws_set_timeout(c->wsi, NO_PENDING_TIMEOUT, 0);
 	}
-	if (c->cur || c->n || c->needs_snapshot)
-		lws_callback_on_writable(c->wsi);
+	if (c->cur || ((!s->held || c->flushing) && (c->n || c->needs_snapshot)))
+		lws_callback_on_writable(c->wsi); /* held: the message begun goes out whole, then the rest waits */
+	else
+		c->flushing = 0;
 	return 0;
+}
+
+/* Every client with something to write writes it all, held or not. */
+static void flush_all(rs_server *s)
+{
+	for (status_client *c = s->clients; c; c = c->next)
+		if (c->cur || c->n || c->needs_snapshot) {
+			c->flushing = 1;
+			lws_callback_on_writable(c->wsi);
+		}
+}
+
+void rs_server_status_hold(rs_server *s, int hold)
+{
+	if (!s || !hold == !s->held)
+		return;
+	s->held = hold;
+	s->held_at = rs_now();
+	if (!hold)
+		flush_all(s);
+}
+
+void rs__status_tick(rs_server *s)
+{
+	if (s->held && rs_now() - s->held_at >= RS_STATUS_HOLD_MAX_S) {
+		flush_all(s);
+		s->held_at = rs_now();
+	}
 }
 
 /* Whether another status client from peer may come: RS_STATUS_MAX_CLIENTS in all, RS_STATUS_MAX_PER_PEER from one address. */

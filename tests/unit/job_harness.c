@@ -91,6 +91,12 @@ static void io_publish(void *ctx, const json_t *ev)
 	H.published++;
 }
 
+static void io_hold(void *ctx, int hold)
+{
+	(void)ctx;
+	H.held = hold;
+}
+
 static int io_clients(void *ctx)
 {
 	(void)ctx;
@@ -105,7 +111,7 @@ static const char *io_name(void *ctx, rs_conn *c)
 
 const rs_job_source source = {.scale = src_scale, .replicas = src_replicas, .wanted = src_wanted,
 				     .ending = src_ending, .event = src_event, .save_state = src_save};
-static const rs_job_io io = {.send = io_send, .publish = io_publish, .status_clients = io_clients,
+static const rs_job_io io = {.send = io_send, .publish = io_publish, .hold = io_hold, .status_clients = io_clients,
 			     .conn_name = io_name};
 
 void forget_mail(void)

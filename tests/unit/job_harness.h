@@ -50,6 +50,7 @@ typedef struct job_harness {
 	/* the post office: one mailbox per worker connection (index WORKERS: rowshiftctl) */
 	mailbox box[WORKERS + 1];
 	int published;
+	int held;               /* the status stream held (the job's last word on it) */
 } job_harness;
 extern job_harness H;
 

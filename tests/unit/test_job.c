@@ -19,6 +19,7 @@ static void test_grow_commits(void **state)
 {
 	(void)state;
 	to_committing();
+	assert_true(H.held); /* the world is stopped: the status stream waits */
 	assert_int_equal(H.saved[H.nsaved - 1], RS_STATE_COMMITTING); /* persisted before "commit" went out */
 	for (int k = 0; k < 3; k++)
 		assert_int_equal(field(last(k, RS_MSG_COMMIT), "generation"), 2);
@@ -30,10 +31,12 @@ static void test_grow_commits(void **state)
 	assert_int_equal(rs_job_generation(H.job), 2);
 	assert_int_equal(H.saved[H.nsaved - 1], RS_STATE_TRAINING);
 	assert_true(reported("generation 2 committed: 2 -> 3 workers"));
+	assert_true(H.held); /* until the first step after the pause */
 	/* rank 0's first report at the resume step completes the reshard's report, and the source's event */
 	rs_msg_progress p = {.rank = 0, .step = 40, .loss = 0.5, .samples_per_s = 100, .auc = -1, .teacher_auc = -1};
 	say(0, rs_proto_make_progress(&p));
 	assert_true(reported("generation 2 resumed at step 40"));
+	assert_false(H.held);
 	assert_non_null(strstr(H.event, "Normal Resharded: Resharded generation 2: 2 -> 3 workers"));
 	assert_true(H.published > 0);
 }
@@ -330,8 +333,10 @@ static void test_resume_when_nothing_changes(void **state)
 	assert_phase("paused");
 	tick(0.5);
 	assert_phase("paused"); /* waiting for it, up to the debounce */
+	assert_true(H.held);
 	tick(0.6);
 	assert_phase("training");
+	assert_false(H.held); /* going on without a reshard lets the status stream go too */
 	json_t *r = last(1, RS_MSG_RESUME);
 	assert_non_null(r);
 	assert_int_equal(field(r, "generation"), 1);

@@ -22,6 +22,7 @@
 #include "worker/link.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -47,6 +48,7 @@ static struct {
 	size_t snapshot_pad;       /* bytes of padding in each snapshot */
 	size_t after_welcome;      /* on a join, send a message this large at once (0: none) */
 	atomic_int frozen;         /* the server thread services nothing while set (a coordinator busy elsewhere) */
+	atomic_int hold;           /* rs_server_status_hold, applied before each round of publishing */
 } S;
 
 static void on_join(void *ctx, rs_conn *c, const rs_msg_join *j)
@@ -92,6 +94,7 @@ static void *serve(void *arg)
 			continue;
 		}
 		rs_server_service(S.srv, 5);
+		rs_server_status_hold(S.srv, atomic_load(&S.hold));
 		for (; atomic_load(&S.to_publish) > 0; atomic_fetch_sub(&S.to_publish, 1)) {
 			json_t *e = json_pack("{s:s, s:i}", "type", "event", "n", atomic_load(&S.published) + 1);
 			atomic_fetch_add(&S.published, 1);
@@ -551,6 +554,65 @@ static void test_status_snapshot_then_events(void **state)
 	close(b);
 }
 
+/*
+ * Whether a message waits on fd within `s` seconds. A held stream's
+ * messages may come RS_STATUS_HOLD_MAX_S after held_since (its hold ran
+ * out), never before.
+ */
+static int arrives_within(int fd, double s, double held_since)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	int r = poll(&p, 1, (int)(s * 1000));
+	assert_true(r >= 0);
+	if (r > 0)
+		assert_true(rs_now() - held_since >= RS_STATUS_HOLD_MAX_S);
+	return r > 0;
+}
+
+/*
+ * A held stream (the world stopped) writes nothing, a new client's snapshot
+ * excepted; released, everything goes out in order; held past
+ * RS_STATUS_HOLD_MAX_S, what waits goes out though the hold goes on.
+ */
+static void test_status_held_while_stopped(void **state)
+{
+	(void)state;
+	int a = wsr_connect(S.port, 0), b = wsr_connect(S.port, 0);
+	assert_true(a >= 0 && b >= 0);
+	assert_int_equal(wsr_upgrade(a, "/status", "rowshift-status", "127.0.0.1", NULL, NULL), 101);
+	expect(a, "snapshot", 0);
+	double t = rs_now();
+	atomic_store(&S.hold, 1);
+	atomic_store(&S.to_publish, 3);
+	assert_true(wait_for(&S.published, 3));
+	assert_false(arrives_within(a, 0.2, t));
+	/* a client that comes meanwhile gets its snapshot (with the events held so far), then waits too */
+	assert_int_equal(wsr_upgrade(b, "/status", "rowshift-status", "127.0.0.1", NULL, NULL), 101);
+	int from = expect(b, "snapshot", -1);
+	assert_true(from == 0 || from == 3);
+	if (from == 0)
+		assert_false(arrives_within(b, 0.1, t));
+	atomic_store(&S.hold, 0);
+	for (int k = 1; k <= 3; k++)
+		expect(a, "event", k);
+	for (int k = from + 1; k <= 3; k++)
+		expect(b, "event", k);
+	/* held long: out at RS_STATUS_HOLD_MAX_S, while still held */
+	atomic_store(&S.hold, 1);
+	atomic_store(&S.to_publish, 2);
+	assert_true(wait_for(&S.published, 5));
+	t = rs_now();
+	for (int k = 4; k <= 5; k++) {
+		expect(a, "event", k);
+		expect(b, "event", k);
+	}
+	print_message("held events went out %.2f s after they were published\n", rs_now() - t);
+	assert_int_equal(atomic_load(&S.hold), 1);
+	atomic_store(&S.hold, 0);
+	close(a);
+	close(b);
+}
+
 /* The worker's client takes a large message right after a proven welcome (a plan), past its 4 KiB handshake limit. */
 static void test_large_message_after_welcome(void **state)
 {
@@ -709,6 +771,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_status_clients_share, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_status_client_cap, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_status_snapshot_then_events, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_status_held_while_stopped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_large_message_after_welcome, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_with_another_model, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_why_the_connection_closed, setup, teardown),
