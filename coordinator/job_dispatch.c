@@ -149,7 +149,7 @@ static rs_status on_paused(rs_job *j, member *m, json_t *msg, rs_err *err)
 	double most = j->o.timeout_ms / 1000.0, took = pa.stopped_s < most ? pa.stopped_s : most;
 	int counts = pa.generation == j->cur.generation && rs__member_in_world(j, (int)(m - j->mem.v));
 	double stopped = rs__job_now(j) - (counts ? took : 0);
-	if (j->ph == P_TRAINING && !j->cur.pausing) {
+	if (j->ph == P_TRAINING && !j->cur.pausing && counts) {
 		j->t.first_paused = stopped;
 		j->cur.pausing = 1;
 	} else if (j->cur.pausing && counts && stopped < j->t.first_paused) {

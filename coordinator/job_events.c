@@ -332,9 +332,11 @@ static void record_reshard(rs_job *j, const reshard_record *r)
 }
 
 /*
- * Whether the world is stopped, or about to be: from the pause asked for
- * to the first step after it (EV_RESHARDED), or to going on without a
- * reshard. The status stream waits meanwhile (rs_server_status_hold).
+ * Whether a reshard has the world stopped, or about to be: from the pause
+ * asked for (or a member's, at a scheduled step) to the first step after it
+ * (EV_RESHARDED), or to going on without a reshard. The status stream waits
+ * meanwhile (rs_server_status_hold). Recovery is not held: its world is
+ * lost, not paused, and it is told as it goes.
  */
 static int world_stopped(const rs_job *j, const job_event *ev)
 {

@@ -37,10 +37,12 @@
  * is bounded (RS_STATUS_MAX_QUEUED messages, RS_STATUS_MAX_BYTES bytes): a
  * client that falls behind loses its queue and gets a fresh snapshot when
  * it drains; one that takes no message in RS_STATUS_STALL_S seconds is
- * closed. While the stream is held (rs_server_status_hold: the job's world
- * is stopped), events queue but are not written, so that neither the
- * writes nor what clients do with them take time from the pause; they go
- * out in order when it is released, or every RS_STATUS_HOLD_MAX_S held.
+ * closed. While the stream is held (rs_server_status_hold: a reshard has
+ * the job's world stopped), events queue but nothing is written (a new
+ * client's snapshot neither), so that neither the writes nor what clients
+ * do with them take time from the pause; they go out in order when it is
+ * released, or every RS_STATUS_HOLD_MAX_S held (the message a client was
+ * in the middle of when the hold began is finished).
  * Anything a status client sends is ignored (over
  * RS_STATUS_MAX_INCOMING bytes closes it). With a status token set, a
  * client must present it as "Authorization: Bearer TOKEN" or as the

@@ -86,6 +86,13 @@ static shared_msg *snapshot_get(rs_server *s, uint64_t *seq)
 	return s->snap;
 }
 
+/* c has something to write: ask lws to say when it may, unless the stream is held (and c not flushing). */
+static void client_wake(status_client *c)
+{
+	if (!c->srv->held || c->flushing)
+		lws_callback_on_writable(c->wsi);
+}
+
 static void client_drop_queue(status_client *c)
 {
 	for (; c->n; c->n--, c->head = (c->head + 1) % RS_STATUS_MAX_QUEUED)
@@ -110,8 +117,7 @@ static void client_push(status_client *c, shared_msg *m)
 		c->q[(c->head + c->n++) % RS_STATUS_MAX_QUEUED] = m;
 		c->bytes += m->len;
 	}
-	if (!c->srv->held || c->flushing)
-		lws_callback_on_writable(c->wsi);
+	client_wake(c);
 }
 
 /* Take c's next message into c->cur: the snapshot (then the events since it) when it needs one, else its queue's head. */
@@ -188,6 +194,8 @@ void rs_server_status_hold(rs_server *s, int hold)
 		return;
 	s->held = hold;
 	s->held_at = rs_now();
+	for (status_client *c = s->clients; hold && c; c = c->next)
+		c->flushing = 0; /* one still behind from the last release waits like the rest */
 	if (!hold)
 		flush_all(s);
 }
@@ -269,7 +277,7 @@ int rs__status_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
 			s->clients->prev = c;
 		s->clients = c;
 		s->nclients++;
-		lws_callback_on_writable(wsi);
+		client_wake(c); /* held: its snapshot too waits for the release */
 		break;
 	case LWS_CALLBACK_RECEIVE:
 		/* read-only: what a client says is ignored, but it may not say much */
@@ -321,7 +329,7 @@ void rs_server_publish(rs_server *s, const json_t *event)
 		for (status_client *c = s->clients; c; c = c->next) {
 			client_drop_queue(c);
 			c->needs_snapshot = 1;
-			lws_callback_on_writable(c->wsi);
+			client_wake(c);
 		}
 		return;
 	}

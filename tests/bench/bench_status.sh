@@ -45,14 +45,16 @@ run() { # run NAME CLIENTS CONFIG: one job rescaled 2 -> 4 once trained (and the
 	RS_LOG_LEVEL=warn "$bin/rowshift-coordinator" --local --workers 2 --config "$3" --steps 1000000 \
 		--listen 127.0.0.1:$port --admin-file "$tmp/$1.admin" >"$tmp/$1.out" 2>"$tmp/$1.err" &
 	local job=$! peak=0 crowd= r
-	wait_for "$tmp/$1.out" "^step" 120 || { echo "bench status: the $1 run did not train" >&2; return 1; }
+	# run is called in $(...): the EXIT trap does not see its jobs, so each way out of it ends them
+	give_up() { echo "bench status: $*" >&2; kill -9 $job $crowd 2>/dev/null; wait $job $crowd 2>/dev/null; }
+	wait_for "$tmp/$1.out" "^step" 120 || { give_up "the $1 run did not train"; return 1; }
 	if [ "$2" -gt 0 ]; then
 		python3 tests/integration/status_clients.py crowd $port "$2" 120 >"$tmp/$1.crowd" 2>"$tmp/$1.crowd.err" &
 		crowd=$!
 		wait_for "$tmp/$1.crowd.err" "clients connected" 60 ||
-			{ echo "bench status: the $1 run's clients did not connect" >&2; cat "$tmp/$1.crowd.err" >&2; return 1; }
+			{ cat "$tmp/$1.crowd.err" >&2; give_up "the $1 run's clients did not connect"; return 1; }
 	fi
-	reached "$tmp/$1.out" $SCALE_AT 120 || { echo "bench status: the $1 run did not reach step $SCALE_AT" >&2; return 1; }
+	reached "$tmp/$1.out" $SCALE_AT 120 || { give_up "the $1 run did not reach step $SCALE_AT"; return 1; }
 	"$bin/rowshiftctl" scale --workers 4 --admin-file "$tmp/$1.admin" >/dev/null
 	for _ in $(seq 1 600); do
 		r=$(awk '/VmRSS/ {print $2}' /proc/$job/status 2>/dev/null || echo 0)
@@ -62,8 +64,8 @@ run() { # run NAME CLIENTS CONFIG: one job rescaled 2 -> 4 once trained (and the
 	done
 	# the clients were there through the reshard: every reader saw it (before the job goes)
 	if [ -n "$crowd" ] && ! wait_for "$tmp/$1.crowd.err" "every reader saw a reshard" 30; then
-		echo "bench status: not every reader of $1 saw the reshard" >&2
 		kill -INT $crowd; wait $crowd; cat "$tmp/$1.crowd" >&2
+		give_up "not every reader of $1 saw the reshard"
 		return 1
 	fi
 	kill -INT $job 2>/dev/null
@@ -75,7 +77,7 @@ run() { # run NAME CLIENTS CONFIG: one job rescaled 2 -> 4 once trained (and the
 		wait $crowd 2>/dev/null
 	fi
 	local pause
-	pause=$(sed -n 's/.*generation 2 resumed at step [0-9]*: paused \([0-9.]*\) s.*/\1/p' "$tmp/$1.out")
+	pause=$(sed -n 's/.*generation 2 resumed at step \([0-9]*\): paused \([0-9.]*\) s.*/\2 \1/p' "$tmp/$1.out")
 	[ -n "$pause" ] || { echo "bench status: the $1 run reported no reshard" >&2; tail -3 "$tmp/$1.err" >&2; return 1; }
 	echo "$pause $peak"
 }
@@ -89,17 +91,18 @@ measure() { # measure LINE CONFIG: five pairs of runs, then the line
 	python3 - "$tmp/results" "$1" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
-if any(len(r) != 4 for r in rows):
-    print("bench status: a run reported no pause"); sys.exit(1)
+if any(len(r) != 5 for r in rows):
+    print("bench status: a run reported no pause", file=sys.stderr); sys.exit(1)
 def med(kind, i): return statistics.median(float(r[i]) for r in rows if r[0] == kind)
+steps = sorted(int(r[3]) for r in rows)
 pause = {(r[0], r[1]): float(r[2]) for r in rows}
 paired = sorted(pause["busy", k] / pause["quiet", k] for _, k in pause if _ == "quiet")
 q, b = med("quiet", 2), med("busy", 2)
 verdict = "MET" if b / q <= 1.10 else "MISSED"
 print(f"bench {sys.argv[2]}: reshard pause {b:.3f} s with 200 status clients (100 never reading) | "
       f"{q:.3f} s without (medians of 5, alternating) | ratio {b / q:.2f} | target <= 1.10 {verdict} | "
-      f"coordinator memory at peak {med('busy', 3) / 1024:.1f} MiB vs {med('quiet', 3) / 1024:.1f} MiB | "
-      f"paired ratios {paired[0]:.2f}-{paired[-1]:.2f}")
+      f"coordinator memory at peak {med('busy', 4) / 1024:.1f} MiB vs {med('quiet', 4) / 1024:.1f} MiB | "
+      f"paired ratios {paired[0]:.2f}-{paired[-1]:.2f}, resharded at steps {steps[0]}-{steps[-1]}")
 PY
 }
 measure status_200_clients "$tmp/stw.json" || exit 1
