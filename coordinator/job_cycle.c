@@ -591,9 +591,16 @@ static void tick_training(rs_job *j)
 	}
 	if (ready) {
 		RS_INFO("membership change: %d -> %d workers; pausing at the next step boundary", j->cur.nworld, nc);
-		rs__cycle_send_world(j, rs_proto_make_plain(RS_MSG_PAUSE));
-		j->cur.pause_sent = 1;
+		rs__cycle_pause_world(j);
 	}
+}
+
+void rs__cycle_pause_world(rs_job *j)
+{
+	rs__cycle_send_world(j, rs_proto_make_plain(RS_MSG_PAUSE));
+	j->cur.pause_sent = 1;
+	if (j->io.hold)
+		j->io.hold(j->io.ctx, 1); /* from now on (job_events.c's world_stopped): not at the next event */
 }
 
 static void tick_paused(rs_job *j)

@@ -329,6 +329,8 @@ double rs__cycle_phase_timeout(const rs_job *j);
 /* msg (a new reference, taken) to every member of the current world, or of the attempt's union. */
 void rs__cycle_send_world(rs_job *j, json_t *msg);
 void rs__cycle_send_union(rs_job *j, json_t *msg);
+/* "pause" to every member of the world, and the status stream held until the pause is over. */
+void rs__cycle_pause_world(rs_job *j);
 /* The attempt over the candidates cand (n) planned: 1, or 0 when it could not be (aborted, or the job failed). */
 int rs__cycle_plan_attempt(rs_job *j, const int32_t *cand, int32_t n);
 /* Every union member sent its start message: 1, or 0 (the attempt aborted). */

@@ -131,8 +131,7 @@ void rs__cycle_precopy_tick(rs_job *j)
 	if ((all || late) && !scheduled && !j->cur.pause_sent) {
 		RS_INFO("generation %lld: %s; pausing at the next step boundary", (long long)j->att.generation,
 			all ? "every member pre-copied" : "the pre-copy takes long: the pause finishes it");
-		rs__cycle_send_world(j, rs_proto_make_plain(RS_MSG_PAUSE));
-		j->cur.pause_sent = 1;
+		rs__cycle_pause_world(j);
 	}
 }
 

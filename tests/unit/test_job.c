@@ -327,6 +327,7 @@ static void test_resume_when_nothing_changes(void **state)
 	join(2);
 	tick(0.3);
 	assert_non_null(last(0, RS_MSG_PAUSE));
+	assert_true(H.held); /* from the "pause" sent, before any member's answer */
 	H.h.on_close(H.h.ctx, conn(2));
 	world_paused(2);
 	tick(0.01);
