@@ -510,8 +510,8 @@ void rs__cycle_progress(rs_job *j, int64_t step)
 	double now = rs__job_now(j);
 	reshard_record rec = {j->cur.generation, j->cur.resume_step, j->t.from, j->cur.nworld, now - j->t.first_paused,
 			      j->t.staged - j->t.attempt, j->t.moved, j->t.committed - j->t.first_paused};
+	j->cur.resume_step = -1; /* resumed: the record has it */
 	rs__emit(j, &(job_event){.kind = EV_RESHARDED, .record = &rec});
-	j->cur.resume_step = -1;
 	j->mem.scale_at = 0;
 }
 
@@ -599,8 +599,7 @@ void rs__cycle_pause_world(rs_job *j)
 {
 	rs__cycle_send_world(j, rs_proto_make_plain(RS_MSG_PAUSE));
 	j->cur.pause_sent = 1;
-	if (j->io.hold)
-		j->io.hold(j->io.ctx, 1); /* from now on (job_events.c's world_stopped): not at the next event */
+	rs__job_status_hold(j); /* from now on, not from the next event */
 }
 
 static void tick_paused(rs_job *j)

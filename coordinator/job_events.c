@@ -331,18 +331,12 @@ static void record_reshard(rs_job *j, const reshard_record *r)
 	j->rep.pause_buckets[b]++;
 }
 
-/*
- * Whether a reshard has the world stopped, or about to be: from the pause
- * asked for (or a member's, at a scheduled step) to the first step after it
- * (EV_RESHARDED), or to going on without a reshard. The status stream waits
- * meanwhile (rs_server_status_hold). Recovery is not held: its world is
- * lost, not paused, and it is told as it goes.
- */
-static int world_stopped(const rs_job *j, const job_event *ev)
+void rs__job_status_hold(rs_job *j)
 {
-	if (ev->kind == EV_RESHARDED || j->ph == P_DONE || j->ph == P_FAILED)
-		return 0;
-	return j->cur.pause_sent || j->cur.pausing || j->cur.resume_step >= 0;
+	int stopped = j->ph != P_DONE && j->ph != P_FAILED &&
+		      (j->cur.pause_sent || j->cur.pausing || j->cur.resume_step >= 0);
+	if (j->io.hold)
+		j->io.hold(j->io.ctx, stopped);
 }
 
 static void status(rs_job *j, const job_event *ev)
@@ -351,8 +345,7 @@ static void status(rs_job *j, const job_event *ev)
 		record_reshard(j, ev->record);
 	if (ev->kind == EV_PROGRESS)
 		record_progress(j, ev);
-	if (j->io.hold)
-		j->io.hold(j->io.ctx, world_stopped(j, ev));
+	rs__job_status_hold(j);
 	if (!j->io.publish)
 		return; /* no status stream (a test's job, or before the server is up): nothing to build */
 	switch (ev->kind) {

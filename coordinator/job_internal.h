@@ -425,6 +425,15 @@ typedef struct job_event {
 
 void rs__emit(rs_job *j, const job_event *ev);
 
+/*
+ * Hold the status stream while a reshard has the world stopped, or is about
+ * to: from the pause asked for (or a member's, at a scheduled step) to the
+ * first step after it (EV_RESHARDED), or to going on without a reshard;
+ * let it go otherwise (rs_server_status_hold). Recovery is not held: its
+ * world is lost, not paused, and it is told as it goes. At every event.
+ */
+void rs__job_status_hold(rs_job *j);
+
 /* ---- job_ckpt.c ----------------------------------------------------------------------- */
 
 /* A world member's "checkpointed": its files of the checkpoint at a step are in place. */

@@ -171,8 +171,10 @@ static int client_write(status_client *c)
 		c->cur = NULL;
 		lws_set_timeout(c->wsi, NO_PENDING_TIMEOUT, 0);
 	}
-	if (c->cur || ((!s->held || c->flushing) && (c->n || c->needs_snapshot)))
-		lws_callback_on_writable(c->wsi); /* held: the message begun goes out whole, then the rest waits */
+	if (c->cur)
+		lws_callback_on_writable(c->wsi); /* the message begun goes out whole, held or not */
+	else if (c->n || c->needs_snapshot)
+		client_wake(c);
 	else
 		c->flushing = 0;
 	return 0;
@@ -194,10 +196,12 @@ void rs_server_status_hold(rs_server *s, int hold)
 		return;
 	s->held = hold;
 	s->held_at = rs_now();
-	for (status_client *c = s->clients; hold && c; c = c->next)
-		c->flushing = 0; /* one still behind from the last release waits like the rest */
-	if (!hold)
+	if (!hold) {
 		flush_all(s);
+		return;
+	}
+	for (status_client *c = s->clients; c; c = c->next)
+		c->flushing = 0; /* one still behind from the last release waits like the rest */
 }
 
 void rs__status_tick(rs_server *s)

@@ -441,6 +441,12 @@ static void test_browser_hosts(void **state)
 	assert_true(upgrades("/status", "rowshift-status", h, NULL));
 }
 
+/* fd upgraded to a status client. */
+static void status_upgrade(int fd)
+{
+	assert_int_equal(wsr_upgrade(fd, "/status", "rowshift-status", "127.0.0.1", NULL, NULL), 101);
+}
+
 /* Non-reading status clients share one snapshot and hold a fragment each at most, never a copy. */
 static void test_status_clients_share(void **state)
 {
@@ -453,7 +459,7 @@ static void test_status_clients_share(void **state)
 	for (int i = 0; i < CLIENTS; i++) {
 		fd[i] = wsr_connect(S.port, 4096);
 		assert_true(fd[i] >= 0);
-		assert_int_equal(wsr_upgrade(fd[i], "/status", "rowshift-status", "127.0.0.1", NULL, NULL), 101);
+		status_upgrade(fd[i]);
 	}
 	assert_true(wait_for(&S.clients, CLIENTS));
 	for (double until = rs_now() + 2; rs_now() < until; rs_sleep(0.05)) {
@@ -536,13 +542,13 @@ static void test_status_snapshot_then_events(void **state)
 	(void)state;
 	int a = wsr_connect(S.port, 0), b = wsr_connect(S.port, 0);
 	assert_true(a >= 0 && b >= 0);
-	assert_int_equal(wsr_upgrade(a, "/status", "rowshift-status", "127.0.0.1", NULL, NULL), 101);
+	status_upgrade(a);
 	expect(a, "snapshot", 0);
 	atomic_store(&S.to_publish, 3);
 	assert_true(wait_for(&S.published, 3));
 	for (int k = 1; k <= 3; k++)
 		expect(a, "event", k);
-	assert_int_equal(wsr_upgrade(b, "/status", "rowshift-status", "127.0.0.1", NULL, NULL), 101);
+	status_upgrade(b);
 	int from = expect(b, "snapshot", -1); /* 0 when a's was shared (then 1..3 follow), 3 when built anew */
 	assert_true(from == 0 || from == 3);
 	for (int k = from + 1; k <= 3; k++)
@@ -580,7 +586,7 @@ static void test_status_held_while_stopped(void **state)
 	(void)state;
 	int a = wsr_connect(S.port, 0), b = wsr_connect(S.port, 0);
 	assert_true(a >= 0 && b >= 0);
-	assert_int_equal(wsr_upgrade(a, "/status", "rowshift-status", "127.0.0.1", NULL, NULL), 101);
+	status_upgrade(a);
 	expect(a, "snapshot", 0);
 	double t = rs_now();
 	atomic_store(&S.hold, 1);
@@ -588,7 +594,7 @@ static void test_status_held_while_stopped(void **state)
 	assert_true(wait_for(&S.published, 3));
 	nothing_early(a, 0.2, t);
 	/* a client that comes meanwhile is let in, and waits too */
-	assert_int_equal(wsr_upgrade(b, "/status", "rowshift-status", "127.0.0.1", NULL, NULL), 101);
+	status_upgrade(b);
 	nothing_early(b, 0.1, t);
 	atomic_store(&S.hold, 0);
 	for (int k = 1; k <= 3; k++)
