@@ -2,6 +2,7 @@
  * file.c - see file.h.
  */
 #include "common/file.h"
+#include "common/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -147,19 +148,34 @@ rs_status rs_file_remove(const char *path, rs_err *err)
 	return rs_file_sync_parent(path, err);
 }
 
-/* rs_file_write_atomic; sync: with its directory synced after the rename. */
-static rs_status write_atomic(const char *path, mode_t mode, rs_file_writer fn, void *ctx, int sync, rs_err *err)
+/* What fn writes, in a new temporary file beside path (its name in tmp, PATH_MAX), with `mode`; *fd left open. */
+static rs_status write_temp(const char *path, mode_t mode, rs_file_writer fn, void *ctx, char *tmp, int *fd,
+			    rs_err *err)
 {
-	char tmp[PATH_MAX];
-	if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= (int)sizeof(tmp))
+	if (snprintf(tmp, PATH_MAX, "%s.XXXXXX", path) >= PATH_MAX)
 		return rs_err_set(err, RS_EINVAL, "%s: path too long", path);
 	/* mkostemp: a new name, O_EXCL (never someone else's file or link), mode 0600 until fchmod */
-	int fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0)
+	*fd = mkostemp(tmp, O_CLOEXEC);
+	if (*fd < 0)
 		return rs_err_set(err, RS_EIO, "%s: cannot create a temporary file: %s", path, strerror(errno));
-	rs_status st = fchmod(fd, mode) == 0 ? fn(fd, ctx) : RS_EIO;
-	int e = errno;
-	if (st == RS_OK && fsync(fd) != 0)
+	rs_status st = fchmod(*fd, mode) == 0 ? fn(*fd, ctx) : RS_EIO;
+	if (st != RS_OK) {
+		int e = errno;
+		close(*fd);
+		unlink(tmp);
+		return rs_err_set(err, st, "%s: cannot write: %s", path, st == RS_ENOMEM ? "out of memory" : strerror(e));
+	}
+	return RS_OK;
+}
+
+rs_status rs_file_write_atomic(const char *path, mode_t mode, rs_file_writer fn, void *ctx, rs_err *err)
+{
+	char tmp[PATH_MAX];
+	int fd;
+	RSCHECK(write_temp(path, mode, fn, ctx, tmp, &fd, err));
+	rs_status st = RS_OK;
+	int e = 0;
+	if (fsync(fd) != 0)
 		st = RS_EIO, e = errno;
 	if (close(fd) != 0 && st == RS_OK)
 		st = RS_EIO, e = errno;
@@ -167,19 +183,86 @@ static rs_status write_atomic(const char *path, mode_t mode, rs_file_writer fn, 
 		st = RS_EIO, e = errno;
 	if (st != RS_OK) {
 		unlink(tmp);
-		return rs_err_set(err, st, "%s: cannot write: %s", path, st == RS_ENOMEM ? "out of memory" : strerror(e));
+		return rs_err_set(err, st, "%s: cannot write: %s", path, strerror(e));
 	}
-	return sync ? rs_file_sync_parent(path, err) : RS_OK;
+	return rs_file_sync_parent(path, err);
 }
 
-rs_status rs_file_write_atomic(const char *path, mode_t mode, rs_file_writer fn, void *ctx, rs_err *err)
+struct rs_file_staged {
+	char *tmp, *path;
+};
+
+rs_status rs_file_batch_write(rs_file_batch *b, const char *path, mode_t mode, rs_file_writer fn, void *ctx,
+			      rs_err *err)
 {
-	return write_atomic(path, mode, fn, ctx, 1, err);
+	char tmp[PATH_MAX];
+	int fd;
+	if (b->n == b->cap) {
+		int cap = b->cap ? 2 * b->cap : 8;
+		struct rs_file_staged *v = realloc(b->v, sizeof(*v) * (size_t)cap);
+		if (!v)
+			return rs_err_set(err, RS_ENOMEM, "%s: out of memory", path);
+		b->v = v, b->cap = cap;
+	}
+	RSCHECK(write_temp(path, mode, fn, ctx, tmp, &fd, err));
+	/* its blocks are given now, in the journal's running transaction: the commit's first fsync takes them all */
+	if (sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE) != 0 && errno != ENOSYS && errno != EINVAL &&
+	    errno != ESPIPE)
+		RS_DEBUG("%s: cannot start its writeback: %s", tmp, strerror(errno)); /* the commit's fsync does it */
+	int closed = close(fd), e = errno;
+	struct rs_file_staged f = {strdup(tmp), strdup(path)};
+	if (closed != 0 || !f.tmp || !f.path) {
+		unlink(tmp);
+		free(f.tmp);
+		free(f.path);
+		return rs_err_set(err, closed != 0 ? RS_EIO : RS_ENOMEM, "%s: cannot write: %s", path,
+				  closed != 0 ? strerror(e) : "out of memory");
+	}
+	b->v[b->n++] = f;
+	return RS_OK;
 }
 
-rs_status rs_file_write_atomic_unsynced(const char *path, mode_t mode, rs_file_writer fn, void *ctx, rs_err *err)
+/* Whether paths a and b are in the same directory (their text up to the last '/'). */
+static int same_dir(const char *a, const char *b)
 {
-	return write_atomic(path, mode, fn, ctx, 0, err);
+	const char *sa = strrchr(a, '/'), *sb = strrchr(b, '/');
+	size_t la = sa ? (size_t)(sa - a) : 0, lb = sb ? (size_t)(sb - b) : 0;
+	return la == lb && !memcmp(a, b, la);
+}
+
+rs_status rs_file_batch_commit(rs_file_batch *b, rs_err *err)
+{
+	rs_status st = RS_OK;
+	for (int i = 0; i < b->n && st == RS_OK; i++) { /* every file's contents, then every name */
+		int fd = open(b->v[i].tmp, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || fsync(fd) != 0)
+			st = rs_err_set(err, RS_EIO, "%s: cannot sync it: %s", b->v[i].path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+	}
+	for (int i = 0; i < b->n && st == RS_OK; i++) {
+		if (rename(b->v[i].tmp, b->v[i].path) != 0)
+			st = rs_err_set(err, RS_EIO, "%s: cannot put it in place: %s", b->v[i].path, strerror(errno));
+		else
+			free(b->v[i].tmp), b->v[i].tmp = NULL;
+	}
+	for (int i = 0; i < b->n && st == RS_OK; i++) /* each directory once (they are usually one) */
+		if (i == 0 || !same_dir(b->v[i].path, b->v[i - 1].path))
+			st = rs_file_sync_parent(b->v[i].path, err);
+	rs_file_batch_free(b); /* removes the files not in place */
+	return st;
+}
+
+void rs_file_batch_free(rs_file_batch *b)
+{
+	for (int i = 0; i < b->n; i++) {
+		if (b->v[i].tmp)
+			unlink(b->v[i].tmp);
+		free(b->v[i].tmp);
+		free(b->v[i].path);
+	}
+	free(b->v);
+	*b = (rs_file_batch){0};
 }
 
 typedef struct buf_ctx {

@@ -70,12 +70,17 @@ static rs_status write_body(int fd, void *ctx)
 
 rs_status rs_st_write(const char *path, const rs_st_tensor_in *tensors, int n, const json_t *metadata, rs_err *err)
 {
-	RSCHECK(rs_st_write_crc(path, tensors, n, metadata, NULL, NULL, err));
-	return rs_file_sync_parent(path, err);
+	rs_file_batch one = {0};
+	rs_status st = rs_st_write_crc(&one, path, tensors, n, metadata, NULL, NULL, err);
+	if (st != RS_OK) {
+		rs_file_batch_free(&one);
+		return st;
+	}
+	return rs_file_batch_commit(&one, err);
 }
 
-rs_status rs_st_write_crc(const char *path, const rs_st_tensor_in *tensors, int n, const json_t *metadata,
-			  uint32_t *crc, int64_t *size, rs_err *err)
+rs_status rs_st_write_crc(rs_file_batch *batch, const char *path, const rs_st_tensor_in *tensors, int n,
+			  const json_t *metadata, uint32_t *crc, int64_t *size, rs_err *err)
 {
 	json_t *hdr = json_object();
 	char *text = NULL;
@@ -107,7 +112,7 @@ rs_status rs_st_write_crc(const char *path, const rs_st_tensor_in *tensors, int 
 	text = p;
 	memset(text + len, ' ', padded - len);
 	st_body body = {text, padded, tensors, n, 0, 0};
-	st = rs_file_write_atomic_unsynced(path, 0600, write_body, &body, err); /* checkpoints are the owner's */
+	st = rs_file_batch_write(batch, path, 0600, write_body, &body, err); /* checkpoints are the owner's */
 	if (crc)
 		*crc = body.crc;
 	if (size)

@@ -16,6 +16,7 @@
 #ifndef RS_SAFETENSORS_H
 #define RS_SAFETENSORS_H
 
+#include "common/file.h"
 #include "common/status.h"
 
 #include <jansson.h>
@@ -54,12 +55,11 @@ rs_status rs_st_write(const char *path, const rs_st_tensor_in *tensors, int n, c
 
 /*
  * The same, also giving the file's CRC-32C (rs_crc32c, from 0) and size in
- * bytes (either may be NULL), without syncing path's directory: a caller
- * writing several files into one syncs it once after the last
- * (rs_file_sync_dir), before it counts on any of them.
+ * bytes (either may be NULL), into a batch of files made durable together
+ * (common/file.h: the file is in place once the caller commits the batch).
  */
-rs_status rs_st_write_crc(const char *path, const rs_st_tensor_in *tensors, int n, const json_t *metadata,
-			  uint32_t *crc, int64_t *size, rs_err *err);
+rs_status rs_st_write_crc(rs_file_batch *batch, const char *path, const rs_st_tensor_in *tensors, int n,
+			  const json_t *metadata, uint32_t *crc, int64_t *size, rs_err *err);
 
 typedef struct rs_st_tensor {
 	char *name;

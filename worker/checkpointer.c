@@ -34,11 +34,11 @@ struct rs_checkpointer {
 	rs_snapshot *spare; /* the last one written, for the next snapshot's copies (rs_checkpointer_spare) */
 };
 
-/* mkdir that takes an existing directory for success; a new one's name synced into its parent. */
-static rs_status make_dir(const char *path, rs_err *err)
+/* mkdir that takes an existing directory for success; a new one's name synced into its parent when sync. */
+static rs_status make_dir(const char *path, int sync, rs_err *err)
 {
 	if (mkdir(path, 0700) == 0)
-		return rs_file_sync_parent(path, err);
+		return sync ? rs_file_sync_parent(path, err) : RS_OK;
 	if (errno != EEXIST)
 		return rs_err_set(err, RS_EIO, "checkpoint: cannot create %s: %s", path, strerror(errno));
 	return RS_OK;
@@ -56,13 +56,15 @@ static void *write_thread(void *arg)
 	char *slash = strrchr(root, '/');
 	if (slash)
 		*slash = 0;
-	c->st = make_dir(root, &c->err);
-	if (c->st == RS_OK)
-		c->st = make_dir(c->dir, &c->err);
+	c->st = make_dir(root, 1, &c->err);
+	if (c->st == RS_OK) /* the step's directory is synced into the root with its files, after them */
+		c->st = make_dir(c->dir, 0, &c->err);
 	if (c->st == RS_OK) /* every rank removes an earlier index (rs_checkpoint_drop_index); the coordinator writes it */
 		c->st = rs_checkpoint_drop_index(c->dir, &c->err);
 	if (c->st == RS_OK)
 		c->st = rs_snapshot_write(c->snap, c->dir, &c->err);
+	if (c->st == RS_OK) /* its name went to disk with the files (one journal commit for all, on ext4) */
+		c->st = rs_file_sync_parent(c->dir, &c->err);
 	c->seconds = rs_now() - t0;
 	struct timespec cpu;
 	c->cpu_seconds = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0 ? (double)cpu.tv_sec + cpu.tv_nsec / 1e9 : 0;

@@ -133,7 +133,8 @@ rs_status rs_trainer_save(rs_trainer *tr, const char *dir, int64_t step, rs_err 
  * rank's part (its shards' weights, optimizer state and ZCH identities; on
  * rank 0 the dense network too) at a step boundary, on the training thread
  * (local: no collective); rs_snapshot_write writes the copy's files into an
- * existing directory, each atomically and fsynced, touching nothing but the
+ * existing directory, each atomically, all fsynced together once the last
+ * is written (and the directory after them), touching nothing but the
  * snapshot, so any thread may run it while training goes on. The index is
  * the coordinator's to write, once every rank's files are in place.
  * reuse: an earlier snapshot no longer needed (written, cancelled or
@@ -152,8 +153,8 @@ size_t rs_snapshot_reused(const rs_snapshot *s);        /* of it, what an earlie
 void rs_snapshot_free(rs_snapshot *s);
 /*
  * Ask a write in flight (any thread) to stop before its next file:
- * rs_snapshot_write then returns RS_EABORTED, the files it wrote left
- * without an index.
+ * rs_snapshot_write then returns RS_EABORTED, the files it wrote removed
+ * (none was in place yet).
  */
 void rs_snapshot_cancel(rs_snapshot *s);
 

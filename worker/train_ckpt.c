@@ -279,24 +279,36 @@ static int stalls(const char *dir)
 	return !strcmp(base ? base + 1 : dir, want);
 }
 
+/*
+ * Every file written, then all made durable at once (common/file.h's
+ * batch): a journal commit or two for the lot, not one a file.
+ */
 rs_status rs_snapshot_write(rs_snapshot *s, const char *dir, rs_err *err)
 {
 	char path[4096];
+	rs_file_batch batch = {0};
+	rs_status st = RS_OK;
 	free(s->written);
 	if (!(s->written = calloc((size_t)s->n + 1, sizeof(*s->written))))
 		return rs_err_set(err, RS_ENOMEM, "checkpoint %s: out of memory", dir);
-	for (int i = 0; i < s->n; i++) {
+	for (int i = 0; i < s->n && st == RS_OK; i++) {
 		snap_file *f = &s->f[i];
 		rs_ckpt_file_report *w = &s->written[i];
-		if (atomic_load(&s->cancel))
-			return rs_err_set(err, RS_EABORTED, "cancelled after %d of its %d files", i, s->n);
+		if (atomic_load(&s->cancel)) {
+			st = rs_err_set(err, RS_EABORTED, "cancelled after %d of its %d files", i, s->n);
+			break;
+		}
 		snprintf(path, sizeof(path), "%s/%s", dir, f->name);
 		w->file = f->name;
-		RSCHECK(rs_st_write_crc(path, f->t, f->n, f->meta, &w->crc32c, &w->bytes, err));
-		if (i == 0 && stalls(dir))
+		st = rs_st_write_crc(&batch, path, f->t, f->n, f->meta, &w->crc32c, &w->bytes, err);
+		if (st == RS_OK && i == 0 && stalls(dir))
 			rs_sleep((double)rs_checkpoint_stall_ms_for_tests / 1000.0);
 	}
-	return rs_file_sync_dir(dir, err); /* once for all the renames: the files are in place when this returns */
+	if (st != RS_OK) {
+		rs_file_batch_free(&batch); /* nothing of it in place */
+		return st;
+	}
+	return rs_file_batch_commit(&batch, err); /* the files are in place, durably, when this returns */
 }
 
 int rs_snapshot_files(const rs_snapshot *s, const rs_ckpt_file_report **files)

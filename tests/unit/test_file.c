@@ -17,6 +17,7 @@
 #include "tests/unit/scratch.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,34 +114,103 @@ static rs_status write_two(int fd, void *ctx)
 	return rs_file_write_all(fd, "two", 3);
 }
 
-/*
- * The write whose directory is synced later replaces the file as the
- * synced one does; the directory's sync names what it cannot sync.
- */
-static void test_unsynced_then_synced_dir(void **state)
+/* Files in dir named PREFIX.XXXXXX: a batch's temporary files. */
+static int temps(const char *prefix)
 {
-	(void)state;
-	char path[128], *buf;
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+	size_t len = strlen(prefix);
+	while (d && (e = readdir(d)))
+		n += !strncmp(e->d_name, prefix, len) && e->d_name[len] == '.' && strlen(e->d_name + len) == 7;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static rs_status write_fails(int fd, void *ctx)
+{
+	(void)fd, (void)ctx;
+	errno = ENOSPC;
+	return RS_EIO;
+}
+
+static void expect_text(const char *path, const char *text)
+{
+	char *buf;
 	size_t len;
 	rs_err err = {0};
-	snprintf(path, sizeof(path), "%s/later.txt", dir);
-	assert_int_equal(rs_file_write_buf(path, 0600, "one", 3, &err), RS_OK);
-	assert_int_equal(rs_file_write_atomic_unsynced(path, 0640, write_two, NULL, &err), RS_OK);
-	assert_int_equal(rs_file_sync_dir(dir, &err), RS_OK);
 	assert_int_equal(rs_file_read(path, 100, &buf, &len, &err), RS_OK);
-	assert_string_equal(buf, "two");
+	assert_string_equal(buf, text);
 	free(buf);
+}
+
+/*
+ * A batch replaces its files only at its commit, all of them, with their
+ * mode, leaving no temporary file; one that fails, or is given up,
+ * replaces nothing and leaves nothing behind; each failure names its file.
+ */
+static void test_batch(void **state)
+{
+	(void)state;
+	char a[128], b[128], bad[128];
+	rs_err err = {0};
+	rs_file_batch batch = {0};
+	snprintf(a, sizeof(a), "%s/batch-a", dir);
+	snprintf(b, sizeof(b), "%s/batch-b", dir);
+	assert_int_equal(rs_file_write_buf(a, 0600, "one", 3, &err), RS_OK);
+	assert_int_equal(rs_file_write_buf(b, 0600, "one", 3, &err), RS_OK);
+	assert_int_equal(rs_file_batch_write(&batch, a, 0640, write_two, NULL, &err), RS_OK);
+	assert_int_equal(rs_file_batch_write(&batch, b, 0640, write_two, NULL, &err), RS_OK);
+	expect_text(a, "one"); /* not before the commit */
+	assert_int_equal(temps("batch-a") + temps("batch-b"), 2);
+	assert_int_equal(rs_file_batch_commit(&batch, &err), RS_OK);
+	expect_text(a, "two");
+	expect_text(b, "two");
 	struct stat sb;
-	assert_int_equal(stat(path, &sb), 0);
+	assert_int_equal(stat(b, &sb), 0);
 	assert_int_equal(sb.st_mode & 0777, 0640);
-	assert_int_equal(rs_file_sync_dir(path, &err), RS_EIO); /* a file, not a directory */
-	assert_non_null(strstr(err.msg, path));
+	assert_int_equal(temps("batch-a") + temps("batch-b"), 0);
+	assert_null(batch.v);
+
+	/* a writer that fails: its file is gone at once; the batch given up takes the rest with it */
+	assert_int_equal(rs_file_batch_write(&batch, a, 0600, write_two, NULL, &err), RS_OK);
+	assert_int_equal(rs_file_batch_write(&batch, b, 0600, write_fails, NULL, &err), RS_EIO);
+	assert_non_null(strstr(err.msg, b));
+	assert_int_equal(temps("batch-b"), 0);
+	assert_int_equal(temps("batch-a"), 1);
+	rs_file_batch_free(&batch);
+	assert_int_equal(temps("batch-a"), 0);
+
+	/* a directory that is not there */
 	memset(&err, 0, sizeof(err));
-	snprintf(path, sizeof(path), "%s/no-such-dir/x", dir);
-	assert_int_equal(rs_file_write_atomic_unsynced(path, 0600, write_two, NULL, &err), RS_EIO);
+	snprintf(bad, sizeof(bad), "%s/no-such-dir/x", dir);
+	assert_int_equal(rs_file_batch_write(&batch, bad, 0600, write_two, NULL, &err), RS_EIO);
 	assert_non_null(strstr(err.msg, "no-such-dir"));
-	snprintf(path, sizeof(path), "%s/later.txt", dir);
-	assert_int_equal(unlink(path), 0);
+	rs_file_batch_free(&batch);
+
+	/* a commit that cannot put a file in place (its path became a directory) names it, leaves no temporary file */
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(rs_file_write_buf(a, 0600, "one", 3, &err), RS_OK);
+	assert_int_equal(unlink(b), 0);
+	assert_int_equal(rs_file_batch_write(&batch, a, 0600, write_two, NULL, &err), RS_OK);
+	assert_int_equal(rs_file_batch_write(&batch, b, 0600, write_two, NULL, &err), RS_OK);
+	assert_int_equal(mkdir(b, 0700), 0);
+	char inside[160];
+	snprintf(inside, sizeof(inside), "%s/x", b);
+	assert_int_equal(rs_file_write_buf(inside, 0600, "x", 1, &err), RS_OK); /* rename onto a non-empty directory fails */
+	assert_int_equal(rs_file_batch_commit(&batch, &err), RS_EIO);
+	assert_non_null(strstr(err.msg, b));
+	assert_int_equal(temps("batch-a") + temps("batch-b"), 0);
+	assert_null(batch.v);
+	expect_text(a, "two"); /* put in place before it */
+
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(rs_file_sync_dir(a, &err), RS_EIO); /* a file, not a directory */
+	assert_non_null(strstr(err.msg, a));
+	assert_int_equal(unlink(inside), 0);
+	assert_int_equal(rmdir(b), 0);
+	assert_int_equal(unlink(a), 0);
 }
 
 static void test_private_dir(void **state)
@@ -176,7 +246,7 @@ int main(void)
 		cmocka_unit_test(test_read_and_write),
 		cmocka_unit_test(test_not_regular_files),
 		cmocka_unit_test(test_remove),
-		cmocka_unit_test(test_unsynced_then_synced_dir),
+		cmocka_unit_test(test_batch),
 		cmocka_unit_test(test_private_dir),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
