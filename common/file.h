@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdatomic.h>
 #include <sys/types.h>
 
 /*
@@ -52,7 +53,8 @@ rs_status rs_file_write_atomic(const char *path, mode_t mode, rs_file_writer fn,
  * CPU a commit: on this 2-core VM's ext4, the fsyncs were half of what a
  * checkpoint took from training). rs_file_batch_write writes each file
  * to a temporary name beside its path (PATH.XXXXXX) and starts its
- * writeback; rs_file_batch_commit syncs them all, renames each into place
+ * writeback, keeping it open (past 64 files, each is synced and closed as
+ * it is written); rs_file_batch_commit syncs them all, renames each into place
  * and syncs their directory. Until the commit returns, a crash leaves each
  * path as it was, or (renamed, its directory not yet synced) the new file
  * complete.
@@ -69,6 +71,8 @@ rs_status rs_file_batch_write(rs_file_batch *b, const char *path, mode_t mode, r
 			      rs_err *err);
 rs_status rs_file_batch_commit(rs_file_batch *b, rs_err *err);
 void rs_file_batch_free(rs_file_batch *b);
+/* How many files batches have fsynced, in this process (a test's check that a commit syncs before it renames). */
+extern atomic_ulong rs_file_batch_syncs_for_tests;
 
 /* Make the names made or removed in directory dir survive a crash (RS_EIO naming it). */
 rs_status rs_file_sync_dir(const char *dir, rs_err *err);
