@@ -3,8 +3,9 @@
  * training thread. At a checkpoint step the agent copies this rank's part
  * (rs_trainer_snapshot, on the training thread, between two steps) and
  * hands the copy over; a thread of its own writes the files into
- * ROOT/step-NNNNNNNNN/ (created as needed, mode 0700), each atomically and
- * fsynced, while training goes on. When the files are in place the agent
+ * ROOT/step-NNNNNNNNN/ (created as needed, mode 0700), each atomically,
+ * all fsynced together, then the directory and its name in ROOT, while
+ * training goes on. When the files are in place the agent
  * reports them ("checkpointed", with each file's CRC-32C) and the
  * coordinator writes the index once every rank has: a checkpoint without
  * its index is incomplete and never read.
