@@ -50,8 +50,8 @@ rs_status rs_file_write_atomic(const char *path, mode_t mode, rs_file_writer fn,
 /*
  * Several files into one directory, durable together at a journal commit
  * or two instead of one each (each costs the disk a cache flush, and the
- * CPU a commit: on this 2-core VM's ext4, the fsyncs were half of what a
- * checkpoint took from training). rs_file_batch_write writes each file
+ * CPU a commit: measured on ext4 on a 2-core VM, the per-file fsyncs were
+ * half of what a checkpoint took from training). rs_file_batch_write writes each file
  * to a temporary name beside its path (PATH.XXXXXX) and starts its
  * writeback, keeping it open (past 64 files, each is synced and closed as
  * it is written); rs_file_batch_commit syncs them all, renames each into place
