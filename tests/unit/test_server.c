@@ -536,14 +536,22 @@ static int expect(int fd, const char *type, int n)
 	return got;
 }
 
+/* Two connections: *a a status client that has its first snapshot (no event yet), *b not yet upgraded. */
+static void two_clients(int *a, int *b)
+{
+	*a = wsr_connect(S.port, 0);
+	*b = wsr_connect(S.port, 0);
+	assert_true(*a >= 0 && *b >= 0);
+	status_upgrade(*a);
+	expect(*a, "snapshot", 0);
+}
+
 /* Whichever snapshot a client gets (built for it, or shared), the events after it follow, none missing or twice. */
 static void test_status_snapshot_then_events(void **state)
 {
 	(void)state;
-	int a = wsr_connect(S.port, 0), b = wsr_connect(S.port, 0);
-	assert_true(a >= 0 && b >= 0);
-	status_upgrade(a);
-	expect(a, "snapshot", 0);
+	int a, b;
+	two_clients(&a, &b);
 	atomic_store(&S.to_publish, 3);
 	assert_true(wait_for(&S.published, 3));
 	for (int k = 1; k <= 3; k++)
@@ -584,10 +592,8 @@ static void nothing_early(int fd, double s, double held_since)
 static void test_status_held_while_stopped(void **state)
 {
 	(void)state;
-	int a = wsr_connect(S.port, 0), b = wsr_connect(S.port, 0);
-	assert_true(a >= 0 && b >= 0);
-	status_upgrade(a);
-	expect(a, "snapshot", 0);
+	int a, b;
+	two_clients(&a, &b);
 	double t = rs_now();
 	atomic_store(&S.hold, 1);
 	atomic_store(&S.to_publish, 3);
