@@ -397,7 +397,7 @@ static rs_status send_delta(stager *g)
 		rs_err_set(g->err, st, "pre-copy: the sizes of the updated rows: %s", rs_transport_error(g->spec->uni));
 	for (int32_t p = 0; st == RS_OK && p < g->nunion; p++) {
 		if (slen[p])
-			g->sx[ns++] = (rs_xfer){p, g->sbuf[p], slen[p]};
+			g->sx[ns++] = (rs_xfer){p, g->sbuf[p], slen[p], NULL};
 		if (rlen[p] && !g->nt)
 			st = rs_err_set(g->err, RS_ECORRUPT, "pre-copy: rank %d sends %zu bytes of rows to a member that leaves",
 					p, rlen[p]);
@@ -407,7 +407,7 @@ static rs_status send_delta(stager *g)
 		else if (rlen[p] && rs_grow(&g->rbuf[p], &g->rcap[p], rlen[p], 1) != RS_OK)
 			st = rs_err_set(g->err, RS_ENOMEM, "pre-copy: out of memory for %zu bytes of rows", rlen[p]);
 		else if (rlen[p])
-			g->rx[nr++] = (rs_xfer){p, g->rbuf[p], rlen[p]};
+			g->rx[nr++] = (rs_xfer){p, g->rbuf[p], rlen[p], NULL};
 	}
 	if (st == RS_OK && (st = rs_transport_exchange(g->spec->uni, g->sx, ns, g->rx, nr)) != RS_OK)
 		rs_err_set(g->err, st, "pre-copy: sending the updated rows: %s", rs_transport_error(g->spec->uni));

@@ -10,13 +10,15 @@
  *   2. rows this member keeps are copied from its old shards to its new ones;
  *   3. every move is cut into chunks of at most chunk_bytes (whole rows, or
  *      whole ZCH buckets), queued per (sender, receiver) pair in diff order;
- *      round k carries the k-th chunk of every pair, each as a CRC-32C
- *      followed by its bytes. Rows of a plain table go straight from the
- *      old shard's memory to the new shard's (a chunk of contiguous rows is
- *      its weights block, then its optimizer state block, which is also
- *      rs_emb_pack_rows' layout); ZCH buckets are serialized with their
- *      identities into one buffer per peer (rs_zch_bucket_save/_load).
- *      The receiver checks every chunk's CRC before the round ends;
+ *      round k carries the k-th chunk of every pair, each as its bytes
+ *      followed by their CRC-32C. Rows of a plain table go straight from
+ *      the old shard's memory to the new shard's (a chunk of contiguous
+ *      rows is its weights block, then its optimizer state block, which is
+ *      also rs_emb_pack_rows' layout); ZCH buckets are serialized with
+ *      their identities into one buffer per peer (rs_zch_bucket_save/_load).
+ *      Both ends hash the bytes as they pass through the transport, a piece
+ *      at a time while it is in cache (rs_xfer.crc), and the receiver
+ *      checks every chunk's CRC before the round ends;
  *   4. joining members receive the dense network from old rank 0.
  * Every member computes the same diff, chunks and rounds, so each receive is
  * posted with exactly the length its sender sends. The steps are phases of
@@ -364,7 +366,10 @@ static rs_status chunk_blocks(const stager *g, const rs_trainer *tr, const chunk
 	return RS_OK;
 }
 
-/* Post this member's sends of round k: per receiver its k-th chunk, as a CRC then the bytes. */
+/*
+ * Post this member's sends of round k: per receiver its k-th chunk, then its
+ * CRC, which the transport computes as the bytes go out (rs_xfer.crc).
+ */
 static rs_status post_sends(stager *g, int64_t k, int *ns)
 {
 	const rs_config *cfg = g->cfg;
@@ -373,13 +378,12 @@ static rs_status post_sends(stager *g, int64_t k, int *ns)
 			continue;
 		const chunk *c = &g->sendq[d].c[k];
 		const rs_move *m = &g->moves[c->move];
-		uint32_t crc;
-		g->sx[(*ns)++] = (rs_xfer){d, &g->scrc[d], 4};
+		uint32_t *crc = &g->scrc[d];
+		*crc = 0;
 		if (g->old->tables[m->table].zch) {
 			RSCHECK(rs_grow(&g->sbuf[d], &g->scap[d], c->bytes, 1));
 			RSCHECK(zch_pack(cfg, g->old, m, c->first, c->count, g->sbuf[d]));
-			crc = rs_crc32c(0, g->sbuf[d], c->bytes);
-			g->sx[(*ns)++] = (rs_xfer){d, g->sbuf[d], c->bytes};
+			g->sx[(*ns)++] = (rs_xfer){d, g->sbuf[d], c->bytes, crc};
 		} else {
 			void *w, *s;
 			size_t wl, sl;
@@ -388,23 +392,23 @@ static rs_status post_sends(stager *g, int64_t k, int *ns)
 				lshard *ls = rs__move_shard(g->old, m);
 				rs__dirty_clear(ls, m->row_offset - ls->s.row_offset + c->first, c->count);
 			}
-			crc = rs_crc32c(0, w, wl);
-			g->sx[(*ns)++] = (rs_xfer){d, w, wl};
-			if (sl) {
-				crc = rs_crc32c(crc, s, sl);
-				g->sx[(*ns)++] = (rs_xfer){d, s, sl};
-			}
+			g->sx[(*ns)++] = (rs_xfer){d, w, wl, crc};
+			if (sl)
+				g->sx[(*ns)++] = (rs_xfer){d, s, sl, crc};
 		}
-		g->scrc[d] = crc;
+		g->sx[(*ns)++] = (rs_xfer){d, crc, 4, NULL};
 		g->sent[d] += c->payload;
 		g->stats->sent_bytes += c->payload;
-		g->stats->wire_bytes += 4 + c->bytes;
+		g->stats->wire_bytes += c->bytes + 4;
 		g->stats->chunks_sent++;
 	}
 	return RS_OK;
 }
 
-/* Post this member's receives of round k, straight into the new shards where the rows are plain. */
+/*
+ * Post this member's receives of round k, straight into the new shards where
+ * the rows are plain, each hashed as it lands, then the sender's CRC.
+ */
 static rs_status post_recvs(stager *g, int64_t k, int *nr)
 {
 	for (int32_t s = 0; s < g->nunion; s++) {
@@ -412,23 +416,25 @@ static rs_status post_recvs(stager *g, int64_t k, int *nr)
 			continue;
 		const chunk *c = &g->recvq[s].c[k];
 		const rs_move *m = &g->moves[c->move];
-		g->rx[(*nr)++] = (rs_xfer){s, &g->rcrc[s], 4};
+		uint32_t *sum = &g->rsum[s];
+		*sum = 0;
 		if (g->nt->tables[m->table].zch) {
 			RSCHECK(rs_grow(&g->rbuf[s], &g->rcap[s], c->bytes, 1));
-			g->rx[(*nr)++] = (rs_xfer){s, g->rbuf[s], c->bytes};
+			g->rx[(*nr)++] = (rs_xfer){s, g->rbuf[s], c->bytes, sum};
 		} else {
 			void *w, *st;
 			size_t wl, sl;
 			RSCHECK(chunk_blocks(g, g->nt, c, &w, &wl, &st, &sl));
-			g->rx[(*nr)++] = (rs_xfer){s, w, wl};
+			g->rx[(*nr)++] = (rs_xfer){s, w, wl, sum};
 			if (sl)
-				g->rx[(*nr)++] = (rs_xfer){s, st, sl};
+				g->rx[(*nr)++] = (rs_xfer){s, st, sl, sum};
 		}
+		g->rx[(*nr)++] = (rs_xfer){s, &g->rcrc[s], 4, NULL};
 	}
 	return RS_OK;
 }
 
-/* Check every chunk received in round k against its CRC, then load the ZCH ones. */
+/* Check every chunk received in round k against the CRC it came with, then load the ZCH ones. */
 static rs_status verify_recvs(stager *g, int64_t k)
 {
 	const rs_config *cfg = g->cfg;
@@ -438,18 +444,14 @@ static rs_status verify_recvs(stager *g, int64_t k)
 		const chunk *c = &g->recvq[s].c[k];
 		const rs_move *m = &g->moves[c->move];
 		int zch = g->nt->tables[m->table].zch != NULL;
-		void *w = g->rbuf[s], *st = NULL;
-		size_t wl = c->bytes, sl = 0;
-		if (!zch)
-			RSCHECK(chunk_blocks(g, g->nt, c, &w, &wl, &st, &sl));
-		if (rs_reshard_fault_for_tests == 1 && wl) {
-			rs_reshard_fault_for_tests = 0; /* once per process: the next attempt goes through */
-			((unsigned char *)w)[wl / 2] ^= 0x40;
+		if (rs_reshard_fault_for_tests == 1) {
+			/* once per process: the next attempt goes through. The bytes were hashed as they arrived, so
+			 * damage to them now would go unseen, as it would past any check: the CRC they came with is
+			 * damaged instead, which is what damaged bytes look like here */
+			rs_reshard_fault_for_tests = 0;
+			g->rcrc[s] ^= 0x40u;
 		}
-		uint32_t crc = rs_crc32c(0, w, wl);
-		if (sl)
-			crc = rs_crc32c(crc, st, sl);
-		if (crc != g->rcrc[s]) {
+		if (g->rsum[s] != g->rcrc[s]) {
 			int64_t r0 = zch ? (int64_t)(m->bucket_offset + (uint32_t)c->first) * any_trainer(g)->tables[m->table].spb
 					 : m->row_offset + c->first;
 			int64_t n = zch ? c->count * any_trainer(g)->tables[m->table].spb : c->count;
@@ -509,12 +511,12 @@ rs_status rs__stage_dense(stager *g)
 		memcpy(buf + body, &crc, sizeof(crc));
 		for (int32_t u = 0; u < g->nunion; u++)
 			if (joining[u]) {
-				g->sx[n++] = (rs_xfer){u, buf, bytes};
+				g->sx[n++] = (rs_xfer){u, buf, bytes, NULL};
 				g->stats->wire_bytes += bytes;
 			}
 		st = rs_transport_exchange(g->spec->uni, g->sx, n, NULL, 0);
 	} else if (st == RS_OK && joining[g->me]) {
-		g->rx[0] = (rs_xfer){from, buf, bytes};
+		g->rx[0] = (rs_xfer){from, buf, bytes, NULL};
 		st = rs_transport_exchange(g->spec->uni, NULL, 0, g->rx, 1);
 		uint32_t crc;
 		memcpy(&crc, buf + body, sizeof(crc));
@@ -597,6 +599,7 @@ rs_status rs__stage_open(stager *g, const rs_config *cfg, rs_trainer *old, const
 	g->rcap = calloc(nu, sizeof(size_t));
 	g->scrc = calloc(nu, sizeof(uint32_t));
 	g->rcrc = calloc(nu, sizeof(uint32_t));
+	g->rsum = calloc(nu, sizeof(uint32_t));
 	g->sent = calloc(nu, sizeof(uint64_t));
 	g->total = calloc(nu, sizeof(uint64_t));
 	g->sx = calloc(3 * nu + 1, sizeof(rs_xfer));
@@ -660,8 +663,8 @@ void rs__stage_close(stager *g, rs__later *later)
 		if (g->rbuf)
 			rs__later_free(later, g->rbuf[p]);
 	}
-	void *arrays[] = {g->sendq, g->recvq, g->sbuf, g->rbuf, g->scap, g->rcap, g->scrc, g->rcrc,
-			  g->sent,  g->total, g->sx,   g->rx,   g->moves, g->old_to_new};
+	void *arrays[] = {g->sendq, g->recvq, g->sbuf, g->rbuf, g->scap,  g->rcap,  g->scrc,
+			  g->rcrc,  g->rsum,  g->sent, g->total, g->sx, g->rx, g->moves, g->old_to_new};
 	for (size_t i = 0; i < sizeof(arrays) / sizeof(arrays[0]); i++)
 		rs__later_free(later, arrays[i]);
 	rs_trainer_destroy(g->nt);

@@ -47,7 +47,7 @@ typedef struct stager {
 	chunkq *sendq, *recvq;      /* per union peer: the chunks of the pair (me, peer) / (peer, me) */
 	unsigned char **sbuf, **rbuf; /* per peer: ZCH chunks, serialized, and the pre-copy's deltas */
 	size_t *scap, *rcap;
-	uint32_t *scrc, *rcrc;      /* per peer: this round's CRC out / in */
+	uint32_t *scrc, *rcrc, *rsum; /* per peer: this round's CRC out, in (as sent), and of what arrived */
 	uint64_t *sent, *total;     /* per peer: payload bytes sent so far, and in all */
 	rs_xfer *sx, *rx;
 	rs_reshard_stats *stats, own_stats;

@@ -17,8 +17,8 @@ rs_status rs_transport_alltoallv(rs_transport *t, const void *sendbuf, const siz
 	if (!x)
 		return RS_ENOMEM;
 	for (int32_t p = 0; p < w; p++) {
-		x[p] = (rs_xfer){p, (char *)sendbuf + so, send_counts[p]};
-		x[w + p] = (rs_xfer){p, (char *)recvbuf + ro, recv_counts[p]};
+		x[p] = (rs_xfer){p, (char *)sendbuf + so, send_counts[p], NULL};
+		x[w + p] = (rs_xfer){p, (char *)recvbuf + ro, recv_counts[p], NULL};
 		so += send_counts[p];
 		ro += recv_counts[p];
 	}
@@ -143,8 +143,8 @@ static rs_status allreduce(rs_transport *t, void *buf, size_t n, size_t size, ad
 			size_t plo, phi, qlo, qhi;
 			chunk(n, w, p, &plo, &phi);
 			chunk(phi - plo, np, k, &qlo, &qhi);
-			x[p] = (rs_xfer){p, b + (plo + qlo) * size, p == me ? 0 : (qhi - qlo) * size};
-			x[w + p] = (rs_xfer){p, p == me ? parts : parts + len * (size_t)(p < me ? p : p - 1), p == me ? 0 : len};
+			x[p] = (rs_xfer){p, b + (plo + qlo) * size, p == me ? 0 : (qhi - qlo) * size, NULL};
+			x[w + p] = (rs_xfer){p, p == me ? parts : parts + len * (size_t)(p < me ? p : p - 1), p == me ? 0 : len, NULL};
 		}
 		RSCHECKGOTO(rs_transport_exchange(t, x, w, x + w, w), st, out);
 		sum_in_rank_order(b + (lo + mlo) * size, parts, len, w, me, mhi - mlo, size, add);
@@ -154,8 +154,8 @@ static rs_status allreduce(rs_transport *t, void *buf, size_t n, size_t size, ad
 	for (int32_t p = 0; p < w; p++) {
 		size_t plo, phi;
 		chunk(n, w, p, &plo, &phi);
-		x[p] = (rs_xfer){p, b + lo * size, len};
-		x[w + p] = (rs_xfer){p, b + plo * size, (phi - plo) * size};
+		x[p] = (rs_xfer){p, b + lo * size, len, NULL};
+		x[w + p] = (rs_xfer){p, b + plo * size, (phi - plo) * size, NULL};
 	}
 	/* my own chunk is already in place: skip the self copy */
 	x[me].len = 0;
@@ -203,8 +203,8 @@ rs_status rs_transport_barrier(rs_transport *t)
 	rs_status st = RS_ENOMEM;
 	if (bytes && x) {
 		for (int32_t p = 0; p < w; p++) {
-			x[p] = (rs_xfer){p, bytes + p, 1};
-			x[w + p] = (rs_xfer){p, bytes + w + p, 1};
+			x[p] = (rs_xfer){p, bytes + p, 1, NULL};
+			x[w + p] = (rs_xfer){p, bytes + w + p, 1, NULL};
 		}
 		st = rs_transport_exchange(t, x, w, x + w, w);
 	}

@@ -29,11 +29,21 @@
 
 typedef struct rs_transport rs_transport;
 
-/* One message of a grouped exchange: len bytes to or from peer. */
+/*
+ * One message of a grouped exchange: len bytes to or from peer. With crc
+ * set, the transport extends *crc (CRC-32C, rs_crc32c) over the message's
+ * bytes as they pass: a send's as they go out, a receive's as they land,
+ * each piece while it is still in cache, instead of a pass of its own over
+ * the whole buffer before or after. *crc is final when the message is done:
+ * a later message to the same peer may carry it (its bytes are read when
+ * it starts). The bytes are host memory (a backend fails a crc on device
+ * memory with RS_EINVAL).
+ */
 typedef struct rs_xfer {
 	int32_t peer;
 	void *buf;
 	size_t len;
+	uint32_t *crc;
 } rs_xfer;
 
 typedef struct rs_transport_ops {

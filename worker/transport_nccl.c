@@ -10,6 +10,7 @@
  */
 #include "worker/transport_nccl.h"
 #include "common/clock.h"
+#include "common/crc32c.h"
 #include "common/log.h"
 
 #include <stdarg.h>
@@ -226,6 +227,11 @@ static rs_status nccl_exchange(rs_transport *base, const rs_xfer *sends, int nse
 	for (int i = 0; i < n; i++) {
 		const rs_xfer *x = i < nsends ? &sends[i] : &recvs[i - nsends];
 		soff[i] = SIZE_MAX;
+		if (x->crc && x->len && on_device(x->buf)) {
+			free(soff);
+			free(dev);
+			return fail(t, RS_EINVAL, "transport nccl: a checksum over %zu bytes of device memory", x->len);
+		}
 		if (x->len && !on_device(x->buf)) {
 			soff[i] = total;
 			total += align_up(x->len);
@@ -238,6 +244,8 @@ static rs_status nccl_exchange(rs_transport *base, const rs_xfer *sends, int nse
 	for (int i = 0; i < n; i++) {
 		const rs_xfer *x = i < nsends ? &sends[i] : &recvs[i - nsends];
 		dev[i] = soff[i] == SIZE_MAX ? (char *)x->buf : t->stage + soff[i];
+		if (i < nsends && x->crc) /* in order: a later message may carry it, and is staged (read) below */
+			*x->crc = rs_crc32c(*x->crc, x->buf, x->len);
 		if (i < nsends && soff[i] != SIZE_MAX) {
 			cudaError_t e = cudaMemcpyAsync(dev[i], x->buf, x->len, cudaMemcpyHostToDevice, t->stream);
 			if (e != cudaSuccess) {
@@ -281,6 +289,9 @@ static rs_status nccl_exchange(rs_transport *base, const rs_xfer *sends, int nse
 		}
 	}
 	st = wait_stream(t, "exchange", deadline);
+	for (int i = 0; st == RS_OK && i < nrecvs; i++)
+		if (recvs[i].crc)
+			*recvs[i].crc = rs_crc32c(*recvs[i].crc, recvs[i].buf, recvs[i].len);
 out:
 	free(soff);
 	free(dev);
@@ -482,13 +493,13 @@ rs_status rs_nccl_transport_bootstrap(rs_transport *boot, int device, uint64_t g
 		if (!to)
 			return rs_err_set(err, RS_ENOMEM, "transport nccl: out of memory");
 		for (int32_t r = 1; r < boot->world; r++)
-			to[r - 1] = (rs_xfer){r, &c.id, sizeof(c.id)};
+			to[r - 1] = (rs_xfer){r, &c.id, sizeof(c.id), NULL};
 		rs_status st = rs_transport_exchange(boot, to, boot->world - 1, NULL, 0);
 		free(to);
 		if (st != RS_OK)
 			return rs_err_set(err, st, "transport nccl: handing out the unique id: %s", rs_transport_error(boot));
 	} else {
-		rs_xfer from = {0, &c.id, sizeof(c.id)};
+		rs_xfer from = {0, &c.id, sizeof(c.id), NULL};
 		rs_status st = rs_transport_exchange(boot, NULL, 0, &from, 1);
 		if (st != RS_OK)
 			return rs_err_set(err, st, "transport nccl: receiving the unique id: %s", rs_transport_error(boot));

@@ -4,6 +4,7 @@
 #include "worker/transport_tcp.h"
 #include "common/auth.h"
 #include "common/clock.h"
+#include "common/crc32c.h"
 #include "common/log.h"
 
 #include <arpa/inet.h>
@@ -29,6 +30,9 @@
 #define MAX_TOKEN 1024
 #define MAX_PENDING 256             /* connections accepted and still in their handshake */
 #define ACCEPT_BATCH (MAX_PENDING / 4) /* accepted between two polls; the newest this many are never dropped */
+/* a checksummed message moves in pieces of at most this, each hashed while in cache: a core's L2 here. Smaller
+ * ones cost more calls (bench-1g's 2 -> 4 moved its 496 MiB in 0.13 s at 1-2 MiB, 0.14 at 256 KiB, 0.17 at 64) */
+#define CRC_PIECE (1u << 20)
 #define HELLO_MS 500                /* how long one of them may take to say hello, at most */
 #define HANDSHAKE_MS 5000           /* and then to finish the handshake, at most (see handshake_ms) */
 #define CONNECT_MS 2000             /* one connection attempt unanswered this long: a fresh one */
@@ -609,6 +613,13 @@ out:
 
 /* ---- the data path ------------------------------------------------------------ */
 
+/* How much of message m, done bytes in, one send or recv moves: a checksummed one in pieces (rs_xfer). */
+static size_t piece(const rs_xfer *m, size_t done)
+{
+	size_t left = m->len - done;
+	return m->crc && left > CRC_PIECE ? CRC_PIECE : left;
+}
+
 /* Send as much of the current messages as the socket takes. Returns RS_OK or a failure. */
 static rs_status pump_send(tcp *t, int32_t p, flow *f)
 {
@@ -623,9 +634,12 @@ static rs_status pump_send(tcp *t, int32_t p, flow *f)
 			continue;
 		}
 		if (f->body_done < m->len) {
-			ssize_t n = send(t->fd[p], (char *)m->buf + f->body_done, m->len - f->body_done, MSG_NOSIGNAL);
+			char *at = (char *)m->buf + f->body_done;
+			ssize_t n = send(t->fd[p], at, piece(m, f->body_done), MSG_NOSIGNAL);
 			if (n < 0)
 				goto io_error;
+			if (m->crc)
+				*m->crc = rs_crc32c(*m->crc, at, (size_t)n);
 			f->body_done += (size_t)n;
 			continue;
 		}
@@ -658,9 +672,12 @@ static rs_status pump_recv(tcp *t, int32_t p, flow *f)
 			continue;
 		}
 		if (f->body_done < m->len) {
-			n = recv(t->fd[p], (char *)m->buf + f->body_done, m->len - f->body_done, 0);
+			char *at = (char *)m->buf + f->body_done;
+			n = recv(t->fd[p], at, piece(m, f->body_done), 0);
 			if (n <= 0)
 				goto io_end;
+			if (m->crc)
+				*m->crc = rs_crc32c(*m->crc, at, (size_t)n);
 			f->body_done += (size_t)n;
 			continue;
 		}
@@ -725,7 +742,12 @@ static rs_status tcp_exchange(rs_transport *base, const rs_xfer *sends, int nsen
 				  out[me].msgs[i]->len, in[me].msgs[i]->len);
 			goto done;
 		}
-		memmove(in[me].msgs[i]->buf, out[me].msgs[i]->buf, out[me].msgs[i]->len);
+		const rs_xfer *from = out[me].msgs[i], *to = in[me].msgs[i];
+		if (from->crc)
+			*from->crc = rs_crc32c(*from->crc, from->buf, from->len);
+		memmove(to->buf, from->buf, from->len);
+		if (to->crc)
+			*to->crc = rs_crc32c(*to->crc, to->buf, to->len);
 	}
 	out[me].cur = out[me].n;
 	in[me].cur = in[me].n;

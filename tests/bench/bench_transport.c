@@ -98,7 +98,7 @@ static void run_rank(int32_t rank, int lfd, const char **addrs, size_t total, in
 	/* point to point, rank 0 -> rank 1 */
 	double t0 = now();
 	for (size_t done = 0; done < total; done += msg) {
-		rs_xfer x = {1 - rank, buf, msg};
+		rs_xfer x = {1 - rank, buf, msg, NULL};
 		rs_transport_exchange(t, rank == 0 ? &x : NULL, rank == 0, rank == 1 ? &x : NULL, rank == 1);
 	}
 	r.p2p_gbs = (double)total / (now() - t0) / 1e9;

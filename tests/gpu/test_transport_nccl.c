@@ -50,7 +50,8 @@ static void conformance(void)
 	GPU_CUDA(cudaMalloc((void **)&dr, n));
 	GPU_CUDA(cudaMemcpy(ds, h, n, cudaMemcpyHostToDevice));
 	GPU_CUDA(cudaMemset(dr, 0, n));
-	rs_xfer s[2] = {{0, ds, n / 2}, {0, ds + n / 2, n - n / 2}}, r[2] = {{0, dr, n / 2}, {0, dr + n / 2, n - n / 2}};
+	rs_xfer s[2] = {{0, ds, n / 2, NULL}, {0, ds + n / 2, n - n / 2, NULL}},
+		r[2] = {{0, dr, n / 2, NULL}, {0, dr + n / 2, n - n / 2, NULL}};
 	st = rs_transport_exchange(t, s, 2, r, 2);
 	GPU_CHECK(st == RS_OK, "device-buffer exchange: %s (%s)", rs_status_str(st), rs_transport_error(t));
 	GPU_CUDA(cudaMemcpy(back, dr, n, cudaMemcpyDeviceToHost));
@@ -89,7 +90,7 @@ static void conformance(void)
 
 	/* bad input: self sends and receives that do not match */
 	unsigned char a[4] = {1, 2, 3, 4}, b[8];
-	rs_xfer bs = {0, a, 4}, br = {0, b, 8};
+	rs_xfer bs = {0, a, 4, NULL}, br = {0, b, 8, NULL};
 	st = rs_transport_exchange(t, &bs, 1, &br, 1);
 	GPU_CHECK(st == RS_EINVAL, "self exchange of 4 bytes into 8: %s", rs_status_str(st));
 	rs_transport_destroy(t);

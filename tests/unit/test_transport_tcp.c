@@ -162,14 +162,14 @@ static int abort_body(int32_t rank, rs_transport *t, rs_status st, const char *m
 	uint32_t v;
 	double t0 = world_now();
 	if (rank == 1) { /* never sends; waits for rank 0, which aborts but lives on: the end comes at once */
-		rs_xfer r = {0, &v, sizeof(v)};
+		rs_xfer r = {0, &v, sizeof(v), NULL};
 		rs_status s = rs_transport_exchange(t, NULL, 0, &r, 1);
 		double took = world_now() - t0;
 		return s != RS_EPEER ? 40 : took < 1.0 ? 0 : 41;
 	}
 	pthread_t th;
 	pthread_create(&th, NULL, abort_later, t);
-	rs_xfer r = {1, &v, sizeof(v)};
+	rs_xfer r = {1, &v, sizeof(v), NULL};
 	rs_status s = rs_transport_exchange(t, NULL, 0, &r, 1);
 	double took = world_now() - t0;
 	pthread_join(th, NULL);
@@ -198,11 +198,11 @@ static int desync_body(int32_t rank, rs_transport *t, rs_status st, const char *
 	uint64_t big = 7;
 	uint32_t small;
 	if (rank == 0) {
-		rs_xfer s = {1, &big, sizeof(big)};
+		rs_xfer s = {1, &big, sizeof(big), NULL};
 		rs_status r = rs_transport_exchange(t, &s, 1, NULL, 0);
 		return r == RS_OK || r == RS_EPEER ? 0 : 50;
 	}
-	rs_xfer r = {0, &small, sizeof(small)}; /* expects 4 bytes, gets 8 */
+	rs_xfer r = {0, &small, sizeof(small), NULL}; /* expects 4 bytes, gets 8 */
 	return rs_transport_exchange(t, NULL, 0, &r, 1) == RS_ECORRUPT ? 0 : 51;
 }
 
@@ -296,7 +296,7 @@ static void test_idle_and_hostile_connections_do_not_delay_the_mesh(void **state
 	if (m0.st != RS_OK || m1.st != RS_OK)
 		fail_msg("rank 0: %s; rank 1: %s", m0.err.msg, m1.err.msg);
 	uint32_t v = 42, got = 0;
-	rs_xfer sx = {0, &v, sizeof(v)}, rx = {1, &got, sizeof(got)};
+	rs_xfer sx = {0, &v, sizeof(v), NULL}, rx = {1, &got, sizeof(got), NULL};
 	assert_int_equal(rs_transport_exchange(m1.t, &sx, 1, NULL, 0), RS_OK);
 	assert_int_equal(rs_transport_exchange(m0.t, NULL, 0, &rx, 1), RS_OK);
 	assert_int_equal(got, 42);
@@ -464,7 +464,7 @@ static void test_a_flood_does_not_keep_the_peer_out(void **state)
 	assert_true(atomic_load(&fl.established) > HANDSHAKE_TABLE);
 	assert_true(atomic_load(&fl.dropped) > 0); /* the listener kept accepting, and dropped flood connections */
 	uint32_t v = 42, got = 0;
-	rs_xfer sx = {0, &v, sizeof(v)}, rx = {1, &got, sizeof(got)};
+	rs_xfer sx = {0, &v, sizeof(v), NULL}, rx = {1, &got, sizeof(got), NULL};
 	assert_int_equal(rs_transport_exchange(m1.t, &sx, 1, NULL, 0), RS_OK);
 	assert_int_equal(rs_transport_exchange(m0.t, NULL, 0, &rx, 1), RS_OK);
 	assert_int_equal(got, 42);

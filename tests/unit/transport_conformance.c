@@ -4,6 +4,7 @@
  * must receive without asking.
  */
 #include "tests/unit/transport_conformance.h"
+#include "common/crc32c.h"
 #include "common/rng.h"
 
 #include <stdio.h>
@@ -38,8 +39,8 @@ static int point_to_point(rs_transport *t)
 			for (size_t k = 0; k < n; k++)
 				sb[(size_t)p * n + k] = pattern(me, p, n, k);
 			/* receives posted in reverse peer order: order across peers must not matter */
-			x[p] = (rs_xfer){p, sb + (size_t)p * n, n};
-			x[w + (w - 1 - p)] = (rs_xfer){p, rb + (size_t)p * n, n};
+			x[p] = (rs_xfer){p, sb + (size_t)p * n, n, NULL};
+			x[w + (w - 1 - p)] = (rs_xfer){p, rb + (size_t)p * n, n, NULL};
 		}
 		rs_status st = rs_transport_exchange(t, x, w, x + w, w);
 		CHECK(st == RS_OK, "exchange of %zu bytes with every peer: %s", n, rs_status_str(st));
@@ -57,12 +58,70 @@ static int point_to_point(rs_transport *t)
 	if (w > 1) {
 		int32_t to = (me + 1) % w, from = (me + w - 1) % w;
 		uint32_t s[3] = {(uint32_t)me, (uint32_t)me + 100, (uint32_t)me + 200}, r[3] = {0};
-		rs_xfer sx[3] = {{to, &s[0], 4}, {to, &s[1], 4}, {to, &s[2], 4}};
-		rs_xfer rx[3] = {{from, &r[0], 4}, {from, &r[1], 4}, {from, &r[2], 4}};
+		rs_xfer sx[3] = {{to, &s[0], 4, NULL}, {to, &s[1], 4, NULL}, {to, &s[2], 4, NULL}};
+		rs_xfer rx[3] = {{from, &r[0], 4, NULL}, {from, &r[1], 4, NULL}, {from, &r[2], 4, NULL}};
 		rs_status st = rs_transport_exchange(t, sx, 3, rx, 3);
 		CHECK(st == RS_OK && r[0] == (uint32_t)from && r[1] == (uint32_t)from + 100 && r[2] == (uint32_t)from + 200,
 		      "ordered messages from rank %d: got %u %u %u", from, r[0], r[1], r[2]);
 	}
+	return failures;
+}
+
+/*
+ * Checksummed messages (rs_xfer.crc): to every peer and to self, two blocks
+ * hashed in passing (one longer than a piece of any backend, one short),
+ * then the sender's sum as a message of its own, as a reshard's chunks go.
+ * Each end's sum is the CRC-32C of the bytes, extended from where it was.
+ */
+static int checksummed(rs_transport *t)
+{
+	int failures = 0;
+	int32_t w = t->world, me = t->rank;
+	size_t big = ((size_t)3 << 20) + 5, len = big + 7, nw = (size_t)w;
+	unsigned char *sb = malloc(len * nw), *rb = malloc(len * nw);
+	uint32_t *ssum = malloc(4 * nw), *rsum = malloc(4 * nw), *rgot = malloc(4 * nw);
+	rs_xfer *x = malloc(sizeof(rs_xfer) * 6 * nw);
+	if (!sb || !rb || !ssum || !rsum || !rgot || !x) {
+		CHECK(0, "out of memory");
+		goto out;
+	}
+	for (int32_t p = 0; p < w; p++) {
+		size_t o = (size_t)p * len;
+		for (size_t k = 0; k < len; k++)
+			sb[o + k] = pattern(me, p, len, k);
+		ssum[p] = 0x1234u; /* extended, not reset */
+		rsum[p] = 0x1234u;
+		x[3 * p] = (rs_xfer){p, sb + o, big, &ssum[p]};
+		x[3 * p + 1] = (rs_xfer){p, sb + o + big, len - big, &ssum[p]};
+		x[3 * p + 2] = (rs_xfer){p, &ssum[p], 4, NULL};
+		x[3 * nw + 3 * p] = (rs_xfer){p, rb + o, big, &rsum[p]};
+		x[3 * nw + 3 * p + 1] = (rs_xfer){p, rb + o + big, len - big, &rsum[p]};
+		x[3 * nw + 3 * p + 2] = (rs_xfer){p, &rgot[p], 4, NULL};
+	}
+	rs_status st = rs_transport_exchange(t, x, 3 * w, x + 3 * nw, 3 * w);
+	CHECK(st == RS_OK, "checksummed exchange with every peer: %s", rs_status_str(st));
+	for (int32_t p = 0; st == RS_OK && p < w; p++) {
+		unsigned char *want = malloc(len);
+		if (!want) {
+			CHECK(0, "out of memory");
+			break;
+		}
+		for (size_t k = 0; k < len; k++)
+			want[k] = pattern(p, me, len, k);
+		uint32_t sum = rs_crc32c(0x1234u, want, len);
+		CHECK(!memcmp(rb + (size_t)p * len, want, len), "checksummed bytes from rank %d are wrong", p);
+		CHECK(rsum[p] == sum, "the sum of what rank %d sent: %08x, not %08x", p, rsum[p], sum);
+		CHECK(rgot[p] == sum, "the sum rank %d sent after its bytes: %08x, not %08x", p, rgot[p], sum);
+		CHECK(ssum[p] == rs_crc32c(0x1234u, sb + (size_t)p * len, len), "the sum of what went to rank %d", p);
+		free(want);
+	}
+out:
+	free(x);
+	free(rgot);
+	free(rsum);
+	free(ssum);
+	free(rb);
+	free(sb);
 	return failures;
 }
 
@@ -184,5 +243,5 @@ static int timeout(rs_transport *t)
 
 int rs_transport_conformance(rs_transport *t)
 {
-	return point_to_point(t) + all_to_all(t) + all_reduce(t) + timeout(t);
+	return point_to_point(t) + checksummed(t) + all_to_all(t) + all_reduce(t) + timeout(t);
 }
