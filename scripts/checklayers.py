@@ -13,9 +13,10 @@ one from the root when the tree has it (else it is a system header). So
 "../worker/x.h", <worker/x.h> and "common/../worker/x.h" all name worker/x.h,
 and one that leaves the tree is refused. Inside a layer
 the modules must not include each other in a cycle: a module is a file's
-name without its extension; NAME_internal.h belongs to NAME, and A_B.c or
-A_B.h belongs to A when A.h exists beside it (a backend or a part of A:
-engine_cpu.c, transport_tcp.c, job_cycle.c).
+name without its extension; NAME_internal.h belongs where NAME does, and
+A_B.c or A_B.h belongs to A when A.h exists beside it (a backend or a part
+of A: engine_cpu.c, transport_tcp.c, job_cycle.c; so transport_tcp_io.c and
+transport_tcp_internal.h are transport's too).
 
 Usage: checklayers.py [ROOT]   (default: the repository this script is in)
 Prints each violation as FILE:LINE: what, and exits 1 when there is any.
@@ -43,7 +44,7 @@ def module_of(path, existing):
     d, name = os.path.split(path)
     base = os.path.splitext(name)[0]
     if base.endswith("_internal"):
-        return os.path.join(d, base[: -len("_internal")])
+        base = base[: -len("_internal")]  # then as NAME is
     parts = base.split("_")
     for k in range(1, len(parts)):
         prefix = "_".join(parts[:k])

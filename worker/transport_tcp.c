@@ -1,10 +1,9 @@
 /*
  * transport_tcp.c - see transport_tcp.h.
  */
-#include "worker/transport_tcp.h"
+#include "worker/transport_tcp_internal.h"
 #include "common/auth.h"
 #include "common/clock.h"
-#include "common/crc32c.h"
 #include "common/log.h"
 
 #include <arpa/inet.h>
@@ -25,14 +24,10 @@
 #define CHALLENGE_MAGIC 0x43545352u /* "RSTC" */
 #define ANSWER_MAGIC 0x50545352u    /* "RSTP" */
 #define ACK_MAGIC 0x41545352u       /* "RSTA" */
-#define FRAME_MAGIC 0x46545352u     /* "RSTF" */
 #define PROTO_VERSION 2u
 #define MAX_TOKEN 1024
 #define MAX_PENDING 256             /* connections accepted and still in their handshake */
 #define ACCEPT_BATCH (MAX_PENDING / 4) /* accepted between two polls; the newest this many are never dropped */
-/* a checksummed message moves in pieces of at most this, each hashed while in cache: a core's L2 here. Smaller
- * ones cost more calls (bench-1g's 2 -> 4 moved its 496 MiB in 0.13 s at 1-2 MiB, 0.14 at 256 KiB, 0.17 at 64) */
-#define CRC_PIECE (1u << 20)
 #define HELLO_MS 500                /* how long one of them may take to say hello, at most */
 #define HANDSHAKE_MS 5000           /* and then to finish the handshake, at most (see handshake_ms) */
 #define CONNECT_MS 2000             /* one connection attempt unanswered this long: a fresh one */
@@ -64,48 +59,6 @@ typedef struct answer {
 	uint32_t magic, pad;
 	char proof[RS_AUTH_PROOF_HEX];
 } answer;
-
-typedef struct frame {
-	uint32_t magic, pad;
-	uint64_t seq;
-	uint64_t len;
-} frame;
-
-/* Progress of one direction of one exchange with one peer. */
-typedef struct flow {
-	const rs_xfer **msgs; /* this peer's messages, in posting order */
-	int n, cur;
-	frame hdr;            /* the header being sent or received */
-	size_t hdr_done, body_done;
-} flow;
-
-typedef struct tcp {
-	rs_transport base;
-	int *fd;              /* per peer; -1 for self */
-	int wake[2];          /* abort writes here to interrupt poll */
-	atomic_int aborted;
-	int broken;           /* a failed call leaves the mesh unusable */
-	uint64_t seq;         /* exchanges so far: both ends count the same */
-	int borrowed;         /* a subset view: the connections are its parent's */
-} tcp;
-
-static rs_status fail(tcp *t, rs_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static rs_status fail(tcp *t, rs_status st, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(t->base.error, sizeof(t->base.error), fmt, ap);
-	va_end(ap);
-	t->broken = 1;
-	return st;
-}
-
-static int left_ms(int64_t deadline)
-{
-	int64_t l = deadline - rs_now_ms();
-	return l < 0 ? 0 : l > 1000000 ? 1000000 : (int)l;
-}
 
 static rs_status set_nonblocking(int fd)
 {
@@ -183,7 +136,7 @@ static rs_status wait_ready(tcp *t, int fd, short events, int64_t deadline)
 {
 	for (;;) {
 		struct pollfd p[2] = {{.fd = t->wake[0], .events = POLLIN}, {.fd = fd, .events = events}};
-		int rc = poll(p, 2, left_ms(deadline));
+		int rc = poll(p, 2, rs__tcp_left_ms(deadline));
 		if (atomic_load(&t->aborted))
 			return RS_EABORTED;
 		if (rc < 0 && errno == EINTR)
@@ -335,7 +288,7 @@ static rs_status connect_peer(tcp *t, const rs_tcp_config *cfg, int32_t j, int64
 		return rs_err_set(err, RS_EINVAL, "transport: rank %d at %s: %s", j, cfg->addrs[j], gai_strerror(rc));
 	rs_status st = RS_ETIMEDOUT;
 	int last_errno = 0, final = 0, pause_ms = 20;
-	while (left_ms(deadline) > 0) {
+	while (rs__tcp_left_ms(deadline) > 0) {
 		int64_t now = rs_now_ms();
 		int fd = -1;
 		st = connect_once(t, ai, now + CONNECT_MS < deadline ? now + CONNECT_MS : deadline, &fd, &last_errno);
@@ -592,7 +545,7 @@ static rs_status accept_peers(tcp *t, const rs_tcp_config *cfg, int lfd, int64_t
 			pfd[k + 2] = (struct pollfd){.fd = l.pend[k].fd, .events = l.pend[k].stage % 2 ? POLLOUT : POLLIN};
 			wake = l.pend[k].deadline < wake ? l.pend[k].deadline : wake;
 		}
-		int rc = poll(pfd, (nfds_t)l.np + 2, left_ms(wake < now + 20 ? now + 20 : wake > now + 1000 ? now + 1000 : wake));
+		int rc = poll(pfd, (nfds_t)l.np + 2, rs__tcp_left_ms(wake < now + 20 ? now + 20 : wake > now + 1000 ? now + 1000 : wake));
 		if (rc < 0 && errno != EINTR)
 			RSFAILGOTO(st, rs_err_set(err, RS_ESYS, "transport: poll: %s", strerror(errno)), out);
 		now = rs_now_ms();
@@ -608,198 +561,6 @@ out:
 		close(l.pend[k].fd);
 	free(l.pend);
 	free(pfd);
-	return st;
-}
-
-/* ---- the data path ------------------------------------------------------------ */
-
-/* How much of message m, done bytes in, one send or recv moves: a checksummed one in pieces (rs_xfer). */
-static size_t piece(const rs_xfer *m, size_t done)
-{
-	size_t left = m->len - done;
-	return m->crc && left > CRC_PIECE ? CRC_PIECE : left;
-}
-
-/* Send as much of the current messages as the socket takes. Returns RS_OK or a failure. */
-static rs_status pump_send(tcp *t, int32_t p, flow *f)
-{
-	while (f->cur < f->n) {
-		const rs_xfer *m = f->msgs[f->cur];
-		if (f->hdr_done < sizeof(frame)) {
-			f->hdr = (frame){FRAME_MAGIC, 0, t->seq, m->len};
-			ssize_t n = send(t->fd[p], (char *)&f->hdr + f->hdr_done, sizeof(frame) - f->hdr_done, MSG_NOSIGNAL);
-			if (n < 0)
-				goto io_error;
-			f->hdr_done += (size_t)n;
-			continue;
-		}
-		if (f->body_done < m->len) {
-			char *at = (char *)m->buf + f->body_done;
-			ssize_t n = send(t->fd[p], at, piece(m, f->body_done), MSG_NOSIGNAL);
-			if (n < 0)
-				goto io_error;
-			if (m->crc)
-				*m->crc = rs_crc32c(*m->crc, at, (size_t)n);
-			f->body_done += (size_t)n;
-			continue;
-		}
-		f->cur++;
-		f->hdr_done = f->body_done = 0;
-	}
-	return RS_OK;
-io_error:
-	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-		return RS_OK;
-	return fail(t, RS_EPEER, "transport: rank %d: sending to rank %d: %s", t->base.rank, p, strerror(errno));
-}
-
-static rs_status pump_recv(tcp *t, int32_t p, flow *f)
-{
-	ssize_t n = 0;
-	while (f->cur < f->n) {
-		const rs_xfer *m = f->msgs[f->cur];
-		if (f->hdr_done < sizeof(frame)) {
-			n = recv(t->fd[p], (char *)&f->hdr + f->hdr_done, sizeof(frame) - f->hdr_done, 0);
-			if (n <= 0)
-				goto io_end;
-			f->hdr_done += (size_t)n;
-			if (f->hdr_done == sizeof(frame) &&
-			    (f->hdr.magic != FRAME_MAGIC || f->hdr.seq != t->seq || f->hdr.len != m->len))
-				return fail(t, RS_ECORRUPT,
-					    "transport: rank %d: from rank %d: message of %llu bytes in exchange %llu, expected %zu bytes in exchange %llu",
-					    t->base.rank, p, (unsigned long long)f->hdr.len, (unsigned long long)f->hdr.seq,
-					    m->len, (unsigned long long)t->seq);
-			continue;
-		}
-		if (f->body_done < m->len) {
-			char *at = (char *)m->buf + f->body_done;
-			n = recv(t->fd[p], at, piece(m, f->body_done), 0);
-			if (n <= 0)
-				goto io_end;
-			if (m->crc)
-				*m->crc = rs_crc32c(*m->crc, at, (size_t)n);
-			f->body_done += (size_t)n;
-			continue;
-		}
-		f->cur++;
-		f->hdr_done = f->body_done = 0;
-	}
-	return RS_OK;
-io_end:
-	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-		return RS_OK;
-	return fail(t, RS_EPEER, "transport: rank %d: rank %d %s%s", t->base.rank, p, n == 0 ? "" : "failed: ",
-		    n == 0 ? "closed the connection (gone?)" : strerror(errno));
-}
-
-static rs_status tcp_exchange(rs_transport *base, const rs_xfer *sends, int nsends, const rs_xfer *recvs, int nrecvs)
-{
-	tcp *t = (tcp *)base;
-	int32_t w = base->world, me = base->rank;
-	rs_status st = RS_OK;
-
-	if (atomic_load(&t->aborted))
-		return fail(t, RS_EABORTED, "transport: aborted");
-	if (t->broken)
-		return RS_EABORTED;
-	flow *out = calloc((size_t)w, sizeof(flow)), *in = calloc((size_t)w, sizeof(flow));
-	const rs_xfer **slots = malloc(sizeof(rs_xfer *) * (size_t)(nsends + nrecvs + 1));
-	struct pollfd *pfd = malloc(sizeof(struct pollfd) * (size_t)(w + 1));
-	int32_t *pfd_peer = malloc(sizeof(int32_t) * (size_t)(w + 1));
-	if (!out || !in || !slots || !pfd || !pfd_peer) {
-		st = RS_ENOMEM;
-		goto done;
-	}
-	/* group messages by peer, keeping posting order */
-	const rs_xfer **next = slots;
-	for (int32_t p = 0; p < w; p++) {
-		out[p].msgs = next;
-		for (int i = 0; i < nsends; i++)
-			if (sends[i].peer == p)
-				out[p].msgs[out[p].n++] = &sends[i];
-		next += out[p].n;
-		in[p].msgs = next;
-		for (int i = 0; i < nrecvs; i++)
-			if (recvs[i].peer == p)
-				in[p].msgs[in[p].n++] = &recvs[i];
-		next += in[p].n;
-	}
-	for (int i = 0; i < nsends + nrecvs; i++) {
-		int32_t p = i < nsends ? sends[i].peer : recvs[i - nsends].peer;
-		if (p < 0 || p >= w) {
-			st = fail(t, RS_EINVAL, "transport: message for rank %d, world has %d", p, w);
-			goto done;
-		}
-	}
-	/* to self: copies, matched in order */
-	if (out[me].n != in[me].n) {
-		st = fail(t, RS_EINVAL, "transport: %d sends but %d receives to self", out[me].n, in[me].n);
-		goto done;
-	}
-	for (int i = 0; i < out[me].n; i++) {
-		if (out[me].msgs[i]->len != in[me].msgs[i]->len) {
-			st = fail(t, RS_EINVAL, "transport: self message %d: %zu bytes sent, %zu expected", i,
-				  out[me].msgs[i]->len, in[me].msgs[i]->len);
-			goto done;
-		}
-		const rs_xfer *from = out[me].msgs[i], *to = in[me].msgs[i];
-		if (from->crc)
-			*from->crc = rs_crc32c(*from->crc, from->buf, from->len);
-		memmove(to->buf, from->buf, from->len);
-		if (to->crc)
-			*to->crc = rs_crc32c(*to->crc, to->buf, to->len);
-	}
-	out[me].cur = out[me].n;
-	in[me].cur = in[me].n;
-
-	int64_t deadline = rs_now_ms() + t->base.timeout_ms;
-	for (;;) {
-		int np = 0;
-		for (int32_t p = 0; p < w; p++) {
-			short ev = (short)((out[p].cur < out[p].n ? POLLOUT : 0) | (in[p].cur < in[p].n ? POLLIN : 0));
-			if (ev) {
-				pfd[np] = (struct pollfd){.fd = t->fd[p], .events = ev};
-				pfd_peer[np++] = p;
-			}
-		}
-		if (np == 0)
-			break;
-		pfd[np] = (struct pollfd){.fd = t->wake[0], .events = POLLIN};
-		int rc = poll(pfd, (nfds_t)np + 1, left_ms(deadline));
-		if (rc < 0 && errno == EINTR)
-			continue;
-		if (rc < 0) {
-			st = fail(t, RS_ESYS, "transport: poll: %s", strerror(errno));
-			goto done;
-		}
-		if (atomic_load(&t->aborted)) {
-			st = fail(t, RS_EABORTED, "transport: aborted");
-			goto done;
-		}
-		if (rc == 0) {
-			st = fail(t, RS_ETIMEDOUT, "transport: rank %d: exchange %llu timed out after %d ms waiting for rank %d",
-				  me, (unsigned long long)t->seq, t->base.timeout_ms, pfd_peer[0]);
-			goto done;
-		}
-		for (int k = 0; k < np; k++) {
-			int32_t p = pfd_peer[k];
-			if (pfd[k].revents & (POLLIN | POLLHUP | POLLERR))
-				RSCHECKGOTO(pump_recv(t, p, &in[p]), st, done);
-			if (pfd[k].revents & (POLLOUT | POLLERR))
-				RSCHECKGOTO(pump_send(t, p, &out[p]), st, done);
-			if ((pfd[k].revents & (POLLHUP | POLLERR)) && in[p].cur == in[p].n && out[p].cur < out[p].n) {
-				st = fail(t, RS_EPEER, "transport: rank %d: rank %d hung up", me, p);
-				goto done;
-			}
-		}
-	}
-	t->seq++;
-done:
-	free(pfd_peer);
-	free(pfd);
-	free(slots);
-	free(in);
-	free(out);
 	return st;
 }
 
@@ -835,7 +596,7 @@ static rs_status tcp_subset(rs_transport *base, int32_t n, rs_transport **out);
 
 static const rs_transport_ops tcp_ops = {
 	.name = "tcp",
-	.exchange = tcp_exchange,
+	.exchange = rs__tcp_exchange,
 	.abort = tcp_abort,
 	.destroy = tcp_destroy,
 	.subset = tcp_subset,
