@@ -155,7 +155,8 @@ __attribute__((target(FOLD_TARGET))) static uint32_t crc32c_fold(uint32_t crc, c
 	pthread_once(&shift_once, build_shifts);
 	__m512i x0 = _mm512_loadu_si512(p), x1 = _mm512_loadu_si512(p + 64);
 	__m512i x2 = _mm512_loadu_si512(p + 128), x3 = _mm512_loadu_si512(p + 192);
-	x0 = _mm512_xor_si512(x0, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)~crc))); /* the register: the first 4 bytes */
+	/* the register goes into the first 4 bytes */
+	x0 = _mm512_xor_si512(x0, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)~crc)));
 	p += 256, len -= 256;
 	__m512i k = lanes(fold2048);
 	for (; len >= 256; p += 256, len -= 256) {

@@ -545,7 +545,8 @@ static rs_status accept_peers(tcp *t, const rs_tcp_config *cfg, int lfd, int64_t
 			pfd[k + 2] = (struct pollfd){.fd = l.pend[k].fd, .events = l.pend[k].stage % 2 ? POLLOUT : POLLIN};
 			wake = l.pend[k].deadline < wake ? l.pend[k].deadline : wake;
 		}
-		int rc = poll(pfd, (nfds_t)l.np + 2, rs__tcp_left_ms(wake < now + 20 ? now + 20 : wake > now + 1000 ? now + 1000 : wake));
+		int64_t until = wake < now + 20 ? now + 20 : wake > now + 1000 ? now + 1000 : wake;
+		int rc = poll(pfd, (nfds_t)l.np + 2, rs__tcp_left_ms(until));
 		if (rc < 0 && errno != EINTR)
 			RSFAILGOTO(st, rs_err_set(err, RS_ESYS, "transport: poll: %s", strerror(errno)), out);
 		now = rs_now_ms();

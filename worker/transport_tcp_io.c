@@ -50,6 +50,14 @@ static size_t piece(const rs_xfer *m, size_t done)
 	return m->crc && left > CRC_PIECE ? CRC_PIECE : left;
 }
 
+/* n more bytes of m's body went out or came in at `at`: hashed where m asks for it, counted. */
+static void moved(const rs_xfer *m, flow *f, const char *at, size_t n)
+{
+	if (m->crc)
+		*m->crc = rs_crc32c(*m->crc, at, n);
+	f->body_done += n;
+}
+
 /* Send as much of the current messages as the socket takes. Returns RS_OK or a failure. */
 static rs_status pump_send(tcp *t, int32_t p, flow *f)
 {
@@ -68,9 +76,7 @@ static rs_status pump_send(tcp *t, int32_t p, flow *f)
 			ssize_t n = send(t->fd[p], at, piece(m, f->body_done), MSG_NOSIGNAL);
 			if (n < 0)
 				goto io_error;
-			if (m->crc)
-				*m->crc = rs_crc32c(*m->crc, at, (size_t)n);
-			f->body_done += (size_t)n;
+			moved(m, f, at, (size_t)n);
 			continue;
 		}
 		f->cur++;
@@ -96,9 +102,9 @@ static rs_status pump_recv(tcp *t, int32_t p, flow *f)
 			if (f->hdr_done == sizeof(frame) &&
 			    (f->hdr.magic != FRAME_MAGIC || f->hdr.seq != t->seq || f->hdr.len != m->len))
 				return rs__tcp_fail(t, RS_ECORRUPT,
-					    "transport: rank %d: from rank %d: message of %llu bytes in exchange %llu, expected %zu bytes in exchange %llu",
-					    t->base.rank, p, (unsigned long long)f->hdr.len, (unsigned long long)f->hdr.seq,
-					    m->len, (unsigned long long)t->seq);
+						    "transport: rank %d: from rank %d: message of %llu bytes in exchange %llu, expected %zu bytes in exchange %llu",
+						    t->base.rank, p, (unsigned long long)f->hdr.len, (unsigned long long)f->hdr.seq,
+						    m->len, (unsigned long long)t->seq);
 			continue;
 		}
 		if (f->body_done < m->len) {
@@ -106,9 +112,7 @@ static rs_status pump_recv(tcp *t, int32_t p, flow *f)
 			n = recv(t->fd[p], at, piece(m, f->body_done), 0);
 			if (n <= 0)
 				goto io_end;
-			if (m->crc)
-				*m->crc = rs_crc32c(*m->crc, at, (size_t)n);
-			f->body_done += (size_t)n;
+			moved(m, f, at, (size_t)n);
 			continue;
 		}
 		f->cur++;
@@ -119,7 +123,7 @@ io_end:
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 		return RS_OK;
 	return rs__tcp_fail(t, RS_EPEER, "transport: rank %d: rank %d %s%s", t->base.rank, p, n == 0 ? "" : "failed: ",
-		    n == 0 ? "closed the connection (gone?)" : strerror(errno));
+			    n == 0 ? "closed the connection (gone?)" : strerror(errno));
 }
 
 rs_status rs__tcp_exchange(rs_transport *base, const rs_xfer *sends, int nsends, const rs_xfer *recvs, int nrecvs)
@@ -169,7 +173,7 @@ rs_status rs__tcp_exchange(rs_transport *base, const rs_xfer *sends, int nsends,
 	for (int i = 0; i < out[me].n; i++) {
 		if (out[me].msgs[i]->len != in[me].msgs[i]->len) {
 			st = rs__tcp_fail(t, RS_EINVAL, "transport: self message %d: %zu bytes sent, %zu expected", i,
-				  out[me].msgs[i]->len, in[me].msgs[i]->len);
+					  out[me].msgs[i]->len, in[me].msgs[i]->len);
 			goto done;
 		}
 		const rs_xfer *from = out[me].msgs[i], *to = in[me].msgs[i];
@@ -207,8 +211,9 @@ rs_status rs__tcp_exchange(rs_transport *base, const rs_xfer *sends, int nsends,
 			goto done;
 		}
 		if (rc == 0) {
-			st = rs__tcp_fail(t, RS_ETIMEDOUT, "transport: rank %d: exchange %llu timed out after %d ms waiting for rank %d",
-				  me, (unsigned long long)t->seq, t->base.timeout_ms, pfd_peer[0]);
+			st = rs__tcp_fail(t, RS_ETIMEDOUT,
+					  "transport: rank %d: exchange %llu timed out after %d ms waiting for rank %d", me,
+					  (unsigned long long)t->seq, t->base.timeout_ms, pfd_peer[0]);
 			goto done;
 		}
 		for (int k = 0; k < np; k++) {

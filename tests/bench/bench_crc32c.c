@@ -46,7 +46,7 @@ static double read_gbs(const unsigned char *buf)
 	return best;
 }
 
-/* GB/s of the best of REPS passes of `path` over the buffer, whole (in_cache 0) or each piece twice, the second timed. */
+/* GB/s of the best of REPS passes of `path` over the buffer: whole (in_cache 0), or each piece twice, timing the second. */
 static double crc_gbs(const char *path, const unsigned char *buf, int in_cache, uint32_t *crc)
 {
 	double best = 0;
