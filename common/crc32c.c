@@ -9,9 +9,11 @@
  *   two 64 x 32-bit carry-less products, with no dependence between the
  *   sixteen blocks folded at once. What is left, one block congruent to the message, goes
  *   through the crc32 instruction. The constants are computed at first use
- *   from the polynomial (x^n mod P, below), not copied from elsewhere; in
- *   the bit-reflected order CRC-32C uses, the product of two reflected
- *   values comes out multiplied by x^33, so each is x^(n-33) mod P. About
+ *   from the polynomial (x^n mod P, below), not copied from elsewhere. In
+ *   the bit-reflected order CRC-32C uses, a carry-less product of two
+ *   reflected values comes out multiplied by x^33 (x from the reflected
+ *   multiply, x^32 from holding a 32-bit constant in a 64-bit half), so
+ *   each constant is x^(n-33) mod P. About
  *   2x the crc32 instruction here, from memory or in cache (bench_crc32c).
  * - The SSE4.2 crc32 instruction. It takes three cycles and can start one
  *   per cycle, so one dependent chain uses a third of it: long buffers are

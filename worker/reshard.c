@@ -431,6 +431,10 @@ static rs_status post_recvs(stager *g, int64_t k, int *nr)
 		}
 		g->rx[(*nr)++] = (rs_xfer){s, &g->rcrc[s], 4, NULL};
 	}
+	if (*nr && rs_reshard_fault_for_tests == 1) { /* once per process: the next attempt goes through */
+		rs_reshard_fault_for_tests = 0;
+		rs_transport_damage_for_tests = 1; /* this round's first chunk lands damaged, before it is hashed */
+	}
 	return RS_OK;
 }
 
@@ -444,13 +448,6 @@ static rs_status verify_recvs(stager *g, int64_t k)
 		const chunk *c = &g->recvq[s].c[k];
 		const rs_move *m = &g->moves[c->move];
 		int zch = g->nt->tables[m->table].zch != NULL;
-		if (rs_reshard_fault_for_tests == 1) {
-			/* once per process: the next attempt goes through. The bytes were hashed as they arrived, so
-			 * damage to them now would go unseen, as it would past any check: the CRC they came with is
-			 * damaged instead, which is what damaged bytes look like here */
-			rs_reshard_fault_for_tests = 0;
-			g->rcrc[s] ^= 0x40u;
-		}
 		if (g->rsum[s] != g->rcrc[s]) {
 			int64_t r0 = zch ? (int64_t)(m->bucket_offset + (uint32_t)c->first) * any_trainer(g)->tables[m->table].spb
 					 : m->row_offset + c->first;
@@ -605,7 +602,7 @@ rs_status rs__stage_open(stager *g, const rs_config *cfg, rs_trainer *old, const
 	g->sx = calloc(3 * nu + 1, sizeof(rs_xfer));
 	g->rx = calloc(3 * nu + 1, sizeof(rs_xfer));
 	if (!g->old_to_new || !g->sendq || !g->recvq || !g->sbuf || !g->rbuf || !g->scap || !g->rcap || !g->scrc ||
-	    !g->rcrc || !g->sent || !g->total || !g->sx || !g->rx)
+	    !g->rcrc || !g->rsum || !g->sent || !g->total || !g->sx || !g->rx)
 		return RS_ENOMEM;
 	for (int32_t r = 0; r < nold; r++) {
 		int32_t u = spec->union_of_old[r];

@@ -346,8 +346,9 @@ void rs_trainer_checksum(const rs_trainer *tr, uint64_t *per_table);
 void rs_trainer_checksums(const rs_trainer *tr, uint64_t *counted, uint64_t *held);
 
 /*
- * Tests only: 1: the first chunk this process receives is corrupted before
- * it is checked; 2: the dense network a joiner receives is.
+ * Tests only: 1: the first chunk this process receives lands with a bit
+ * flipped, before the transport hashes it (rs_transport_damage_for_tests);
+ * 2: the dense network a joiner receives is damaged before it is checked.
  */
 extern int rs_reshard_fault_for_tests;
 /* Tests only: a checkpoint's writer waits this long (ms) after its first file, a window to kill it mid-write;

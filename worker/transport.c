@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+int rs_transport_damage_for_tests;
+
 rs_status rs_transport_alltoallv(rs_transport *t, const void *sendbuf, const size_t *send_counts, void *recvbuf,
 				 const size_t *recv_counts)
 {

@@ -32,12 +32,14 @@ typedef struct rs_transport rs_transport;
 /*
  * One message of a grouped exchange: len bytes to or from peer. With crc
  * set, the transport extends *crc (CRC-32C, rs_crc32c) over the message's
- * bytes as they pass: a send's as they go out, a receive's as they land,
- * each piece while it is still in cache, instead of a pass of its own over
- * the whole buffer before or after. *crc is final when the message is done:
- * a later message to the same peer may carry it (its bytes are read when
- * it starts). The bytes are host memory (a backend fails a crc on device
- * memory with RS_EINVAL).
+ * bytes: a send's as they go out, a receive's once they landed. TCP hashes
+ * each piece of at most 1 MiB right after it moves, while it is in cache,
+ * instead of a pass of its own over the whole buffer before or after; NCCL
+ * hashes each message on the host, a send before it is posted, a receive
+ * after the exchange. *crc is final when the message is done: a later
+ * message to the same peer may carry it (its bytes are read when it
+ * starts). The bytes must be readable by the host (NCCL fails a crc on
+ * device-only memory with RS_EINVAL).
  */
 typedef struct rs_xfer {
 	int32_t peer;
@@ -103,6 +105,13 @@ static inline rs_status rs_transport_subset(rs_transport *t, int32_t n, rs_trans
 {
 	return t->ops->subset(t, n, out);
 }
+
+/*
+ * Tests only: the next checksummed message (rs_xfer.crc) this process
+ * receives gets one bit flipped once it landed, before it is hashed, as if
+ * damaged on the way; then this goes back to 0. Every backend honours it.
+ */
+extern int rs_transport_damage_for_tests;
 
 /* ---- collectives built on exchange (transport.c) -------------------------------- */
 
