@@ -4,13 +4,15 @@
  * backend passes) at world size 1 (NCCL wants one GPU per rank; on one GPU
  * that is one rank, sending to and receiving from itself), on the
  * transport, on a subset view and on a split communicator; device buffers
- * used in place; the native all-reduce; and the failures: a bad self
+ * used in place; checksums in passing over managed memory (refused over
+ * device-only memory); the native all-reduce; and the failures: a bad self
  * exchange, an abort, a peer that never joins (bounded by the timeout,
  * then ncclCommAbort instead of a hang).
  */
 #include "tests/gpu/gpu_test.h"
 #include "tests/unit/transport_conformance.h"
 #include "common/clock.h"
+#include "common/crc32c.h"
 #include "worker/transport_nccl.h"
 
 #include <cuda_runtime_api.h>
@@ -56,6 +58,32 @@ static void conformance(void)
 	GPU_CHECK(st == RS_OK, "device-buffer exchange: %s (%s)", rs_status_str(st), rs_transport_error(t));
 	GPU_CUDA(cudaMemcpy(back, dr, n, cudaMemcpyDeviceToHost));
 	GPU_CHECK(!memcmp(h, back, n), "device-buffer exchange: wrong bytes");
+
+	/* checksums in passing (rs_xfer.crc): over managed memory, as a CUDA worker's shards are, hashed on the host
+	 * and used in place; over device-only memory refused, since the host cannot read it */
+	unsigned char *ms, *mr;
+	GPU_CUDA(cudaMallocManaged((void **)&ms, n, cudaMemAttachGlobal));
+	GPU_CUDA(cudaMallocManaged((void **)&mr, n, cudaMemAttachGlobal));
+	memcpy(ms, h, n);
+	memset(mr, 0, n);
+	uint32_t ssum = 0, rsum = 0, got = 0;
+	rs_xfer ms_x[2] = {{0, ms, n, &ssum}, {0, &ssum, 4, NULL}}, mr_x[2] = {{0, mr, n, &rsum}, {0, &got, 4, NULL}};
+	st = rs_transport_exchange(t, ms_x, 2, mr_x, 2);
+	uint32_t want = rs_crc32c(0, h, n);
+	GPU_CHECK(st == RS_OK, "checksummed exchange of managed memory: %s (%s)", rs_status_str(st), rs_transport_error(t));
+	GPU_CHECK(st != RS_OK || (!memcmp(mr, h, n) && ssum == want && rsum == want && got == want),
+		  "checksummed managed memory: bytes %s, sums %08x %08x %08x, not %08x", memcmp(mr, h, n) ? "wrong" : "right",
+		  ssum, rsum, got, want);
+	GPU_CUDA(cudaFree(mr));
+	GPU_CUDA(cudaFree(ms));
+	rs_xfer dev_x = {0, ds, n, &ssum};
+	st = rs_transport_exchange(t, &dev_x, 1, &dev_x, 1);
+	GPU_CHECK(st == RS_EINVAL, "a checksum over device-only memory: %s, not refused", rs_status_str(st));
+	rs_transport_destroy(t); /* the refusal leaves the transport unusable: a fresh one for the rest */
+	t = create(0, 1, &id, 20000, &st, &err);
+	GPU_CHECK(st == RS_OK, "create after the refusal: %s", err.msg);
+	if (st != RS_OK)
+		return;
 
 	/* native all-reduce, host and device buffers: at world 1 the input comes back */
 	float v[1000], w[1000];
