@@ -234,12 +234,13 @@ static rs_status nccl_exchange(rs_transport *base, const rs_xfer *sends, int nse
 	for (int i = 0; i < n; i++) {
 		const rs_xfer *x = i < nsends ? &sends[i] : &recvs[i - nsends];
 		soff[i] = SIZE_MAX;
-		if (x->crc && x->len && memory_type(x->buf) == cudaMemoryTypeDevice) { /* managed memory is the host's too */
+		enum cudaMemoryType kind = x->len ? memory_type(x->buf) : cudaMemoryTypeUnregistered;
+		if (x->crc && kind == cudaMemoryTypeDevice) { /* managed memory is the host's too */
 			free(soff);
 			free(dev);
 			return fail(t, RS_EINVAL, "transport nccl: a checksum over %zu bytes of device memory", x->len);
 		}
-		if (x->len && !on_device(x->buf)) {
+		if (x->len && kind != cudaMemoryTypeDevice && kind != cudaMemoryTypeManaged) {
 			soff[i] = total;
 			total += align_up(x->len);
 		}

@@ -74,12 +74,19 @@ static void conformance(void)
 	GPU_CHECK(st != RS_OK || (!memcmp(mr, h, n) && ssum == want && rsum == want && got == want),
 		  "checksummed managed memory: bytes %s, sums %08x %08x %08x, not %08x", memcmp(mr, h, n) ? "wrong" : "right",
 		  ssum, rsum, got, want);
+	ssum = rsum = 0; /* managed memory alone: nothing is staged, the receive is still hashed */
+	memset(mr, 0, n);
+	st = rs_transport_exchange(t, ms_x, 1, mr_x, 1);
+	GPU_CHECK(st == RS_OK && ssum == want && rsum == want && !memcmp(mr, h, n),
+		  "checksummed managed memory, nothing staged: %s, sums %08x %08x, not %08x", rs_status_str(st), ssum, rsum,
+		  want);
 	GPU_CUDA(cudaFree(mr));
 	GPU_CUDA(cudaFree(ms));
 	rs_xfer dev_x = {0, ds, n, &ssum};
 	st = rs_transport_exchange(t, &dev_x, 1, &dev_x, 1);
 	GPU_CHECK(st == RS_EINVAL, "a checksum over device-only memory: %s, not refused", rs_status_str(st));
-	rs_transport_destroy(t); /* the refusal leaves the transport unusable: a fresh one for the rest */
+	rs_transport_destroy(t); /* the refusal leaves the transport unusable: a fresh one (and id) for the rest */
+	GPU_CHECK(rs_nccl_unique_id(&id, &err) == RS_OK, "unique id: %s", err.msg);
 	t = create(0, 1, &id, 20000, &st, &err);
 	GPU_CHECK(st == RS_OK, "create after the refusal: %s", err.msg);
 	if (st != RS_OK)
@@ -123,7 +130,8 @@ static void conformance(void)
 	GPU_CHECK(st == RS_EINVAL, "self exchange of 4 bytes into 8: %s", rs_status_str(st));
 	rs_transport_destroy(t);
 
-	/* abort: every later call fails with RS_EABORTED */
+	/* abort: every later call fails with RS_EABORTED (a unique id serves one communicator) */
+	GPU_CHECK(rs_nccl_unique_id(&id, &err) == RS_OK, "unique id: %s", err.msg);
 	t = create(0, 1, &id, 20000, &st, &err);
 	GPU_CHECK(st == RS_OK, "create after destroy: %s", err.msg);
 	if (t) {

@@ -115,6 +115,23 @@ static int checksummed(rs_transport *t)
 		CHECK(ssum[p] == rs_crc32c(0x1234u, sb + (size_t)p * len, len), "the sum of what went to rank %d", p);
 		free(want);
 	}
+	/* again with the test hook armed: one message lands with a bit flipped before it is hashed, and only its sum
+	 * disagrees with the one that came after it */
+	for (int32_t p = 0; p < w; p++)
+		ssum[p] = rsum[p] = 0x1234u;
+	rs_transport_damage_for_tests = 1;
+	st = rs_transport_exchange(t, x, 3 * w, x + 3 * nw, 3 * w);
+	CHECK(st == RS_OK, "checksummed exchange, damaged: %s", rs_status_str(st));
+	CHECK(rs_transport_damage_for_tests == 0, "the damage hook was not used");
+	rs_transport_damage_for_tests = 0;
+	int bad = 0, wrong_bytes = 0;
+	for (int32_t p = 0; st == RS_OK && p < w; p++) {
+		bad += rsum[p] != rgot[p];
+		for (size_t k = 0; k < len; k++)
+			wrong_bytes += rb[(size_t)p * len + k] != pattern(p, me, len, k);
+	}
+	CHECK(st != RS_OK || (bad == 1 && wrong_bytes == 1), "damaged: %d sums disagree, %d bytes wrong (1 and 1 expected)",
+	      bad, wrong_bytes);
 out:
 	free(x);
 	free(rgot);
