@@ -16,9 +16,9 @@
  *      rows is its weights block, then its optimizer state block, which is
  *      also rs_emb_pack_rows' layout); ZCH buckets are serialized with
  *      their identities into one buffer per peer (rs_zch_bucket_save/_load).
- *      Both ends hash the bytes as they pass through the transport, a piece
- *      at a time while it is in cache (rs_xfer.crc), and the receiver
- *      checks every chunk's CRC before the round ends;
+ *      Both ends hash the bytes as they pass through the transport (over
+ *      TCP a piece at a time while it is in cache; rs_xfer.crc), and the
+ *      receiver checks every chunk's CRC before the round ends;
  *   4. joining members receive the dense network from old rank 0.
  * Every member computes the same diff, chunks and rounds, so each receive is
  * posted with exactly the length its sender sends. The steps are phases of
