@@ -109,8 +109,8 @@ static void test_path(void **state)
 			assert_int_equal(by(path, 0, buf + off, n), want);
 			assert_int_equal(by(path, by(path, 0, buf + off, cut), buf + off + cut, n - cut), want);
 		}
-	static const size_t lens[] = {4096,	     4096 + 15,	    3 * 8192 - 1,    3 * 8192, 3 * 8192 + 13,
-				      65536 + 17, (1u << 20) - 1, 1u << 20};
+	static const size_t lens[] = {4096, 4096 + 15, 3 * 8192 - 1, 3 * 8192, 3 * 8192 + 13, 65536 + 17, (1u << 20) - 1,
+				      1u << 20};
 	for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
 		uint32_t want = reference(buf + 3, lens[k]);
 		assert_int_equal(by(path, 0, buf + 3, lens[k]), want);
