@@ -169,26 +169,6 @@ static rs_status write_temp(const char *path, mode_t mode, rs_file_writer fn, vo
 	return RS_OK;
 }
 
-rs_status rs_file_write_atomic(const char *path, mode_t mode, rs_file_writer fn, void *ctx, rs_err *err)
-{
-	char tmp[PATH_MAX];
-	int fd;
-	RSCHECK(write_temp(path, mode, fn, ctx, tmp, &fd, err));
-	rs_status st = RS_OK;
-	int e = 0;
-	if (fsync(fd) != 0)
-		st = RS_EIO, e = errno;
-	if (close(fd) != 0 && st == RS_OK)
-		st = RS_EIO, e = errno;
-	if (st == RS_OK && rename(tmp, path) != 0)
-		st = RS_EIO, e = errno;
-	if (st != RS_OK) {
-		unlink(tmp);
-		return rs_err_set(err, st, "%s: cannot write: %s", path, strerror(e));
-	}
-	return rs_file_sync_parent(path, err);
-}
-
 /*
  * A file written, not yet in place. It stays open until its fsync, so the
  * fsync is the writing descriptor's: a writeback error on the way is
@@ -219,7 +199,7 @@ rs_status rs_file_batch_write(rs_file_batch *b, const char *path, mode_t mode, r
 			      rs_err *err)
 {
 	char tmp[PATH_MAX];
-	int fd;
+	int fd = -1;
 	if (b->n == b->cap) {
 		int cap = b->cap ? 2 * b->cap : 8;
 		struct rs_file_staged *v = realloc(b->v, sizeof(*v) * (size_t)cap);
@@ -296,6 +276,17 @@ void rs_file_batch_free(rs_file_batch *b)
 	}
 	free(b->v);
 	*b = (rs_file_batch){0};
+}
+
+rs_status rs_file_write_atomic(const char *path, mode_t mode, rs_file_writer fn, void *ctx, rs_err *err)
+{
+	rs_file_batch one = {0};
+	rs_status st = rs_file_batch_write(&one, path, mode, fn, ctx, err);
+	if (st != RS_OK) {
+		rs_file_batch_free(&one);
+		return st;
+	}
+	return rs_file_batch_commit(&one, err);
 }
 
 typedef struct buf_ctx {

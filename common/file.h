@@ -44,7 +44,7 @@ rs_status rs_file_read_json(const char *path, size_t max, json_t **out, rs_err *
 /* Writes the file's contents to fd; returns RS_OK or the failure (errno kept for the message). */
 typedef rs_status (*rs_file_writer)(int fd, void *ctx);
 
-/* Replace path atomically with what fn writes; the file gets `mode` (e.g. 0600). */
+/* Replace path atomically and durably with what fn writes, with `mode` (e.g. 0600): a batch of one (below). */
 rs_status rs_file_write_atomic(const char *path, mode_t mode, rs_file_writer fn, void *ctx, rs_err *err);
 
 /*
