@@ -171,11 +171,9 @@ static enum cudaMemoryType memory_type(const void *p)
 }
 
 /* Device (or managed) memory NCCL can use in place; anything else is staged. */
-static int on_device(const void *p)
-{
-	enum cudaMemoryType k = memory_type(p);
-	return k == cudaMemoryTypeDevice || k == cudaMemoryTypeManaged;
-}
+static int in_place(enum cudaMemoryType k) { return k == cudaMemoryTypeDevice || k == cudaMemoryTypeManaged; }
+
+static int on_device(const void *p) { return in_place(memory_type(p)); }
 
 static size_t align_up(size_t n) { return (n + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN; }
 
@@ -240,7 +238,7 @@ static rs_status nccl_exchange(rs_transport *base, const rs_xfer *sends, int nse
 			free(dev);
 			return fail(t, RS_EINVAL, "transport nccl: a checksum over %zu bytes of device memory", x->len);
 		}
-		if (x->len && kind != cudaMemoryTypeDevice && kind != cudaMemoryTypeManaged) {
+		if (x->len && !in_place(kind)) {
 			soff[i] = total;
 			total += align_up(x->len);
 		}
