@@ -11,8 +11,12 @@
  *    the rounding to 256 bytes) faults. Device memory (cudaMalloc,
  *    cudaMallocAsync) is PROT_NONE while host code runs and opened only
  *    while the simulator runs device work: host code touching it faults, as
- *    on a GPU. Managed and pinned memory are always host-accessible. Fresh
- *    allocations hold a garbage byte pattern, never zeros. Freed memory stays
+ *    on a GPU. (Device work opens device memory where it touches it, 256 KiB
+ *    at a time: the fault handler opens the piece and the access runs
+ *    again; the work's end closes what was opened. Opening all of it for
+ *    every drain cost more than the work.) Managed and pinned memory are
+ *    always host-accessible. Fresh allocations hold a garbage byte pattern,
+ *    never zeros. Freed memory stays
  *    mapped PROT_NONE for a while, so a use after free faults. A fault prints
  *    what was hit (which allocation, how far past its end, which kernel,
  *    block and thread) and the seed.
@@ -245,20 +249,56 @@ void protect(const allocation &m, int prot)
 		fatal("mprotect failed");
 }
 
+size_t live_bytes;
+const size_t total_bytes = (size_t)16 << 30;
+
+/* Device memory opened by the device work running (open_on_fault), to close at its end: [start, end) pieces. */
+const size_t OPEN_PIECE = (size_t)256 << 10;
+std::vector<std::pair<char *, char *>> opened;
+
+/* Device work begins: device memory is opened where it is touched (open_on_fault). */
 void open_device()
 {
-	if (device_open++ == 0)
-		for (auto &kv : live)
-			if (kv.second.kind == MEM_DEVICE)
-				protect(kv.second, PROT_READ | PROT_WRITE);
+	if (device_open++ == 0) /* room for all of it: the fault handler's pushes allocate nothing */
+		opened.reserve(total_bytes / OPEN_PIECE + 64);
 }
 
+/* Device work ends: what it opened is closed again. */
 void close_device()
 {
-	if (--device_open == 0)
-		for (auto &kv : live)
-			if (kv.second.kind == MEM_DEVICE)
-				protect(kv.second, PROT_NONE);
+	if (--device_open > 0)
+		return;
+	for (auto &o : opened) /* (ENOMEM: freed meanwhile and unmapped) */
+		if (mprotect(o.first, (size_t)(o.second - o.first), PROT_NONE) != 0 && errno != ENOMEM)
+			fatal("mprotect failed");
+	opened.clear();
+}
+
+/*
+ * From the fault handler: whether the fault at a was device work's first
+ * touch of a piece of a device allocation, now opened (the access then runs
+ * again). Only on the thread that holds the lock, while device work runs.
+ */
+bool open_on_fault(uintptr_t a)
+{
+	if (!big_lock.try_lock())
+		return false;
+	bool done = false;
+	auto it = live.upper_bound(a);
+	if (device_open > 0 && it != live.begin() && opened.size() < opened.capacity()) {
+		const allocation &m = (--it)->second;
+		size_t pg = page_size();
+		char *lo = (char *)(m.base / pg * pg), *hi = m.map + m.map_len - pg; /* its pages, not the guard */
+		if (m.kind == MEM_DEVICE && a >= m.base && a < m.base + m.span) {
+			char *start = std::max(lo, (char *)(a / OPEN_PIECE * OPEN_PIECE)), *end = std::min(hi, start + OPEN_PIECE);
+			if (mprotect(start, (size_t)(end - start), PROT_READ | PROT_WRITE) == 0) {
+				opened.push_back({start, end});
+				done = true;
+			}
+		}
+	}
+	big_lock.unlock();
+	return done;
 }
 
 struct device_scope {
@@ -266,8 +306,6 @@ struct device_scope {
 	~device_scope() { close_device(); }
 };
 
-size_t live_bytes;
-const size_t total_bytes = (size_t)16 << 30;
 
 cudaError_t allocate(void **out, size_t size, mem_kind kind, const void *caller)
 {
@@ -286,7 +324,7 @@ cudaError_t allocate(void **out, size_t size, mem_kind kind, const void *caller)
 	allocation m{(uintptr_t)(map + map_len - pg - span), size, span, map, map_len, kind, false, caller};
 	protect(m, PROT_READ | PROT_WRITE);
 	memset((void *)m.base, garbage_byte(), span); /* never zeros: nothing may count on fresh memory */
-	if (kind == MEM_DEVICE && !device_open)
+	if (kind == MEM_DEVICE) /* device work running opens it when it touches it */
 		protect(m, PROT_NONE);
 	live[m.base] = m;
 	live_bytes += size;
@@ -331,9 +369,16 @@ cudaError_t check_operand(const char *call, const char *name, const void *p, siz
 
 /* ---- streams and events ------------------------------------------------------------------ */
 
+/*
+ * Work on a stream: fn runs once, or, for work that waits on something
+ * outside this process (the NCCL simulator's transfers: cudasim_enqueue_poll),
+ * poll runs each time the stream is drained until it says the work is done
+ * (and is not called while ready says it could make no progress).
+ */
 struct op {
 	std::function<void()> fn;
 	const char *what;
+	std::function<bool()> poll, ready;
 };
 
 }  /* namespace */
@@ -373,27 +418,51 @@ CUstream_st *stream_of(cudaStream_t s)
 	return streams.count(s) ? s : nullptr;
 }
 
-void run_one(CUstream_st *s)
+/* Run s's first operation; false when it is a poll whose work is not done yet (it stays first). */
+bool run_one(CUstream_st *s)
 {
+	if (s->q.front().poll) {
+		if (!s->q.front().poll())
+			return false;
+		if (cfg().trace)
+			say("done %s on stream %p", s->q.front().what, (void *)(s == &legacy ? nullptr : s));
+		s->q.pop_front();
+		s->done++;
+		return true;
+	}
 	op o = std::move(s->q.front());
 	s->q.pop_front();
 	if (cfg().trace)
 		say("run %s on stream %p", o.what, (void *)(s == &legacy ? nullptr : s));
 	o.fn();
 	s->done++;
+	return true;
 }
 
-/* Run s's work up to operation number upto (all of it by default). */
-void drain(CUstream_st *s, uint64_t upto = UINT64_MAX)
+/* Between two polls of work that waits on another process. */
+void nap()
 {
-	if (s->q.empty() || s->done >= upto)
-		return;
+	struct timespec ts = {0, 50000};
+	nanosleep(&ts, nullptr);
+}
+
+/*
+ * Run s's work up to operation number upto (all of it by default). A poll
+ * not done yet is polled again until it is (wait: what the host waits for,
+ * as cudaStreamSynchronize does), or ends the drain (a query).
+ */
+void drain(CUstream_st *s, uint64_t upto = UINT64_MAX, bool wait = true)
+{
 	device_scope open;
 	while (!s->q.empty() && s->done < upto)
-		run_one(s);
+		if ((s->q.front().ready && !s->q.front().ready()) || !run_one(s)) {
+			if (!wait)
+				return;
+			nap();
+		}
 }
 
-/* Everything queued anywhere, the streams' operations interleaved at random. */
+/* Everything queued anywhere, the streams' operations interleaved at random (polls not done yet: again later). */
 void drain_all()
 {
 	device_scope open;
@@ -406,7 +475,14 @@ void drain_all()
 				busy.push_back(s);
 		if (busy.empty())
 			return;
-		run_one(busy[draw() % busy.size()]);
+		size_t first = draw() % busy.size(), k = 0;
+		for (; k < busy.size(); k++) {
+			CUstream_st *s = busy[(first + k) % busy.size()];
+			if ((!s->q.front().ready || s->q.front().ready()) && run_one(s))
+				break;
+		}
+		if (k == busy.size()) /* every stream waits on another process */
+			nap();
 	}
 }
 
@@ -422,9 +498,20 @@ cudaError_t enqueue_op(cudaStream_t stream, std::function<void()> fn, const char
 	} else if (!(s->flags & cudaStreamNonBlocking)) { /* and a blocking stream for the legacy one */
 		drain(&legacy);
 	}
-	s->q.push_back(op{std::move(fn), what});
+	s->q.push_back(op{std::move(fn), what, nullptr, nullptr});
 	s->queued++;
 	return cudaSuccess;
+}
+
+cudaError_t enqueue_poll(cudaStream_t stream, std::function<bool()> poll, std::function<bool()> ready,
+			 const char *what)
+{
+	cudaError_t e = enqueue_op(stream, [] {}, what);
+	if (e == cudaSuccess) {
+		stream_of(stream)->q.back().poll = std::move(poll);
+		stream_of(stream)->q.back().ready = std::move(ready);
+	}
+	return e;
 }
 
 bool event_done(const CUevent_st *e) { return !e->stream || e->stream->done >= e->seq; }
@@ -852,6 +939,8 @@ void describe_fault(void *addr)
 
 void on_fault(int sig, siginfo_t *si, void *)
 {
+	if (sig == SIGSEGV && open_on_fault((uintptr_t)si->si_addr))
+		return;
 	describe_fault(si->si_addr);
 	signal(sig, SIG_DFL); /* the access runs again and kills the process with sig */
 }
@@ -1404,6 +1493,24 @@ cudaError_t cudaMalloc(void **p, size_t size)
 	return allocate(p, size, MEM_DEVICE, CALLER);
 }
 
+/* As CUDA 11 and later: a pointer the runtime does not know is unregistered host memory, not an error. */
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
+{
+	ENTRY;
+	if (!a)
+		return bad(cudaErrorInvalidValue, "cudaPointerGetAttributes: no output");
+	*a = cudaPointerAttributes{cudaMemoryTypeUnregistered, -1, nullptr, nullptr};
+	const allocation *m = find_live(p);
+	if (!m || (uintptr_t)p == m->base + m->size) /* one past the end is not in it */
+		return cudaSuccess;
+	static const cudaMemoryType type_of[] = {cudaMemoryTypeDevice, cudaMemoryTypeManaged, cudaMemoryTypeHost};
+	a->type = type_of[m->kind];
+	a->device = 0;
+	a->devicePointer = (void *)p;
+	a->hostPointer = m->kind == MEM_DEVICE ? nullptr : (void *)p;
+	return cudaSuccess;
+}
+
 cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flags)
 {
 	ENTRY;
@@ -1770,8 +1877,8 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
 	CUstream_st *s = stream_of(stream);
 	if (!s)
 		return bad(cudaErrorInvalidResourceHandle, "cudaStreamQuery(%p): no such stream", (void *)stream);
-	drain(s); /* a poll makes progress: the work runs now */
-	return cudaSuccess;
+	drain(s, UINT64_MAX, false); /* a poll makes progress: the work runs now */
+	return s->q.empty() ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
@@ -1833,8 +1940,8 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
 	if (!events.count(e))
 		return bad(cudaErrorInvalidResourceHandle, "cudaEventQuery(%p): no such event", (void *)e);
 	if (e->stream)
-		drain(e->stream, e->seq);
-	return cudaSuccess;
+		drain(e->stream, e->seq, false);
+	return event_done(e) ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned int flags)
@@ -1846,13 +1953,32 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned int
 		return bad(cudaErrorInvalidValue, "cudaStreamWaitEvent: flags %#x", flags);
 	CUstream_st *src = e->stream;
 	uint64_t seq = e->seq;
-	return enqueue_op(
+	return enqueue_poll(
 		stream,
 		[src, seq] {
-			if (src == &legacy || streams.count(src))
-				drain(src, seq);
+			if (src != &legacy && !streams.count(src))
+				return true;
+			drain(src, seq, false);
+			return src->done >= seq;
 		},
-		"cudaStreamWaitEvent");
+		nullptr, "cudaStreamWaitEvent");
+}
+
+/*
+ * The simulator's own entry point for the NCCL simulator (nccl.cc): queue
+ * work on a stream that poll(arg) advances each time the stream is drained
+ * and ready(arg) says it may progress, with device memory open, and that is
+ * done once poll returns non-zero. Neither may block: the progress is made
+ * by other processes.
+ */
+cudaError_t cudasim_enqueue_poll(cudaStream_t stream, int (*poll)(void *), int (*ready)(void *), void *arg,
+				 const char *what)
+{
+	ENTRY;
+	if (!poll || !ready)
+		return bad(cudaErrorInvalidValue, "cudasim_enqueue_poll: no poll or ready function");
+	return enqueue_poll(stream, [poll, arg] { return poll(arg) != 0; }, [ready, arg] { return ready(arg) != 0; },
+			    what);
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
