@@ -15,8 +15,8 @@
  * Whether the old world can pre-copy: on in the config, not healing, not
  * after an aborted attempt (the retry is at the pause), every member
  * training this generation and saying where it listens (one that cannot
- * pre-copy, of a 2D world averaged every K steps or on NCCL, says no
- * address). 1: yes; 0: no; -1: not yet (one is still starting).
+ * pre-copy, of a 2D world averaged every K steps, says no address). 1:
+ * yes; 0: no; -1: not yet (one is still starting).
  * can_precopy: and the candidates c (n) connected and listening.
  */
 static int world_can_precopy(const rs_job *j)
@@ -27,7 +27,7 @@ static int world_can_precopy(const rs_job *j)
 	for (int32_t r = 0; r < j->cur.nworld; r++) {
 		const member *m = &j->mem.v[j->cur.world[r]];
 		if (m->lost || !m->conn || m->st != M_TRAINING || m->gen != j->cur.generation ||
-		    (m->said_gen == j->cur.generation && m->addr_gen != j->cur.generation)) /* it cannot (2D every K, NCCL) */
+		    (m->said_gen == j->cur.generation && m->addr_gen != j->cur.generation)) /* it cannot (2D every K) */
 			return 0;
 		wait |= m->said_gen != j->cur.generation; /* it has not said it trains this generation yet */
 	}

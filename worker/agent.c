@@ -442,11 +442,9 @@ static rs_status train(rs_agent *a, int *done, int *stop, rs_err *lost, rs_err *
 	rs__agent_set_ready(a, 1); /* before it says so: a probe never lags the coordinator's view */
 	/*
 	 * Listening meanwhile, and saying where: a pre-copied reshard connects while the world trains. Not a 2D
-	 * world whose replicas are averaged every K steps (rs_trainer_can_precopy), nor one whose transports
-	 * another function connects (NCCL's): a second communicator's rounds between the training one's steps are
-	 * untried there. Such worlds move their rows at the pause.
+	 * world whose replicas are averaged every K steps (rs_trainer_can_precopy): it moves its rows at the pause.
 	 */
-	int can_precopy = rs_trainer_can_precopy(a->tr) && !a->c.connect;
+	int can_precopy = rs_trainer_can_precopy(a->tr);
 	if (can_precopy)
 		RSCHECK(rs__agent_relisten(a, err));
 	RSCHECK(rs_link_status(&a->link, rs_proto_make_training(r->generation, r->step, can_precopy ? a->addr : NULL),

@@ -93,6 +93,9 @@ static rs_status connect_nccl(void *ctx, const rs_tcp_config *tc, rs_transport *
 	rs_status st = rs_nccl_transport_bootstrap(boot, *(const int *)ctx, tc->generation, tc->timeout_ms, out, err);
 	if (st != RS_OK)
 		rs_transport_destroy(boot);
+	else
+		RS_INFO("generation %llu: NCCL communicator, rank %d of %d", (unsigned long long)tc->generation,
+			(*out)->rank, (*out)->world);
 	return st;
 }
 #endif

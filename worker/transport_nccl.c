@@ -135,11 +135,11 @@ static rs_status wait_stream(nccl *t, const char *what, int64_t deadline)
 	TCUDACHECK(t, cudaEventRecord(t->done, t->stream));
 	for (;;) {
 		cudaError_t e = cudaEventQuery(t->done);
-		if (e == cudaSuccess)
-			return RS_OK;
+		int ready = 0;
+		if (e == cudaSuccess) /* and the communicator did not fail meanwhile */
+			return poll_comm(t, what, deadline, &ready);
 		if (e != cudaErrorNotReady)
 			TCUDACHECK(t, e);
-		int ready = 0;
 		rs_status st = poll_comm(t, what, deadline, &ready);
 		if (st != RS_OK)
 			return st;

@@ -8,6 +8,14 @@
  * device-only memory); the native all-reduce; and the failures: a bad self
  * exchange, an abort, a peer that never joins (bounded by the timeout,
  * then ncclCommAbort instead of a hang).
+ *
+ * Then worlds of 2 and 3, a process a rank (this program again, with
+ * --rank R --world W --id HEX), where every rank can have a device of its
+ * own: under the CUDA simulator (tests/cudasim: every process its own
+ * device), or on a machine with as many GPUs (rank r on device r). Each
+ * world runs the conformance suite, the all-reduce (every rank the same
+ * sum) and a split; then, at world 2, a peer that exits in the middle of
+ * an exchange: the other's fails with RS_EPEER, not a hang.
  */
 #include "tests/gpu/gpu_test.h"
 #include "tests/unit/transport_conformance.h"
@@ -16,9 +24,14 @@
 #include "worker/transport_nccl.h"
 
 #include <cuda_runtime_api.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
 
 static rs_transport *create(int32_t rank, int32_t world, const ncclUniqueId *id, int timeout_ms, rs_status *st,
 			    rs_err *err)
@@ -52,6 +65,8 @@ static void conformance(void)
 	GPU_CUDA(cudaMalloc((void **)&dr, n));
 	GPU_CUDA(cudaMemcpy(ds, h, n, cudaMemcpyHostToDevice));
 	GPU_CUDA(cudaMemset(dr, 0, n));
+	/* the memset is queued on the legacy stream, which the transport's non-blocking stream does not wait for */
+	GPU_CUDA(cudaDeviceSynchronize());
 	rs_xfer s[2] = {{0, ds, n / 2, NULL}, {0, ds + n / 2, n - n / 2, NULL}},
 		r[2] = {{0, dr, n / 2, NULL}, {0, dr + n / 2, n - n / 2, NULL}};
 	st = rs_transport_exchange(t, s, 2, r, 2);
@@ -163,13 +178,152 @@ static void absent_peer(void)
 	rs_transport_destroy(t);
 }
 
-int main(void)
+/* ---- worlds of several processes ----------------------------------------------------------- */
+
+static void id_to_hex(const ncclUniqueId *id, char *hex)
 {
+	for (size_t k = 0; k < sizeof(*id); k++)
+		snprintf(hex + 2 * k, 3, "%02x", (unsigned char)id->internal[k]);
+}
+
+static int id_from_hex(const char *hex, ncclUniqueId *id)
+{
+	if (strlen(hex) != 2 * sizeof(*id))
+		return -1;
+	for (size_t k = 0; k < sizeof(*id); k++) {
+		unsigned v;
+		if (sscanf(hex + 2 * k, "%2x", &v) != 1)
+			return -1;
+		id->internal[k] = (char)v;
+	}
+	return 0;
+}
+
+/* What rank `rank` of a world of `world` does (in its own process): the number of checks that failed. */
+static int one_rank(int32_t rank, int32_t world, const ncclUniqueId *id, const char *what)
+{
+	rs_err err = {{0}};
+	rs_status st;
+	/* long enough for the rank a split leaves out, whose barrier waits for the others' conformance suite */
+	rs_transport *t = create(rank, world, id, 120000, &st, &err);
+	GPU_CHECK(st == RS_OK, "rank %d of %d: create: %s", rank, world, err.msg);
+	if (st != RS_OK)
+		return gpu_test_failures;
+	if (!strcmp(what, "dies")) { /* rank 1 leaves once the exchange has begun; rank 0 must see it fail */
+		static unsigned char big[8 << 20];
+		rs_xfer x = {1 - rank, big, sizeof(big), NULL};
+		if (rank == 1) {
+			rs_transport_barrier(t);
+			_exit(0); /* no goodbye: as a process killed */
+		}
+		GPU_CHECK(rs_transport_barrier(t) == RS_OK, "rank 0: barrier before the exit: %s", rs_transport_error(t));
+		double t0 = rs_now();
+		st = rs_transport_exchange(t, &x, 1, &x, 1);
+		GPU_CHECK(st == RS_EPEER, "rank 0: an exchange with a peer that exited: %s (%s), want RS_EPEER",
+			  rs_status_str(st), rs_transport_error(t));
+		GPU_CHECK(rs_now() - t0 < 60.0, "rank 0: the failed exchange took %.1f s (timeout 120 s)", rs_now() - t0);
+		rs_transport_destroy(t);
+		return gpu_test_failures;
+	}
+	int f = rs_transport_conformance(t);
+	GPU_CHECK(f == 0, "rank %d of %d: conformance: %d checks failed", rank, world, f);
+	/* the all-reduce: every rank the same sum, of host floats and of device floats */
+	enum { N = 1000 };
+	float v[N], want[N], *d;
+	for (int i = 0; i < N; i++) {
+		v[i] = (float)(rank + 1) * 0.5f + (float)i;
+		want[i] = 0;
+		for (int32_t r = 0; r < world; r++)
+			want[i] += (float)(r + 1) * 0.5f + (float)i; /* small integers and halves: exact in any order */
+	}
+	GPU_CUDA(cudaMalloc((void **)&d, sizeof(v)));
+	GPU_CUDA(cudaMemcpy(d, v, sizeof(v), cudaMemcpyHostToDevice));
+	st = rs_nccl_allreduce_sum(t, v, N);
+	GPU_CHECK(st == RS_OK && !memcmp(v, want, sizeof(v)), "rank %d of %d: all-reduce of host floats: %s", rank, world,
+		  rs_status_str(st));
+	st = rs_nccl_allreduce_sum(t, d, N);
+	GPU_CUDA(cudaMemcpy(v, d, sizeof(v), cudaMemcpyDeviceToHost));
+	GPU_CHECK(st == RS_OK && !memcmp(v, want, sizeof(v)), "rank %d of %d: all-reduce of device floats: %s", rank,
+		  world, rs_status_str(st));
+	GPU_CUDA(cudaFree(d));
+	/* a split to the first world - 1 ranks; the last is left out and goes on with the parent */
+	rs_transport *split = NULL;
+	st = rs_nccl_transport_split(t, world - 1, &split);
+	GPU_CHECK(st == RS_OK && (split != NULL) == (rank < world - 1), "rank %d of %d: split to %d: %s (%s)", rank, world,
+		  world - 1, rs_status_str(st), rs_transport_error(t));
+	if (split) {
+		f = rs_transport_conformance(split);
+		GPU_CHECK(f == 0, "rank %d of %d: conformance on the split of %d: %d checks failed", rank, world, world - 1, f);
+		rs_transport_destroy(split);
+	}
+	GPU_CHECK(rs_transport_barrier(t) == RS_OK, "rank %d of %d: barrier after the split: %s", rank, world,
+		  rs_transport_error(t));
+	rs_transport_destroy(t);
+	return gpu_test_failures;
+}
+
+/* A world of `world` ranks: ranks 1.. in processes of their own (self: this program), rank 0 here. */
+static void world_of(const char *self, int32_t world, const char *what)
+{
+	rs_err err = {{0}};
+	ncclUniqueId id;
+	char hex[2 * sizeof(id) + 1], rank_s[16], world_s[16];
+	GPU_CHECK(rs_nccl_unique_id(&id, &err) == RS_OK, "unique id: %s", err.msg);
+	id_to_hex(&id, hex);
+	snprintf(world_s, sizeof(world_s), "%d", world);
+	pid_t pid[8] = {0};
+	for (int32_t r = 1; r < world; r++) {
+		snprintf(rank_s, sizeof(rank_s), "%d", r);
+		char *argv[] = {(char *)self, "--rank", rank_s, "--world", world_s, "--id", hex, (char *)what, NULL};
+		int e = posix_spawn(&pid[r], self, NULL, NULL, argv, environ);
+		GPU_CHECK(e == 0, "spawning rank %d: %s", r, strerror(e));
+	}
+	int before = gpu_test_failures;
+	one_rank(0, world, &id, what);
+	for (int32_t r = 1; r < world; r++) {
+		int status = 0;
+		if (pid[r] > 0 && waitpid(pid[r], &status, 0) == pid[r])
+			GPU_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank %d of %d (%s) failed (status %#x)", r,
+				  world, what, status);
+	}
+	printf("world of %d (%s): %s\n", world, what, gpu_test_failures == before ? "passed" : "FAILED");
+}
+
+/* Whether every rank of a world of n can have a device of its own: the simulator's processes each have one. */
+static int devices_for(int32_t n)
+{
+	struct cudaDeviceProp p;
+	int count = 0;
+	if (cudaGetDeviceProperties(&p, 0) == cudaSuccess && !strncmp(p.name, "cudasim", 7))
+		return 1;
+	return cudaGetDeviceCount(&count) == cudaSuccess && count >= n;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 8 && !strcmp(argv[1], "--rank") && !strcmp(argv[3], "--world") && !strcmp(argv[5], "--id")) {
+		ncclUniqueId id;
+		int32_t rank = atoi(argv[2]), world = atoi(argv[4]);
+		if (id_from_hex(argv[6], &id) != 0 || rank < 1 || rank >= world)
+			return 2;
+		gpu_test_require_device("test_transport_nccl");
+		int count = 1;
+		if (cudaGetDeviceCount(&count) == cudaSuccess && count > rank)
+			GPU_CUDA(cudaSetDevice(rank));
+		return one_rank(rank, world, &id, argv[7]) ? 1 : 0;
+	}
 	gpu_test_require_device("test_transport_nccl");
 	int v = 0;
 	if (ncclGetVersion(&v) == ncclSuccess)
 		printf("test_transport_nccl: NCCL %d\n", v);
 	conformance();
 	absent_peer();
+	for (int32_t w = 2; w <= 3; w++)
+		if (devices_for(w))
+			world_of(argv[0], w, "works");
+		else
+			printf("world of %d: not run (NCCL wants a device per rank; this machine has fewer)\n", w);
+	if (devices_for(2))
+		world_of(argv[0], 2, "dies");
 	return gpu_test_summary("test_transport_nccl");
 }
