@@ -12,7 +12,8 @@
  *    adds the split's number and color), connects to every lower rank and
  *    is connected to by every higher one, each connection opening with a
  *    hello that names the rank. A unique id serves one communicator: a
- *    second one with the same id and rank cannot listen and fails.
+ *    process that joins a second one with the same id fails
+ *    (ncclInvalidUsage), as NCCL's bootstrap serves one init.
  *  - Non-blocking communicators (config->blocking = 0) return
  *    ncclInProgress from init and split; ncclCommGetAsyncError makes their
  *    progress (connecting; the split's exchange of colors and keys over the
@@ -20,7 +21,13 @@
  *    before returning, with no timeout, as NCCL's do.
  *  - ncclSend, ncclRecv and ncclAllReduce queue their transfers on the
  *    stream (cudasim_enqueue_poll); a group (ncclGroupStart/End) queues its
- *    operations as one piece of work. The work moves when the stream is
+ *    operations as one piece of work, and on a non-blocking communicator
+ *    only once ncclCommGetAsyncError has seen the call through: until then
+ *    it returns ncclInProgress and the stream does not hold the work, so a
+ *    host that waits on the stream without waiting for the communicator
+ *    first finds nothing received. A call that fails inside a group fails
+ *    the group: ncclGroupEnd returns its error and queues nothing. The
+ *    work moves when the stream is
  *    drained (the host waits for it or queries it), each drain moving what
  *    the sockets take without blocking, with device memory open. Per peer,
  *    messages go in the order they were queued; each carries its byte count,
@@ -29,17 +36,25 @@
  *  - Buffers must be device, managed or pinned memory, as a GPU needs: a
  *    pageable host pointer is ncclInvalidArgument (on a GPU, a fault).
  *  - A peer that closes its connection (it exited or aborted) fails the
- *    communicator: ncclRemoteError from ncclCommGetAsyncError. The work
- *    queued on it then never completes, as an NCCL kernel waiting for a
- *    peer that is gone, until ncclCommAbort (or ncclCommDestroy) ends it:
- *    a host that waits on the stream without watching the communicator's
- *    error hangs, as it would on a GPU.
+ *    communicator: ncclRemoteError from ncclCommGetAsyncError, as NCCL's
+ *    network transport may report it. With NCCLSIM_PEER_LOSS=hang, as
+ *    NCCL's kernels within a node do, nothing is reported: the transfers
+ *    to that peer stop, and only the host's own deadline ends the wait.
+ *    Either way the work queued never completes, as an NCCL kernel waiting
+ *    for a peer that is gone, until ncclCommAbort (or ncclCommDestroy) ends
+ *    it: a host that waits on the stream without watching the
+ *    communicator and a deadline hangs, as it would on a GPU.
  *  - ncclAllReduce (float sums only): every rank sends its buffer to every
  *    other and adds the ranks' buffers in rank order, so that every rank
- *    gets the same bits.
+ *    gets the same bits (NCCL's order depends on its algorithm and chunks:
+ *    a test that needs its bits to match another run's cannot rely on this).
  *  - ncclCommAbort closes everything at once, queued work included;
  *    ncclCommFinalize (non-blocking) is in progress until the queued work
- *    is done; ncclCommDestroy frees the communicator.
+ *    is done (a drain of its stream moves it: waiting on the communicator
+ *    alone does not); ncclCommDestroy frees the communicator.
+ *  - Waits that block (cudaStreamSynchronize, cudaFree, ...) on work of a
+ *    failed communicator not aborted yet hang, as on a GPU (and, holding
+ *    the simulator's lock, stop the process's other CUDA calls too).
  *
  * One lock covers every communicator. It is never held across a call into
  * the CUDA simulator, whose lock is held while a drain polls the work here.
@@ -63,6 +78,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -120,6 +136,9 @@ struct comm_state {
 	std::vector<int> unnamed;          /* connections accepted whose hello has not come yet */
 	ncclResult_t state = ncclInProgress; /* ncclSuccess once connected; an error once failed */
 	bool aborted = false, finalizing = false;
+	bool nonblocking = false;
+	std::vector<std::pair<work *, cudaStream_t>> deferred; /* a non-blocking call's work, not on its stream yet */
+	std::vector<bool> gone;            /* per peer: its connection broke (NCCLSIM_PEER_LOSS=hang) */
 	std::string last_error;
 	int splits = 0;                    /* splits made of it (their children's names) */
 	int queued = 0;                    /* pieces of work queued and not finished */
@@ -153,7 +172,9 @@ ncclResult_t failed(comm_state *c, ncclResult_t r, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if (c && (c->state == ncclSuccess || c->state == ncclInProgress)) { /* the first failure is the cause */
+	if (c && c->state != ncclSuccess && c->state != ncclInProgress)
+		return r; /* the first failure is the cause, said once */
+	if (c) {
 		c->state = r;
 		c->last_error = msg;
 	}
@@ -206,6 +227,7 @@ void close_all(comm_state *c)
 ncclResult_t listen_as(comm_state *c)
 {
 	c->fd.assign((size_t)c->nranks, -1);
+	c->gone.assign((size_t)c->nranks, false);
 	if (c->nranks == 1) {
 		c->state = ncclSuccess;
 		return ncclSuccess;
@@ -295,21 +317,41 @@ void advance_connect(comm_state *c)
 	c->state = ncclSuccess;
 }
 
-/* Move what the sockets take of one message; false when it must wait. Fails the communicator on a broken peer. */
-bool advance_xfer(comm_state *c, xfer &x)
+/* A peer's connection broke: the communicator fails (ncclRemoteError), or with NCCLSIM_PEER_LOSS=hang its transfers stop. */
+void peer_lost(comm_state *c, int peer, ssize_t n)
+{
+	const char *mode = getenv("NCCLSIM_PEER_LOSS");
+	if (mode && !strcmp(mode, "hang")) {
+		c->gone[(size_t)peer] = true;
+		return;
+	}
+	failed(c, ncclRemoteError, "rank %d: %s", peer, n == 0 ? "closed its connection" : strerror(errno));
+}
+
+/* One send or receive of up to len bytes at p for x, not waiting: the bytes moved; 0 to wait, or the peer lost (peer_lost). */
+size_t move_some(comm_state *c, const xfer &x, char *p, size_t len)
 {
 	int f = c->fd[(size_t)x.peer];
+	ssize_t n = x.send ? send(f, p, len, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(f, p, len, MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return 0;
+	if (n <= 0) {
+		peer_lost(c, x.peer, n);
+		return 0;
+	}
+	return (size_t)n;
+}
+
+/* Move what the sockets take of one message; false when it must wait, or its peer is lost. */
+bool advance_xfer(comm_state *c, xfer &x)
+{
+	if (c->gone[(size_t)x.peer])
+		return false;
 	while (x.hdone < sizeof(header)) {
-		char *h = (char *)&x.hdr + x.hdone;
-		ssize_t n = x.send ? send(f, h, sizeof(header) - x.hdone, MSG_NOSIGNAL | MSG_DONTWAIT)
-				   : recv(f, h, sizeof(header) - x.hdone, MSG_DONTWAIT);
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		size_t n = move_some(c, x, (char *)&x.hdr + x.hdone, sizeof(header) - x.hdone);
+		if (n == 0)
 			return false;
-		if (n <= 0) {
-			failed(c, ncclRemoteError, "rank %d: %s", x.peer, n == 0 ? "closed its connection" : strerror(errno));
-			return false;
-		}
-		x.hdone += (size_t)n;
+		x.hdone += n;
 		if (x.hdone == sizeof(header) && !x.send &&
 		    (x.hdr.magic != HELLO_MAGIC || x.hdr.kind != x.kind || x.hdr.bytes != x.bytes)) {
 			failed(c, ncclInvalidUsage,
@@ -325,15 +367,10 @@ bool advance_xfer(comm_state *c, xfer &x)
 		for (size_t o = 0; o < len; o += 4096)
 			(void)*(volatile char *)(x.buf + x.done + o);
 		(void)*(volatile char *)(x.buf + x.done + len - 1);
-		ssize_t n = x.send ? send(f, x.buf + x.done, len, MSG_NOSIGNAL | MSG_DONTWAIT)
-				   : recv(f, x.buf + x.done, len, MSG_DONTWAIT);
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		size_t n = move_some(c, x, x.buf + x.done, len);
+		if (n == 0)
 			return false;
-		if (n <= 0) {
-			failed(c, ncclRemoteError, "rank %d: %s", x.peer, n == 0 ? "closed its connection" : strerror(errno));
-			return false;
-		}
-		x.done += (size_t)n;
+		x.done += n;
 	}
 	x.complete = true;
 	return true;
@@ -360,7 +397,8 @@ bool waiting_on(const comm_state *c, const work &w, std::vector<pollfd> *fds)
 		first[{x.peer, x.send}] = true;
 		if (x.peer == c->rank)
 			return true;
-		fds->push_back({c->fd[(size_t)x.peer], (short)(x.send ? POLLOUT : POLLIN), 0});
+		if (!c->gone[(size_t)x.peer]) /* a peer gone (NCCLSIM_PEER_LOSS=hang) is waited on for ever: not polled */
+			fds->push_back({c->fd[(size_t)x.peer], (short)(x.send ? POLLOUT : POLLIN), 0});
 	}
 	return false;
 }
@@ -452,7 +490,9 @@ int ready_work(void *arg)
 	if (c->state != ncclSuccess)
 		return 0;
 	std::vector<pollfd> fds;
-	return waiting_on(c, *w, &fds) || fds.empty() || poll(fds.data(), fds.size(), 0) != 0;
+	bool self = waiting_on(c, *w, &fds);
+	bool left = std::any_of(w->x.begin(), w->x.end(), [](const xfer &x) { return !x.complete; });
+	return self || !left || (!fds.empty() && poll(fds.data(), fds.size(), 0) != 0);
 }
 
 /* The stream's poll of a piece of work (cudasim_enqueue_poll). */
@@ -555,7 +595,7 @@ size_t type_bytes(ncclDataType_t t)
 	}
 }
 
-/* The group being built on this thread (ncclGroupStart .. ncclGroupEnd). */
+/* The group being built on this thread (ncclGroupStart .. ncclGroupEnd), and the first error of a call in it. */
 struct pending {
 	std::shared_ptr<comm_state> c;
 	cudaStream_t stream;
@@ -563,10 +603,41 @@ struct pending {
 };
 thread_local int group_depth;
 thread_local std::vector<pending> group;
+thread_local ncclResult_t group_error = ncclSuccess;
 
-/* Queue each (communicator, stream)'s messages of `ops` as one piece of work. */
+/* Put w on its stream (not holding the lock: the simulator's is taken first). */
+ncclResult_t enqueue(work *w, cudaStream_t stream)
+{
+	if (cudasim_enqueue_poll(stream, poll_work, ready_work, w, "ncclsim transfers") == cudaSuccess)
+		return ncclSuccess;
+	LOCKED;
+	w->c->queued--;
+	failed(w->c.get(), ncclUnhandledCudaError, "queueing transfers on stream %p failed", (void *)stream);
+	delete w;
+	return ncclUnhandledCudaError;
+}
+
+/*
+ * Queue w on its stream, or, on a non-blocking communicator, hold it until
+ * ncclCommGetAsyncError sees the call through (ncclInProgress meanwhile).
+ */
+ncclResult_t submit_work(work *w, cudaStream_t stream)
+{
+	{
+		LOCKED;
+		w->c->queued++;
+		if (w->c->nonblocking) {
+			w->c->deferred.push_back({w, stream});
+			return ncclInProgress;
+		}
+	}
+	return enqueue(w, stream);
+}
+
+/* Each (communicator, stream)'s messages of `ops` as one piece of work (ops is emptied). */
 ncclResult_t submit(std::vector<pending> &ops)
 {
+	ncclResult_t r = ncclSuccess;
 	while (!ops.empty()) {
 		work *w = new work;
 		w->c = ops.front().c;
@@ -578,39 +649,52 @@ ncclResult_t submit(std::vector<pending> &ops)
 			else
 				rest.push_back(p);
 		ops.swap(rest);
-		{
-			LOCKED;
-			w->c->queued++;
-		}
-		if (cudasim_enqueue_poll(stream, poll_work, ready_work, w, "ncclsim transfers") != cudaSuccess) {
-			LOCKED;
-			w->c->queued--;
-			delete w;
-			return bad_call(ncclUnhandledCudaError, "queueing transfers on stream %p failed", (void *)stream);
-		}
+		ncclResult_t one = submit_work(w, stream);
+		if (r == ncclSuccess || (r == ncclInProgress && one != ncclSuccess))
+			r = one;
 	}
+	return r;
+}
+
+/* Whether c takes a new operation: ready, and no earlier non-blocking call still held (ncclInvalidUsage, said, if not). */
+ncclResult_t usable(const char *call, const comm_state *c)
+{
+	if (c->aborted || c->state != ncclSuccess || !c->deferred.empty())
+		return bad_call(ncclInvalidUsage, "%s on a communicator that is %s", call,
+				c->state == ncclInProgress ? "not ready yet"
+				: !c->deferred.empty()     ? "still in progress (ncclCommGetAsyncError has not seen it through)"
+							   : "broken");
 	return ncclSuccess;
 }
 
-ncclResult_t add(const char *call, bool send, const void *buf, size_t count, ncclDataType_t type, int peer,
-		 ncclComm_t comm, cudaStream_t stream)
+ncclResult_t check_send_recv(const char *call, const void *buf, size_t count, ncclDataType_t type, int peer,
+			     comm_state *c)
 {
-	comm_state *c = state_of(comm);
 	size_t tb = type_bytes(type);
 	if (!c || !tb)
 		return bad_call(ncclInvalidArgument, "%s: %s", call, !c ? "no communicator" : "unknown data type");
 	ncclResult_t r = check_buffer(call, buf, count * tb);
 	if (r != ncclSuccess)
 		return r;
-	{
-		LOCKED;
-		if (c->aborted || c->state != ncclSuccess)
-			return bad_call(ncclInvalidUsage, "%s on a communicator that is %s", call,
-					c->state == ncclInProgress ? "not ready yet" : "broken");
-		if (peer < 0 || peer >= c->nranks)
-			return bad_call(ncclInvalidArgument, "%s: peer %d of %d ranks", call, peer, c->nranks);
+	LOCKED;
+	if ((r = usable(call, c)) != ncclSuccess)
+		return r;
+	if (peer < 0 || peer >= c->nranks)
+		return bad_call(ncclInvalidArgument, "%s: peer %d of %d ranks", call, peer, c->nranks);
+	return ncclSuccess;
+}
+
+ncclResult_t add(const char *call, bool send, const void *buf, size_t count, ncclDataType_t type, int peer,
+		 ncclComm_t comm, cudaStream_t stream)
+{
+	ncclResult_t r = check_send_recv(call, buf, count, type, peer, state_of(comm));
+	if (r != ncclSuccess) {
+		if (group_depth > 0 && group_error == ncclSuccess)
+			group_error = r; /* the group fails as a whole */
+		return r;
 	}
-	xfer x{send, peer, (char *)buf, count * tb, KIND_DATA, {HELLO_MAGIC, KIND_DATA, count * tb}};
+	size_t bytes = count * type_bytes(type);
+	xfer x{send, peer, (char *)buf, bytes, KIND_DATA, {HELLO_MAGIC, KIND_DATA, bytes}};
 	group.push_back({comm->h.c, stream, x});
 	if (group_depth > 0)
 		return ncclSuccess;
@@ -656,9 +740,14 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
 	c->name = std::string("ncclsim-") + hex;
 	c->nranks = nranks;
 	c->rank = rank;
+	c->nonblocking = !blocking(config);
 	ncclResult_t r;
 	{
 		LOCKED;
+		static std::set<std::string> used; /* the ids this process joined with */
+		if (!used.insert(c->name).second)
+			return bad_call(ncclInvalidUsage, "ncclCommInitRank: unique id %s used again (it serves one communicator)",
+					hex);
 		r = listen_as(c.get());
 		if (r == ncclSuccess)
 			advance_connect(c.get());
@@ -685,9 +774,11 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 	auto child = std::make_shared<comm_state>();
 	{
 		LOCKED;
-		if (p->aborted || p->state != ncclSuccess || p->splitting)
-			return bad_call(ncclInvalidUsage, "ncclCommSplit on a communicator that is %s",
-					p->splitting ? "splitting already" : "not ready");
+		if (p->splitting)
+			return bad_call(ncclInvalidUsage, "ncclCommSplit on a communicator that is splitting already");
+		ncclResult_t u = usable("ncclCommSplit", p);
+		if (u != ncclSuccess)
+			return u;
 		/*
 		 * The exchange of (color, key) with every member over the parent: the parent's async error
 		 * progresses it (members or not, every rank waits on the parent), the child's too.
@@ -707,16 +798,18 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 		child->split = w;
 		child->color = color, child->key = key;
 		child->split_number = p->splits++;
+		child->nonblocking = config ? !blocking(config) : p->nonblocking; /* as NCCL: the parent's, unless given */
 		advance_work(*w);
 	}
 	ncclComm_t handle_child = new ncclComm{{child}};
-	ncclResult_t r = finish(comm, blocking(config));
+	bool block = !child->nonblocking;
+	ncclResult_t r = finish(comm, block);
 	if (color == NCCL_SPLIT_NOCOLOR || (r != ncclSuccess && r != ncclInProgress)) {
 		delete handle_child; /* not a member (or failed): no communicator, as NCCL gives none */
 		return r;
 	}
 	*newcomm = handle_child;
-	if (blocking(config))
+	if (block)
 		return finish(handle_child, true);
 	return r;
 }
@@ -726,14 +819,21 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err)
 	comm_state *c = state_of(comm);
 	if (!c || !err)
 		return bad_call(ncclInvalidArgument, "ncclCommGetAsyncError: no communicator or output");
+	std::vector<std::pair<work *, cudaStream_t>> go;
+	{
+		LOCKED;
+		if (c->splitting && advance_work(*c->splitting)) /* a split's exchange over it */
+			c->splitting.reset();
+		if (c->split) /* a split child: its rank comes with the parent's exchange */
+			advance_split_child(c);
+		advance_connect(c);
+		go.swap(c->deferred); /* a non-blocking call seen through: its work goes on its stream now */
+	}
+	for (auto &g : go)
+		enqueue(g.first, g.second);
 	LOCKED;
-	if (c->splitting && advance_work(*c->splitting)) /* a split's exchange over it */
-		c->splitting.reset();
-	if (c->split) /* a split child: its rank comes with the parent's exchange */
-		advance_split_child(c);
-	advance_connect(c);
 	*err = c->state;
-	if (*err == ncclSuccess && c->splitting)
+	if (*err == ncclSuccess && (c->splitting || !go.empty())) /* (the call just seen through: done next time) */
 		*err = ncclInProgress;
 	if (*err == ncclSuccess && c->finalizing && c->queued > 0)
 		*err = ncclInProgress;
@@ -759,32 +859,17 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
 		LOCKED;
 		c->aborted = true; /* work still queued (never waited for) moves nothing more */
 		close_all(c);
+		for (auto &g : c->deferred) /* never queued */
+			delete g.first;
+		c->queued -= (int)c->deferred.size();
+		c->deferred.clear();
+		c->splitting.reset(); /* (it holds c) */
 	}
 	delete comm;
 	return ncclSuccess;
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
-
-ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
-{
-	comm_state *c = state_of(comm);
-	if (!c || !count)
-		return ncclInvalidArgument;
-	LOCKED;
-	*count = c->nranks;
-	return ncclSuccess;
-}
-
-ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
-{
-	comm_state *c = state_of(comm);
-	if (!c || !rank)
-		return ncclInvalidArgument;
-	LOCKED;
-	*rank = c->rank;
-	return ncclSuccess;
-}
 
 const char *ncclGetErrorString(ncclResult_t r)
 {
@@ -823,6 +908,12 @@ ncclResult_t ncclGroupEnd(void)
 		return bad_call(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
 	if (--group_depth > 0)
 		return ncclSuccess;
+	ncclResult_t r = group_error;
+	group_error = ncclSuccess;
+	if (r != ncclSuccess) { /* a call in it failed: nothing of it is queued */
+		group.clear();
+		return r;
+	}
 	return submit(group);
 }
 
@@ -855,9 +946,9 @@ ncclResult_t ncclAllReduce(const void *in, void *out, size_t count, ncclDataType
 	w->in = (const float *)in, w->out = (float *)out, w->count = count;
 	{
 		LOCKED;
-		if (c->aborted || c->state != ncclSuccess) {
+		if ((r = usable("ncclAllReduce", c)) != ncclSuccess) {
 			delete w;
-			return bad_call(ncclInvalidUsage, "ncclAllReduce on a communicator that is not ready");
+			return r;
 		}
 		w->copies.resize((size_t)c->nranks);
 		for (int p = 0; p < c->nranks; p++) {
@@ -867,15 +958,8 @@ ncclResult_t ncclAllReduce(const void *in, void *out, size_t count, ncclDataType
 			w->x.push_back({true, p, (char *)in, count * 4, KIND_DATA, {HELLO_MAGIC, KIND_DATA, count * 4}});
 			w->x.push_back({false, p, (char *)w->copies[(size_t)p].data(), count * 4, KIND_DATA, {}});
 		}
-		c->queued++;
 	}
-	if (cudasim_enqueue_poll(stream, poll_work, ready_work, w, "ncclsim all-reduce") != cudaSuccess) {
-		LOCKED;
-		c->queued--;
-		delete w;
-		return bad_call(ncclUnhandledCudaError, "ncclAllReduce: queueing on stream %p failed", (void *)stream);
-	}
-	return ncclSuccess;
+	return submit_work(w, stream);
 }
 
 } /* extern "C" */

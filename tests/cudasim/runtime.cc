@@ -268,8 +268,8 @@ void close_device()
 {
 	if (--device_open > 0)
 		return;
-	for (auto &o : opened) /* (ENOMEM: freed meanwhile and unmapped) */
-		if (mprotect(o.first, (size_t)(o.second - o.first), PROT_NONE) != 0 && errno != ENOMEM)
+	for (auto &o : opened)
+		if (mprotect(o.first, (size_t)(o.second - o.first), PROT_NONE) != 0)
 			fatal("mprotect failed");
 	opened.clear();
 }
@@ -277,7 +277,9 @@ void close_device()
 /*
  * From the fault handler: whether the fault at a was device work's first
  * touch of a piece of a device allocation, now opened (the access then runs
- * again). Only on the thread that holds the lock, while device work runs.
+ * again). Only on the thread that holds the lock, while device work runs:
+ * big_lock is recursive, so that thread's try_lock succeeds (another
+ * thread's fails, and its touch is reported as host code's).
  */
 bool open_on_fault(uintptr_t a)
 {
@@ -338,6 +340,12 @@ void release(uintptr_t base)
 	allocation m = it->second;
 	live.erase(it);
 	live_bytes -= m.size;
+	/* no longer the device work's to close (its pages may be unmapped, even mapped again, before that) */
+	opened.erase(std::remove_if(opened.begin(), opened.end(),
+				    [&](const std::pair<char *, char *> &o) {
+					    return o.first >= m.map && o.first < m.map + m.map_len;
+				    }),
+		     opened.end());
 	if (mprotect(m.map, m.map_len, PROT_NONE) != 0 || madvise(m.map, m.map_len, MADV_DONTNEED) != 0)
 		fatal("cannot retire freed memory");
 	freed.push_back(m); /* kept mapped: a later access faults instead of reaching a new allocation */
@@ -478,6 +486,8 @@ void drain_all()
 		size_t first = draw() % busy.size(), k = 0;
 		for (; k < busy.size(); k++) {
 			CUstream_st *s = busy[(first + k) % busy.size()];
+			if (s->q.empty()) /* drained by another's wait on it (cudaStreamWaitEvent) */
+				continue;
 			if ((!s->q.front().ready || s->q.front().ready()) && run_one(s))
 				break;
 		}

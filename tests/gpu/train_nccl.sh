@@ -74,6 +74,8 @@ if [ "$workers" -ge 2 ]; then
 	run_steps=$long run precopy cuda nccl --workers 2 --config "$tmp/paced.json" --schedule "$steps:3,$((2 * steps)):2"
 	check "a pre-copied 2 -> 3 -> 2 run on NCCL finishes, resharding at the scheduled steps" bash -c \
 		"grep -q 'generation 2 resumed at step $steps' $tmp/precopy.out && grep -q 'generation 3 resumed at step $((2 * steps))' $tmp/precopy.out"
+	check "generation 2's communicator had 3 ranks (the rounds went over NCCL)" \
+		grep -q "generation 2: NCCL communicator, rank 2 of 3" "$tmp/precopy.err"
 	check "both reshards were pre-copied while the workers trained" \
 		test "$(grep -c 'checksum matches; pre-copied in [1-9][0-9]* rounds while training' "$tmp/precopy.out")" = 2
 	check "rows updated after they were sent went again" \
@@ -82,8 +84,10 @@ if [ "$workers" -ge 2 ]; then
 	identical "elastic on NCCL (pre-copied) = static CPU, bit for bit" "$tmp/long-cpu" "$tmp/precopy"
 
 	# a GPU worker on NCCL lost without warning (SIGKILL: a spot reclaim) once the checkpoint of step $steps is
-	# complete: the survivor's communicator fails instead of hanging, the world rolls back to the latest
-	# checkpoint and the job ends with the undisturbed run's bits
+	# complete: the survivor's communicator fails instead of hanging (the simulator's NCCL reports the loss, as
+	# NCCL's network transport may; test_transport_nccl also runs the loss reported by nothing but the
+	# transport's deadline), the world rolls back to the latest checkpoint and the job ends with the
+	# undisturbed run's bits
 	ROWSHIFT_WORKER_BIN=$gpu_bin ROWSHIFT_DEVICE=cuda ROWSHIFT_TRANSPORT=nccl timeout 300 "$bin/rowshift-coordinator" \
 		--local --workers 2 --config "$tmp/paced.json" --steps $long --save "$tmp/lost" --checkpoint-dir "$tmp/ck" \
 		--checkpoint-every "$steps" >"$tmp/lost.out" 2>"$tmp/lost.err" &
@@ -94,7 +98,7 @@ if [ "$workers" -ge 2 ]; then
 	check "a GPU worker on NCCL SIGKILLed mid-run: the job finishes" test $? = 0
 	check "the world rolled back to a checkpoint" grep -q "recovery: worker-1 .*; rolling back to .*(step \($steps\|$((2 * steps))\))" \
 		"$tmp/lost.out"
-	check "the survivor dropped the generation: its communicator failed (ncclRemoteError), no hang, no timeout" \
+	check "the survivor dropped the generation: its communicator failed (ncclRemoteError), no hang" \
 		grep -q "worker-0 .*generation 1 lost at step .*transport nccl: rank 0: .*remote process exited" "$tmp/lost.err"
 	identical "the recovered run on NCCL = the undisturbed CPU run, bit for bit" "$tmp/long-cpu" "$tmp/lost"
 fi

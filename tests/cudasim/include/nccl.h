@@ -4,8 +4,10 @@
  * tests/cudasim/nccl.cc in build/cudasim/lib/libncclsim.so. What the
  * simulator does and where it is stricter than NCCL: nccl.cc's comment.
  *
- * The names, values and call shapes are NCCL's public API (NCCL 2.28), so
- * that the transport compiles unchanged against either.
+ * The names, values and call shapes are those of NCCL's public API (its
+ * version code says 2.28; the config struct is the 2.17 layout, the data
+ * types stop at double), so that the transport compiles unchanged against
+ * either.
  */
 #ifndef CUDASIM_NCCL_H
 #define CUDASIM_NCCL_H
@@ -89,8 +91,6 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
-ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
-ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank);
 const char *ncclGetErrorString(ncclResult_t result);
 const char *ncclGetLastError(ncclComm_t comm);
 
