@@ -27,12 +27,12 @@
  *    host that waits on the stream without waiting for the communicator
  *    first finds nothing received. A call that fails inside a group fails
  *    the group: ncclGroupEnd returns its error and queues nothing. The
- *    work moves when the stream is
- *    drained (the host waits for it or queries it), each drain moving what
- *    the sockets take without blocking, with device memory open. Per peer,
- *    messages go in the order they were queued; each carries its byte count,
- *    and a receive of another size fails the communicator
- *    (ncclInvalidUsage, where NCCL would hang or corrupt memory).
+ *    work moves when the stream is drained (the host waits for it or
+ *    queries it), each drain moving what the sockets take without
+ *    blocking, with device memory open. Per peer, messages go in the order
+ *    they were queued; each carries its byte count, and a receive of
+ *    another size fails the communicator (ncclInvalidUsage, where NCCL
+ *    would hang or corrupt memory).
  *  - Buffers must be device, managed or pinned memory, as a GPU needs: a
  *    pageable host pointer is ncclInvalidArgument (on a GPU, a fault).
  *  - A peer that closes its connection (it exited or aborted) fails the
@@ -145,19 +145,15 @@ struct comm_state {
 	std::shared_ptr<work> splitting;   /* a split's exchange under way over it */
 	/* a split child before its parent's exchange ends: the exchange, and this rank's color and key */
 	std::shared_ptr<work> split;
-	int color = 0, key = 0, parent_rank = 0;
-	std::string parent_name;
+	int color = 0, key = 0;
 	int split_number = 0;
-};
-
-struct handle {
-	std::shared_ptr<comm_state> c;
 };
 
 }  /* namespace */
 
+/* The handle: the state outlives it while work queued on a stream holds it. */
 struct ncclComm {
-	handle h;
+	std::shared_ptr<comm_state> c;
 };
 
 namespace {
@@ -554,7 +550,7 @@ void advance_split_child(comm_state *child)
 
 /* ---- helpers of the calls ------------------------------------------------------------------ */
 
-comm_state *state_of(ncclComm_t comm) { return comm ? comm->h.c.get() : nullptr; }
+comm_state *state_of(ncclComm_t comm) { return comm ? comm->c.get() : nullptr; }
 
 bool blocking(const ncclConfig_t *config) { return !config || config->blocking != 0; }
 
@@ -695,7 +691,7 @@ ncclResult_t add(const char *call, bool send, const void *buf, size_t count, ncc
 	}
 	size_t bytes = count * type_bytes(type);
 	xfer x{send, peer, (char *)buf, bytes, KIND_DATA, {HELLO_MAGIC, KIND_DATA, bytes}};
-	group.push_back({comm->h.c, stream, x});
+	group.push_back({comm->c, stream, x});
 	if (group_depth > 0)
 		return ncclSuccess;
 	return submit(group);
@@ -754,7 +750,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
 	}
 	if (r != ncclSuccess)
 		return r;
-	*comm = new ncclComm{{c}};
+	*comm = new ncclComm{c};
 	return finish(*comm, blocking(config));
 }
 
@@ -784,7 +780,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 		 * progresses it (members or not, every rank waits on the parent), the child's too.
 		 */
 		auto w = std::make_shared<work>();
-		w->c = comm->h.c;
+		w->c = comm->c;
 		w->words.assign(4 * (size_t)p->nranks, 0);
 		for (int r = 0; r < p->nranks; r++) {
 			if (r == p->rank)
@@ -801,7 +797,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 		child->nonblocking = config ? !blocking(config) : p->nonblocking; /* as NCCL: the parent's, unless given */
 		advance_work(*w);
 	}
-	ncclComm_t handle_child = new ncclComm{{child}};
+	ncclComm_t handle_child = new ncclComm{child};
 	bool block = !child->nonblocking;
 	ncclResult_t r = finish(comm, block);
 	if (color == NCCL_SPLIT_NOCOLOR || (r != ncclSuccess && r != ncclInProgress)) {
@@ -942,7 +938,7 @@ ncclResult_t ncclAllReduce(const void *in, void *out, size_t count, ncclDataType
 	if (group_depth > 0)
 		return bad_call(ncclInvalidUsage, "ncclAllReduce inside a group is not simulated");
 	work *w = new work;
-	w->c = comm->h.c;
+	w->c = comm->c;
 	w->in = (const float *)in, w->out = (float *)out, w->count = count;
 	{
 		LOCKED;
