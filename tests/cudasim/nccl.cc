@@ -431,8 +431,10 @@ bool advance_work(work &w)
 		memmove(sr[k]->buf, ss[k]->buf, ss[k]->bytes);
 		ss[k]->complete = sr[k]->complete = true;
 	}
-	/* to the others: per peer and direction, in order, each as far as its socket goes */
-	/* while the peers keep up, go on rather than back to the host's wait (a nap), a few milliseconds at most */
+	/*
+	 * To the others: per peer and direction, in order, each as far as its socket goes; while the peers keep
+	 * up, on again rather than back to the host's wait (a nap), for a few milliseconds at most.
+	 */
 	bool all = false;
 	double until = seconds() + 0.005;
 	for (;;) {

@@ -447,6 +447,9 @@ bool run_one(CUstream_st *s)
 	return true;
 }
 
+/* Whether s's first operation may run now (not a poll whose ready says it could make no progress). */
+bool may_run(CUstream_st *s) { return !s->q.front().ready || s->q.front().ready(); }
+
 /* Between two polls of work that waits on another process. */
 void nap()
 {
@@ -463,7 +466,7 @@ void drain(CUstream_st *s, uint64_t upto = UINT64_MAX, bool wait = true)
 {
 	device_scope open;
 	while (!s->q.empty() && s->done < upto)
-		if ((s->q.front().ready && !s->q.front().ready()) || !run_one(s)) {
+		if (!may_run(s) || !run_one(s)) {
 			if (!wait)
 				return;
 			nap();
@@ -488,7 +491,7 @@ void drain_all()
 			CUstream_st *s = busy[(first + k) % busy.size()];
 			if (s->q.empty()) /* drained by another's wait on it (cudaStreamWaitEvent) */
 				continue;
-			if ((!s->q.front().ready || s->q.front().ready()) && run_one(s))
+			if (may_run(s) && run_one(s))
 				break;
 		}
 		if (k == busy.size()) /* every stream waits on another process */

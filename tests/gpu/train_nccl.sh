@@ -36,13 +36,6 @@ run() {
 		>"$tmp/$name.out" 2>"$tmp/$name.err"
 }
 
-identical() { # identical WHAT A B: the two checkpoints are equal bit for bit
-	"$bin/rowshiftctl" checkpoint diff "$2" "$3" >"$tmp/diff.out" 2>&1
-	local before=$fails
-	check "$1" bash -c "tail -n 1 $tmp/diff.out | grep -qx identical"
-	[ "$fails" = "$before" ] || cat "$tmp/diff.out"
-}
-
 # dlrm-small at a quarter of its batch, deterministic (the default): the GPU engine's bits are the CPU's
 model="$tmp/dlrm-small.json"
 quarter_config examples/dlrm-small.json "$model"
@@ -52,7 +45,7 @@ run nccl cuda nccl --workers "$workers" --config "$model"
 check "$workers GPU worker(s) on NCCL train $steps steps" test $? = 0
 check "every GPU worker trained on an NCCL communicator of $workers" \
 	test "$(grep -c "generation 1: NCCL communicator, rank [0-9]* of $workers\$" "$tmp/nccl.err")" = "$workers"
-identical "GPU + NCCL and CPU + TCP reach the same bits" "$tmp/cpu" "$tmp/nccl"
+check "GPU + NCCL and CPU + TCP reach the same bits" same_bits "$tmp/cpu" "$tmp/nccl"
 
 if [ "$workers" -ge 2 ]; then
 	# 2 -> 3 -> 2 on NCCL with every row moved at the pause: each generation a new communicator
@@ -62,7 +55,7 @@ if [ "$workers" -ge 2 ]; then
 		"grep -q 'generation 2 resumed at step $s1' $tmp/at-pause.out && grep -q 'generation 3 resumed at step $s2' $tmp/at-pause.out"
 	check "generation 2's communicator had 3 ranks" grep -q "generation 2: NCCL communicator, rank 2 of 3" "$tmp/at-pause.err"
 	check "the bytes moved at each reshard are the plan diff's" moved_is_plan_diff "$tmp/at-pause.out" 2
-	identical "elastic on NCCL (at the pause) = static CPU, bit for bit" "$tmp/cpu" "$tmp/at-pause"
+	check "elastic on NCCL (at the pause) = static CPU, bit for bit" same_bits "$tmp/cpu" "$tmp/at-pause"
 
 	# the same pre-copied, over three times the steps, each at least 100 ms (a scheduled change is pre-copied
 	# only once its joiners are in, a race over fast steps): the rounds go over the old generation's
@@ -81,7 +74,7 @@ if [ "$workers" -ge 2 ]; then
 	check "rows updated after they were sent went again" \
 		grep -q "pre-copied in .*\(; [1-9][0-9]* rows\|at the pause, [1-9][0-9]* (\)" "$tmp/precopy.err"
 	check "the bytes moved at each pre-copied reshard are the plan diff's" moved_is_plan_diff "$tmp/precopy.out" 2
-	identical "elastic on NCCL (pre-copied) = static CPU, bit for bit" "$tmp/long-cpu" "$tmp/precopy"
+	check "elastic on NCCL (pre-copied) = static CPU, bit for bit" same_bits "$tmp/long-cpu" "$tmp/precopy"
 
 	# a GPU worker on NCCL lost without warning (SIGKILL: a spot reclaim) once the checkpoint of step $steps is
 	# complete: the survivor drops the generation instead of hanging (its communicator fails: the simulator's
@@ -102,7 +95,7 @@ if [ "$workers" -ge 2 ]; then
 	check "the survivor dropped the generation, no hang" \
 		grep -q "worker-0 .*generation 1 lost at step .*\(transport nccl: rank 0: .*remote process exited\|the coordinator dropped generation 1\)" \
 		"$tmp/lost.err"
-	identical "the recovered run on NCCL = the undisturbed CPU run, bit for bit" "$tmp/long-cpu" "$tmp/lost"
+	check "the recovered run on NCCL = the undisturbed CPU run, bit for bit" same_bits "$tmp/long-cpu" "$tmp/lost"
 fi
 [ "$fails" = 0 ] || for f in "$tmp"/*.err; do echo "--- $(basename "$f") (tail)"; tail -n 5 "$f"; done
 finish_checks train_nccl
