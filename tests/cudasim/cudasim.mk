@@ -92,7 +92,8 @@ $(CUDASIM)/tests/gpu/%: $(CUDASIM)/obj/tests/gpu/%.o $(CUDASIM_SUPPORT_OBJS) $(C
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) $(filter %.o %.a,$^) -Wl,-rpath,'$$ORIGIN/../../lib' $(CUDASIM_LDLIBS) -o $@
 
-$(CUDASIM)/tests/cudasim/test_cudasim: $(CUDASIM)/obj/tests/cudasim/test_cudasim.o $(CUDASIM_RT) $(CUDASIM_BLAS)
+$(CUDASIM)/tests/cudasim/test_cudasim: $(CUDASIM)/obj/tests/cudasim/test_cudasim.o $(CUDASIM_RT) $(CUDASIM_BLAS) \
+		$(CUDASIM_NCCL)
 	@mkdir -p $(@D)
 	$(CXX) $(CUDASIM_CXXFLAGS) $(LDFLAGS) $< -Wl,-rpath,'$$ORIGIN/../../lib' -L$(CUDASIM)/lib -lcudasim -ldl -lpthread -o $@
 

@@ -34,7 +34,8 @@
  *    another size fails the communicator (ncclInvalidUsage, where NCCL
  *    would hang or corrupt memory).
  *  - Buffers must be device, managed or pinned memory, as a GPU needs: a
- *    pageable host pointer is ncclInvalidArgument (on a GPU, a fault).
+ *    pageable host pointer, or a buffer shorter than the call's count, is
+ *    ncclInvalidArgument (on a GPU, a fault).
  *  - A peer that closes its connection (it exited or aborted) fails the
  *    communicator: ncclRemoteError from ncclCommGetAsyncError, as NCCL's
  *    network transport may report it. With NCCLSIM_PEER_LOSS=hang, as
@@ -82,6 +83,7 @@
 #include <string>
 #include <vector>
 
+extern "C" size_t cudasim_bytes_held(const void *p, size_t bytes);
 extern "C" cudaError_t cudasim_enqueue_poll(cudaStream_t stream, int (*poll)(void *), int (*ready)(void *), void *arg,
 					   const char *what);
 
@@ -579,6 +581,10 @@ ncclResult_t check_buffer(const char *call, const void *p, size_t bytes)
 		return bad_call(ncclInvalidArgument, "%s: buffer %p (%zu bytes) is not device, managed or pinned memory", call,
 				p, bytes);
 	}
+	size_t held = cudasim_bytes_held(p, bytes);
+	if (held < bytes) /* NCCL would read or write past the end: on a GPU, a fault or another buffer's bytes */
+		return bad_call(ncclInvalidArgument, "%s: buffer %p holds %zu of the %zu bytes the call moves", call, p,
+				held, bytes);
 	return ncclSuccess;
 }
 

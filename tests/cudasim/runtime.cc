@@ -1978,6 +1978,21 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned int
 }
 
 /*
+ * The simulator's own entry point for the NCCL simulator (nccl.cc): how many
+ * of the `bytes` from p lie in the live allocation that holds p (0 when none
+ * does), so a transfer that would run past its buffer's end is refused.
+ */
+size_t cudasim_bytes_held(const void *p, size_t bytes)
+{
+	ENTRY;
+	const allocation *m = find_live(p);
+	if (!m)
+		return 0;
+	size_t room = m->base + m->size - (uintptr_t)p;
+	return bytes < room ? bytes : room;
+}
+
+/*
  * The simulator's own entry point for the NCCL simulator (nccl.cc): queue
  * work on a stream that poll(arg) advances each time the stream is drained
  * and ready(arg) says it may progress, with device memory open, and that is

@@ -30,7 +30,10 @@
  *    sized for fewer items), temporary storage overlapping an operand,
  *    run-length encoding, exclusive scan in place, select flagged;
  *  - cuBLAS (libcublas.so.cudasim through dlopen, as the engine opens it):
- *    sgemm with both transposes against a plain loop, beta 0 ignoring C.
+ *    sgemm with both transposes against a plain loop, beta 0 ignoring C;
+ *  - the NCCL simulator's buffer checks (libncclsim.so through dlopen): a
+ *    send to self arrives; a buffer shorter than the call's count, a start
+ *    outside any allocation and pageable memory are refused.
  * Every group prints what it checked; the last line counts the failures.
  */
 #include <cub/device/device_radix_sort.cuh>
@@ -39,6 +42,7 @@
 #include <cub/device/device_select.cuh>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <nccl.h>
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -804,6 +808,56 @@ static void cublas(void)
 	printf("cublas: sgemm (both transposes, beta 0), argument checks, through dlopen\n");
 }
 
+/* ---- the NCCL simulator's buffer checks, through dlopen (a world of one) ------------------------ */
+
+static void nccl_buffers(void)
+{
+	void *h = dlopen("libncclsim.so", RTLD_NOW | RTLD_LOCAL);
+	CHECK(h != nullptr, "nccl: dlopen: %s", dlerror());
+	if (!h)
+		return;
+	auto get_id = (decltype(&ncclGetUniqueId))dlsym(h, "ncclGetUniqueId");
+	auto init = (decltype(&ncclCommInitRank))dlsym(h, "ncclCommInitRank");
+	auto group_start = (decltype(&ncclGroupStart))dlsym(h, "ncclGroupStart");
+	auto group_end = (decltype(&ncclGroupEnd))dlsym(h, "ncclGroupEnd");
+	auto send = (decltype(&ncclSend))dlsym(h, "ncclSend");
+	auto recv = (decltype(&ncclRecv))dlsym(h, "ncclRecv");
+	auto destroy = (decltype(&ncclCommDestroy))dlsym(h, "ncclCommDestroy");
+	CHECK(get_id && init && group_start && group_end && send && recv && destroy, "nccl: symbols missing");
+	if (!get_id || !init || !group_start || !group_end || !send || !recv || !destroy)
+		return;
+	ncclUniqueId id;
+	ncclComm_t c;
+	CHECK(get_id(&id) == ncclSuccess && init(&c, 1, id, 0) == ncclSuccess, "nccl: a world of one");
+	const size_t n = 1000;
+	unsigned char *a, *b;
+	CUDA(cudaMalloc(&a, n));
+	CUDA(cudaMalloc(&b, n));
+	std::vector<unsigned char> want(n), got(n);
+	for (size_t i = 0; i < n; i++)
+		want[i] = (unsigned char)(i * 13 + 5);
+	CUDA(cudaMemcpy(a, want.data(), n, cudaMemcpyHostToDevice));
+	ncclResult_t r1 = group_start(), r2 = send(a, n, ncclUint8, 0, c, 0), r3 = recv(b, n, ncclUint8, 0, c, 0),
+		     r4 = group_end();
+	CHECK(r1 == ncclSuccess && r2 == ncclSuccess && r3 == ncclSuccess && r4 == ncclSuccess, "nccl: a send to self");
+	CUDA(cudaStreamSynchronize(0));
+	CUDA(cudaMemcpy(got.data(), b, n, cudaMemcpyDeviceToHost));
+	CHECK(got == want, "nccl: the bytes sent to self differ");
+	/* refused at the call, before any work is queued */
+	CHECK(send(a, n + 1, ncclUint8, 0, c, 0) == ncclInvalidArgument, "nccl: %zu bytes from a %zu-byte buffer", n + 1, n);
+	CHECK(recv(b + 1, n, ncclUint8, 0, c, 0) == ncclInvalidArgument, "nccl: %zu bytes into %zu", n, n - 1);
+	CHECK(send(a, n / 4 + 1, ncclFloat32, 0, c, 0) == ncclInvalidArgument, "nccl: %zu floats from %zu bytes",
+	      n / 4 + 1, n);
+	CHECK(send(a + n, 1, ncclUint8, 0, c, 0) == ncclInvalidArgument, "nccl: a send from one past the end");
+	CHECK(send(want.data(), n, ncclUint8, 0, c, 0) == ncclInvalidArgument, "nccl: a send from pageable memory");
+	CHECK(destroy(c) == ncclSuccess, "nccl: destroy");
+	CUDA(cudaFree(a));
+	CUDA(cudaFree(b));
+	(void)cudaGetLastError();
+	dlclose(h);
+	printf("nccl: a send to self; short buffers, one past the end and pageable memory refused\n");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 2)
@@ -815,6 +869,7 @@ int main(int argc, char **argv)
 	faults();
 	cub_primitives();
 	cublas();
+	nccl_buffers();
 	printf("test_cudasim: %d checks, %d failed\n", checks, failures);
 	return failures ? 1 : 0;
 }
