@@ -209,10 +209,11 @@ static rs_status on_generation(rs_job *j, member *m, rs_msg_type type, json_t *m
 {
 	int64_t gen, step;
 	const char *addr;
-	(void)j;
 	RSCHECK(rs_proto_generation(msg, &gen, &step, &addr, err));
 	if (type == RS_MSG_PRECOPIED) {
 		m->precopied = gen;
+		if (j->att.precopy && j->ph == P_TRAINING && gen == j->att.generation) /* status clients see it at once */
+			rs__emit(j, &(job_event){.kind = EV_MIGRATION, .force = 1});
 		return RS_OK;
 	}
 	if (type == RS_MSG_TRAINING)

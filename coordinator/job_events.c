@@ -374,6 +374,10 @@ static void status(rs_job *j, const job_event *ev)
 	case EV_RESHARDED:
 		publish(j, typed(rs__reshard_json(ev->record), "reshard"));
 		break;
+	case EV_ABORTED: /* the attempt is over: a pre-copy's ends while the phase stays training */
+		publish(j, json_pack("{s:s, s:I, s:s, s:I}", "type", "aborted", "generation", (json_int_t)j->att.generation,
+				     "reason", ev->reason, "kept", (json_int_t)j->cur.generation));
+		break;
 	case EV_CHECKPOINT:
 		publish(j, json_pack("{s:s, s:I, s:s, s:I}", "type", "checkpoint", "step", (json_int_t)ev->step, "dir",
 				     ev->detail, "bytes", (json_int_t)ev->moved));

@@ -74,15 +74,37 @@ void rs__cycle_precopy_begin(rs_job *j, const int32_t *c, int32_t n)
 		(long long)j->cur.generation, (long long)rs__job_step(j), j->t.plan_s * 1e3);
 }
 
-/* The pre-copy in flight is called off: the union drops it, the old world trains on, the change waits. */
+/*
+ * The pre-copy in flight is called off: the union drops it, the old world
+ * trains on, the change waits. One that failed counts toward
+ * --max-attempts, and the retry moves its rows at the pause; one that a
+ * newer change outdated does neither.
+ */
+static void call_off(rs_job *j, int failed, const char *fmt, va_list ap)
+{
+	int failures = j->att.failures;
+	rs__cycle_end_attempt(j, 0, fmt, ap); /* no attempt was persisted: only its generation */
+	if (!failed)
+		j->att.failures = failures;
+	rs__cycle_free_attempt(j);
+	rs__members_changed(j);
+}
+
 void rs__cycle_precopy_call_off(rs_job *j, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	rs__cycle_end_attempt(j, 0, fmt, ap); /* no attempt was persisted: only its generation */
+	call_off(j, 1, fmt, ap);
 	va_end(ap);
-	rs__cycle_free_attempt(j);
-	rs__members_changed(j);
+}
+
+static void outdated(rs_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void outdated(rs_job *j, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	call_off(j, 0, fmt, ap);
+	va_end(ap);
 }
 
 void rs__cycle_precopy_failed(rs_job *j, const member *m, const char *why)
@@ -123,7 +145,7 @@ void rs__cycle_precopy_tick(rs_job *j)
 		all &= m->precopied == j->att.generation;
 	}
 	if (precopy_outdated(j)) {
-		rs__cycle_precopy_call_off(j, "the membership changed during the pre-copy");
+		outdated(j, "the membership changed during the pre-copy");
 		return;
 	}
 	int scheduled = j->cur.sched_asked == j->cur.next_sched + 1;

@@ -96,8 +96,9 @@ static void print_event(const json_t *e, int tty, int *bar_open)
 		for (int k = 0; k < 40; k++)
 			bar[k] = k < fill ? '#' : '.';
 		bar[40] = 0;
-		printf("%smoving rows for generation %lld: [%s] %3.0f%% %.2f/%.2f MiB%s", tty ? "\r" : "", inum(e, "generation"),
-		       bar, 100 * f, moved / 1048576.0, total / 1048576.0, tty ? "" : "\n");
+		printf("%s%s rows for generation %lld: [%s] %3.0f%% %.2f/%.2f MiB%s", tty ? "\r" : "",
+		       json_is_true(json_object_get(e, "precopy")) ? "pre-copying" : "moving", inum(e, "generation"), bar,
+		       100 * f, moved / 1048576.0, total / 1048576.0, tty ? "" : "\n");
 		*bar_open = tty;
 		fflush(stdout);
 		return;
@@ -121,6 +122,9 @@ static void print_event(const json_t *e, int tty, int *bar_open)
 		if (json_is_number(json_object_get(e, "auc")))
 			printf("  auc %.4f", num(e, "auc"));
 		printf("  %9.0f samples/s\n", num(e, "samples_per_s"));
+	} else if (!strcmp(type, "aborted")) {
+		printf("aborted: generation %lld (%s); every member keeps generation %lld\n", inum(e, "generation"),
+		       str(e, "reason"), inum(e, "kept"));
 	} else if (!strcmp(type, "reshard")) {
 		printf("resharded: generation %lld at step %lld, %lld -> %lld workers, paused %.3f s, moved %.2f MiB\n",
 		       inum(e, "generation"), inum(e, "step"), inum(e, "from"), inum(e, "to"), num(e, "pause_s"),

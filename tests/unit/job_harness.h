@@ -50,6 +50,7 @@ typedef struct job_harness {
 	/* the post office: one mailbox per worker connection (index WORKERS: rowshiftctl) */
 	mailbox box[WORKERS + 1];
 	int published;
+	json_t *pub[16];        /* the last messages published, pub[(published - 1) % 16] the newest */
 	int held;               /* the status stream held (the job's last word on it) */
 } job_harness;
 extern job_harness H;
@@ -68,6 +69,8 @@ void say(int k, json_t *msg);
 json_t *last(int k, rs_msg_type type);
 void assert_phase(const char *p);
 int reported(const char *text);
+/* The newest of the last 16 status messages published whose "type" is `type`, or NULL. */
+const json_t *published(const char *type);
 int reported_times(const char *text);
 json_t *sums(uint64_t a, uint64_t b);
 void paused(int k, int64_t gen, int64_t rank, int64_t step, uint64_t a, uint64_t b);

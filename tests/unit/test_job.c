@@ -157,6 +157,11 @@ static void test_abort_when_a_member_fails_to_stage(void **state)
 	for (int k = 0; k < 3; k++)
 		assert_int_equal(field(last(k, RS_MSG_ABORT), "generation"), 2);
 	assert_true(reported("generation 2 aborted: worker-2: a chunk failed its CRC; every member keeps generation 1"));
+	const json_t *ab = published("aborted"); /* status clients are told the attempt is over */
+	assert_non_null(ab);
+	assert_int_equal(json_integer_value(json_object_get(ab, "generation")), 2);
+	assert_int_equal(json_integer_value(json_object_get(ab, "kept")), 1);
+	assert_string_equal(json_string_value(json_object_get(ab, "reason")), "worker-2: a chunk failed its CRC");
 	/* the old world returns to generation 1, paused */
 	paused(0, 1, 0, 40, 1, 2);
 	tick(0.01);
@@ -787,6 +792,51 @@ static void test_restart_during_precopy_never_reuses_its_generation(void **state
 	assert_int_equal(field(s, "generation"), 3);
 }
 
+/*
+ * A pre-copy called off because the membership changed again is no failed
+ * attempt: the next change is pre-copied too, and --max-attempts counts
+ * nothing. A lost joiner's call-off is one: the retry moves at the pause.
+ */
+static void test_precopy_called_off_by_a_change_is_no_failure(void **state)
+{
+	(void)state;
+	H.cfg->cluster.precopy = 1;
+	start(2);
+	training_with_addr();
+	H.replicas = 3;
+	join(2);
+	tick(0.05);
+	tick(0.2);
+	assert_int_equal(field(last(2, RS_MSG_START), "generation"), 2);
+	H.replicas = 4; /* another worker comes while generation 2 is copied */
+	join(3);
+	tick(0.05);
+	assert_true(reported("generation 2 aborted: the membership changed during the pre-copy"));
+	for (int k = 0; k < 3; k++)
+		assert_int_equal(field(last(k, RS_MSG_ABORT), "generation"), 2);
+	say(2, rs_proto_make_idle("127.0.0.1:2002")); /* the joiner drops its copy */
+	forget_mail();
+	tick(0.05);
+	tick(0.2);
+	json_t *s = last(3, RS_MSG_START);
+	assert_non_null(s);
+	assert_int_equal(field(s, "generation"), 3);
+	assert_true(json_is_true(json_object_get(s, "precopy"))); /* pre-copied again, the old world training */
+	assert_phase("training");
+	/* a joiner lost during this copy fails it: the retry is at the pause */
+	rs_job_exited(H.job, "worker-3", NULL, 1, "killed by signal 9");
+	tick(0.05);
+	assert_true(reported("generation 3 aborted: worker-3 (joining) was lost during the pre-copy"));
+	say(2, rs_proto_make_idle("127.0.0.1:2002"));
+	forget_mail();
+	rejoin_new(3); /* started again */
+	tick(0.05);
+	tick(0.2);
+	assert_null(last(3, RS_MSG_START)); /* not while the world trains: */
+	for (int k = 0; k < 2; k++)
+		assert_non_null(last(k, RS_MSG_PAUSE)); /* first the pause */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -824,6 +874,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_recovered_job_aborts_what_it_did_not_decide, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recovery_refuses_more_members_than_a_job_has, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_during_precopy_never_reuses_its_generation, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_precopy_called_off_by_a_change_is_no_failure, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
