@@ -60,10 +60,14 @@ static rs_status previous_of(const rs_agent *a, const rs_msg_start *s, rs_plan *
 	return union_of_old(s, *prev, uoo, err);
 }
 
-/* The transports of the start's union (a->st_uni) and, for a member of the new world, of that world (a->st_t). */
-static rs_status union_transport(rs_agent *a, const rs_msg_start *s, rs_err *err)
+/*
+ * The transports of the start's union (a->st_uni) and, for a member of the
+ * new world, of that world (a->st_t), their waits bounded by timeout_ms (0:
+ * the member's own).
+ */
+static rs_status union_transport(rs_agent *a, const rs_msg_start *s, int timeout_ms, rs_err *err)
 {
-	RSCHECK(rs__agent_connect_peers(a, s, &a->st_uni, err));
+	RSCHECK(rs__agent_connect_peers(a, s, timeout_ms, &a->st_uni, err));
 	return s->rank < s->world ? rs_transport_subset(a->st_uni, (int32_t)s->world, &a->st_t) : RS_OK;
 }
 
@@ -81,7 +85,7 @@ static rs_status stage_rows(rs_agent *a, const rs_msg_start *s, double t0, rs_re
 	RSCHECKGOTO(previous_of(a, s, &prev, &uoo, err), st, out);
 	if (a->c.stall_connect_ms > 0)
 		rs_sleep(a->c.stall_connect_ms / 1000.0); /* test hook: a window to act on the listeners */
-	rs_status cst = union_transport(a, s, err);
+	rs_status cst = union_transport(a, s, 0, err);
 	*connect_s = rs_now() - t0;
 	RSCHECKGOTO(cst, st, out);
 	if (a->c.stall_ms > 0)
@@ -246,6 +250,20 @@ static void on_precopy_progress(void *ctx, const uint64_t *sent, const uint64_t 
 }
 
 /*
+ * An old member's bound on the waits of its background copy (its connect
+ * and rounds, between two steps): a quarter of its own. The others wait for
+ * it in the next step for at most their own; a joiner that stops answering
+ * (a stopped process, a node gone silent) must fail the copy, which can be
+ * done again at the pause, well before that, not the training world. The
+ * pause that finishes the copy waits as long as any reshard's
+ * (rs__precopy_finish). Joiners keep their own: nothing trains on them.
+ */
+static int precopy_wait_ms(const rs_agent *a)
+{
+	return a->tr && a->c.timeout_ms >= 4 ? a->c.timeout_ms / 4 : 0;
+}
+
+/*
  * Begin the copy of start s (takes plan): the union's transports, then the
  * copy set up (rs_precopy_begin), into st_uni / st_t / st_plan / pc.
  */
@@ -257,7 +275,7 @@ static rs_status precopy_begin(rs_agent *a, const rs_msg_start *s, rs_plan *plan
 	a->st_ok = 0;
 	rs__agent_take_run(&a->staged, s);
 	RSCHECK(previous_of(a, s, &a->pc_prev, &a->pc_uoo, why));
-	RSCHECK(union_transport(a, s, why));
+	RSCHECK(union_transport(a, s, precopy_wait_ms(a), why));
 	rs_reshard_spec spec = {.old_plan = a->pc_prev, .new_plan = plan, .union_of_old = a->pc_uoo, .uni = a->st_uni,
 				.train_t = a->st_t, .engine = a->engine, .progress = on_precopy_progress, .progress_ctx = a};
 	a->pc_reported = 0;
@@ -451,11 +469,14 @@ rs_status rs__precopy_now(rs_agent *a, const rs_msg_start *s, rs_plan *plan, rs_
 		rs_plan_free(plan);
 		return st;
 	}
+	rs_link_keeper keeper;
+	rs_link_keep_start(&keeper, &a->link); /* its new shards are built and filled back to back: minutes, for some */
 	st = precopy_begin(a, s, plan, &why);
 	if (st == RS_OK && a->c.stall_ms > 0)
 		rs_sleep(a->c.stall_ms / 1000.0); /* test hook: the others' background rounds wait for this one */
 	while (st == RS_OK && rs_precopy_pending(a->pc) > 0)
 		st = rs_precopy_round(a->pc, &why);
+	rs_link_keep_stop(&keeper);
 	if (st != RS_OK)
 		return precopy_failed(a, s->generation, why.msg[0] ? why.msg : rs_status_str(st), err);
 	return precopy_said(a, err);
@@ -491,7 +512,15 @@ rs_status rs__precopy_finish(rs_agent *a, json_t *msg, rs_err *err)
 			(long long)a->pace.steps, batch / a->pace.before_s, during * a->pace.before_s / batch,
 			a->c.cfg->cluster.precopy_share);
 	}
+	/* the world is paused: the copy's waits are bounded as any reshard's, and so are the new world's after it */
+	if (a->st_uni)
+		rs_transport_timeout(a->st_uni, a->c.timeout_ms);
+	if (a->st_t)
+		rs_transport_timeout(a->st_t, a->c.timeout_ms);
+	rs_link_keeper keeper;
+	rs_link_keep_start(&keeper, &a->link); /* the rounds left, the rows updated since and the staging */
 	rs_status st = rs_precopy_finish(a->pc, &a->st_tr, &rst, &why);
+	rs_link_keep_stop(&keeper);
 	rs_precopy_free(a->pc);
 	rs_plan_free(a->pc_prev); /* what pc pointed to: no longer needed */
 	free(a->pc_uoo);
