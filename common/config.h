@@ -115,8 +115,10 @@ typedef struct rs_cluster_config {
 	/*
 	 * "precopy" (default true): a reshard moves most rows while the old
 	 * world trains on and pauses only to send what changed since
-	 * (worker/precopy.c); 1D worlds, not while healing (those reshard at
-	 * the pause anyway). false: every reshard moves its rows at the pause.
+	 * (worker/precopy.c); 1D worlds and 2D ones with exact sync, not while
+	 * healing, across a change of layout or in a 2D world averaged every K
+	 * steps (those move their rows at the pause). false: every reshard
+	 * moves its rows at the pause.
 	 */
 	int precopy;
 	/*
