@@ -79,12 +79,21 @@ const char *rs_proto_type(const json_t *msg)
 	return t ? t : "(untyped)";
 }
 
+/* Whether a worker's announced address is a host:port (or [v6]:port, %zone), as other workers will be given it. */
+static int is_addr(const char *a)
+{
+	size_t n = strlen(a);
+	return n >= 1 && n <= 255 && strspn(a, NAME_CHARS ":[]%") == n;
+}
+
 rs_status rs_proto_idle(json_t *msg, const char **addr, rs_err *err)
 {
 	json_error_t jerr;
 	const char *type;
 	if (json_unpack_ex(msg, &jerr, JSON_STRICT, "{s:s, s:s}", "type", &type, "addr", addr) != 0)
 		return rs_err_set(err, RS_EINVAL, "idle: %s", jerr.text);
+	if (!is_addr(*addr))
+		return rs_err_set(err, RS_EINVAL, "idle: addr must be a host:port");
 	return RS_OK;
 }
 
@@ -134,7 +143,7 @@ rs_status rs_proto_join(json_t *msg, rs_msg_join *m, rs_err *err)
 		return rs_err_set(err, RS_EINVAL, "join: worker name must be 1..63 letters, digits, '.', '_' or '-'");
 	if (strlen(m->incarnation) > 64 || strspn(m->incarnation, NAME_CHARS) != strlen(m->incarnation))
 		return rs_err_set(err, RS_EINVAL, "join: incarnation must be at most 64 letters or digits");
-	if (strlen(m->addr) > 255 || strspn(m->addr, NAME_CHARS ":[]%") != strlen(m->addr))
+	if (m->addr[0] && !is_addr(m->addr)) /* a tool's join (rowshiftctl) announces none */
 		return rs_err_set(err, RS_EINVAL, "join: addr must be a host:port");
 	m->pid = pid;
 	m->protocol = protocol;
@@ -255,6 +264,8 @@ rs_status rs_proto_paused(json_t *msg, rs_msg_paused *p, rs_err *err)
 	if (rank < 0 || step < 0 || gen < 1 || (p->checksum && !json_is_array(p->checksum)) ||
 	    (p->held && !json_is_array(p->held)))
 		return rs_err_set(err, RS_EINVAL, "paused: a negative rank or step, or a bad checksum");
+	if (!is_addr(p->addr))
+		return rs_err_set(err, RS_EINVAL, "paused: addr must be a host:port");
 	if (prepared < 0 || (prepared > 0 && prepared - 1 != step))
 		return rs_err_set(err, RS_EINVAL, "paused: prepared %lld is not the step after %lld", (long long)prepared,
 				  (long long)step);
@@ -334,6 +345,8 @@ rs_status rs_proto_generation(json_t *msg, int64_t *generation, int64_t *step, c
 		return rs_err_set(err, RS_EINVAL, "%s: %s", type, jerr.text);
 	if ((strcmp(type, "leave") != 0 && gen < 1) || ((!strcmp(type, "training") || !strcmp(type, "catch_up")) && st < 0))
 		return rs_err_set(err, RS_EINVAL, "%s: a bad generation or step", type);
+	if (!strcmp(type, "training") && why && !is_addr(why))
+		return rs_err_set(err, RS_EINVAL, "training: addr must be a host:port");
 	if (generation)
 		*generation = gen;
 	if (step)

@@ -329,6 +329,13 @@ static void test_reshard_messages(void **state)
 	expect("{\"type\":\"progress\",\"generation\":3}", check_generation, RS_EINVAL);
 	expect("{\"type\":\"idle\",\"addr\":\"h:1\"}", check_idle, RS_OK);
 	expect("{\"type\":\"idle\"}", check_idle, RS_EINVAL);
+	/* an address other workers will be given: a host:port, nothing else */
+	expect("{\"type\":\"idle\",\"addr\":\"[fe80::1%eth0]:7\"}", check_idle, RS_OK);
+	expect("{\"type\":\"idle\",\"addr\":\"h:1\\nWARN forged\"}", check_idle, RS_EINVAL);
+	expect("{\"type\":\"idle\",\"addr\":\"\"}", check_idle, RS_EINVAL);
+	expect("{\"type\":\"training\",\"generation\":4,\"step\":7,\"addr\":\"h:1\"}", check_generation, RS_OK);
+	expect("{\"type\":\"training\",\"generation\":4,\"step\":7,\"addr\":\"h 1\"}", check_generation, RS_EINVAL);
+	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":2,\"step\":50,\"addr\":\"h;1\"}", check_paused, RS_EINVAL);
 	int64_t g;
 	json_t *sent;
 	rs_err e = {0};
