@@ -77,6 +77,7 @@ void rs__agent_drop_staged(rs_agent *a)
 	free(a->pc_uoo);
 	json_decref(a->pc_start);
 	a->pc = NULL, a->pc_prev = NULL, a->pc_uoo = NULL, a->pc_start = NULL, a->pc_said = 0;
+	a->pc_bounded = 0;
 	rs_trainer_destroy(a->st_tr);
 	rs_transport_destroy(a->st_t);
 	rs_transport_destroy(a->st_uni);
@@ -206,7 +207,7 @@ static rs_status catch_up(rs_agent *a, json_t *msg, rs_err *err)
 }
 
 /* A transport over the start message's peers (one per union rank), on the listening socket. */
-rs_status rs__agent_connect_peers(rs_agent *a, const rs_msg_start *s, int timeout_ms, rs_transport **out, rs_err *err)
+rs_status rs__agent_connect_peers(rs_agent *a, const rs_msg_start *s, rs_transport **out, rs_err *err)
 {
 	const char **addrs = malloc(sizeof(char *) * (size_t)s->union_world);
 	if (!addrs)
@@ -215,7 +216,7 @@ rs_status rs__agent_connect_peers(rs_agent *a, const rs_msg_start *s, int timeou
 		addrs[i] = json_string_value(json_array_get(s->peers, (size_t)i));
 	rs_tcp_config tc = {.rank = (int32_t)s->rank, .world = (int32_t)s->union_world, .addrs = addrs,
 			    .listen_fd = a->lfd, .token = a->c.token, .generation = (uint64_t)s->generation,
-			    .timeout_ms = timeout_ms > 0 ? timeout_ms : a->c.timeout_ms};
+			    .timeout_ms = a->c.timeout_ms};
 	a->lfd = -1; /* the transport owns it now, even when it fails */
 	rs_status st = a->c.connect ? a->c.connect(a->c.connect_ctx, &tc, out, err) : rs_tcp_transport_create(&tc, out, err);
 	free(addrs);
@@ -262,7 +263,7 @@ static rs_status start_fresh(rs_agent *a, const rs_msg_start *s, rs_plan *plan, 
 	}
 	rs_link_forget_report(&a->link); /* the checkpoints of earlier generations: completed, or rolled back past */
 	RSCHECKGOTO(rs__agent_relisten(a, err), st, fail);
-	RSCHECKGOTO(rs__agent_connect_peers(a, s, 0, &a->t, err), st, fail);
+	RSCHECKGOTO(rs__agent_connect_peers(a, s, &a->t, err), st, fail);
 	rs_link_keeper keeper;
 	rs_link_keep_start(&keeper, &a->link); /* a large model takes a while to build, and longer to load */
 	st = (s->load ? rs_trainer_create_for_load : rs_trainer_create)(a->c.cfg, plan, a->t, a->engine, &a->tr, err);

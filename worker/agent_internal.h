@@ -49,6 +49,7 @@ struct rs_agent {
 	rs_plan *pc_prev;       /* what pc's spec points to: the previous plan, union_of_old */
 	int32_t *pc_uoo;
 	int pc_said;            /* "precopied" was sent */
+	int pc_bounded;         /* a round went through: the rounds between two steps wait a quarter timeout in all */
 	double pc_reported;     /* when its progress was last reported */
 	struct {                /* pacing the background rounds (rs__precopy_step) */
 		double mark;    /* when the last step's rounds ended */
@@ -77,9 +78,8 @@ rs_status rs__agent_report_paused(rs_agent *a, rs_err *err);
 /* Forget the staged reshard (or the pre-copy in flight): its trainer, transports and plan. */
 void rs__agent_drop_staged(rs_agent *a);
 void rs__agent_set_ready(rs_agent *a, int on);
-/* A transport over the start message's peers (one per union rank), on the listening socket; waits bounded by
- * timeout_ms (0: the member's own). */
-rs_status rs__agent_connect_peers(rs_agent *a, const rs_msg_start *s, int timeout_ms, rs_transport **out, rs_err *err);
+/* A transport over the start message's peers (one per union rank), on the listening socket. */
+rs_status rs__agent_connect_peers(rs_agent *a, const rs_msg_start *s, rs_transport **out, rs_err *err);
 void rs__agent_take_run(run *r, const rs_msg_start *s);
 
 /* agent_reshard.c */

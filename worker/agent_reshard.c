@@ -60,14 +60,10 @@ static rs_status previous_of(const rs_agent *a, const rs_msg_start *s, rs_plan *
 	return union_of_old(s, *prev, uoo, err);
 }
 
-/*
- * The transports of the start's union (a->st_uni) and, for a member of the
- * new world, of that world (a->st_t), their waits bounded by timeout_ms (0:
- * the member's own).
- */
-static rs_status union_transport(rs_agent *a, const rs_msg_start *s, int timeout_ms, rs_err *err)
+/* The transports of the start's union (a->st_uni) and, for a member of the new world, of that world (a->st_t). */
+static rs_status union_transport(rs_agent *a, const rs_msg_start *s, rs_err *err)
 {
-	RSCHECK(rs__agent_connect_peers(a, s, timeout_ms, &a->st_uni, err));
+	RSCHECK(rs__agent_connect_peers(a, s, &a->st_uni, err));
 	return s->rank < s->world ? rs_transport_subset(a->st_uni, (int32_t)s->world, &a->st_t) : RS_OK;
 }
 
@@ -85,7 +81,7 @@ static rs_status stage_rows(rs_agent *a, const rs_msg_start *s, double t0, rs_re
 	RSCHECKGOTO(previous_of(a, s, &prev, &uoo, err), st, out);
 	if (a->c.stall_connect_ms > 0)
 		rs_sleep(a->c.stall_connect_ms / 1000.0); /* test hook: a window to act on the listeners */
-	rs_status cst = union_transport(a, s, 0, err);
+	rs_status cst = union_transport(a, s, err);
 	*connect_s = rs_now() - t0;
 	RSCHECKGOTO(cst, st, out);
 	if (a->c.stall_ms > 0)
@@ -250,17 +246,27 @@ static void on_precopy_progress(void *ctx, const uint64_t *sent, const uint64_t 
 }
 
 /*
- * An old member's bound on the waits of its background copy (its connect
- * and rounds, between two steps): a quarter of its own. The others wait for
- * it in the next step for at most their own; a joiner that stops answering
- * (a stopped process, a node gone silent) must fail the copy, which can be
- * done again at the pause, well before that, not the training world. The
- * pause that finishes the copy waits as long as any reshard's
- * (rs__precopy_finish). Joiners keep their own: nothing trains on them.
+ * An old member's budget for the waits of the background rounds it runs
+ * between two steps, all of them together: a quarter of its timeout. The
+ * others wait for it in the next step for at most their own; a joiner that
+ * stops answering (a stopped process, a node gone silent) must fail the
+ * copy, which can be done again at the pause, well before that, not the
+ * training world. Not before the first round has gone through: that one
+ * waits for the joiners to build and fault in their shards, which may take
+ * a large model longer (rs__precopy_step). The pause that finishes the copy
+ * waits as long as any reshard's (rs__precopy_finish). Joiners keep their
+ * own: nothing trains on them.
  */
-static int precopy_wait_ms(const rs_agent *a)
+static double precopy_budget_s(const rs_agent *a) { return a->c.timeout_ms / 4000.0; }
+
+/* Bound the waits of the copy's next exchanges to what is left of the budget that ends at `until`. */
+static void precopy_bound(rs_agent *a, double until)
 {
-	return a->tr && a->c.timeout_ms >= 4 ? a->c.timeout_ms / 4 : 0;
+	double left_ms = (until - rs_now()) * 1e3;
+	int ms = left_ms < 1 ? 1 : left_ms > a->c.timeout_ms ? a->c.timeout_ms : (int)left_ms;
+	rs_transport_timeout(a->st_uni, ms);
+	if (a->st_t)
+		rs_transport_timeout(a->st_t, ms);
 }
 
 /*
@@ -275,7 +281,8 @@ static rs_status precopy_begin(rs_agent *a, const rs_msg_start *s, rs_plan *plan
 	a->st_ok = 0;
 	rs__agent_take_run(&a->staged, s);
 	RSCHECK(previous_of(a, s, &a->pc_prev, &a->pc_uoo, why));
-	RSCHECK(union_transport(a, s, precopy_wait_ms(a), why));
+	RSCHECK(union_transport(a, s, why));
+	a->pc_bounded = 0;
 	rs_reshard_spec spec = {.old_plan = a->pc_prev, .new_plan = plan, .union_of_old = a->pc_uoo, .uni = a->st_uni,
 				.train_t = a->st_t, .engine = a->engine, .progress = on_precopy_progress, .progress_ctx = a};
 	a->pc_reported = 0;
@@ -443,10 +450,14 @@ rs_status rs__precopy_step(rs_agent *a, const rs_step_stats *stats, rs_err *err)
 		a->pace.credit = PRECOPY_MAX_ROUNDS_PER_STEP;
 	int n = (int)a->pace.credit;
 	a->pace.credit -= n;
+	double until = rs_now() + precopy_budget_s(a);
 	for (int k = 0; a->pc && k < n && rs_precopy_pending(a->pc) > 0; k++) {
 		double r0 = rs_now();
+		if (a->pc_bounded)
+			precopy_bound(a, until);
 		if (rs_precopy_round(a->pc, &why) != RS_OK)
 			return precopy_failed(a, a->st_gen, why.msg, err);
+		a->pc_bounded = 1;
 		a->pace.round_at = rs_now();
 		a->pace.round_s = recent(a->pace.round_s, a->pace.round_at - r0);
 	}
