@@ -79,11 +79,15 @@ const char *rs_proto_type(const json_t *msg)
 	return t ? t : "(untyped)";
 }
 
-/* Whether a worker's announced address is a host:port (or [v6]:port, %zone), as other workers will be given it. */
+/* Whether a worker's announced address is a host:port (or [v6%zone]:port), as other workers will be given it. */
 static int is_addr(const char *a)
 {
 	size_t n = strlen(a);
-	return n >= 1 && n <= 255 && strspn(a, NAME_CHARS ":[]%") == n;
+	const char *port = strrchr(a, ':');
+	if (n > 255 || strspn(a, NAME_CHARS ":[]%") != n || !port || port == a || strchr(port, ']'))
+		return 0;
+	size_t digits = strlen(port + 1);
+	return digits >= 1 && digits <= 5 && strspn(port + 1, "0123456789") == digits;
 }
 
 rs_status rs_proto_idle(json_t *msg, const char **addr, rs_err *err)

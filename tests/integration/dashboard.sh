@@ -15,7 +15,7 @@ light_config examples/dlrm-small.json "$light"
 [ -f tools/node_modules/playwright-core/package.json ] || { echo "FAILED: playwright-core is not installed (make tools)"; exit 1; }
 rm -f "$BUILD"/dashboard-*.png # this run's screenshots, not an earlier one's
 port=$(free_port)
-"$bin/rowshift-coordinator" --local --workers 2 --config "$light" --steps 100000 --schedule 30:4 \
+"$bin/rowshift-coordinator" --local --workers 2 --config "$light" --steps 100000 --schedule 80:4 \
 	--listen 127.0.0.1:$port --admin-file "$tmp/admin.json" >"$tmp/run.out" 2>"$tmp/run.err" &
 job=$!
 wait_for "$tmp/admin.json" url 30
@@ -23,7 +23,7 @@ timeout 120 "$bin/rowshiftctl" status --watch --json --admin-file "$tmp/admin.js
 watch=$!
 timeout 120 "$bin/rowshiftctl" status --watch --admin-file "$tmp/admin.json" >"$tmp/watch.txt" 2>/dev/null &
 watch_text=$!
-wait_for "$tmp/run.out" "resumed at step 30" 60
+wait_for "$tmp/run.out" "resumed at step 80" 60
 kill $watch $watch_text 2>/dev/null
 check "rowshiftctl status --watch draws the copy as a pre-copy" grep -q "pre-copying rows for generation 2: " "$tmp/watch.txt"
 check "the stream shows the 2 -> 4 rows moving while training, and every member's rounds done" \

@@ -333,6 +333,11 @@ static void test_reshard_messages(void **state)
 	expect("{\"type\":\"idle\",\"addr\":\"[fe80::1%eth0]:7\"}", check_idle, RS_OK);
 	expect("{\"type\":\"idle\",\"addr\":\"h:1\\nWARN forged\"}", check_idle, RS_EINVAL);
 	expect("{\"type\":\"idle\",\"addr\":\"\"}", check_idle, RS_EINVAL);
+	expect("{\"type\":\"idle\",\"addr\":\"h\"}", check_idle, RS_EINVAL);         /* no port */
+	expect("{\"type\":\"idle\",\"addr\":\"[::1]\"}", check_idle, RS_EINVAL);     /* no port */
+	expect("{\"type\":\"idle\",\"addr\":\"h:\"}", check_idle, RS_EINVAL);
+	expect("{\"type\":\"idle\",\"addr\":\"h:123456\"}", check_idle, RS_EINVAL);
+	expect("{\"type\":\"idle\",\"addr\":\"rs-worker-3.rs-worker.ns.svc:7071\"}", check_idle, RS_OK);
 	expect("{\"type\":\"training\",\"generation\":4,\"step\":7,\"addr\":\"h:1\"}", check_generation, RS_OK);
 	expect("{\"type\":\"training\",\"generation\":4,\"step\":7,\"addr\":\"h 1\"}", check_generation, RS_EINVAL);
 	expect("{\"type\":\"paused\",\"rank\":1,\"generation\":2,\"step\":50,\"addr\":\"h;1\"}", check_paused, RS_EINVAL);
