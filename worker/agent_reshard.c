@@ -259,14 +259,20 @@ static void on_precopy_progress(void *ctx, const uint64_t *sent, const uint64_t 
  */
 static double precopy_budget_s(const rs_agent *a) { return a->c.timeout_ms / 4000.0; }
 
+/* The bound on the waits of the copy's next exchanges, over the union and in the new world. */
+static void copy_timeout(rs_agent *a, int ms)
+{
+	if (a->st_uni)
+		rs_transport_timeout(a->st_uni, ms);
+	if (a->st_t)
+		rs_transport_timeout(a->st_t, ms);
+}
+
 /* Bound the waits of the copy's next exchanges to what is left of the budget that ends at `until`. */
 static void precopy_bound(rs_agent *a, double until)
 {
 	double left_ms = (until - rs_now()) * 1e3;
-	int ms = left_ms < 1 ? 1 : left_ms > a->c.timeout_ms ? a->c.timeout_ms : (int)left_ms;
-	rs_transport_timeout(a->st_uni, ms);
-	if (a->st_t)
-		rs_transport_timeout(a->st_t, ms);
+	copy_timeout(a, left_ms < 1 ? 1 : left_ms > a->c.timeout_ms ? a->c.timeout_ms : (int)left_ms);
 }
 
 /*
@@ -524,10 +530,7 @@ rs_status rs__precopy_finish(rs_agent *a, json_t *msg, rs_err *err)
 			a->c.cfg->cluster.precopy_share);
 	}
 	/* the world is paused: the copy's waits are bounded as any reshard's, and so are the new world's after it */
-	if (a->st_uni)
-		rs_transport_timeout(a->st_uni, a->c.timeout_ms);
-	if (a->st_t)
-		rs_transport_timeout(a->st_t, a->c.timeout_ms);
+	copy_timeout(a, a->c.timeout_ms);
 	rs_link_keeper keeper;
 	rs_link_keep_start(&keeper, &a->link); /* the rounds left, the rows updated since and the staging */
 	rs_status st = rs_precopy_finish(a->pc, &a->st_tr, &rst, &why);

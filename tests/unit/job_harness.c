@@ -88,15 +88,15 @@ static rs_status io_send(void *ctx, rs_conn *c, const json_t *msg)
 static void io_publish(void *ctx, const json_t *ev)
 {
 	(void)ctx;
-	json_t **at = &H.pub[H.published++ % 16];
+	json_t **at = &H.pub[H.published++ % PUBLISHED_KEPT];
 	json_decref(*at);
 	*at = json_incref((json_t *)ev); /* the job lets go of it after this call; nothing changes it */
 }
 
 const json_t *published(const char *type)
 {
-	for (int k = 1; k <= 16 && k <= H.published; k++) {
-		const json_t *m = H.pub[(H.published - k) % 16];
+	for (int k = 1; k <= PUBLISHED_KEPT && k <= H.published; k++) {
+		const json_t *m = H.pub[(H.published - k) % PUBLISHED_KEPT];
 		const char *t = json_string_value(json_object_get(m, "type"));
 		if (t && !strcmp(t, type))
 			return m;
@@ -169,7 +169,7 @@ int teardown(void **state)
 	rs_config_free(H.cfg);
 	json_decref(H.state);
 	json_decref(H.plan);
-	for (int k = 0; k < 16; k++)
+	for (int k = 0; k < PUBLISHED_KEPT; k++)
 		json_decref(H.pub[k]);
 	fclose(H.report);
 	return 0;

@@ -23,6 +23,8 @@
 #define MAX_MAIL 256
 #define NTABLES 2 /* examples/minimal.json */
 
+#define PUBLISHED_KEPT 16 /* status messages the harness keeps (published()) */
+
 typedef struct mailbox {
 	json_t *msg[MAX_MAIL];
 	int n;
@@ -50,7 +52,7 @@ typedef struct job_harness {
 	/* the post office: one mailbox per worker connection (index WORKERS: rowshiftctl) */
 	mailbox box[WORKERS + 1];
 	int published;
-	json_t *pub[16];        /* the last messages published, pub[(published - 1) % 16] the newest */
+	json_t *pub[PUBLISHED_KEPT]; /* the last messages published, pub[(published - 1) % PUBLISHED_KEPT] the newest */
 	int held;               /* the status stream held (the job's last word on it) */
 } job_harness;
 extern job_harness H;
@@ -69,7 +71,7 @@ void say(int k, json_t *msg);
 json_t *last(int k, rs_msg_type type);
 void assert_phase(const char *p);
 int reported(const char *text);
-/* The newest of the last 16 status messages published whose "type" is `type`, or NULL. */
+/* The newest of the last PUBLISHED_KEPT status messages published whose "type" is `type`, or NULL. */
 const json_t *published(const char *type);
 int reported_times(const char *text);
 json_t *sums(uint64_t a, uint64_t b);

@@ -756,6 +756,17 @@ static void training_with_addr(void)
 	}
 }
 
+/* Once the change is ready (a tenth of the debounce, nobody pending): member k's start, of generation gen. */
+static json_t *started(int k, int64_t gen)
+{
+	tick(0.05);
+	tick(0.2);
+	json_t *s = last(k, RS_MSG_START);
+	assert_non_null(s);
+	assert_int_equal(field(s, "generation"), gen);
+	return s;
+}
+
 /* Pre-copy on, 2 workers training; a third joins: generation 2 is pre-copied while they train. */
 static void precopy_2_to_3(void)
 {
@@ -764,12 +775,7 @@ static void precopy_2_to_3(void)
 	training_with_addr();
 	H.replicas = 3;
 	join(2);
-	tick(0.05);
-	tick(0.2); /* the change is ready */
-	json_t *s = last(2, RS_MSG_START);
-	assert_non_null(s);
-	assert_true(json_is_true(json_object_get(s, "precopy")));
-	assert_int_equal(field(s, "generation"), 2);
+	assert_true(json_is_true(json_object_get(started(2, 2), "precopy")));
 	assert_phase("training");
 }
 
@@ -791,11 +797,7 @@ static void test_restart_during_precopy_never_reuses_its_generation(void **state
 		assert_int_equal(field(a, "generation"), 2);
 	}
 	training_with_addr();
-	tick(0.05);
-	tick(0.2);
-	json_t *s = last(2, RS_MSG_START);
-	assert_non_null(s);
-	assert_int_equal(field(s, "generation"), 3);
+	started(2, 3);
 }
 
 /*
@@ -815,12 +817,8 @@ static void test_precopy_called_off_by_a_change_is_no_failure(void **state)
 		assert_int_equal(field(last(k, RS_MSG_ABORT), "generation"), 2);
 	say(2, rs_proto_make_idle("127.0.0.1:2002")); /* the joiner drops its copy */
 	forget_mail();
-	tick(0.05);
-	tick(0.2);
-	json_t *s = last(3, RS_MSG_START);
-	assert_non_null(s);
-	assert_int_equal(field(s, "generation"), 3);
-	assert_true(json_is_true(json_object_get(s, "precopy"))); /* pre-copied again, the old world training */
+	/* pre-copied again, the old world training */
+	assert_true(json_is_true(json_object_get(started(3, 3), "precopy")));
 	assert_phase("training");
 	/* a joiner lost during this copy fails it: the retry is at the pause */
 	rs_job_exited(H.job, "worker-3", NULL, 1, "killed by signal 9");
