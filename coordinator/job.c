@@ -178,6 +178,7 @@ void rs_job_tick(rs_job *j)
 {
 	rs__persist_tick(j);
 	rs__cycle_tick(j);
+	rs__job_status_tick(j);
 }
 
 int rs_job_finished(const rs_job *j) { return j->ph == P_DONE ? 1 : j->ph == P_FAILED ? -1 : 0; }

@@ -339,6 +339,8 @@ void rs__job_status_hold(rs_job *j)
 		j->io.hold(j->io.ctx, stopped);
 }
 
+#define MIGRATION_EVERY_S 0.1 /* the least time between two migration messages but the last */
+
 static void status(rs_job *j, const job_event *ev)
 {
 	if (ev->kind == EV_RESHARDED)
@@ -365,8 +367,9 @@ static void status(rs_job *j, const job_event *ev)
 		break;
 	case EV_MIGRATION: {
 		double now = rs__job_now(j);
-		if (!ev->force && now - j->rep.last_migration_event < 0.1)
-			break; /* at most ten a second, whatever the workers send */
+		j->rep.migration_held = !ev->force && now - j->rep.last_migration_event < MIGRATION_EVERY_S;
+		if (j->rep.migration_held)
+			break; /* at most ten a second, whatever the workers send: the latest goes once it may */
 		j->rep.last_migration_event = now;
 		publish(j, typed(rs__job_migration_json(j), "migration"));
 		break;
@@ -399,6 +402,16 @@ static void status(rs_job *j, const job_event *ev)
 	default:
 		break;
 	}
+}
+
+/* A migration progress held back by the limit goes out once the limit allows, while its attempt lasts. */
+void rs__job_status_tick(rs_job *j)
+{
+	if (!j->rep.migration_held || rs__job_now(j) - j->rep.last_migration_event < MIGRATION_EVERY_S)
+		return;
+	j->rep.migration_held = 0;
+	if (j->att.generation && j->att.plan)
+		rs__emit(j, &(job_event){.kind = EV_MIGRATION});
 }
 
 /* ---- source: the membership source's events --------------------------------------------- */

@@ -249,6 +249,7 @@ struct rs_job {
 		double pause_sum, stopped_sum;
 		int pause_buckets[10]; /* pauses per /metrics histogram bucket (see job_status.c) */
 		double last_migration_event;
+		int migration_held;   /* progress came within the limit: sent once it allows (rs__job_status_tick) */
 		history_point last;   /* the latest progress report */
 		double last_auc;
 	} rep;
@@ -433,6 +434,8 @@ void rs__emit(rs_job *j, const job_event *ev);
  * world is lost, not paused, and it is told as it goes. At every event.
  */
 void rs__job_status_hold(rs_job *j);
+/* Send the migration progress the ten-a-second limit held back, once it allows (each tick). */
+void rs__job_status_tick(rs_job *j);
 
 /* ---- job_ckpt.c ----------------------------------------------------------------------- */
 

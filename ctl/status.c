@@ -96,9 +96,13 @@ static void print_event(const json_t *e, int tty, int *bar_open)
 		for (int k = 0; k < 40; k++)
 			bar[k] = k < fill ? '#' : '.';
 		bar[40] = 0;
-		printf("%s%s rows for generation %lld: [%s] %3.0f%% %.2f/%.2f MiB%s", tty ? "\r" : "",
-		       json_is_true(json_object_get(e, "precopy")) ? "pre-copying" : "moving", inum(e, "generation"), bar,
-		       100 * f, moved / 1048576.0, total / 1048576.0, tty ? "" : "\n");
+		int precopy = json_is_true(json_object_get(e, "precopy"));
+		printf("%s%s rows for generation %lld: [%s] %3.0f%% %.2f/%.2f MiB", tty ? "\r" : "",
+		       precopy ? "pre-copying" : "moving", inum(e, "generation"), bar, 100 * f, moved / 1048576.0,
+		       total / 1048576.0);
+		if (precopy)
+			printf(", %lld of %lld members done", inum(e, "precopied"), inum(e, "members"));
+		printf("%s", tty ? "" : "\n");
 		*bar_open = tty;
 		fflush(stdout);
 		return;

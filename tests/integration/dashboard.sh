@@ -25,7 +25,7 @@ timeout 120 "$bin/rowshiftctl" status --watch --admin-file "$tmp/admin.json" >"$
 watch_text=$!
 wait_for "$tmp/run.out" "resumed at step 80" 60
 kill $watch $watch_text 2>/dev/null
-check "rowshiftctl status --watch draws the copy as a pre-copy" grep -q "pre-copying rows for generation 2: " "$tmp/watch.txt"
+check "rowshiftctl status --watch draws the copy as a pre-copy" grep -q "pre-copying rows for generation 2: .*, 4 of 4 members done" "$tmp/watch.txt"
 check "the stream shows the 2 -> 4 rows moving while training, and every member's rounds done" \
 	python3 - "$tmp/stream.json" "$tmp/precopy.json" <<'PY'
 import json, sys
