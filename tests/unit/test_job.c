@@ -834,6 +834,14 @@ static void test_precopy_called_off_by_a_change_is_no_failure(void **state)
 		assert_non_null(last(k, RS_MSG_PAUSE)); /* first the pause */
 }
 
+/* Member k's report of its rows sent so far in generation 2: `bytes` to union rank 2. */
+static void sent_to_2(int k, int bytes)
+{
+	json_t *sent = json_pack("[[i,i]]", 2, bytes);
+	say(k, rs_proto_make_migrating(2, sent)); /* takes a reference of its own */
+	json_decref(sent);
+}
+
 /* Migration progress within a tenth of a second of the last is held back, not lost: the latest goes out next. */
 static void test_migration_progress_held_back_goes_out_later(void **state)
 {
@@ -841,10 +849,10 @@ static void test_migration_progress_held_back_goes_out_later(void **state)
 	start(2);
 	to_migrating(2, 3);
 	tick(0.2);
-	say(0, rs_proto_make_migrating(2, json_pack("[[i,i]]", 2, 100)));
+	sent_to_2(0, 100);
 	assert_int_equal(json_integer_value(json_object_get(published("migration"), "moved")), 100);
 	int before = H.published;
-	say(0, rs_proto_make_migrating(2, json_pack("[[i,i]]", 2, 300))); /* at once: held */
+	sent_to_2(0, 300); /* at once: held */
 	assert_int_equal(H.published, before);
 	tick(0.05);
 	assert_int_equal(H.published, before); /* still within the tenth */
