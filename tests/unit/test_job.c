@@ -5,7 +5,8 @@
  * clock the test moves). Every phase transition of the cycle and every
  * abort path is driven by the messages real workers would send, and
  * checked by what the job sends back, what it persists and the phase it
- * reaches. Recovery from a lost member: test_job_recover.c.
+ * reaches. Recovery from a lost member: test_job_recover.c; the status
+ * stream's pacing: test_job_status.c.
  */
 #include "tests/unit/job_harness.h"
 #include "tests/unit/scratch.h"
@@ -834,35 +835,6 @@ static void test_precopy_called_off_by_a_change_is_no_failure(void **state)
 		assert_non_null(last(k, RS_MSG_PAUSE)); /* first the pause */
 }
 
-/* Member k's report of its rows sent so far in generation 2: `bytes` to union rank 2. */
-static void sent_to_2(int k, int bytes)
-{
-	json_t *sent = json_pack("[[i,i]]", 2, bytes);
-	say(k, rs_proto_make_migrating(2, sent)); /* takes a reference of its own */
-	json_decref(sent);
-}
-
-/* Migration progress within a tenth of a second of the last is held back, not lost: the latest goes out next. */
-static void test_migration_progress_held_back_goes_out_later(void **state)
-{
-	(void)state;
-	start(2);
-	to_migrating(2, 3);
-	tick(0.2);
-	sent_to_2(0, 100);
-	assert_int_equal(json_integer_value(json_object_get(published("migration"), "moved")), 100);
-	int before = H.published;
-	sent_to_2(0, 300); /* at once: held */
-	assert_int_equal(H.published, before);
-	tick(0.05);
-	assert_int_equal(H.published, before); /* still within the tenth */
-	tick(0.1);
-	assert_int_equal(H.published, before + 1);
-	assert_int_equal(json_integer_value(json_object_get(published("migration"), "moved")), 300);
-	tick(0.2);
-	assert_int_equal(H.published, before + 1); /* once */
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -901,7 +873,6 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_recovery_refuses_more_members_than_a_job_has, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_during_precopy_never_reuses_its_generation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_precopy_called_off_by_a_change_is_no_failure, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_migration_progress_held_back_goes_out_later, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
